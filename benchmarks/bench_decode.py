@@ -8,7 +8,7 @@ matter), times for a batch of 1 and of 32 sentences:
 - cached greedy decoding (`greedy_decode`: one token per step through the key/value cache),
 - beam search (`beam_search_decode`, beam 4, with the cache),
 
-each compiled with `tf.function`, warmed up, then timed `--repeats` times (median reported), for
+each compiled with `tf.function`, warmed up, then timed `--repeats` rounds (median reported), for
 exactly `--output_tokens` output tokens (min_length = max_length). Then the same model exported by
 `serving.export` (text in, text out, tokenizer and detokenizer in the graph) is loaded with
 `tf.saved_model.load` and its `serving_default` and `beam_search` signatures are timed the same
@@ -40,6 +40,7 @@ from training.tokenizer import END_ID, RESERVED_TOKENS, START_ID, SubwordTokeniz
 
 SECTION_TITLE = "Decoding"
 NAIVE, CACHED, BEAM = "naive greedy (no cache)", "cached greedy", "beam search (beam {beam})"
+CACHED_XLA = "cached greedy, XLA (jit_compile)"
 SAVED_GREEDY = "SavedModel serving_default (greedy)"
 SAVED_BEAM = "SavedModel beam_search (beam {beam})"
 # Sentences for `--export_dir` (a real translator): Spanish of a few lengths.
@@ -85,21 +86,26 @@ def random_sentences(vocab, count, words, seed):
     return [" ".join(rng.choice(word_pool, words)) for _ in range(count)]
 
 
-def time_calls(function, argument, repeats, warmup):
-    """Seconds per call of `function(argument)` (outputs fetched): median and minimum."""
-    def call():
-        outputs = function(argument)
-        for value in tf.nest.flatten(outputs):
+def time_cases(cases, repeats, warmup):
+    """Seconds per call of each case, outputs fetched: `{(name, batch): (median, minimum)}`.
+
+    The timed calls go round-robin (one call of every case per round) after every case is
+    warmed up, so a slow spell of this shared machine hits all cases alike instead of one.
+    """
+    def call(function, argument):
+        for value in tf.nest.flatten(function(argument)):
             value.numpy()
 
-    for _ in range(warmup):
-        call()
-    durations = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        call()
-        durations.append(time.perf_counter() - started)
-    return statistics.median(durations), min(durations)
+    for name, function, batch, argument in tqdm(cases, desc="warm-up", unit=" case"):
+        for _ in range(warmup):
+            call(function, argument)
+    durations = {(name, batch): [] for name, _, batch, _ in cases}
+    for _ in tqdm(range(repeats), desc="timing", unit=" round"):
+        for name, function, batch, argument in cases:
+            started = time.perf_counter()
+            call(function, argument)
+            durations[(name, batch)].append(time.perf_counter() - started)
+    return {case: (statistics.median(times), min(times)) for case, times in durations.items()}
 
 
 def python_decoders(model, args):
@@ -112,6 +118,10 @@ def python_decoders(model, args):
             input_signature=ids_spec),
         CACHED: tf.function(
             lambda ids: greedy_decode(model, ids, START_ID, END_ID, **forced)["tokens"],
+            input_signature=ids_spec),
+        CACHED_XLA: tf.function(
+            lambda ids: greedy_decode(model, ids, START_ID, END_ID, jit_compile=True,
+                                      **forced)["tokens"],
             input_signature=ids_spec),
         BEAM.format(beam=args.beam_width): tf.function(
             lambda ids: beam_search_decode(model, ids, START_ID, END_ID,
@@ -184,7 +194,6 @@ def main(argv=None):
     cases = [(name, decoder, batch, source_ids[:batch])
              for name, decoder in python_decoders(model, args).items()
              for batch in args.batch_sizes]
-    results = {}
     with tempfile.TemporaryDirectory() as export_base:
         if args.export_dir:
             export_dir, served_texts = args.export_dir, list(SPANISH_SENTENCES)
@@ -206,10 +215,7 @@ def main(argv=None):
                        batch, tf.constant(served_texts[:batch]))
                       for batch in args.batch_sizes]
 
-        for name, function, batch, argument in tqdm(cases, desc="timing", unit=" case"):
-            median, fastest = time_calls(function, argument, args.repeats, args.warmup)
-            results[(name, batch)] = (median, fastest)
-            tqdm.write(f"{name}, batch {batch}: {1000 * median / batch:.1f} ms/sentence")
+        results = time_cases(cases, args.repeats, args.warmup)
 
     body = report(args, command, results, output_tokens, load_before, os.getloadavg())
     print(body)
@@ -237,16 +243,17 @@ def report(args, command, results, served_tokens, load_before, load_after):
         return batch / median
 
     small, large = min(args.batch_sizes), max(args.batch_sizes)
-    cached_speedup = sentences_per_second(CACHED, small) / sentences_per_second(NAIVE, small)
     step_ms = {name: 1000 * results[(name, small)][0] / args.output_tokens
-               for name in (NAIVE, CACHED)}
+               for name in (NAIVE, CACHED, CACHED_XLA)}
     goals = [
-        f"- Cached greedy vs naive greedy at batch {small}: **{cached_speedup:.1f}×** "
-        f"(goal ≥ 10×); {step_ms[CACHED]:.1f} ms per cached step vs {step_ms[NAIVE]:.1f} ms "
+        f"- {name} vs naive greedy at batch {small}: "
+        f"**{sentences_per_second(name, small) / sentences_per_second(NAIVE, small):.1f}×** "
+        f"(goal ≥ 10×); {step_ms[name]:.2f} ms per cached step vs {step_ms[NAIVE]:.1f} ms "
         f"per naive step (prefix of 1..{args.output_tokens} tokens)."
+        for name in (CACHED, CACHED_XLA)
     ]
     if large != small:
-        for name in (CACHED, BEAM.format(beam=args.beam_width), NAIVE, SAVED_GREEDY):
+        for name in (CACHED, CACHED_XLA, BEAM.format(beam=args.beam_width), NAIVE, SAVED_GREEDY):
             ratio = sentences_per_second(name, large) / sentences_per_second(name, small)
             goal = " (goal ≥ 8× for 32 vs 1)" if name == CACHED else ""
             goals.append(f"- {name}: batch {large} vs batch {small}: **{ratio:.1f}×** "

@@ -12,6 +12,7 @@ from model.encoder_layer import EncoderLayer
 from model.feed_forward import point_wise_feed_forward_network
 from model.masks import (
     PAD_ID,
+    create_cache_mask,
     create_decoder_self_attention_mask,
     create_look_ahead_mask,
     create_padding_mask,
@@ -29,6 +30,7 @@ __all__ = [
     "PAD_ID",
     "PositionalEmbedding",
     "Transformer",
+    "create_cache_mask",
     "create_decoder_self_attention_mask",
     "create_look_ahead_mask",
     "create_padding_mask",

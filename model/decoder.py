@@ -1,7 +1,6 @@
 """The decoder: embedding + positional encoding, dropout, N decoder layers."""
 
 import keras
-import tensorflow as tf
 
 from model.decoder_layer import DecoderLayer
 from model.layer_stack import LayerStack
@@ -22,10 +21,11 @@ class Decoder(LayerStack):
         x: target token ids `(batch, tar_len)` (with a `cache`: only the new tokens).
         enc_output: `(batch, inp_len, d_model)`; unused with a `cache`.
         training: dropout on/off.
-        look_ahead_mask: `(batch, 1, tar_len, tar_len)`; None during cached decoding.
+        look_ahead_mask: `(batch, 1, tar_len, tar_len)`; during cached decoding, broadcastable to
+            `(batch, 1, 1, cache_slots)` with 1 on the slots not written yet.
         padding_mask: source padding mask `(batch, 1, 1, inp_len)`.
-        cache: from `init_cache`, to decode one step at a time; positions continue after the
-            tokens already cached.
+        cache: from `init_cache`, to decode one position at a time.
+        cache_update_index: with a `cache`, the position of the new token (int32 scalar).
 
     Returns:
         `(x, attention_weights)`: x `(batch, tar_len, d_model)`, weights
@@ -42,9 +42,9 @@ class Decoder(LayerStack):
     def build(self, x_shape, enc_output_shape=None):
         self.build_stack(x_shape, enc_output_shape)
 
-    def init_cache(self, enc_output):
+    def init_cache(self, enc_output, max_length):
         """Per-layer caches before the first target token: `{layer_name: DecoderLayer cache}`."""
-        return {layer.name: layer.init_cache(enc_output) for layer in self.dec_layers}
+        return {layer.name: layer.init_cache(enc_output, max_length) for layer in self.dec_layers}
 
     def call(
         self,
@@ -54,11 +54,9 @@ class Decoder(LayerStack):
         look_ahead_mask=None,
         padding_mask=None,
         cache=None,
+        cache_update_index=None,
     ):
-        start_position = 0
-        if cache is not None:
-            start_position = tf.shape(cache[self.dec_layers[0].name]["self"]["key"])[2]
-        x = self.embed(x, training, start_position)
+        x = self.embed(x, training, 0 if cache is None else cache_update_index)
 
         attention_weights = {}
         new_cache = {}
@@ -70,6 +68,7 @@ class Decoder(LayerStack):
                 look_ahead_mask=look_ahead_mask,
                 padding_mask=padding_mask,
                 cache=None if cache is None else cache[layer.name],
+                cache_update_index=cache_update_index,
             )
             x, block1, block2 = outputs[:3]
             attention_weights[f"{layer.name}_block1"] = block1

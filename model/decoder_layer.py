@@ -24,14 +24,15 @@ class DecoderLayer(keras.layers.Layer):
             cross-attention keys/values.
         training: dropout on/off.
         look_ahead_mask: broadcastable to `(batch, num_heads, tar_len, tar_len)`; during cached
-            decoding the cache holds past positions only, so None is correct there.
+            decoding, to `(batch, num_heads, 1, cache_slots)`, hiding the slots not yet written.
         padding_mask: source padding mask broadcastable to `(batch, num_heads, tar_len, inp_len)`.
         cache: optional `{"self": {"key", "value"}, "cross": {"key", "value"}}` (see
-            `init_cache`) to decode one step at a time.
+            `init_cache`) to decode one position at a time (`tar_len` = 1).
+        cache_update_index: with a `cache`, the position of `x` (the self-attention slot it fills).
 
     Returns:
         `(out, self_attention_weights, cross_attention_weights)`: out `(batch, tar_len, d_model)`,
-        weights `(batch, num_heads, tar_len, tar_len_total)` and `(batch, num_heads, tar_len,
+        weights `(batch, num_heads, tar_len, tar_len or cache_slots)` and `(batch, num_heads, tar_len,
         inp_len)`; with a `cache`, the updated cache as a fourth element.
     """
 
@@ -63,18 +64,19 @@ class DecoderLayer(keras.layers.Layer):
             block.build(x_shape)
         self.built = True
 
-    def init_cache(self, enc_output):
+    def init_cache(self, enc_output, max_length):
         """The decoding cache before the first target token.
 
         Args:
             enc_output: `(batch, inp_len, d_model)`.
+            max_length: target positions the cache has room for.
 
         Returns:
             `{"self": empty keys/values, "cross": keys/values projected from enc_output}`.
         """
         batch_size = keras.ops.shape(enc_output)[0]
         return {
-            "self": self.mha1.empty_cache(batch_size),
+            "self": self.mha1.empty_cache(batch_size, max_length),
             "cross": self.mha2.compute_key_value(enc_output, enc_output),
         }
 
@@ -86,13 +88,15 @@ class DecoderLayer(keras.layers.Layer):
         look_ahead_mask=None,
         padding_mask=None,
         cache=None,
+        cache_update_index=None,
     ):
         normed = self.self_attention_block.normalize_input(x)
         if cache is None:
             attn1, self_weights = self.mha1(normed, normed, normed, look_ahead_mask)
         else:
             attn1, self_weights, self_cache = self.mha1(
-                normed, normed, normed, look_ahead_mask, cache=cache["self"]
+                normed, normed, normed, look_ahead_mask, cache=cache["self"],
+                cache_update_index=cache_update_index,
             )
         x = self.self_attention_block(x, attn1, training=training)
 

@@ -18,6 +18,8 @@ import tensorflow as tf
 from model.masks import PAD_ID
 
 NEG_INF = -1e9
+# With XLA, loop buffers are sized in multiples of this many positions (see `_run_loop`).
+SLOT_GRANULARITY = 16
 
 
 def max_output_length(inp, max_length_ratio=1.5, max_length_offset=10, limit=None):
@@ -67,23 +69,12 @@ def _last_layer_alignment(model, attention_weights):
     return tf.reduce_mean(tf.cast(weights, tf.float32), axis=1)
 
 
-def _self_cache_invariants(cache):
-    """Shape invariants for `tf.while_loop`: self-attention caches grow along the time axis."""
-    def invariant(path_tensor):
-        shape = path_tensor.shape
-        return tf.TensorShape([None, shape[1], None, shape[3]])
-
-    return {
-        layer: {
-            "self": {name: invariant(tensor) for name, tensor in layer_cache["self"].items()},
-            "cross": {name: tf.TensorShape([None] + tensor.shape[1:].as_list())
-                      for name, tensor in layer_cache["cross"].items()},
-        }
-        for layer, layer_cache in cache.items()
-    }
+def _unknown_shapes(structure):
+    """`tf.while_loop` shape invariants that only fix the rank (batch and lengths vary by call)."""
+    return tf.nest.map_structure(lambda tensor: tf.TensorShape([None] * tensor.shape.rank), structure)
 
 
-def greedy_decode(model, inp, start_id, end_id, max_length=None, min_length=0):
+def greedy_decode(model, inp, start_id, end_id, max_length=None, min_length=0, jit_compile=False):
     """Greedy decoding with the key/value cache: one decoder step per output token.
 
     Args:
@@ -93,57 +84,73 @@ def greedy_decode(model, inp, start_id, end_id, max_length=None, min_length=0):
         max_length: output-token bound (int32 scalar); default `max_output_length(inp)` capped
             by the model's positional encodings.
         min_length: [END] is forbidden before this many tokens (use = max_length to force a length).
+        jit_compile: compile the encoder and the whole decoding loop with XLA (see
+            `_compiled_loop`). Leave it off in graphs for TF Serving, which runs XLA only with
+            `--xla_cpu_compilation_enabled`.
 
     Returns:
         dict: `tokens` `(batch, out_len)`, `scores` `(batch,)` summed log-probabilities of the
         tokens up to and including [END], `alignment` `(batch, out_len, inp_len)`.
     """
-    batch_size = tf.shape(inp)[0]
     if max_length is None:
         max_length = max_output_length(inp, limit=model.pe_target - 1)
-    enc_output, enc_padding_mask = model.encode(inp, training=False)
-    cache = model.init_cache(enc_output)
-    inp_len = tf.shape(inp)[1]
 
-    def body(step, last_token, tokens, alignment, scores, finished, cache):
-        logits, attention_weights, cache = model.decode(
-            last_token, enc_output, enc_padding_mask, training=False, cache=cache
+    def decode_loop(inp, max_length, slots):
+        batch_size = tf.shape(inp)[0]
+        enc_output, enc_padding_mask = model.encode(inp, training=False)
+        cache = model.init_cache(enc_output, slots)
+
+        def body(step, last_token, tokens, alignment, scores, finished, cache):
+            logits, attention_weights, cache = model.decode(
+                last_token, enc_output, enc_padding_mask, training=False, cache=cache,
+                cache_update_index=step,
+            )
+            log_probs = _forbid_end_before(_next_token_log_probs(logits), step, min_length, end_id)
+            next_token = tf.argmax(log_probs, axis=-1, output_type=tf.int32)
+            token_log_prob = tf.gather(log_probs, next_token, axis=1, batch_dims=1)
+            scores += tf.where(finished, 0.0, token_log_prob)
+            next_token = tf.where(finished, PAD_ID, next_token)
+            finished |= tf.equal(next_token, end_id)
+            slot = tf.range(slots) == step
+            tokens = tf.where(slot, next_token[:, tf.newaxis], tokens)
+            step_alignment = _last_layer_alignment(model, attention_weights)
+            alignment = tf.where(slot[:, tf.newaxis], step_alignment, alignment)
+            return step + 1, next_token[:, tf.newaxis], tokens, alignment, scores, finished, cache
+
+        def cond(step, last_token, tokens, alignment, scores, finished, cache):
+            return tf.logical_not(tf.reduce_all(finished))
+
+        loop_vars = (
+            tf.constant(0),
+            tf.fill([batch_size, 1], tf.cast(start_id, tf.int32)),
+            tf.zeros([batch_size, slots], tf.int32),
+            tf.zeros([batch_size, slots, tf.shape(inp)[1]], tf.float32),
+            tf.zeros([batch_size], tf.float32),
+            tf.zeros([batch_size], tf.bool),
+            cache,
         )
-        log_probs = _forbid_end_before(_next_token_log_probs(logits), step, min_length, end_id)
-        next_token = tf.argmax(log_probs, axis=-1, output_type=tf.int32)
-        token_log_prob = tf.gather(log_probs, next_token, axis=1, batch_dims=1)
-        scores += tf.where(finished, 0.0, token_log_prob)
-        next_token = tf.where(finished, PAD_ID, next_token)
-        finished |= tf.equal(next_token, end_id)
-        tokens = tf.concat([tokens, next_token[:, tf.newaxis]], axis=1)
-        alignment = tf.concat([alignment, _last_layer_alignment(model, attention_weights)], axis=1)
-        return step + 1, next_token[:, tf.newaxis], tokens, alignment, scores, finished, cache
+        steps, _, tokens, alignment, scores, _, _ = tf.while_loop(
+            cond, body, loop_vars, maximum_iterations=max_length
+        )
+        return steps, tokens, alignment, scores
 
-    def cond(step, last_token, tokens, alignment, scores, finished, cache):
-        return tf.logical_not(tf.reduce_all(finished))
+    steps, tokens, alignment, scores = _run_loop(decode_loop, inp, max_length, jit_compile)
+    return {"tokens": tokens[:, :steps], "scores": scores, "alignment": alignment[:, :steps]}
 
-    loop_vars = (
-        tf.constant(0),
-        tf.fill([batch_size, 1], tf.cast(start_id, tf.int32)),
-        tf.zeros([batch_size, 0], tf.int32),
-        tf.zeros([batch_size, 0, inp_len], tf.float32),
-        tf.zeros([batch_size], tf.float32),
-        tf.zeros([batch_size], tf.bool),
-        cache,
-    )
-    shape_invariants = (
-        tf.TensorShape([]),
-        tf.TensorShape([None, 1]),
-        tf.TensorShape([None, None]),
-        tf.TensorShape([None, None, None]),
-        tf.TensorShape([None]),
-        tf.TensorShape([None]),
-        _self_cache_invariants(cache),
-    )
-    _, _, tokens, alignment, scores, _, _ = tf.while_loop(
-        cond, body, loop_vars, shape_invariants=shape_invariants, maximum_iterations=max_length
-    )
-    return {"tokens": tokens, "scores": scores, "alignment": alignment}
+
+def _run_loop(decode_loop, inp, max_length, jit_compile):
+    """Runs `decode_loop(inp, max_length, slots)`, whose buffers hold `slots` output positions.
+
+    Every buffer of the loop (key/value caches, tokens, alignments) has a fixed size, so that each
+    step has the same shapes. In a plain graph that size is `max_length` itself. XLA compiles one
+    program per set of static sizes: with `jit_compile` the loop runs as one XLA function, whose
+    `slots` is `max_length` rounded up to a multiple of `SLOT_GRANULARITY`, so a few programs serve
+    every length (XLA reads such size arguments at run time and compiles per value).
+    """
+    if not jit_compile:
+        return decode_loop(inp, max_length, max_length)
+    slots = (max_length + SLOT_GRANULARITY - 1) // SLOT_GRANULARITY * SLOT_GRANULARITY
+    return tf.function(decode_loop, jit_compile=True, autograph=False)(inp, max_length, slots)
 
 
 def naive_greedy_decode(model, inp, start_id, end_id, max_length=None, min_length=0):
@@ -264,7 +271,7 @@ def beam_search_decode(
     enc_output, enc_padding_mask = model.encode(inp, training=False)
     enc_output = _tile_beams(enc_output, beam_width)
     enc_padding_mask = _tile_beams(enc_padding_mask, beam_width)
-    cache = model.init_cache(enc_output)
+    cache = model.init_cache(enc_output, max_length)
 
     def reorder_self_caches(cache, origins):
         """Alive beams may come from any parent beam: their self-attention history follows them.
@@ -288,7 +295,8 @@ def beam_search_decode(
     def body(step, last_tokens, alive_seq, alive_log_probs, alive_alignment,
              finished_seq, finished_scores, finished_alignment, cache):
         logits, attention_weights, cache = model.decode(
-            last_tokens, enc_output, enc_padding_mask, training=False, cache=cache
+            last_tokens, enc_output, enc_padding_mask, training=False, cache=cache,
+            cache_update_index=step,
         )
         log_probs = _forbid_end_before(_next_token_log_probs(logits), step, min_length, end_id)
         log_probs = _split_beams(log_probs, batch_size, beam_width)
@@ -358,7 +366,7 @@ def beam_search_decode(
         tf.TensorShape([]), tf.TensorShape([None, 1]),
         seq_shape, tf.TensorShape([None, beam_width]), alignment_shape,
         seq_shape, tf.TensorShape([None, beam_width]), alignment_shape,
-        _self_cache_invariants(cache),
+        _unknown_shapes(cache),
     )
     (_, _, alive_seq, alive_log_probs, alive_alignment,
      finished_seq, finished_scores, finished_alignment, _) = tf.while_loop(

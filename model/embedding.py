@@ -38,10 +38,11 @@ class PositionalEmbedding(keras.layers.Layer):
         self.built = True
 
     def call(self, tokens, start_position=0):
-        seq_len = tf.shape(tokens)[1]
+        # The static length where known: XLA needs the slice size below as a constant.
+        seq_len = keras.ops.shape(tokens)[1]
         end_position = start_position + seq_len
-        # Without this check a too-long sequence fails deep inside with a broadcasting error.
-        tf.debugging.assert_less_equal(
+        # Without this check a too-long sequence fails deep inside with a slicing error.
+        within_encodings = tf.debugging.assert_less_equal(
             end_position,
             self.maximum_position_encoding,
             message=(
@@ -50,7 +51,10 @@ class PositionalEmbedding(keras.layers.Layer):
         )
         x = self.embedding(tokens)
         x *= tf.math.sqrt(tf.cast(self.d_model, x.dtype))
-        positions = self.pos_encoding[:, start_position:end_position, :]
+        with tf.control_dependencies([within_encodings]):
+            positions = tf.slice(
+                self.pos_encoding, [0, start_position, 0], [1, seq_len, self.d_model]
+            )
         return x + tf.cast(positions, x.dtype)
 
     def get_config(self):

@@ -44,6 +44,20 @@ def create_decoder_self_attention_mask(tar):
     return tf.maximum(create_padding_mask(tar), look_ahead_mask)
 
 
+def create_cache_mask(cache_slots, position):
+    """The look-ahead mask of one decoding step over a fixed-size key/value cache.
+
+    Args:
+        cache_slots: slots in the cache (int or scalar tensor).
+        position: the position being decoded (int32 scalar); its own slot was just written.
+
+    Returns:
+        float32 tensor `(1, 1, 1, cache_slots)`, 1.0 on the slots after `position` (not written yet).
+    """
+    not_written = tf.range(cache_slots) > position
+    return tf.cast(not_written, tf.float32)[tf.newaxis, tf.newaxis, tf.newaxis, :]
+
+
 class AttentionMaskArgument:
     """Mixin for layers whose `mask` call argument is an attention mask, not a Keras mask.
 

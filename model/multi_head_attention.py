@@ -23,10 +23,14 @@ class MultiHeadAttention(AttentionMaskArgument, keras.layers.Layer):
         k: keys `(batch, seq_len_k, d_model_k)`, or None likewise.
         q: queries `(batch, seq_len_q, d_model_q)`.
         mask: optional, broadcastable to `(batch, num_heads, seq_len_q, seq_len_k)`, 1 = may not attend.
-        cache: optional dict `{"key", "value"}` of projected heads `(batch, num_heads, t, depth)`.
-            With `k`/`v` given, their projections are appended to the cache (decoder self-attention,
-            one step at a time); with `k`/`v` None the cache is used as is (cross-attention over an
-            encoder output projected once by `compute_key_value`).
+        cache: optional dict `{"key", "value"}` of projected heads `(batch, num_heads, slots, depth)`.
+            With `k`/`v` given (decoder self-attention, one position per call), their projections
+            are written into slot `cache_update_index` of a fixed-size cache from `empty_cache`, and
+            the query attends over every slot: `mask` must hide the slots not yet written. With
+            `k`/`v` None the cache is used as is (cross-attention over an encoder output projected
+            once by `compute_key_value`).
+        cache_update_index: int32 scalar, the slot the new position goes to (with `k`/`v` and a
+            cache).
 
     Returns:
         `(output, attention_weights)`: output `(batch, seq_len_q, d_model)`, weights
@@ -77,12 +81,19 @@ class MultiHeadAttention(AttentionMaskArgument, keras.layers.Layer):
             "value": self.split_heads(self.wv(v), batch_size),
         }
 
-    def empty_cache(self, batch_size):
-        """A self-attention cache holding no positions yet: `(batch, num_heads, 0, depth)` each."""
-        empty = tf.zeros((batch_size, self.num_heads, 0, self.depth), dtype=self.compute_dtype)
+    def empty_cache(self, batch_size, max_length):
+        """A self-attention cache with room for `max_length` positions, none written yet.
+
+        Its size is fixed for the whole decoding loop: each step writes one slot instead of growing
+        the tensors, so every step has the same shapes (which XLA needs to compile the loop once).
+
+        Returns:
+            dict `{"key", "value"}`, each zeros `(batch, num_heads, max_length, depth)`.
+        """
+        empty = tf.zeros((batch_size, self.num_heads, max_length, self.depth), self.compute_dtype)
         return {"key": empty, "value": empty}
 
-    def call(self, v, k, q, mask=None, cache=None):
+    def call(self, v, k, q, mask=None, cache=None, cache_update_index=None):
         batch_size = tf.shape(q)[0]
         q_heads = self.split_heads(self.wq(q), batch_size)
 
@@ -91,10 +102,14 @@ class MultiHeadAttention(AttentionMaskArgument, keras.layers.Layer):
         elif k is None:
             key_value = cache
         else:
+            if cache_update_index is None:
+                raise ValueError("Writing keys/values into a cache needs `cache_update_index`.")
             new = self.compute_key_value(k, v)
-            key_value = {
-                name: tf.concat([cache[name], new[name]], axis=2) for name in ("key", "value")
-            }
+            # A select rather than a scatter or dynamic-update-slice: plain TF ops that XLA fuses
+            # and that TF Serving runs without XLA. The new position broadcasts over the slots.
+            slot = tf.range(keras.ops.shape(cache["key"])[2]) == cache_update_index
+            slot = slot[tf.newaxis, tf.newaxis, :, tf.newaxis]
+            key_value = {name: tf.where(slot, new[name], cache[name]) for name in ("key", "value")}
 
         scaled_attention, attention_weights = scaled_dot_product_attention(
             q_heads, key_value["key"], key_value["value"], mask

@@ -5,7 +5,7 @@ import tensorflow as tf
 
 from model.decoder import Decoder
 from model.encoder import Encoder
-from model.masks import create_decoder_self_attention_mask, create_padding_mask
+from model.masks import create_cache_mask, create_decoder_self_attention_mask, create_padding_mask
 
 
 @keras.saving.register_keras_serializable(package="transformer")
@@ -99,20 +99,27 @@ class Transformer(keras.Model):
             return enc_output, enc_padding_mask, weights
         return encoded, enc_padding_mask
 
-    def init_cache(self, enc_output):
-        """The decoder's key/value cache before the first target token (see `Decoder.init_cache`)."""
-        return self.decoder.init_cache(enc_output)
+    def init_cache(self, enc_output, max_length):
+        """The decoder's key/value cache before the first target token, with room for
+        `max_length` target positions (see `Decoder.init_cache`)."""
+        return self.decoder.init_cache(enc_output, max_length)
 
-    def decode(self, tar, enc_output, enc_padding_mask, training=False, cache=None):
+    def decode(self, tar, enc_output, enc_padding_mask, training=False, cache=None,
+               cache_update_index=None):
         """Target ids → `(logits, attention_weights[, new_cache])`.
 
         Without a cache, `tar` is the whole prefix `(batch, tar_len)` and look-ahead masking applies.
-        With a cache, `tar` holds only the new tokens `(batch, 1)`; the cache supplies the past.
+        With a cache, `tar` is the token at position `cache_update_index` `(batch, 1)`; the cache
+        supplies the positions before it.
         """
-        look_ahead_mask = None if cache is not None else create_decoder_self_attention_mask(tar)
+        if cache is None:
+            look_ahead_mask = create_decoder_self_attention_mask(tar)
+        else:
+            cache_slots = tf.shape(cache[self.decoder.dec_layers[0].name]["self"]["key"])[2]
+            look_ahead_mask = create_cache_mask(cache_slots, cache_update_index)
         decoded = self.decoder(
             tar, enc_output, training=training, look_ahead_mask=look_ahead_mask,
-            padding_mask=enc_padding_mask, cache=cache,
+            padding_mask=enc_padding_mask, cache=cache, cache_update_index=cache_update_index,
         )
         logits = self.final_layer(decoded[0])
         return (logits,) + tuple(decoded[1:])

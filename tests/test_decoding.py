@@ -76,6 +76,34 @@ def test_cached_greedy_equals_naive_decoder_over_long_outputs(untrained_model):
     np.testing.assert_allclose(cached["scores"], naive["scores"], rtol=1e-5)
 
 
+@pytest.mark.parametrize("forced_length", [None, 40])
+def test_xla_compiled_greedy_equals_graph_greedy(
+    trained_reverse_model, untrained_model, sources, forced_length
+):
+    """`jit_compile`: the same tokens, scores and alignments as the plain graph, with the
+    length bound computed in the graph (XLA sizes its buffers from it at run time) or forced
+    (40 steps in 48 slots: the spare slots stay masked)."""
+    if forced_length is None:
+        model, source = trained_reverse_model[0], sources[0]
+        lengths = {}
+    else:
+        model = untrained_model
+        source = np.random.default_rng(3).integers(4, 30, size=(3, 9))
+        lengths = {"max_length": forced_length, "min_length": forced_length}
+    results = [
+        tf.function(lambda inp: greedy_decode(model, inp, START, END, jit_compile=jit, **lengths))(
+            tf.constant(source, tf.int32)
+        )
+        for jit in (False, True)
+    ]
+    graph, xla = ({name: tensor.numpy() for name, tensor in result.items()} for result in results)
+    np.testing.assert_array_equal(xla["tokens"], graph["tokens"])
+    np.testing.assert_allclose(xla["scores"], graph["scores"], rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(xla["alignment"], graph["alignment"], atol=1e-4)
+    if forced_length:
+        assert xla["tokens"].shape == (3, forced_length)
+
+
 def test_trained_model_translates_exactly(trained_reverse_model, sources):
     """Real translations: decoding recovers the reversed sequence followed by [END]."""
     model, _ = trained_reverse_model

@@ -2,7 +2,12 @@
 
 import numpy as np
 
-from model import create_decoder_self_attention_mask, create_look_ahead_mask, create_padding_mask
+from model import (
+    create_cache_mask,
+    create_decoder_self_attention_mask,
+    create_look_ahead_mask,
+    create_padding_mask,
+)
 
 
 def test_padding_mask_marks_pad_id_zero():
@@ -23,3 +28,8 @@ def test_decoder_mask_combines_look_ahead_and_target_padding():
     assert mask.shape == (1, 1, 3, 3)
     expected = np.maximum(np.triu(np.ones((3, 3)), k=1), (tar == 0)[:, None, :])
     np.testing.assert_array_equal(mask[0, 0], expected[0])
+
+
+def test_cache_mask_hides_the_slots_after_the_position():
+    np.testing.assert_array_equal(create_cache_mask(5, 2), [[[[0, 0, 0, 1, 1]]]])
+    np.testing.assert_array_equal(create_cache_mask(3, 2), [[[[0, 0, 0]]]])

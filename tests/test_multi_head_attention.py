@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from model import MultiHeadAttention, create_look_ahead_mask
+from model import MultiHeadAttention, create_cache_mask, create_look_ahead_mask
 from tests.keras_reference import keras_attention_mask, keras_mha_like
 
 
@@ -47,22 +47,35 @@ def test_equals_keras_multi_head_attention(masked):
     np.testing.assert_allclose(output, expected_output, atol=1e-5)
 
 
-def test_cache_appends_keys_and_values_step_by_step():
-    """Feeding tokens one at a time through the cache equals masked attention over the sequence."""
+def test_cache_writes_keys_and_values_step_by_step():
+    """Feeding tokens one at a time through the cache equals masked attention over the sequence,
+    with the cache one slot larger than needed (the spare slot stays masked and zero)."""
     rng = np.random.default_rng(1)
     x = rng.normal(size=(2, 5, 16)).astype(np.float32)
     mha = MultiHeadAttention(16, 2)
-    full_output, _ = mha(x, x, x, create_look_ahead_mask(5))
+    full_output, full_weights = mha(x, x, x, create_look_ahead_mask(5))
 
-    cache = mha.empty_cache(batch_size=2)
+    cache = mha.empty_cache(batch_size=2, max_length=6)
     step_outputs = []
     for t in range(5):
         token = x[:, t: t + 1]
-        output, weights, cache = mha(token, token, token, cache=cache)
+        output, weights, cache = mha(
+            token, token, token, create_cache_mask(6, t), cache=cache, cache_update_index=t
+        )
         step_outputs.append(output)
-        assert weights.shape == (2, 2, 1, t + 1)
-    assert cache["key"].shape == (2, 2, 5, 8)
+        assert weights.shape == (2, 2, 1, 6)
+        np.testing.assert_allclose(weights[:, :, 0, : t + 1], full_weights[:, :, t, : t + 1], atol=1e-6)
+        np.testing.assert_array_equal(weights[:, :, 0, t + 1:], 0.0)
+    assert cache["key"].shape == (2, 2, 6, 8)
+    np.testing.assert_array_equal(cache["key"][:, :, 5], 0.0)
     np.testing.assert_allclose(np.concatenate(step_outputs, axis=1), full_output, atol=1e-5)
+
+
+def test_writing_into_a_cache_needs_its_index():
+    mha = MultiHeadAttention(16, 2)
+    x = np.zeros((1, 1, 16), np.float32)
+    with pytest.raises(ValueError, match="cache_update_index"):
+        mha(x, x, x, cache=mha.empty_cache(batch_size=1, max_length=3))
 
 
 def test_fixed_cache_equals_recomputing_keys_and_values():

@@ -3,7 +3,9 @@
 import numpy as np
 import pytest
 
-from model import positional_encoding
+import tensorflow as tf
+
+from model import PositionalEmbedding, positional_encoding
 
 
 @pytest.mark.parametrize("position, d_model", [(50, 16), (7, 5), (128, 512)])
@@ -44,3 +46,23 @@ def test_shift_map_is_recoverable_by_least_squares():
     # The slowest pairs barely turn over 100 positions, so the fit amplifies float32 rounding
     # to ~1e-4; a map that did not exist would miss by O(1).
     np.testing.assert_allclose(source[100:] @ linear_map, target[100:], atol=1e-3)
+
+
+def test_positional_embedding_scales_embeddings_and_adds_encodings_from_an_offset():
+    layer = PositionalEmbedding(vocab_size=20, d_model=8, maximum_position_encoding=10)
+    tokens = np.array([[3, 4, 5, 6]])
+    full = layer(tokens).numpy()
+    table = layer.embedding.embeddings.numpy()
+    np.testing.assert_allclose(
+        full[0], table[tokens[0]] * np.sqrt(8) + positional_encoding(10, 8)[0, :4], rtol=1e-6
+    )
+    # One token at position 2 (as cached decoding feeds it) gets the encoding of position 2.
+    np.testing.assert_allclose(layer(tokens[:, 2:3], start_position=2)[0, 0], full[0, 2], rtol=1e-6)
+
+
+@pytest.mark.parametrize("in_graph", [False, True])
+def test_positional_embedding_rejects_sequences_beyond_its_encodings(in_graph):
+    layer = PositionalEmbedding(vocab_size=20, d_model=8, maximum_position_encoding=4)
+    call = tf.function(layer) if in_graph else layer
+    with pytest.raises(tf.errors.InvalidArgumentError, match="maximum_position_encoding=4"):
+        call(tf.constant([[1, 2, 3, 4, 5]]))
