@@ -9,7 +9,10 @@ For concurrency 1, 8 and 32 it measures requests/s and p50/p99 latency of
 then soaks the batching server with --soak_requests requests and reports the
 growth of its resident memory. The servers run as subprocesses so their memory
 can be measured and the client threads do not share their interpreter. Output is
-a Markdown table. Loopback only; every loop is bounded by a request count.
+a Markdown section (with --output, written as "## Serving" into BENCHMARKS.md),
+with the goals: gRPC overhead <= 10% over in-process at concurrency 1, batching
+>= 3x the unbatched throughput at concurrency 32, soak memory growth < 10%.
+Loopback only; every loop is bounded by a request count.
 """
 
 import argparse
@@ -30,6 +33,7 @@ from tqdm import tqdm
 
 SERVING_DIR = os.path.dirname(os.path.abspath(__file__))
 REPO_ROOT = os.path.dirname(SERVING_DIR)
+IN_PROCESS, NO_BATCHING, BATCHING = "in-process SavedModel", "gRPC, no batching", "gRPC, batching"
 DEFAULT_SENTENCES = (
     "the weather is nice today",
     "where is the train station",
@@ -145,6 +149,52 @@ def in_process_caller(base_path: str, signature: str, batches: List[List[str]]):
     return call
 
 
+def report(args, command, rows, soak, rss, load_before) -> str:
+    """The Markdown section: setup, the table, the goals and the soak."""
+    from benchmarks.report import machine_description
+
+    by_setup = {(setup, concurrency): result for setup, concurrency, result in rows}
+    table = "\n".join(
+        f"| {setup} | {concurrency} | {result['rps']:.1f} | {result['p50_ms']:.0f} | "
+        f"{result['p99_ms']:.0f} | {result['errors']} |" for setup, concurrency, result in rows)
+    goals = []
+    low, high = min(args.concurrency), max(args.concurrency)
+    in_process, plain = by_setup[(IN_PROCESS, low)], by_setup[(NO_BATCHING, low)]
+    overhead = 100.0 * (in_process["rps"] / plain["rps"] - 1.0)
+    goals.append(
+        f"- gRPC server overhead at concurrency {low}: **{overhead:+.1f}%** requests/s "
+        f"({plain['rps']:.1f} through gRPC vs {in_process['rps']:.1f} in process; p50 "
+        f"{plain['p50_ms']:.0f} vs {in_process['p50_ms']:.0f} ms). Goal ≤ 10%: "
+        f"{'met' if overhead <= 10 else 'not met'}.")
+    batched, unbatched = by_setup[(BATCHING, high)], by_setup[(NO_BATCHING, high)]
+    speedup = batched["rps"] / unbatched["rps"]
+    goals.append(
+        f"- Batching vs no batching at concurrency {high}: **{speedup:.1f}×** requests/s "
+        f"({batched['rps']:.1f} vs {unbatched['rps']:.1f}). Goal ≥ 3×: "
+        f"{'met' if speedup >= 3 else 'not met'}.")
+    rss_before, rss_after = rss
+    growth = 100.0 * (rss_after - rss_before) / rss_before
+    goals.append(
+        f"- Soak (batching server, {args.soak_requests:,} requests at concurrency "
+        f"{args.soak_concurrency}): {soak['rps']:.1f} requests/s, p99 {soak['p99_ms']:.0f} ms, "
+        f"{soak['errors']} errors; resident memory {rss_before / 2**20:,.0f} → "
+        f"{rss_after / 2**20:,.0f} MiB (**{growth:+.1f}%**; goal < 10%: "
+        f"{'met' if growth < 10 else 'not met'}).")
+    with open(args.batching_parameters_file, encoding="utf-8") as config:
+        batching = "; ".join(line.strip() for line in config
+                             if line.strip() and not line.startswith("#"))
+    return f"""Command: `{command}`
+Machine: {machine_description()}; load average {load_before[0]:.2f} before, {os.getloadavg()[0]:.2f} after; client, servers and model share the cores.
+Model: `{args.model_base_path}` (latest version), signature `{args.signature_name}`, {args.sentences_per_request} sentence(s) per request, {args.requests} requests per row; batching parameters: `{batching}`.
+
+| setup | concurrency | requests/s | p50 ms | p99 ms | errors |
+|---|---:|---:|---:|---:|---:|
+{table}
+
+{chr(10).join(goals)}
+"""
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m serving.bench_serve", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -156,10 +206,15 @@ def main(argv=None) -> int:
     parser.add_argument("--requests", type=int, default=400, help="requests per measurement")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32])
     parser.add_argument("--soak_requests", type=int, default=10_000)
-    parser.add_argument("--soak_concurrency", type=int, default=8)
+    parser.add_argument("--soak_concurrency", type=int, default=32)
     parser.add_argument("--batching_parameters_file",
                         default=os.path.join(SERVING_DIR, "batching.config"))
+    parser.add_argument("--output", help="write the results as the '## Serving' section of this "
+                                         "Markdown file (created if missing)")
     args = parser.parse_args(argv)
+    command = " ".join(["python -m serving.bench_serve",
+                        *(argv if argv is not None else sys.argv[1:])])
+    load_before = os.getloadavg()
 
     sentences = list(DEFAULT_SENTENCES)
     if args.sentences_file:
@@ -176,30 +231,24 @@ def main(argv=None) -> int:
             result = run_load(call, args.requests, concurrency, f"{setup} c={concurrency}")
             rows.append((setup, concurrency, result))
 
-    measure("in-process SavedModel", in_process_caller(base_path, args.signature_name, batches))
+    measure(IN_PROCESS, in_process_caller(base_path, args.signature_name, batches))
     with server_process(args.model_name, base_path, []) as (address, _):
-        measure("gRPC, no batching", grpc_caller(address, args.model_name, args.signature_name, batches))
+        measure(NO_BATCHING, grpc_caller(address, args.model_name, args.signature_name, batches))
     batching_flags = ["--enable_batching=true",
                       f"--batching_parameters_file={args.batching_parameters_file}"]
     with server_process(args.model_name, base_path, batching_flags) as (address, process):
         call = grpc_caller(address, args.model_name, args.signature_name, batches)
-        measure("gRPC, batching", call)
+        measure(BATCHING, call)
         rss_before = process.memory_info().rss
         soak = run_load(call, args.soak_requests, args.soak_concurrency, "soak")
         rss_after = process.memory_info().rss
 
-    print(f"\nModel: {base_path} signature {args.signature_name}, {size} sentence(s)/request, "
-          f"{args.requests} requests per row, {os.cpu_count()} CPUs.\n")
-    print("| setup | concurrency | requests/s | p50 ms | p99 ms | errors |")
-    print("|---|---:|---:|---:|---:|---:|")
-    for setup, concurrency, result in rows:
-        print(f"| {setup} | {concurrency} | {result['rps']:.0f} | {result['p50_ms']:.2f} | "
-              f"{result['p99_ms']:.2f} | {result['errors']} |")
-    growth = 100.0 * (rss_after - rss_before) / rss_before
-    print(f"\nSoak (batching server, {args.soak_requests} requests at concurrency "
-          f"{args.soak_concurrency}): {soak['rps']:.0f} requests/s, p99 {soak['p99_ms']:.2f} ms, "
-          f"{soak['errors']} errors, resident memory {rss_before / 2**20:.0f} -> "
-          f"{rss_after / 2**20:.0f} MiB ({growth:+.1f}%).")
+    body = report(args, command, rows, soak, (rss_before, rss_after), load_before)
+    print(body)
+    if args.output:
+        from benchmarks.report import write_section
+
+        write_section(args.output, "Serving", body)
     return 0 if soak["errors"] == 0 and all(r["errors"] == 0 for _, _, r in rows) else 1
 
 

@@ -123,6 +123,51 @@ def test_kill_9_then_resume_loses_at_most_one_interval(corpus, tmp_path):
     assert tf.train.latest_checkpoint(checkpoint_dir).endswith(f"ckpt-{killed_at + 10}")
 
 
+# `python -c` program: training.train's CLI on two logical CPU devices, which must be set up
+# before TensorFlow initializes (hence a fresh process).
+TWO_CPU_DEVICES = """
+import sys
+import tensorflow as tf
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+from training.train import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_mirrored_strategy_on_two_devices_matches_one_device(corpus, tmp_path):
+    """Each replica takes part of every batch and normalizes by the global token count, so two
+    replicas make the same updates as one device (tiny has no dropout)."""
+    one, two = str(tmp_path / "one"), str(tmp_path / "two")
+    train(tiny(corpus, train_steps=15, checkpoint_every=15), one)
+    result = subprocess.run(
+        [sys.executable, "-c", TWO_CPU_DEVICES, "--preset", "tiny", "--data", corpus,
+         "--run_dir", two, "--train_steps", "15", "--checkpoint_every", "15",
+         "--distribution", "mirrored"],
+        cwd=ROOT, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}, capture_output=True, text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "MirroredStrategy: 2 replica(s) in sync" in result.stderr
+    for expected, actual in zip(final_weights(one), final_weights(two)):
+        np.testing.assert_allclose(actual, expected, rtol=1e-4, atol=1e-5)
+
+
+def test_mixed_precision_with_xla_trains_like_float32(corpus, tiny_run, tmp_path):
+    """mixed_float16 (loss-scaled) with the XLA-compiled step: the run completes, saves a
+    float16-compute model, and learns as far as the float32 run of the same 60 steps."""
+    run_dir = str(tmp_path / "mixed")
+    result = run_cli("--preset", "tiny", "--data", corpus, "--run_dir", run_dir,
+                     "--train_steps", "60", "--mixed_precision", "mixed_float16",
+                     "--jit_compile", "true", timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    dev_loss = float(result.stdout.rsplit("dev loss ", 1)[1].split(",")[0])
+    assert abs(dev_loss - tiny_run["dev_loss"]) < 0.1 * tiny_run["dev_loss"]
+    model, *_ = artifacts.load_trained(run_dir)
+    assert model.dtype_policy.name == "mixed_float16"
+    assert model.encoder.enc_layers[0].mha.compute_dtype == "float16"
+
+
 @pytest.mark.parametrize(
     "args, message",
     [

@@ -46,7 +46,10 @@ class TrainingError(RuntimeError):
 
 def make_strategy(name):
     if name == "mirrored":
-        return tf.distribute.MirroredStrategy()
+        # Every local GPU; without GPUs every logical CPU device (MirroredStrategy's own default
+        # would take CPU:0 alone, whatever devices were configured).
+        devices = tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("CPU")
+        return tf.distribute.MirroredStrategy([device.name for device in devices])
     if name == "multi_worker":
         if "TF_CONFIG" not in os.environ:
             raise TrainingError("--distribution multi_worker needs the TF_CONFIG environment variable")
@@ -202,6 +205,8 @@ def make_optimizer(config):
 def train(config, run_dir, resume=False, preset=None):
     """Runs (or resumes) training; returns the final dev `(loss, accuracy)`."""
     strategy = make_strategy(config.distribution)
+    logger.info("%s: %d replica(s) in sync", type(strategy).__name__,
+                strategy.num_replicas_in_sync)
     is_chief, task_id = worker_identity(strategy)
     check_run_directory(run_dir, config, resume)
     out = RunDirectory(run_dir, is_chief, task_id)
