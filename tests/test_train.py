@@ -139,7 +139,7 @@ def test_mirrored_strategy_on_two_devices_matches_one_device(corpus, tmp_path):
     """Each replica takes part of every batch and normalizes by the global token count, so two
     replicas make the same updates as one device (tiny has no dropout)."""
     one, two = str(tmp_path / "one"), str(tmp_path / "two")
-    train(tiny(corpus, train_steps=15, checkpoint_every=15), one)
+    one_device_loss, _ = train(tiny(corpus, train_steps=15, checkpoint_every=15), one)
     result = subprocess.run(
         [sys.executable, "-c", TWO_CPU_DEVICES, "--preset", "tiny", "--data", corpus,
          "--run_dir", two, "--train_steps", "15", "--checkpoint_every", "15",
@@ -149,8 +149,16 @@ def test_mirrored_strategy_on_two_devices_matches_one_device(corpus, tmp_path):
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "MirroredStrategy: 2 replica(s) in sync" in result.stderr
-    for expected, actual in zip(final_weights(one), final_weights(two)):
-        np.testing.assert_allclose(actual, expected, rtol=1e-4, atol=1e-5)
+    two_device_loss = float(result.stdout.rsplit("dev loss ", 1)[1].split(",")[0])
+    assert two_device_loss == pytest.approx(one_device_loss, abs=1e-4)
+    one_model, two_model = (artifacts.load_trained(run)[0] for run in (one, two))
+    for expected, actual in zip(one_model.weights, two_model.weights):
+        if expected.path.endswith("wk/bias"):
+            # Softmax ignores a constant added to all of a query's logits, so the key bias has a
+            # zero gradient up to rounding, which Adam's normalization blows up into noise.
+            continue
+        np.testing.assert_allclose(actual.numpy(), expected.numpy(), rtol=1e-5, atol=1e-6,
+                                   err_msg=expected.path)
 
 
 def test_mixed_precision_with_xla_trains_like_float32(corpus, tiny_run, tmp_path):
