@@ -70,7 +70,7 @@ bench-decode: $(STAMP)
 	$(PY) -m benchmarks.bench_decode --output BENCHMARKS.md
 
 bench-serve: $(STAMP)
-	$(PY) -m serving.bench_serve --model_base_path $(EXPORT_BASE)/$(MODEL_NAME)
+	$(PY) -m serving.bench_serve --model_base_path $(EXPORT_BASE)/$(MODEL_NAME) --output BENCHMARKS.md
 
 clean-venv:
 	rm -rf $(VENV)

@@ -52,9 +52,9 @@ PRESETS = {
                  dff=512, dropout=0.1, train_steps=500, batch_tokens=2048, warmup_steps=200,
                  lr_scale=1.0, label_smoothing=0.1, checkpoint_every=250, log_every=25,
                  dev_batches=5),
-    # The CPU default: best BLEU in ~40 minutes on 2 cores (see README for the measured numbers).
+    # The CPU default: about 45 minutes on 2 cores (see README for the measured numbers).
     "small": dict(vocab_size=4000, max_length=96, num_layers=3, d_model=192, num_heads=4,
-                  dff=768, dropout=0.1, train_steps=2000, batch_tokens=4096, warmup_steps=1000,
+                  dff=768, dropout=0.1, train_steps=1800, batch_tokens=4096, warmup_steps=1000,
                   lr_scale=0.5, label_smoothing=0.1, checkpoint_every=250, log_every=25,
                   dev_batches=20),
     # The paper's base model (§6.1): for GPUs.
