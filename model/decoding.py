@@ -85,7 +85,7 @@ def greedy_decode(model, inp, start_id, end_id, max_length=None, min_length=0, j
             by the model's positional encodings.
         min_length: [END] is forbidden before this many tokens (use = max_length to force a length).
         jit_compile: compile the encoder and the whole decoding loop with XLA (see
-            `_compiled_loop`). Leave it off in graphs for TF Serving, which runs XLA only with
+            `_run_loop`). Leave it off in graphs for TF Serving, which runs XLA only with
             `--xla_cpu_compilation_enabled`.
 
     Returns:
