@@ -19,7 +19,6 @@ import logging
 import math
 import os
 import sys
-import tempfile
 import time
 
 import keras
