@@ -15,6 +15,7 @@ Shared conventions:
 
 import tensorflow as tf
 
+from model.buffers import write_slot
 from model.masks import PAD_ID
 
 NEG_INF = -1e9
@@ -111,10 +112,9 @@ def greedy_decode(model, inp, start_id, end_id, max_length=None, min_length=0, j
             scores += tf.where(finished, 0.0, token_log_prob)
             next_token = tf.where(finished, PAD_ID, next_token)
             finished |= tf.equal(next_token, end_id)
-            slot = tf.range(slots) == step
-            tokens = tf.where(slot, next_token[:, tf.newaxis], tokens)
-            step_alignment = _last_layer_alignment(model, attention_weights)
-            alignment = tf.where(slot[:, tf.newaxis], step_alignment, alignment)
+            tokens = write_slot(tokens, next_token[:, tf.newaxis], step, axis=1)
+            alignment = write_slot(
+                alignment, _last_layer_alignment(model, attention_weights), step, axis=1)
             return step + 1, next_token[:, tf.newaxis], tokens, alignment, scores, finished, cache
 
         def cond(step, last_token, tokens, alignment, scores, finished, cache):

@@ -4,6 +4,7 @@ import keras
 import tensorflow as tf
 
 from model.attention import scaled_dot_product_attention
+from model.buffers import write_slot
 from model.masks import AttentionMaskArgument
 
 
@@ -105,11 +106,8 @@ class MultiHeadAttention(AttentionMaskArgument, keras.layers.Layer):
             if cache_update_index is None:
                 raise ValueError("Writing keys/values into a cache needs `cache_update_index`.")
             new = self.compute_key_value(k, v)
-            # A select rather than a scatter or dynamic-update-slice: plain TF ops that XLA fuses
-            # and that TF Serving runs without XLA. The new position broadcasts over the slots.
-            slot = tf.range(keras.ops.shape(cache["key"])[2]) == cache_update_index
-            slot = slot[tf.newaxis, tf.newaxis, :, tf.newaxis]
-            key_value = {name: tf.where(slot, new[name], cache[name]) for name in ("key", "value")}
+            key_value = {name: write_slot(cache[name], new[name], cache_update_index, axis=2)
+                         for name in ("key", "value")}
 
         scaled_attention, attention_weights = scaled_dot_product_attention(
             q_heads, key_value["key"], key_value["value"], mask
