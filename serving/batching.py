@@ -2,7 +2,11 @@
 
 Requests for the same (model version, signature, outputs) go to one queue. A
 queue is a list of batches: a request joins the open (last) batch if it fits in
-`max_batch_size`, otherwise it closes that batch and opens a new one. A batch
+the execution batch size (`max_batch_size`, or `max_execution_batch_size` with
+`enable_large_batch_splitting`), otherwise it closes that batch and opens a new
+one. With large batch splitting, a request that does not fit is split instead:
+its first rows fill the open batch and the rest go to new batches, at most one
+execution batch each; its answer is put back together from the pieces. A batch
 is handed to one of `num_batch_threads` workers when it is closed, full, or
 its first request has waited `batch_timeout_micros`. The worker concatenates
 the inputs along dimension 0, runs the model once, and splits every output
@@ -72,6 +76,35 @@ class _Batch:
     closed: bool = False
 
 
+def _chunks(size: int, capacity: int) -> List[int]:
+    """`size` rows as pieces of at most `capacity`: [capacity, ..., remainder]."""
+    return [min(capacity, size - start) for start in range(0, size, capacity)]
+
+
+def concatenate_rows(parts: List[Mapping[str, np.ndarray]]) -> Dict[str, np.ndarray]:
+    """Puts a split request's outputs back together along dimension 0.
+
+    Each piece ran in its own batch, so an output padded to its batch's longest row (the
+    `alignments` signature's tokens and weights) can be shorter in one piece than in another;
+    such outputs are padded to the longest piece as the model pads its own rows, with "" for
+    strings and 0 for numbers, which is what the whole request run as one batch returns.
+    """
+    merged = {}
+    for alias in parts[0]:
+        arrays = [part[alias] for part in parts]
+        shape = np.max([array.shape for array in arrays], axis=0)
+        padded = []
+        for array in arrays:
+            if array.shape[1:] != tuple(shape[1:]):
+                filler = np.full((array.shape[0], *shape[1:]), b"" if array.dtype == object else 0,
+                                 dtype=array.dtype)
+                filler[tuple(slice(0, n) for n in array.shape)] = array
+                array = filler
+            padded.append(array)
+        merged[alias] = np.concatenate(padded, axis=0)
+    return merged
+
+
 class _Queue:
     def __init__(self, run_fn: RunFn):
         self.run_fn = run_fn
@@ -139,18 +172,27 @@ class BatchScheduler:
             raise errors.invalid_argument(
                 f"Task size {size} is larger than maximum input batch size "
                 f"{self.options.max_batch_size}")
-        task = _Task(inputs=inputs, size=size, deadline=deadline)
-        self._enqueue(queue_key, run_fn, task)
-        timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
-        if not task.done.wait(timeout):
-            with self._cond:
-                task.abandoned = True
-            raise errors.deadline_exceeded("Run() timeout exceeded while waiting in batching queue")
-        if task.error is not None:
-            raise task.error
-        return task.outputs
+        pieces = self._enqueue(queue_key, run_fn, inputs, size, deadline)
+        for piece in pieces:
+            timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+            finished = piece.done.wait(timeout)
+            if not finished or piece.error is not None:
+                with self._cond:  # The other pieces' rows would be thrown away: skip them.
+                    for other in pieces:
+                        other.abandoned = True
+            if not finished:
+                raise errors.deadline_exceeded(
+                    "Run() timeout exceeded while waiting in batching queue")
+            if piece.error is not None:
+                raise piece.error
+        if len(pieces) == 1:
+            return pieces[0].outputs
+        return concatenate_rows([piece.outputs for piece in pieces])
 
-    def _enqueue(self, queue_key: Hashable, run_fn: RunFn, task: _Task) -> None:
+    def _enqueue(self, queue_key: Hashable, run_fn: RunFn, inputs: Mapping[str, np.ndarray],
+                 size: int, deadline: Optional[float]) -> List[_Task]:
+        """Adds a request to its queue, split into pieces if it must be; returns the pieces."""
+        capacity = self.options.execution_batch_size
         with self._cond:
             if self._closing:
                 raise errors.unavailable("Batch scheduler is shutting down")
@@ -158,26 +200,40 @@ class BatchScheduler:
             if queue is None:
                 queue = self._queues[queue_key] = _Queue(run_fn)
             open_batch = queue.batches[-1]
-            if open_batch.size + task.size > self.options.max_batch_size:
-                if len(queue.batches) >= self.options.max_enqueued_batches:
-                    raise errors.unavailable(
-                        "The batch scheduling queue to which this task was submitted is full; "
-                        f"currently {len(queue.batches)} batches enqueued and "
-                        f"max_enqueued_batches is {self.options.max_enqueued_batches}")
-                open_batch.closed = True
-                open_batch = _Batch()
-                queue.batches.append(open_batch)
-            if not open_batch.tasks:
-                open_batch.start_time = time.monotonic()
-            open_batch.tasks.append(task)
-            open_batch.size += task.size
-            self._cond.notify()
+            room = capacity - open_batch.size
+            if self.options.enable_large_batch_splitting and size > room:
+                piece_sizes = ([room] if room > 0 else []) + _chunks(size - max(room, 0), capacity)
+            else:
+                piece_sizes = [size]
+            new_batches = len(piece_sizes) - (1 if piece_sizes[0] <= room else 0)
+            if len(queue.batches) + new_batches > self.options.max_enqueued_batches:
+                raise errors.unavailable(
+                    "The batch scheduling queue to which this task was submitted is full; "
+                    f"currently {len(queue.batches)} batches enqueued and "
+                    f"max_enqueued_batches is {self.options.max_enqueued_batches}")
+            pieces, start = [], 0
+            for piece_size in piece_sizes:
+                piece = _Task(inputs={alias: array[start:start + piece_size]
+                                      for alias, array in inputs.items()},
+                              size=piece_size, deadline=deadline)
+                start += piece_size
+                if open_batch.size + piece_size > capacity:
+                    open_batch.closed = True
+                    open_batch = _Batch()
+                    queue.batches.append(open_batch)
+                if not open_batch.tasks:
+                    open_batch.start_time = time.monotonic()
+                open_batch.tasks.append(piece)
+                open_batch.size += piece_size
+                pieces.append(piece)
+            self._cond.notify_all()
+            return pieces
 
     # --------------------------------------------------------------- workers
 
     def _ready(self, batch: _Batch, now: float) -> bool:
         return bool(batch.tasks) and (
-            batch.closed or self._closing or batch.size >= self.options.max_batch_size
+            batch.closed or self._closing or batch.size >= self.options.execution_batch_size
             or now >= batch.start_time + self._timeout)
 
     def _next_batch(self):

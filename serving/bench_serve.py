@@ -7,9 +7,11 @@ For concurrency 1, 8 and 32 it measures requests/s and p50/p99 latency of
   * `python -m serving.server` over gRPC without batching,
   * the same server with `--enable_batching` (serving/batching.config by default),
 then soaks the batching server with --soak_requests requests and reports the
-growth of its resident memory. The servers run as subprocesses so their memory
-can be measured and the client threads do not share their interpreter. Output is
-a Markdown section (with --output, written as "## Serving" into BENCHMARKS.md),
+growth of its resident memory. At each concurrency the three setups take turns
+(--rounds), so a slow spell of a shared machine does not land on one of them.
+The servers run as subprocesses so their memory can be measured and the client
+threads do not share their interpreter; --server_flags go to both. Output is a
+Markdown section (with --output, written as "## <--section>" into BENCHMARKS.md),
 with the goals: gRPC overhead <= 10% over in-process at concurrency 1, batching
 >= 3x the unbatched throughput at concurrency 32, soak memory growth < 10%.
 Loopback only; every loop is bounded by a request count.
@@ -18,6 +20,7 @@ Loopback only; every loop is bounded by a request count.
 import argparse
 import concurrent.futures
 import contextlib
+import dataclasses
 import os
 import socket
 import subprocess
@@ -50,12 +53,27 @@ def percentile_ms(latencies: Sequence[float], q: float) -> float:
     return float(np.percentile(np.asarray(latencies) * 1000.0, q))
 
 
-def run_load(call: Callable[[int], None], total: int, concurrency: int, label: str) -> Dict[str, float]:
-    """Runs `call(i)` for i < total from `concurrency` threads.
+@dataclasses.dataclass
+class Load:
+    """What a load run saw: each successful call's latency (s), the wall time (s), the failures."""
 
-    Returns:
-        {"rps", "p50_ms", "p99_ms", "errors"} over the run.
-    """
+    latencies: List[float] = dataclasses.field(default_factory=list)
+    elapsed: float = 0.0
+    errors: int = 0
+
+    def __add__(self, other: "Load") -> "Load":
+        return Load(self.latencies + other.latencies, self.elapsed + other.elapsed,
+                    self.errors + other.errors)
+
+    def summary(self) -> Dict[str, float]:
+        """{"rps", "p50_ms", "p99_ms", "errors"}."""
+        latencies = self.latencies or [float("nan")]
+        return {"rps": len(self.latencies) / self.elapsed, "p50_ms": percentile_ms(latencies, 50),
+                "p99_ms": percentile_ms(latencies, 99), "errors": self.errors}
+
+
+def run_load(call: Callable[[int], None], total: int, concurrency: int, label: str) -> Load:
+    """Runs `call(i)` for i < total from `concurrency` threads."""
     latencies: List[float] = []
     errors = 0
 
@@ -73,10 +91,24 @@ def run_load(call: Callable[[int], None], total: int, concurrency: int, label: s
                 latencies.append(future.result())
             except Exception:  # Counted, not fatal: the table reports errors.
                 errors += 1
-    elapsed = time.perf_counter() - start
-    return {"rps": len(latencies) / elapsed, "p50_ms": percentile_ms(latencies, 50) if latencies else
-            float("nan"), "p99_ms": percentile_ms(latencies, 99) if latencies else float("nan"),
-            "errors": errors}
+    return Load(latencies, time.perf_counter() - start, errors)
+
+
+def measure_interleaved(callers: Dict[str, Callable[[int], None]], concurrency_levels: Sequence[int],
+                        requests: int, rounds: int) -> List[tuple]:
+    """(setup, concurrency, summary) rows; at each concurrency the setups take turns, `rounds`
+    times, `requests / rounds` calls each, so a slow spell of a shared machine hits all alike."""
+    rows = []
+    for concurrency in concurrency_levels:
+        loads = {setup: Load() for setup in callers}
+        for setup, call in callers.items():
+            call(0)  # Warm the path before timing.
+        for _ in range(rounds):
+            for setup, call in callers.items():
+                loads[setup] += run_load(call, requests // rounds, concurrency,
+                                         f"{setup} c={concurrency}")
+        rows.extend((setup, concurrency, load.summary()) for setup, load in loads.items())
+    return sorted(rows, key=lambda row: list(callers).index(row[0]))
 
 
 def free_port() -> int:
@@ -133,9 +165,15 @@ def grpc_caller(address: str, model_name: str, signature: str, batches: List[Lis
     return call
 
 
-def in_process_caller(base_path: str, signature: str, batches: List[List[str]]):
-    """A function running batch i % len(batches) through the SavedModel in this process."""
+def in_process_caller(base_path: str, signature: str, batches: List[List[str]],
+                      server_flags: Sequence[str] = ()):
+    """A function running batch i % len(batches) through the SavedModel in this process,
+    with the TensorFlow thread settings that `server_flags` give the servers."""
+    from serving import server
     from serving.servable import load_servable
+
+    server.configure_tensorflow_threads(
+        server.parse_flags([f"--model_base_path={base_path}", *server_flags]))
 
     version = max(int(name) for name in os.listdir(base_path) if name.isdigit())
     servable = load_servable("bench", version, os.path.join(base_path, str(version)))
@@ -185,7 +223,7 @@ def report(args, command, rows, soak, rss, load_before) -> str:
                              if line.strip() and not line.startswith("#"))
     return f"""Command: `{command}`
 Machine: {machine_description()}; load average {load_before[0]:.2f} before, {os.getloadavg()[0]:.2f} after; client, servers and model share the cores.
-Model: `{args.model_base_path}` (latest version), signature `{args.signature_name}`, {args.sentences_per_request} sentence(s) per request, {args.requests} requests per row; batching parameters: `{batching}`.
+Model: `{args.model_base_path}` (latest version), signature `{args.signature_name}`, {args.sentences_per_request} sentence(s) per request, {args.requests} requests per row, the three setups taking turns in {args.rounds} rounds; server flags: `{" ".join(args.server_flags) or "defaults"}`; batching parameters: `{batching}`.
 
 | setup | concurrency | requests/s | p50 ms | p99 ms | errors |
 |---|---:|---:|---:|---:|---:|
@@ -204,6 +242,13 @@ def main(argv=None) -> int:
     parser.add_argument("--sentences_file", help="one sentence per line (default: built-in set)")
     parser.add_argument("--sentences_per_request", type=int, default=1)
     parser.add_argument("--requests", type=int, default=400, help="requests per measurement")
+    parser.add_argument("--rounds", type=int, default=4,
+                        help="the setups take turns this many times per concurrency")
+    parser.add_argument("--server_flags", nargs="*", default=[],
+                        help="extra flags for both servers, e.g. "
+                             "--server_flags=--tensorflow_intra_op_parallelism=1")
+    parser.add_argument("--section", default="Serving",
+                        help="title of the section written into --output")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32])
     parser.add_argument("--soak_requests", type=int, default=10_000)
     parser.add_argument("--soak_concurrency", type=int, default=32)
@@ -223,33 +268,31 @@ def main(argv=None) -> int:
     size = args.sentences_per_request
     batches = [[sentences[(i + j) % len(sentences)] for j in range(size)] for i in range(len(sentences))]
     base_path = os.path.abspath(args.model_base_path)
-    rows = []
-
-    def measure(setup: str, call) -> None:
-        for concurrency in args.concurrency:
-            call(0)  # Warm the path before timing.
-            result = run_load(call, args.requests, concurrency, f"{setup} c={concurrency}")
-            rows.append((setup, concurrency, result))
-
-    measure(IN_PROCESS, in_process_caller(base_path, args.signature_name, batches))
-    with server_process(args.model_name, base_path, []) as (address, _):
-        measure(NO_BATCHING, grpc_caller(address, args.model_name, args.signature_name, batches))
     batching_flags = ["--enable_batching=true",
                       f"--batching_parameters_file={args.batching_parameters_file}"]
-    with server_process(args.model_name, base_path, batching_flags) as (address, process):
-        call = grpc_caller(address, args.model_name, args.signature_name, batches)
-        measure(BATCHING, call)
-        rss_before = process.memory_info().rss
-        soak = run_load(call, args.soak_requests, args.soak_concurrency, "soak")
-        rss_after = process.memory_info().rss
+    with contextlib.ExitStack() as servers:
+        plain_address, _ = servers.enter_context(
+            server_process(args.model_name, base_path, args.server_flags))
+        batching_address, batching_process = servers.enter_context(
+            server_process(args.model_name, base_path, [*args.server_flags, *batching_flags]))
+        callers = {
+            IN_PROCESS: in_process_caller(base_path, args.signature_name, batches,
+                                          args.server_flags),
+            NO_BATCHING: grpc_caller(plain_address, args.model_name, args.signature_name, batches),
+            BATCHING: grpc_caller(batching_address, args.model_name, args.signature_name, batches),
+        }
+        rows = measure_interleaved(callers, args.concurrency, args.requests, args.rounds)
+        rss_before = batching_process.memory_info().rss
+        soak = run_load(callers[BATCHING], args.soak_requests, args.soak_concurrency, "soak")
+        rss_after = batching_process.memory_info().rss
 
-    body = report(args, command, rows, soak, (rss_before, rss_after), load_before)
+    body = report(args, command, rows, soak.summary(), (rss_before, rss_after), load_before)
     print(body)
     if args.output:
         from benchmarks.report import write_section
 
-        write_section(args.output, "Serving", body)
-    return 0 if soak["errors"] == 0 and all(r["errors"] == 0 for _, _, r in rows) else 1
+        write_section(args.output, args.section, body)
+    return 0 if soak.errors == 0 and all(r["errors"] == 0 for _, _, r in rows) else 1
 
 
 if __name__ == "__main__":

@@ -112,7 +112,8 @@ class BatchingOptions:
     """Effective batching settings, after TF Serving's defaults are applied.
 
     Attributes:
-        max_batch_size: largest merged batch, and largest single request.
+        max_batch_size: largest single request; also the largest merged batch
+            unless large batch splitting is on.
         batch_timeout_micros: longest time the first request of a batch waits
             for others to join it.
         max_enqueued_batches: queue length (in batches) beyond which requests
@@ -120,6 +121,12 @@ class BatchingOptions:
         num_batch_threads: threads running merged batches concurrently.
         allowed_batch_sizes: if not empty, batches are padded up to the next
             allowed size (TF Serving pads with copies of a real row).
+        enable_large_batch_splitting: a request that does not fit the open
+            batch is split: its first rows fill that batch, the rest go to new
+            batches, and its answer is put back together from the pieces.
+        max_execution_batch_size: with splitting, the largest merged batch
+            (default: max_batch_size); so requests of up to max_batch_size rows
+            run as several smaller batches on several threads.
     """
 
     max_batch_size: int = DEFAULT_MAX_BATCH_SIZE
@@ -127,6 +134,15 @@ class BatchingOptions:
     max_enqueued_batches: int = DEFAULT_MAX_ENQUEUED_BATCHES
     num_batch_threads: int = dataclasses.field(default_factory=lambda: os.cpu_count() or 1)
     allowed_batch_sizes: Tuple[int, ...] = ()
+    enable_large_batch_splitting: bool = False
+    max_execution_batch_size: Optional[int] = None
+
+    @property
+    def execution_batch_size(self) -> int:
+        """The most rows one model call runs."""
+        if self.enable_large_batch_splitting and self.max_execution_batch_size is not None:
+            return self.max_execution_batch_size
+        return self.max_batch_size
 
     @classmethod
     def from_proto(cls, parameters: Optional[BatchingParameters], source: str = "batching parameters"):
@@ -147,10 +163,20 @@ class BatchingOptions:
             max_enqueued_batches=value_or("max_enqueued_batches", DEFAULT_MAX_ENQUEUED_BATCHES),
             num_batch_threads=value_or("num_batch_threads", os.cpu_count() or 1),
             allowed_batch_sizes=tuple(parameters.allowed_batch_sizes),
+            enable_large_batch_splitting=(parameters.HasField("enable_large_batch_splitting")
+                                          and parameters.enable_large_batch_splitting.value),
+            max_execution_batch_size=(parameters.max_execution_batch_size.value
+                                      if parameters.HasField("max_execution_batch_size") else None),
         )
-        for name in ("max_batch_size", "max_enqueued_batches", "num_batch_threads"):
-            if getattr(options, name) <= 0:
-                raise ConfigError(f"{source}: {name} must be positive, got {getattr(options, name)}")
+        must_be_positive = {
+            "max_batch_size": options.max_batch_size,
+            "max_enqueued_batches": options.max_enqueued_batches,
+            "num_batch_threads": options.num_batch_threads,
+            "max_execution_batch_size": options.execution_batch_size,
+        }
+        for name, value in must_be_positive.items():
+            if value <= 0:
+                raise ConfigError(f"{source}: {name} must be positive, got {value}")
         if options.batch_timeout_micros < 0:
             raise ConfigError(f"{source}: batch_timeout_micros must be >= 0")
         sizes = options.allowed_batch_sizes
@@ -158,7 +184,12 @@ class BatchingOptions:
             if any(later <= earlier for earlier, later in zip(sizes, sizes[1:])):
                 raise ConfigError(f"{source}: allowed_batch_sizes entries must be "
                                   "monotonically increasing")
-            if sizes[-1] != options.max_batch_size:
+            if options.enable_large_batch_splitting:
+                if sizes[-1] != options.execution_batch_size:
+                    raise ConfigError(f"{source}: final entry in allowed_batch_sizes must equal "
+                                      "max_execution_batch_size when enable_large_batch_splitting "
+                                      "is True")
+            elif sizes[-1] != options.max_batch_size:
                 raise ConfigError(f"{source}: final entry in allowed_batch_sizes must equal "
                                   "max_batch_size when enable_large_batch_splitting is False")
         return options

@@ -110,7 +110,8 @@ def parse_grpc_channel_arguments(text: str) -> List[Tuple[str, object]]:
     return arguments
 
 
-def _configure_tensorflow_threads(options: ServerOptions) -> None:
+def configure_tensorflow_threads(options: ServerOptions) -> None:
+    """Applies the --tensorflow_*_parallelism flags to this process (before TF starts)."""
     import tensorflow as tf
 
     intra = options.tensorflow_intra_op_parallelism or options.tensorflow_session_parallelism
@@ -192,7 +193,7 @@ class ModelServer:
         model_server_config = self._model_server_config()
         grpc_options = self._grpc_options()
         batcher = self._batch_scheduler()
-        _configure_tensorflow_threads(options)
+        configure_tensorflow_threads(options)
         manager = ServableManager(
             ManagerOptions(
                 file_system_poll_wait_seconds=options.file_system_poll_wait_seconds,

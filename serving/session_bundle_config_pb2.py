@@ -8,11 +8,14 @@ module registers that message with the same full name, package and field
 numbers as upstream, so a text-format file parsed here parses identically in
 the real server.
 
-Only the fields that have been stable since TF Serving 1.x are declared
-(`max_batch_size` .. `pad_variable_length_inputs`, numbers 1-7). A file using a
-newer upstream field (e.g. `enable_large_batch_splitting`) fails to parse here
-with a `text_format.ParseError` naming the field, rather than being silently
-ignored.
+Declared: the fields stable since TF Serving 1.x (`max_batch_size` ..
+`pad_variable_length_inputs`, numbers 1-7) and the two of large batch splitting,
+`enable_large_batch_splitting` (a BoolValue) and `max_execution_batch_size` (an
+Int64Value), with the wrapper types that TF Serving's bundle_factory_util reads
+them through (`has_...()`, `.value()`). The batching file is text format, which
+matches fields by name. A file using any other upstream field (e.g.
+`batch_padding_policy`) fails to parse here with a `text_format.ParseError`
+naming the field, rather than being silently ignored.
 """
 
 from google.protobuf import descriptor_pb2
@@ -39,6 +42,10 @@ _BATCHING_PARAMETERS_FIELDS = (
      ".google.protobuf.StringValue"),
     ("allowed_batch_sizes", 6, _FieldProto.LABEL_REPEATED, _FieldProto.TYPE_INT64, None),
     ("pad_variable_length_inputs", 7, _FieldProto.LABEL_OPTIONAL, _FieldProto.TYPE_BOOL, None),
+    ("enable_large_batch_splitting", 8, _FieldProto.LABEL_OPTIONAL, _FieldProto.TYPE_MESSAGE,
+     ".google.protobuf.BoolValue"),
+    ("max_execution_batch_size", 9, _FieldProto.LABEL_OPTIONAL, _FieldProto.TYPE_MESSAGE,
+     ".google.protobuf.Int64Value"),
 )
 
 

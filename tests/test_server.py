@@ -165,6 +165,8 @@ def test_committed_config_files_parse_and_match_the_deployment():
     assert options.max_batch_size == parameters.max_batch_size.value > 1
     assert options.batch_timeout_micros == parameters.batch_timeout_micros.value
     assert options.num_batch_threads == parameters.num_batch_threads.value
+    assert options.enable_large_batch_splitting == parameters.enable_large_batch_splitting.value
+    assert options.execution_batch_size == parameters.max_execution_batch_size.value
 
     yaml = pytest.importorskip("yaml")
     with open(os.path.join(SERVING_DIR, "docker-compose.yml")) as compose_file:
@@ -549,6 +551,34 @@ def test_batch_limits_deadlines_and_message_size(strict_server):
     assert status == 429 and "larger than the limit of 65536 bytes" in body["error"]
     ok = strict_server.predict.Predict(texts_request(["small"]), timeout=10)
     assert strings(ok.outputs["translation"]) == [expected_greedy("small", 1)]
+
+
+def test_large_batch_splitting_answers_as_one_unbatched_call(exports, main_server, tmp_path):
+    """A 7-sentence request on a server whose batches hold 3 runs as pieces and comes back
+    identical to the unbatched server's answer, the padded alignments included."""
+    batching_file = write_batching_file(
+        tmp_path / "batching.config", max_batch_size=8, batch_timeout_micros=1000,
+        num_batch_threads=2, enable_large_batch_splitting=True, max_execution_batch_size=3)
+    connection = start_server(
+        tmp_path, model_name=MODEL_NAME,
+        model_base_path=make_model_base(exports, str(tmp_path), (1, 2)),
+        enable_batching=True, batching_parameters_file=batching_file)
+    texts = ["one", "a much longer sentence than the others", "two words", "x y z",
+             "the cat sat on the mat", "hi", "four words in row"]
+    try:
+        split = connection.predict.Predict(texts_request(texts, "alignments"), timeout=30)
+        histogram = connection.server.batch_stats.histogram()
+        too_big = rpc_error(connection.predict.Predict, texts_request(["s"] * 9))
+    finally:
+        connection.server.stop()
+    whole = main_server.predict.Predict(texts_request(texts, "alignments"), timeout=30)
+    assert set(split.outputs) == set(whole.outputs)
+    for name in whole.outputs:
+        np.testing.assert_array_equal(tf.make_ndarray(split.outputs[name]),
+                                      tf.make_ndarray(whole.outputs[name]), err_msg=name)
+    assert max(histogram) <= 3 and sum(size * count for size, count in histogram.items()) == 7
+    assert (too_big.code(), too_big.details()) == (
+        grpc.StatusCode.INVALID_ARGUMENT, "Task size 9 is larger than maximum input batch size 8")
 
 
 # ---------------------------------------------------------------- version swapping

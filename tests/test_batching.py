@@ -1,0 +1,163 @@
+"""The batch scheduler (serving/batching.py) on a NumPy model: merging, splitting, reassembly."""
+
+import concurrent.futures
+import threading
+
+import numpy as np
+import pytest
+
+from serving import errors
+from serving.batching import BatchScheduler, concatenate_rows
+from serving.config import BatchingOptions, ConfigError, load_batching_options
+
+
+class RowModel:
+    """Doubles each row and returns, per row, a row-length-padded matrix (as `alignments` does);
+    records the batch sizes it ran."""
+
+    def __init__(self):
+        self.batch_sizes = []
+        self._lock = threading.Lock()
+
+    def __call__(self, inputs):
+        values = inputs["x"]
+        with self._lock:
+            self.batch_sizes.append(len(values))
+        longest = int(values.max())
+        padded = np.zeros((len(values), longest), np.float32)
+        for row, value in enumerate(values):
+            padded[row, :value] = value
+        names = np.array([b"n%d" % value for value in values], dtype=object)
+        return {"double": values * 2, "padded": padded, "name": names}
+
+
+def expected(values):
+    model = RowModel()
+    return model({"x": np.asarray(values)})
+
+
+def splitting_scheduler(**overrides):
+    options = dict(max_batch_size=10, batch_timeout_micros=200_000, num_batch_threads=2,
+                   max_enqueued_batches=10, enable_large_batch_splitting=True,
+                   max_execution_batch_size=3)
+    options.update(overrides)
+    return BatchScheduler(BatchingOptions(**options))
+
+
+def test_a_large_request_runs_as_execution_sized_pieces_and_comes_back_whole():
+    scheduler = splitting_scheduler()
+    model = RowModel()
+    try:
+        values = np.array([5, 1, 2, 7, 3, 1, 4], np.int64)
+        outputs = scheduler.run("q", model, {"x": values})
+    finally:
+        scheduler.close()
+    assert sorted(model.batch_sizes) == [1, 3, 3]
+    np.testing.assert_array_equal(outputs["double"], values * 2)
+    # Each piece padded its matrix to its own longest row; the reassembled answer is padded
+    # to the request's longest, exactly as one batch of the whole request would be.
+    reference = expected(values)
+    np.testing.assert_array_equal(outputs["padded"], reference["padded"])
+    assert outputs["name"].tolist() == reference["name"].tolist()
+
+
+def test_a_request_that_does_not_fit_fills_the_open_batch_first():
+    scheduler = splitting_scheduler(num_batch_threads=1, batch_timeout_micros=300_000)
+    model = RowModel()
+    try:
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            small = pool.submit(scheduler.run, "q", model, {"x": np.array([1])})
+            threading.Event().wait(0.05)  # The small request opens the batch first.
+            large = pool.submit(scheduler.run, "q", model, {"x": np.array([2, 3, 4, 5])})
+            assert small.result(timeout=30)["double"].tolist() == [2]
+            assert large.result(timeout=30)["double"].tolist() == [4, 6, 8, 10]
+    finally:
+        scheduler.close()
+    # [1] + the large request's first 2 rows fill a batch of 3; its last 2 rows run after.
+    assert model.batch_sizes == [3, 2]
+
+
+def test_without_splitting_a_request_never_shares_out_and_batches_reach_max_batch_size():
+    scheduler = BatchScheduler(BatchingOptions(max_batch_size=4, batch_timeout_micros=300_000,
+                                               num_batch_threads=1, max_enqueued_batches=10))
+    model = RowModel()
+    try:
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            first = pool.submit(scheduler.run, "q", model, {"x": np.array([1, 2])})
+            threading.Event().wait(0.05)
+            second = pool.submit(scheduler.run, "q", model, {"x": np.array([3, 4, 5])})
+            assert first.result(timeout=30)["double"].tolist() == [2, 4]
+            assert second.result(timeout=30)["double"].tolist() == [6, 8, 10]
+        with pytest.raises(errors.ServingError, match="Task size 5 is larger than maximum input "
+                                                      "batch size 4"):
+            scheduler.run("q", model, {"x": np.arange(1, 6)})
+    finally:
+        scheduler.close()
+    assert sorted(model.batch_sizes) == [2, 3]
+
+
+def test_a_split_request_is_refused_whole_when_its_pieces_do_not_fit_the_queue():
+    scheduler = splitting_scheduler(max_enqueued_batches=2, num_batch_threads=1)
+    model = RowModel()
+    try:
+        with pytest.raises(errors.ServingError, match="queue to which this task was submitted "
+                                                      "is full"):
+            scheduler.run("q", model, {"x": np.arange(1, 8)})  # Needs 3 batches of 3.
+        assert model.batch_sizes == []
+        assert scheduler.run("q", model, {"x": np.arange(1, 7)})["double"].tolist() == [
+            2, 4, 6, 8, 10, 12]
+    finally:
+        scheduler.close()
+
+
+def test_one_failing_piece_fails_the_request_with_the_models_error():
+    def fails_on_seven(inputs):
+        if 7 in inputs["x"]:
+            raise errors.invalid_argument("seven is not allowed")
+        return {"double": inputs["x"] * 2}
+
+    scheduler = splitting_scheduler()
+    try:
+        with pytest.raises(errors.ServingError, match="seven is not allowed"):
+            scheduler.run("q", fails_on_seven, {"x": np.array([1, 2, 3, 4, 7, 6])})
+        assert scheduler.run("q", fails_on_seven, {"x": np.array([1, 2, 3, 4])})[
+            "double"].tolist() == [2, 4, 6, 8]
+    finally:
+        scheduler.close()
+
+
+def test_concatenate_rows_pads_shorter_pieces_with_empty_strings_and_zeros():
+    parts = [{"m": np.ones((1, 2), np.float32), "s": np.array([[b"a"]], dtype=object)},
+             {"m": np.ones((2, 3), np.float32), "s": np.array([[b"b", b"c"]] * 2, dtype=object)}]
+    merged = concatenate_rows(parts)
+    np.testing.assert_array_equal(merged["m"], [[1, 1, 0], [1, 1, 1], [1, 1, 1]])
+    assert merged["s"].tolist() == [[b"a", b""], [b"b", b"c"], [b"b", b"c"]]
+
+
+def test_splitting_options_parse_as_tf_serving_reads_them(tmp_path):
+    path = tmp_path / "batching.config"
+    path.write_text("max_batch_size { value: 64 }\n"
+                    "enable_large_batch_splitting { value: true }\n"
+                    "max_execution_batch_size { value: 16 }\n"
+                    "allowed_batch_sizes: 8\nallowed_batch_sizes: 16\n")
+    options = load_batching_options(str(path))
+    assert (options.max_batch_size, options.execution_batch_size) == (64, 16)
+    assert options.enable_large_batch_splitting
+
+    # Without max_execution_batch_size, batches may reach max_batch_size (TF Serving's default).
+    path.write_text("max_batch_size { value: 64 } enable_large_batch_splitting { value: true }")
+    assert load_batching_options(str(path)).execution_batch_size == 64
+    # Without splitting, max_execution_batch_size has no effect, as in TF Serving.
+    path.write_text("max_batch_size { value: 64 } max_execution_batch_size { value: 16 }")
+    assert load_batching_options(str(path)).execution_batch_size == 64
+
+    path.write_text("max_batch_size { value: 64 } enable_large_batch_splitting { value: true } "
+                    "max_execution_batch_size { value: 16 } allowed_batch_sizes: 8 "
+                    "allowed_batch_sizes: 64")
+    with pytest.raises(ConfigError, match="must equal max_execution_batch_size when "
+                                          "enable_large_batch_splitting is True"):
+        load_batching_options(str(path))
+    path.write_text("enable_large_batch_splitting { value: true } "
+                    "max_execution_batch_size { value: 0 }")
+    with pytest.raises(ConfigError, match="max_execution_batch_size must be positive, got 0"):
+        load_batching_options(str(path))
