@@ -22,6 +22,7 @@ Goals: cached greedy ≥ 10× the naive decoder at batch 1; batch 32 ≥ 8× bat
 import argparse
 import itertools
 import os
+import shlex
 import statistics
 import sys
 import tempfile
@@ -178,8 +179,8 @@ def main(argv=None):
         tf.config.threading.set_inter_op_parallelism_threads(args.threads)
     if args.max_positions <= args.output_tokens:
         parser.error("--max_positions must be larger than --output_tokens.")
-    command = " ".join(["python -m benchmarks.bench_decode", *(argv if argv is not None
-                                                               else sys.argv[1:])])
+    command = shlex.join(["python", "-m", "benchmarks.bench_decode",
+                          *(argv if argv is not None else sys.argv[1:])])
     load_before = os.getloadavg()
     keras.utils.set_random_seed(args.seed)
 

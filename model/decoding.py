@@ -87,7 +87,8 @@ def greedy_decode(model, inp, start_id, end_id, max_length=None, min_length=0, j
         min_length: [END] is forbidden before this many tokens (use = max_length to force a length).
         jit_compile: compile the encoder and the whole decoding loop with XLA (see
             `_run_loop`). Leave it off in graphs for TF Serving, which runs XLA only with
-            `--xla_cpu_compilation_enabled`.
+            `--xla_cpu_compilation_enabled`. Call it inside a `tf.function` (as
+            `benchmarks/bench_decode.py` does): called eagerly, every call compiles again.
 
     Returns:
         dict: `tokens` `(batch, out_len)`, `scores` `(batch,)` summed log-probabilities of the

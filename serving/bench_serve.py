@@ -22,6 +22,7 @@ import concurrent.futures
 import contextlib
 import dataclasses
 import os
+import shlex
 import socket
 import subprocess
 import sys
@@ -257,8 +258,8 @@ def main(argv=None) -> int:
     parser.add_argument("--output", help="write the results as the '## Serving' section of this "
                                          "Markdown file (created if missing)")
     args = parser.parse_args(argv)
-    command = " ".join(["python -m serving.bench_serve",
-                        *(argv if argv is not None else sys.argv[1:])])
+    command = shlex.join(["python", "-m", "serving.bench_serve",
+                          *(argv if argv is not None else sys.argv[1:])])
     load_before = os.getloadavg()
 
     sentences = list(DEFAULT_SENTENCES)
