@@ -34,6 +34,7 @@ import tensorflow as tf
 from tqdm.auto import tqdm
 
 from benchmarks.report import machine_description, write_section
+from benchmarks.sentences import SPANISH_SENTENCES
 from model import Transformer
 from model.decoding import beam_search_decode, greedy_decode, naive_greedy_decode
 from serving import export
@@ -44,13 +45,6 @@ NAIVE, CACHED, BEAM = "naive greedy (no cache)", "cached greedy", "beam search (
 CACHED_XLA = "cached greedy, XLA (jit_compile)"
 SAVED_GREEDY = "SavedModel serving_default (greedy)"
 SAVED_BEAM = "SavedModel beam_search (beam {beam})"
-# Sentences for `--export_dir` (a real translator): Spanish of a few lengths.
-SPANISH_SENTENCES = (
-    "Hola, ¿cómo estás?",
-    "El libro que me prestaste ayer es muy interesante.",
-    "Mañana vamos a la playa si hace buen tiempo.",
-    "No sé dónde dejé las llaves del coche.",
-)
 
 
 def synthetic_vocab(size):

@@ -35,19 +35,11 @@ import numpy as np
 import psutil
 from tqdm import tqdm
 
+from benchmarks.sentences import SPANISH_SENTENCES
+
 SERVING_DIR = os.path.dirname(os.path.abspath(__file__))
 REPO_ROOT = os.path.dirname(SERVING_DIR)
 IN_PROCESS, NO_BATCHING, BATCHING = "in-process SavedModel", "gRPC, no batching", "gRPC, batching"
-DEFAULT_SENTENCES = (
-    "the weather is nice today",
-    "where is the train station",
-    "i would like a cup of coffee please",
-    "this is a longer sentence to check that the server copes with varied lengths of input",
-    "thank you",
-    "how much does it cost",
-    "we are going to the museum tomorrow morning",
-    "good night",
-)
 
 
 def percentile_ms(latencies: Sequence[float], q: float) -> float:
@@ -224,7 +216,7 @@ def report(args, command, rows, soak, rss, load_before) -> str:
                              if line.strip() and not line.startswith("#"))
     return f"""Command: `{command}`
 Machine: {machine_description()}; load average {load_before[0]:.2f} before, {os.getloadavg()[0]:.2f} after; client, servers and model share the cores.
-Model: `{args.model_base_path}` (latest version), signature `{args.signature_name}`, {args.sentences_per_request} sentence(s) per request, {args.requests} requests per row, the three setups taking turns in {args.rounds} rounds; server flags: `{" ".join(args.server_flags) or "defaults"}`; batching parameters: `{batching}`.
+Model: `{args.model_base_path}` (latest version), signature `{args.signature_name}`, inputs {f"from `{args.sentences_file}`" if args.sentences_file else f"the {len(SPANISH_SENTENCES)} Spanish sentences of `benchmarks/sentences.py`"}, {args.sentences_per_request} sentence(s) per request, {args.requests} requests per row, the three setups taking turns in {args.rounds} rounds; server flags: `{" ".join(args.server_flags) or "defaults"}`; batching parameters: `{batching}`.
 
 | setup | concurrency | requests/s | p50 ms | p99 ms | errors |
 |---|---:|---:|---:|---:|---:|
@@ -240,7 +232,8 @@ def main(argv=None) -> int:
     parser.add_argument("--model_base_path", required=True, help="directory of numbered versions")
     parser.add_argument("--model_name", default="translator", help="served model name")
     parser.add_argument("--signature_name", default="serving_default")
-    parser.add_argument("--sentences_file", help="one sentence per line (default: built-in set)")
+    parser.add_argument("--sentences_file", help="one sentence per line (default: the Spanish "
+                                                 "sentences of benchmarks/sentences.py)")
     parser.add_argument("--sentences_per_request", type=int, default=1)
     parser.add_argument("--requests", type=int, default=400, help="requests per measurement")
     parser.add_argument("--rounds", type=int, default=4,
@@ -262,7 +255,7 @@ def main(argv=None) -> int:
                           *(argv if argv is not None else sys.argv[1:])])
     load_before = os.getloadavg()
 
-    sentences = list(DEFAULT_SENTENCES)
+    sentences = list(SPANISH_SENTENCES)
     if args.sentences_file:
         with open(args.sentences_file, encoding="utf-8") as sentences_file:
             sentences = [line.strip() for line in sentences_file if line.strip()]
