@@ -202,7 +202,7 @@ class BatchScheduler:
             open_batch = queue.batches[-1]
             room = capacity - open_batch.size
             if self.options.enable_large_batch_splitting and size > room:
-                piece_sizes = ([room] if room > 0 else []) + _chunks(size - max(room, 0), capacity)
+                piece_sizes = ([room] if room else []) + _chunks(size - room, capacity)
             else:
                 piece_sizes = [size]
             new_batches = len(piece_sizes) - (1 if piece_sizes[0] <= room else 0)
