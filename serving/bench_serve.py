@@ -248,8 +248,8 @@ def main(argv=None) -> int:
     parser.add_argument("--soak_concurrency", type=int, default=32)
     parser.add_argument("--batching_parameters_file",
                         default=os.path.join(SERVING_DIR, "batching.config"))
-    parser.add_argument("--output", help="write the results as the '## Serving' section of this "
-                                         "Markdown file (created if missing)")
+    parser.add_argument("--output", help="write the results as the '## <--section>' section of "
+                                         "this Markdown file (created if missing)")
     args = parser.parse_args(argv)
     command = shlex.join(["python", "-m", "serving.bench_serve",
                           *(argv if argv is not None else sys.argv[1:])])

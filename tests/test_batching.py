@@ -2,6 +2,7 @@
 
 import concurrent.futures
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -31,11 +32,6 @@ class RowModel:
         return {"double": values * 2, "padded": padded, "name": names}
 
 
-def expected(values):
-    model = RowModel()
-    return model({"x": np.asarray(values)})
-
-
 def splitting_scheduler(**overrides):
     options = dict(max_batch_size=10, batch_timeout_micros=200_000, num_batch_threads=2,
                    max_enqueued_batches=10, enable_large_batch_splitting=True,
@@ -56,7 +52,7 @@ def test_a_large_request_runs_as_execution_sized_pieces_and_comes_back_whole():
     np.testing.assert_array_equal(outputs["double"], values * 2)
     # Each piece padded its matrix to its own longest row; the reassembled answer is padded
     # to the request's longest, exactly as one batch of the whole request would be.
-    reference = expected(values)
+    reference = RowModel()({"x": values})
     np.testing.assert_array_equal(outputs["padded"], reference["padded"])
     assert outputs["name"].tolist() == reference["name"].tolist()
 
@@ -67,7 +63,7 @@ def test_a_request_that_does_not_fit_fills_the_open_batch_first():
     try:
         with concurrent.futures.ThreadPoolExecutor(2) as pool:
             small = pool.submit(scheduler.run, "q", model, {"x": np.array([1])})
-            threading.Event().wait(0.05)  # The small request opens the batch first.
+            time.sleep(0.05)  # The small request opens the batch first.
             large = pool.submit(scheduler.run, "q", model, {"x": np.array([2, 3, 4, 5])})
             assert small.result(timeout=30)["double"].tolist() == [2]
             assert large.result(timeout=30)["double"].tolist() == [4, 6, 8, 10]
@@ -84,7 +80,7 @@ def test_without_splitting_a_request_never_shares_out_and_batches_reach_max_batc
     try:
         with concurrent.futures.ThreadPoolExecutor(2) as pool:
             first = pool.submit(scheduler.run, "q", model, {"x": np.array([1, 2])})
-            threading.Event().wait(0.05)
+            time.sleep(0.05)
             second = pool.submit(scheduler.run, "q", model, {"x": np.array([3, 4, 5])})
             assert first.result(timeout=30)["double"].tolist() == [2, 4]
             assert second.result(timeout=30)["double"].tolist() == [6, 8, 10]
