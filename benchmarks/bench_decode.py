@@ -127,25 +127,33 @@ def python_decoders(model, args):
     }
 
 
+def step_kernels(model):
+    """The kernels a cached decoding step multiplies by, in order, grouped by shared input.
+
+    Per decoder layer: the self-attention query, key and value projections (one group: they
+    read the same input), its output projection, the cross-attention query and output
+    projections (its keys and values are projected once, before the loop), the two
+    feed-forward layers; then the output layer.
+    """
+    groups = []
+    for layer in model.decoder.dec_layers:
+        groups.append([layer.mha1.wq.kernel, layer.mha1.wk.kernel, layer.mha1.wv.kernel])
+        groups += [[layer.mha1.dense.kernel], [layer.mha2.wq.kernel], [layer.mha2.dense.kernel]]
+        groups += [[dense.kernel] for dense in layer.ffn.layers]
+    return groups + [[model.final_layer.kernel]]
+
+
 def matmul_floor(model, steps):
     """`tf.function(source_ids)`: `steps` rounds of only the matrix products of a cached decoding
-    step, on the model's own weights, compiled with XLA: what a step costs at the least.
-
-    A cached step multiplies one vector per sentence by every decoder kernel but the
-    cross-attention key/value projections (done once, before the loop), then by the output
-    layer, so it reads all those weights once. Attention over the cache, layer norms,
-    softmaxes and the token choice are left out.
+    step (`step_kernels`), on the model's own weights, compiled with XLA: what a step costs at
+    the least, since it reads every one of those weights once. Attention over the cache, layer
+    norms, biases, softmaxes and the token choice are left out.
     """
-    kernels = []
-    for layer in model.decoder.dec_layers:
-        kernels.append([layer.mha1.wq.kernel, layer.mha1.wk.kernel, layer.mha1.wv.kernel])
-        kernels += [[layer.mha1.dense.kernel], [layer.mha2.wq.kernel], [layer.mha2.dense.kernel]]
-        kernels += [[dense.kernel] for dense in layer.ffn.layers]
-    output_kernel = model.final_layer.kernel
+    *hidden_groups, (output_kernel,) = step_kernels(model)
 
     def step(index, x):
-        for parallel in kernels:  # Q, K and V read the same input: summed, none is dropped.
-            x = tf.add_n([tf.matmul(x, kernel) for kernel in parallel])
+        for group in hidden_groups:  # Q, K and V are summed, so none is optimized away.
+            x = tf.add_n([tf.matmul(x, kernel) for kernel in group])
         logits = tf.matmul(x, output_kernel)
         # The next round depends on these logits, so none is skipped; normalized to stay finite.
         x += 1e-30 * tf.reduce_max(logits, axis=-1, keepdims=True)
@@ -246,18 +254,22 @@ def main(argv=None):
 
         results = time_cases(cases, args.repeats, args.warmup)
 
-    body = report(args, command, results, output_tokens, load_before, os.getloadavg())
+    step_weight_bytes = sum(int(np.prod(kernel.shape)) * np.dtype(kernel.dtype).itemsize
+                            for group in step_kernels(model) for kernel in group)
+    body = report(args, command, results, output_tokens, step_weight_bytes, load_before,
+                  os.getloadavg())
     print(body)
     if args.output:
         write_section(args.output, SECTION_TITLE, body)
 
 
-def report(args, command, results, served_tokens, load_before, load_after):
+def report(args, command, results, served_tokens, step_weight_bytes, load_before, load_after):
     """The Markdown section: setup, the table and the goals.
 
     Args:
         results: `{(case name, batch): (median seconds, fastest seconds)}` per call.
         served_tokens: mean output tokens per sentence of the SavedModel rows.
+        step_weight_bytes: the size of `step_kernels`.
     """
     saved_names = {SAVED_GREEDY, SAVED_BEAM.format(beam=args.beam_width)}
     rows = []
@@ -292,9 +304,6 @@ def report(args, command, results, served_tokens, load_before, load_after):
             goal = " (goal ≥ 8× for 32 vs 1)" if name == CACHED else ""
             goals.append(f"- {name}: batch {large} vs batch {small}: **{ratio:.1f}×** "
                          f"sentences/s{goal}.")
-    d_model = args.d_model
-    step_weights_mb = 4e-6 * (args.num_layers * (6 * d_model**2 + 2 * d_model * args.dff)
-                              + d_model * args.vocab_size)  # The kernels `matmul_floor` reads.
     exported = (f"the export at `{args.export_dir}` ({served_tokens:.1f} output tokens per "
                 "sentence on average)") if args.export_dir else (
         f"the same weights exported by `serving.export` (tokenization and detokenization in the "
@@ -312,12 +321,13 @@ Model: {args.num_layers}+{args.num_layers} layers, d_model {args.d_model}, {args
 Why the batch-1 ratio stays short of 10× on this CPU: at batch 1 a decoding step is a few
 matrix-vector products, so both decoders are bound by per-step costs rather than by the O(n²)
 work the cache removes. In a plain graph each step runs some hundreds of small kernels, each
-costing microseconds of dispatch. XLA fuses those; what remains is the matmuls, which read the
-weights ({step_weights_mb:.0f} MB in float32 for this model, more than a core's L2 cache) once per step and which
-the floor row times alone on the same weights, plus attention over the cache, layer norms and
-softmaxes. The naive decoder reads the same weights once per step too (its matrices are just
-taller), so the ratio cannot pass naive / floor. At batch 32, where the arithmetic itself
-dominates, cached greedy is {sentences_per_second(CACHED, large) / sentences_per_second(NAIVE, large):.1f}× the naive decoder in a plain graph.
+costing microseconds of dispatch. XLA fuses those; what remains is the matmuls, which read
+the weights ({step_weight_bytes / 1e6:.0f} MB in float32 for this model, more than a core's L2
+cache) once per step and which the floor row times alone on the same weights, plus attention
+over the cache, layer norms, biases and softmaxes. The naive decoder reads the same weights
+once per step too (its matrices are just taller), so the ratio cannot pass naive / floor. At
+batch 32, where the arithmetic itself dominates, cached greedy is
+{sentences_per_second(CACHED, large) / sentences_per_second(NAIVE, large):.1f}× the naive decoder in a plain graph.
 """
 
 

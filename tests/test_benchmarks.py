@@ -1,0 +1,90 @@
+"""The benchmarks' own logic: what the decoding floor reads, how bench-serve reports its rounds."""
+
+import argparse
+import os
+
+import numpy as np
+import tensorflow as tf
+
+from benchmarks.bench_decode import matmul_floor, step_kernels
+from model import Transformer
+from serving import bench_serve
+
+
+def small_model():
+    model = Transformer(num_layers=2, d_model=16, num_heads=2, dff=24, input_vocab_size=30,
+                        target_vocab_size=40, pe_input=32, pe_target=32, rate=0.0)
+    model.build(((None, None), (None, None)))
+    return model
+
+
+def test_step_kernels_are_the_decoder_kernels_but_the_cross_attention_keys_and_values():
+    model = small_model()
+    decoder_kernels = [weight for weight in model.decoder.weights if weight.name == "kernel"]
+    cross_key_value = {kernel.path for layer in model.decoder.dec_layers
+                       for kernel in (layer.mha2.wk.kernel, layer.mha2.wv.kernel)}
+    expected = [kernel.path for kernel in decoder_kernels if kernel.path not in cross_key_value]
+    read = [kernel.path for group in step_kernels(model) for kernel in group]
+    assert sorted(read) == sorted(expected + [model.final_layer.kernel.path])
+    assert len(read) == len(set(read))
+
+
+def test_matmul_floor_reads_the_step_kernels_and_stays_finite():
+    model = small_model()
+    floor = matmul_floor(model, steps=5)
+    out = floor(tf.ones([3, 7], tf.int32))
+    assert out.shape == (3, model.d_model)
+    assert np.all(np.isfinite(out.numpy()))
+    captured = {id(variable) for variable in floor.get_concrete_function().variables}
+    for group in step_kernels(model):
+        for kernel in group:
+            assert id(kernel.value) in captured, kernel.path
+    assert id(model.decoder.dec_layers[0].mha2.wk.kernel.value) not in captured
+
+
+def report_args(**overrides):
+    args = dict(concurrency=[1, 32], soak_requests=0, soak_concurrency=32,
+                batching_parameters_file=os.path.join(bench_serve.SERVING_DIR, "batching.config"),
+                model_base_path="exports/translator", signature_name="serving_default",
+                sentences_file=None, sentences_per_request=1, requests=8, rounds=2,
+                server_flags=[])
+    args.update(overrides)
+    return argparse.Namespace(**args)
+
+
+def load(rps):
+    """A `Load` of one request per 1/rps seconds, 4 requests."""
+    return bench_serve.Load([1.0 / rps] * 4, 4.0 / rps, 0)
+
+
+def rows(unbatched_rounds, batched_rounds):
+    """measure_interleaved-shaped rows whose rounds ran at the given requests/s."""
+    table = []
+    for setup, rounds in ((bench_serve.IN_PROCESS, [10.0, 10.0]),
+                          (bench_serve.NO_BATCHING, unbatched_rounds),
+                          (bench_serve.BATCHING, batched_rounds)):
+        for concurrency in (1, 32):
+            runs = [load(rps) for rps in rounds]
+            table.append((setup, concurrency, sum(runs, bench_serve.Load()).summary(),
+                          [run.summary()["rps"] for run in runs]))
+    return table
+
+
+def test_bench_serve_reports_each_rounds_batching_ratio_and_the_aggregate():
+    # Two rounds of 4 requests each: 20 and 40 req/s batched against 10 and 10 unbatched.
+    body = bench_serve.report(report_args(), "cmd", rows([10.0, 10.0], [20.0, 40.0]),
+                              bench_serve.Load(), (100, 100), (0.0, 0.0, 0.0))
+    # 8 requests in 0.2 + 0.1 s = 26.7 req/s; against 10 req/s that is 2.7×, not the mean 3.0×.
+    assert "**2.7×** requests/s (26.7 vs 10.0; round by round 2.0×, 4.0×)" in body
+    assert "Goal ≥ 3×: not met" in body
+    assert "- Soak: skipped (--soak_requests 0)." in body
+
+
+def test_bench_serve_reports_the_soak_when_one_ran():
+    soak = bench_serve.Load([0.01] * 50, 1.0, 0)
+    body = bench_serve.report(report_args(soak_requests=50), "cmd",
+                              rows([10.0, 10.0], [40.0, 40.0]), soak,
+                              (100 * 2**20, 104 * 2**20), (0.0, 0.0, 0.0))
+    assert "Soak (batching server, 50 requests at concurrency 32): 50.0 requests/s" in body
+    assert "100 → 104 MiB (**+4.0%**; goal < 10%: met)" in body
+    assert "**4.0×** requests/s" in body and "Goal ≥ 3×: met" in body
