@@ -13,6 +13,8 @@ Shared conventions:
         for each output token, how much it attended to each source token.
 """
 
+import weakref
+
 import tensorflow as tf
 
 from model.buffers import write_slot
@@ -87,13 +89,16 @@ def greedy_decode(model, inp, start_id, end_id, max_length=None, min_length=0, j
         min_length: [END] is forbidden before this many tokens (use = max_length to force a length).
         jit_compile: compile the encoder and the whole decoding loop with XLA (see
             `_run_loop`). Leave it off in graphs for TF Serving, which runs XLA only with
-            `--xla_cpu_compilation_enabled`. Call it inside a `tf.function` (as
-            `benchmarks/bench_decode.py` does): called eagerly, every call compiles again.
+            `--xla_cpu_compilation_enabled`. Called eagerly, it runs through one traced
+            function per model (`_eager_xla_greedy`), so only new shapes compile again.
 
     Returns:
         dict: `tokens` `(batch, out_len)`, `scores` `(batch,)` summed log-probabilities of the
         tokens up to and including [END], `alignment` `(batch, out_len, inp_len)`.
     """
+    if jit_compile and tf.executing_eagerly():
+        return _eager_xla_greedy(model)(tf.convert_to_tensor(inp, tf.int32), start_id, end_id,
+                                        max_length, min_length)
     if max_length is None:
         max_length = max_output_length(inp, limit=model.pe_target - 1)
 
@@ -152,6 +157,28 @@ def _run_loop(decode_loop, inp, max_length, jit_compile):
         return decode_loop(inp, max_length, max_length)
     slots = (max_length + SLOT_GRANULARITY - 1) // SLOT_GRANULARITY * SLOT_GRANULARITY
     return tf.function(decode_loop, jit_compile=True, autograph=False)(inp, max_length, slots)
+
+
+# model -> its traced XLA greedy decoder. Weak keys: a model that is gone takes its entry along.
+_EAGER_XLA_GREEDY = weakref.WeakKeyDictionary()
+
+
+def _eager_xla_greedy(model):
+    """`greedy_decode(model, ..., jit_compile=True)` as one `tf.function` per model.
+
+    Eagerly, `_run_loop` would wrap a fresh closure in a fresh XLA function at each call and
+    compile it again (seconds). Traced once, the inner XLA function persists, and XLA's cache
+    compiles only shapes it has not seen. The function reaches the model through a weak
+    reference, or the cache entry would keep its own key alive.
+    """
+    if model not in _EAGER_XLA_GREEDY:
+        model_ref = weakref.ref(model)
+        _EAGER_XLA_GREEDY[model] = tf.function(
+            lambda inp, start_id, end_id, max_length, min_length: greedy_decode(
+                model_ref(), inp, start_id, end_id, max_length, min_length, jit_compile=True),
+            reduce_retracing=True,
+        )
+    return _EAGER_XLA_GREEDY[model]
 
 
 def naive_greedy_decode(model, inp, start_id, end_id, max_length=None, min_length=0):

@@ -1,11 +1,15 @@
 """Decoding: cached greedy vs the naive decoder, beam search properties, batching, alignments."""
 
+import gc
+import weakref
+
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from model import Transformer
 from model.decoding import (
+    _EAGER_XLA_GREEDY,
     beam_search_decode,
     greedy_decode,
     length_penalty,
@@ -102,6 +106,29 @@ def test_xla_compiled_greedy_equals_graph_greedy(
     np.testing.assert_allclose(xla["alignment"], graph["alignment"], atol=1e-4)
     if forced_length:
         assert xla["tokens"].shape == (3, forced_length)
+
+
+def test_eager_xla_greedy_is_traced_once_per_model(trained_reverse_model, sources):
+    """Called eagerly, `jit_compile` reuses one traced function per model (no compile per
+    call) and decodes as the plain graph does."""
+    model, _ = trained_reverse_model
+    source = tf.constant(sources[0], tf.int32)
+    graph = in_graph(greedy_decode, model)(source)
+    eager = [greedy_decode(model, source, START, END, jit_compile=True) for _ in range(2)]
+    for result in eager:
+        np.testing.assert_array_equal(result["tokens"], graph["tokens"])
+        np.testing.assert_allclose(result["scores"], graph["scores"], rtol=1e-4, atol=1e-4)
+    assert _EAGER_XLA_GREEDY[model].experimental_get_tracing_count() == 1
+
+
+def test_eager_xla_greedy_does_not_keep_its_model_alive():
+    model = Transformer(1, 16, 2, 32, 20, 20, 40, 40)
+    greedy_decode(model, tf.constant([[5, 6, 7]]), START, END, max_length=3, jit_compile=True)
+    assert model in _EAGER_XLA_GREEDY
+    model_ref = weakref.ref(model)
+    del model
+    gc.collect()
+    assert model_ref() is None
 
 
 def test_trained_model_translates_exactly(trained_reverse_model, sources):
