@@ -228,7 +228,8 @@ def main(argv=None):
     source_ids = tf.cast(tokenizer.tokenize(tf.constant(texts)).to_tensor(), tf.int32)
 
     # (name, function, batch, input): in-graph decoders take token ids, SavedModel signatures text.
-    decoders = dict(python_decoders(model, args), **{FLOOR: matmul_floor(model, args.output_tokens)})
+    decoders = python_decoders(model, args)
+    decoders[FLOOR] = matmul_floor(model, args.output_tokens)
     cases = [(name, decoder, batch, source_ids[:batch])
              for name, decoder in decoders.items() for batch in args.batch_sizes]
     with tempfile.TemporaryDirectory() as export_base:

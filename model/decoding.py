@@ -97,8 +97,7 @@ def greedy_decode(model, inp, start_id, end_id, max_length=None, min_length=0, j
         tokens up to and including [END], `alignment` `(batch, out_len, inp_len)`.
     """
     if jit_compile and tf.executing_eagerly():
-        return _eager_xla_greedy(model)(tf.convert_to_tensor(inp, tf.int32), start_id, end_id,
-                                        max_length, min_length)
+        return _eager_xla_greedy(model)(inp, start_id, end_id, max_length, min_length)
     if max_length is None:
         max_length = max_output_length(inp, limit=model.pe_target - 1)
 

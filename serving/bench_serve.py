@@ -220,8 +220,8 @@ def report(args, command, rows, soak: Load, rss, load_before) -> str:
             f"- Soak (batching server, {args.soak_requests:,} requests at concurrency "
             f"{args.soak_concurrency}): {soaked['rps']:.1f} requests/s, p99 "
             f"{soaked['p99_ms']:.0f} ms, {soaked['errors']} errors; resident memory "
-            f"{rss_before / 2**20:,.0f} → {rss_after / 2**20:,.0f} MiB (**{growth:+.1f}%**; goal < 10%: "
-            f"{'met' if growth < 10 else 'not met'}).")
+            f"{rss_before / 2**20:,.0f} → {rss_after / 2**20:,.0f} MiB (**{growth:+.1f}%**; "
+            f"goal < 10%: {'met' if growth < 10 else 'not met'}).")
     with open(args.batching_parameters_file, encoding="utf-8") as config:
         batching = "; ".join(line.strip() for line in config
                              if line.strip() and not line.startswith("#"))
