@@ -11,9 +11,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from model import Transformer
 from training import artifacts
-from training.config import resolve_config
-from training.train import TrainingError, main, train
+from training.config import TrainConfig, resolve_config
+from training.losses import masked_token_losses
+from training.train import Trainer, TrainingError, main, train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -214,3 +216,48 @@ def test_training_curves_read_back_from_tensorboard(tiny_run, tmp_path):
     output = tmp_path / "curves.png"
     plot_training_curves(run_dir, str(output))
     assert output.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def dev_batches(shapes, seed=0):
+    """(inputs, labels) batches of the given (batch, length) shapes, padded rows included."""
+    rng = np.random.default_rng(seed)
+    batches = []
+    for batch_size, length in shapes:
+        real = np.arange(length) < rng.integers(1, length + 1, size=(batch_size, 1))
+        source, target = (tf.constant(rng.integers(1, 20, (batch_size, length)), tf.int32)
+                          for _ in range(2))
+        labels = tf.constant(np.where(real, rng.integers(1, 20, (batch_size, length)), 0), tf.int32)
+        batches.append(((source, target), labels))
+    return batches
+
+
+def as_dataset(batches):
+    spec = tf.TensorSpec([None, None], tf.int32)
+    return tf.data.Dataset.from_generator(lambda: iter(batches),
+                                          output_signature=((spec, spec), spec))
+
+
+def test_dev_evaluation_is_one_graph_for_every_bucket_shape():
+    """Dev batches come in one shape per length bucket: once the evaluation graph has gone
+    shape-generic, new buckets do not trace it again. Its loss and accuracy are per real
+    target token, as an eager count over the same batches gives."""
+    model = Transformer(1, 16, 2, 32, 20, 20, 40, 40, rate=0.0)
+    trainer = Trainer(TrainConfig(), tf.distribute.get_strategy(), model, optimizer=None)
+    batches = dev_batches([(2, 5), (3, 7), (4, 9), (2, 11)])
+
+    loss, accuracy = trainer.evaluate(as_dataset(batches), len(batches))
+    traces = trainer._eval_batch.experimental_get_tracing_count()
+    more = dev_batches([(5, 13), (1, 3), (6, 8)], seed=1)
+    trainer.evaluate(as_dataset(more), len(more))
+
+    assert trainer._eval_batch.experimental_get_tracing_count() == traces
+    total_loss = total_tokens = total_correct = 0.0
+    for inputs, labels in batches:
+        logits = model(inputs, training=False)
+        token_loss, mask = masked_token_losses(labels, logits)
+        predictions = np.argmax(logits.numpy(), axis=-1)
+        total_loss += float(tf.reduce_sum(token_loss))
+        total_tokens += float(tf.reduce_sum(mask))
+        total_correct += float(np.sum((predictions == labels.numpy()) * mask.numpy()))
+    assert loss == pytest.approx(total_loss / total_tokens, rel=1e-5)
+    assert accuracy == pytest.approx(total_correct / total_tokens)

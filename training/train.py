@@ -169,7 +169,8 @@ class Trainer:
         return [self.strategy.reduce(tf.distribute.ReduceOp.SUM, value, axis=None)
                 for value in per_replica]
 
-    @tf.function
+    # Dev batches come in as many shapes as there are length buckets: one shape-generic graph.
+    @tf.function(reduce_retracing=True)
     def _eval_batch(self, inputs, labels):
         logits = self.model(inputs, training=False)
         token_loss, mask = masked_token_losses(labels, logits)
