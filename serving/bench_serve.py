@@ -160,6 +160,28 @@ def grpc_caller(address: str, model_name: str, signature: str, batches: List[Lis
     return call
 
 
+def greedy_output_lengths(address: str, model_name: str, sentences: List[str]):
+    """Output tokens ([END] included) the served model's greedy decoder gives each sentence,
+    counted in its `alignments` signature's `target_tokens`; None if it has no such signature."""
+    import tensorflow as tf
+    from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
+
+    from serving.export import ALIGNMENTS_SIGNATURE
+
+    request = predict_pb2.PredictRequest()
+    request.model_spec.name = model_name
+    request.model_spec.signature_name = ALIGNMENTS_SIGNATURE
+    request.inputs["text"].CopyFrom(tf.make_tensor_proto(sentences, dtype=tf.string))
+    request.output_filter.append("target_tokens")
+    with grpc.insecure_channel(address) as channel:
+        try:
+            response = prediction_service_pb2_grpc.PredictionServiceStub(channel).Predict(
+                request, timeout=120)
+        except grpc.RpcError:
+            return None
+    return (tf.make_ndarray(response.outputs["target_tokens"]) != b"").sum(axis=1).tolist()
+
+
 def in_process_caller(base_path: str, signature: str, batches: List[List[str]],
                       server_flags: Sequence[str] = ()):
     """A function running batch i % len(batches) through the SavedModel in this process,
@@ -182,8 +204,9 @@ def in_process_caller(base_path: str, signature: str, batches: List[List[str]],
     return call
 
 
-def report(args, command, rows, soak: Load, rss, load_before) -> str:
-    """The Markdown section: setup, the table, the goals and the soak."""
+def report(args, command, rows, soak: Load, rss, load_before, output_lengths=None) -> str:
+    """The Markdown section: setup, the table, the goals and the soak (and, given the greedy
+    output length of each sentence, how much of a merged batch's decoding they use)."""
     from benchmarks.report import machine_description
 
     by_setup = {(setup, concurrency): result for setup, concurrency, result, _ in rows}
@@ -210,6 +233,12 @@ def report(args, command, rows, soak: Load, rss, load_before) -> str:
         f"- Batching vs no batching at concurrency {high}: **{speedup:.1f}×** requests/s "
         f"({batched['rps']:.1f} vs {unbatched['rps']:.1f}; round by round {round_speedups}). "
         f"Goal ≥ 3×: {'met' if speedup >= 3 else 'not met'}.")
+    if output_lengths:
+        mean, longest = float(np.mean(output_lengths)), max(output_lengths)
+        goals.append(
+            f"- Greedy output tokens per sentence ([END] included): mean {mean:.1f}, longest "
+            f"{longest}. A merged batch decodes until its longest sentence ends, so when it holds "
+            f"that sentence at most {mean / longest:.0%} of its row-steps are output tokens.")
     rss_before, rss_after = rss
     growth = 100.0 * (rss_after - rss_before) / rss_before
     if not args.soak_requests:
@@ -286,13 +315,14 @@ def main(argv=None) -> int:
             NO_BATCHING: grpc_caller(plain_address, args.model_name, args.signature_name, batches),
             BATCHING: grpc_caller(batching_address, args.model_name, args.signature_name, batches),
         }
+        output_lengths = greedy_output_lengths(plain_address, args.model_name, sentences)
         rows = measure_interleaved(callers, args.concurrency, args.requests, args.rounds)
         rss_before = batching_process.memory_info().rss
         soak = (run_load(callers[BATCHING], args.soak_requests, args.soak_concurrency, "soak")
                 if args.soak_requests else Load())
         rss_after = batching_process.memory_info().rss
 
-    body = report(args, command, rows, soak, (rss_before, rss_after), load_before)
+    body = report(args, command, rows, soak, (rss_before, rss_after), load_before, output_lengths)
     print(body)
     if args.output:
         from benchmarks.report import write_section

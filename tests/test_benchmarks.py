@@ -70,14 +70,15 @@ def rows(unbatched_rounds, batched_rounds):
     return table
 
 
-def test_bench_serve_reports_each_rounds_batching_ratio_and_the_aggregate():
+def test_bench_serve_reports_round_ratios_the_aggregate_and_output_lengths():
     # Two rounds of 4 requests each: 20 and 40 req/s batched against 10 and 10 unbatched.
     body = bench_serve.report(report_args(), "cmd", rows([10.0, 10.0], [20.0, 40.0]),
-                              bench_serve.Load(), (100, 100), (0.0, 0.0, 0.0))
+                              bench_serve.Load(), (100, 100), (0.0, 0.0, 0.0), [4, 8, 3, 5])
     # 8 requests in 0.2 + 0.1 s = 26.7 req/s; against 10 req/s that is 2.7×, not the mean 3.0×.
     assert "**2.7×** requests/s (26.7 vs 10.0; round by round 2.0×, 4.0×)" in body
     assert "Goal ≥ 3×: not met" in body
     assert "- Soak: skipped (--soak_requests 0)." in body
+    assert "mean 5.0, longest 8." in body and "at most 62% of its row-steps" in body
 
 
 def test_bench_serve_reports_the_soak_when_one_ran():

@@ -263,6 +263,17 @@ def test_predict_round_trip_for_every_signature(main_server):
         assert not alignment[row, n:, :].any() and not alignment[row, :, n:].any()
 
 
+def test_bench_serve_counts_each_sentences_greedy_output_tokens(main_server):
+    """bench-serve's output lengths come from the `alignments` signature over gRPC (the toy
+    model gives one target token per source word), and are None for a model without it."""
+    from serving.bench_serve import greedy_output_lengths
+
+    address = f"127.0.0.1:{main_server.server.grpc_port}"
+    texts = ["one", "three words here", "a b c d e"]
+    assert greedy_output_lengths(address, MODEL_NAME, texts) == [1, 3, 5]
+    assert greedy_output_lengths(address, "no_such_model", texts) is None
+
+
 def test_output_filter_and_version_choice(main_server):
     request = texts_request(["a b"])
     request.output_filter.append("score")
