@@ -7,7 +7,8 @@ For concurrency 1, 8 and 32 it measures requests/s and p50/p99 latency of
   * `python -m serving.server` over gRPC without batching,
   * the same server with `--enable_batching` (serving/batching.config by default),
 then soaks the batching server with --soak_requests requests and reports the
-growth of its resident memory. At each concurrency the three setups take turns
+growth of its resident memory, and the greedy output length of each sentence
+(a merged batch decodes until its longest one ends). At each concurrency the three setups take turns
 (--rounds), so a slow spell of a shared machine does not land on one of them.
 The servers run as subprocesses so their memory can be measured and the client
 threads do not share their interpreter; --server_flags go to both. Output is a
@@ -162,7 +163,8 @@ def grpc_caller(address: str, model_name: str, signature: str, batches: List[Lis
 
 def greedy_output_lengths(address: str, model_name: str, sentences: List[str]):
     """Output tokens ([END] included) the served model's greedy decoder gives each sentence,
-    counted in its `alignments` signature's `target_tokens`; None if it has no such signature."""
+    counted in its `alignments` signature's `target_tokens`; None if the server cannot answer
+    that (a model without the signature)."""
     import tensorflow as tf
     from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
 

@@ -265,7 +265,8 @@ def test_predict_round_trip_for_every_signature(main_server):
 
 def test_bench_serve_counts_each_sentences_greedy_output_tokens(main_server):
     """bench-serve's output lengths come from the `alignments` signature over gRPC (the toy
-    model gives one target token per source word), and are None for a model without it."""
+    model gives one target token per source word), and are None when the server cannot
+    answer that request."""
     from serving.bench_serve import greedy_output_lengths
 
     address = f"127.0.0.1:{main_server.server.grpc_port}"
