@@ -8,8 +8,9 @@ For concurrency 1, 8 and 32 it measures requests/s and p50/p99 latency of
   * the same server with `--enable_batching` (serving/batching.config by default),
 then soaks the batching server with --soak_requests requests and reports the
 growth of its resident memory, and the greedy output length of each sentence
-(a merged batch decodes until its longest one ends). At each concurrency the three setups take turns
-(--rounds), so a slow spell of a shared machine does not land on one of them.
+(a merged batch decodes until its longest one ends). At each concurrency the
+three setups take turns (--rounds), so a slow spell of a shared machine does not
+land on one of them.
 The servers run as subprocesses so their memory can be measured and the client
 threads do not share their interpreter; --server_flags go to both. Output is a
 Markdown section (with --output, written as "## <--section>" into BENCHMARKS.md),
@@ -163,25 +164,17 @@ def grpc_caller(address: str, model_name: str, signature: str, batches: List[Lis
 
 def greedy_output_lengths(address: str, model_name: str, sentences: List[str]):
     """Output tokens ([END] included) the served model's greedy decoder gives each sentence,
-    counted in its `alignments` signature's `target_tokens`; None if the server cannot answer
-    that (a model without the signature)."""
-    import tensorflow as tf
-    from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
-
+    from its `alignments` signature; None if the server cannot answer that (a model without
+    the signature)."""
+    from serving.client import TranslationClient, TranslationError
     from serving.export import ALIGNMENTS_SIGNATURE
 
-    request = predict_pb2.PredictRequest()
-    request.model_spec.name = model_name
-    request.model_spec.signature_name = ALIGNMENTS_SIGNATURE
-    request.inputs["text"].CopyFrom(tf.make_tensor_proto(sentences, dtype=tf.string))
-    request.output_filter.append("target_tokens")
-    with grpc.insecure_channel(address) as channel:
+    with TranslationClient(address, model_name, timeout=120, retries=0) as client:
         try:
-            response = prediction_service_pb2_grpc.PredictionServiceStub(channel).Predict(
-                request, timeout=120)
-        except grpc.RpcError:
+            results = client.translate_with_details(sentences, ALIGNMENTS_SIGNATURE)
+        except TranslationError:
             return None
-    return (tf.make_ndarray(response.outputs["target_tokens"]) != b"").sum(axis=1).tolist()
+    return [len(result.target_tokens) for result in results]
 
 
 def in_process_caller(base_path: str, signature: str, batches: List[List[str]],

@@ -154,7 +154,7 @@ class BatchingOptions:
         """
         parameters = parameters or BatchingParameters()
 
-        def value_or(field: str, default: int) -> int:
+        def value_or(field: str, default):
             return getattr(parameters, field).value if parameters.HasField(field) else default
 
         options = cls(
@@ -163,10 +163,8 @@ class BatchingOptions:
             max_enqueued_batches=value_or("max_enqueued_batches", DEFAULT_MAX_ENQUEUED_BATCHES),
             num_batch_threads=value_or("num_batch_threads", os.cpu_count() or 1),
             allowed_batch_sizes=tuple(parameters.allowed_batch_sizes),
-            enable_large_batch_splitting=(parameters.HasField("enable_large_batch_splitting")
-                                          and parameters.enable_large_batch_splitting.value),
-            max_execution_batch_size=(parameters.max_execution_batch_size.value
-                                      if parameters.HasField("max_execution_batch_size") else None),
+            enable_large_batch_splitting=value_or("enable_large_batch_splitting", False),
+            max_execution_batch_size=value_or("max_execution_batch_size", None),
         )
         must_be_positive = {
             "max_batch_size": options.max_batch_size,

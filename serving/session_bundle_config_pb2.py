@@ -4,16 +4,18 @@ The tensorflow-serving-api wheel ships the request/response protos and
 `model_server_config_pb2`, but not
 `tensorflow_serving/servables/tensorflow/session_bundle_config.proto`, which
 defines the batching parameters that `tensorflow_model_server` reads. This
-module registers that message with the same full name, package and field
-numbers as upstream, so a text-format file parsed here parses identically in
-the real server.
+module registers that message with upstream's full name and package (and its
+field numbers, as far as they could be checked), so a text-format file parsed
+here parses identically in the real server.
 
 Declared: the fields stable since TF Serving 1.x (`max_batch_size` ..
 `pad_variable_length_inputs`, numbers 1-7) and the two of large batch splitting,
 `enable_large_batch_splitting` (a BoolValue) and `max_execution_batch_size` (an
 Int64Value), with the wrapper types that TF Serving's bundle_factory_util reads
-them through (`has_...()`, `.value()`). The batching file is text format, which
-matches fields by name. A file using any other upstream field (e.g.
+them through (`has_...()`, `.value()`). Their numbers, 8 and 9, could not be
+checked against upstream here (the copies at hand predate them); the batching
+file is text format, which matches fields by name, so it reads the same either
+way. A file using any other upstream field (e.g.
 `batch_padding_policy`) fails to parse here with a `text_format.ParseError`
 naming the field, rather than being silently ignored.
 """

@@ -101,4 +101,3 @@ def test_runs_under_mixed_precision():
     output, weights = mha(x, x, x)
     assert output.dtype == "float16" and np.all(np.isfinite(output.numpy()))
     assert mha.wq.kernel.dtype == "float32"
-
