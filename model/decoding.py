@@ -10,7 +10,7 @@ Shared conventions:
     inp: source token ids `(batch, inp_len)`, 0 = padding.
     Returned tokens: `(batch, out_len)` int32, without [START], including [END], then 0s.
     alignment: last decoder layer's cross-attention averaged over heads, `(batch, out_len, inp_len)`:
-        for each output token, how much it attended to each source token.
+        for each output token, how much it attended to each source token; 0 after [END].
 """
 
 import weakref
@@ -104,43 +104,83 @@ def greedy_decode(model, inp, start_id, end_id, max_length=None, min_length=0, j
     def decode_loop(inp, max_length, slots):
         batch_size = tf.shape(inp)[0]
         enc_output, enc_padding_mask = model.encode(inp, training=False)
-        cache = model.init_cache(enc_output, slots)
+        # The rows still decoding: their index in the batch and everything a step reads of them.
+        # The cross-attention keys/values in the cache stand in for `enc_output`.
+        alive = {
+            "rows": tf.range(batch_size),
+            "last_token": tf.fill([batch_size, 1], tf.cast(start_id, tf.int32)),
+            "finished": tf.zeros([batch_size], tf.bool),
+            "enc_padding_mask": enc_padding_mask,
+            "cache": model.init_cache(enc_output, slots),
+        }
 
-        def body(step, last_token, tokens, alignment, scores, finished, cache):
+        def body(step, alive, tokens, alignment, scores):
             logits, attention_weights, cache = model.decode(
-                last_token, enc_output, enc_padding_mask, training=False, cache=cache,
-                cache_update_index=step,
+                alive["last_token"], None, alive["enc_padding_mask"], training=False,
+                cache=alive["cache"], cache_update_index=step,
             )
             log_probs = _forbid_end_before(_next_token_log_probs(logits), step, min_length, end_id)
             next_token = tf.argmax(log_probs, axis=-1, output_type=tf.int32)
             token_log_prob = tf.gather(log_probs, next_token, axis=1, batch_dims=1)
-            scores += tf.where(finished, 0.0, token_log_prob)
+            finished = alive["finished"]
+            token_log_prob = tf.where(finished, 0.0, token_log_prob)
             next_token = tf.where(finished, PAD_ID, next_token)
-            finished |= tf.equal(next_token, end_id)
-            tokens = write_slot(tokens, next_token[:, tf.newaxis], step, axis=1)
-            alignment = write_slot(
-                alignment, _last_layer_alignment(model, attention_weights), step, axis=1)
-            return step + 1, next_token[:, tf.newaxis], tokens, alignment, scores, finished, cache
+            step_alignment = tf.where(
+                finished[:, tf.newaxis], 0.0, _last_layer_alignment(model, attention_weights)[:, 0])
+            if jit_compile:
+                # XLA needs fixed shapes: every row keeps stepping, finished ones writing padding.
+                scores += token_log_prob
+                tokens = write_slot(tokens, next_token[:, tf.newaxis], step, axis=1)
+                alignment = write_slot(alignment, step_alignment[:, tf.newaxis], step, axis=1)
+            else:
+                rows = alive["rows"]
+                at_step = tf.stack([rows, tf.fill(tf.shape(rows), step)], axis=1)
+                scores = tf.tensor_scatter_nd_add(scores, rows[:, tf.newaxis], token_log_prob)
+                tokens = tf.tensor_scatter_nd_update(tokens, at_step, next_token)
+                alignment = tf.tensor_scatter_nd_update(alignment, at_step, step_alignment)
+            alive = {**alive, "last_token": next_token[:, tf.newaxis], "cache": cache,
+                     "finished": finished | tf.equal(next_token, end_id)}
+            if not jit_compile:
+                alive = _drop_finished_rows(alive)
+            return step + 1, alive, tokens, alignment, scores
 
-        def cond(step, last_token, tokens, alignment, scores, finished, cache):
-            return tf.logical_not(tf.reduce_all(finished))
+        def cond(step, alive, tokens, alignment, scores):
+            return tf.logical_not(tf.reduce_all(alive["finished"]))
 
         loop_vars = (
             tf.constant(0),
-            tf.fill([batch_size, 1], tf.cast(start_id, tf.int32)),
+            alive,
             tf.zeros([batch_size, slots], tf.int32),
             tf.zeros([batch_size, slots, tf.shape(inp)[1]], tf.float32),
             tf.zeros([batch_size], tf.float32),
-            tf.zeros([batch_size], tf.bool),
-            cache,
         )
-        steps, _, tokens, alignment, scores, _, _ = tf.while_loop(
-            cond, body, loop_vars, maximum_iterations=max_length
+        shape_invariants = None
+        if not jit_compile:
+            shape_invariants = tf.nest.map_structure(lambda tensor: tensor.shape, loop_vars)
+            shape_invariants = (shape_invariants[0], _unknown_shapes(alive), *shape_invariants[2:])
+        steps, _, tokens, alignment, scores = tf.while_loop(
+            cond, body, loop_vars, shape_invariants=shape_invariants, maximum_iterations=max_length
         )
         return steps, tokens, alignment, scores
 
     steps, tokens, alignment, scores = _run_loop(decode_loop, inp, max_length, jit_compile)
     return {"tokens": tokens[:, :steps], "scores": scores, "alignment": alignment[:, :steps]}
+
+
+def _drop_finished_rows(alive):
+    """Keeps the rows of `alive` (a dict of tensors whose first dimension is the row) that have
+    not finished.
+
+    A batch decodes until its longest output ends; rows that ended earlier would keep paying for
+    full steps. Gathering the rest costs one copy of their cache, so it happens only on the steps
+    where some row ends. Outside XLA only: the batch dimension of the loop changes.
+    """
+    keep = tf.where(tf.logical_not(alive["finished"]))[:, 0]
+    return tf.cond(
+        tf.reduce_any(alive["finished"]),
+        lambda: tf.nest.map_structure(lambda tensor: tf.gather(tensor, keep), alive),
+        lambda: alive,
+    )
 
 
 def _run_loop(decode_loop, inp, max_length, jit_compile):

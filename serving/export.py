@@ -212,15 +212,12 @@ class TranslatorEndpoints:
     def _translate_with_alignments(self, text):
         source_ids, decoded = self._greedy_decode(text)
         target_ids = decoded["tokens"]
-        is_target_token = tf.not_equal(target_ids, PAD_ID)
         return {
             "translation": self.target_tokenizer.detokenize(target_ids),
             "score": decoded["scores"],
             "source_tokens": _pieces_or_empty(self.source_tokenizer, source_ids),
             "target_tokens": _pieces_or_empty(self.target_tokenizer, target_ids),
-            # Finished rows keep stepping while others decode: their attention is meaningless.
-            "alignment": decoded["alignment"]
-            * tf.cast(is_target_token, tf.float32)[:, :, tf.newaxis],
+            "alignment": decoded["alignment"],
         }
 
     def greedy(self, text):

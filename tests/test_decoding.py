@@ -10,6 +10,7 @@ import tensorflow as tf
 from model import Transformer
 from model.decoding import (
     _EAGER_XLA_GREEDY,
+    _drop_finished_rows,
     beam_search_decode,
     greedy_decode,
     length_penalty,
@@ -183,16 +184,38 @@ def test_batch_equals_one_by_one(trained_reverse_model, sources, decode):
         np.testing.assert_array_equal(batched["tokens"][row, :length], single["tokens"][0])
         assert np.all(batched["tokens"].numpy()[row, length:] == 0)
         np.testing.assert_allclose(batched["scores"][row], single["scores"][0], atol=1e-4)
+        np.testing.assert_allclose(
+            batched["alignment"][row, :length], single["alignment"][0], atol=1e-5)
+
+
+def test_finished_rows_leave_the_decoding_batch():
+    alive = {
+        "rows": tf.constant([0, 2, 3]),
+        "finished": tf.constant([False, True, False]),
+        "cache": {"key": tf.reshape(tf.range(3 * 2 * 4, dtype=tf.float32), [3, 2, 4, 1])},
+    }
+    kept = _drop_finished_rows(alive)
+    np.testing.assert_array_equal(kept["rows"], [0, 3])
+    np.testing.assert_array_equal(kept["finished"], [False, False])
+    np.testing.assert_array_equal(kept["cache"]["key"], alive["cache"]["key"].numpy()[[0, 2]])
+
+    none_finished = {**alive, "finished": tf.zeros([3], tf.bool)}
+    unchanged = _drop_finished_rows(none_finished)
+    for name in ("rows", "finished"):
+        np.testing.assert_array_equal(unchanged[name], none_finished[name])
 
 
 def test_alignment_is_a_distribution_over_real_source_tokens(trained_reverse_model, sources):
-    """Alignment rows sum to 1, ignore padding, and on this task point at the mirrored position."""
+    """Alignment rows sum to 1 up to [END] and are 0 after it, ignore padding, and on this task
+    point at the mirrored position."""
     model, _ = trained_reverse_model
     source, labels = sources
     decoded = in_graph(greedy_decode, model)(source)
     alignment = decoded["alignment"].numpy()
     assert alignment.shape == decoded["tokens"].shape + (source.shape[1],)
-    np.testing.assert_allclose(alignment.sum(-1), 1.0, atol=1e-5)
+    is_output_token = decoded["tokens"].numpy() != 0
+    assert not is_output_token.all(), "sources of one length: no row ends early to check"
+    np.testing.assert_allclose(alignment.sum(-1), is_output_token.astype(float), atol=1e-5)
     assert np.all(alignment[np.broadcast_to(source[:, None, :] == 0, alignment.shape)] == 0)
 
     hits, total = 0, 0
