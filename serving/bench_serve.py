@@ -8,7 +8,7 @@ For concurrency 1, 8 and 32 it measures requests/s and p50/p99 latency of
   * the same server with `--enable_batching` (serving/batching.config by default),
 then soaks the batching server with --soak_requests requests and reports the
 growth of its resident memory, and the greedy output length of each sentence
-(a merged batch decodes until its longest one ends). At each concurrency the
+(a merged batch steps until its longest one ends). At each concurrency the
 three setups take turns (--rounds), so a slow spell of a shared machine does not
 land on one of them.
 The servers run as subprocesses so their memory can be measured and the client
@@ -232,8 +232,8 @@ def report(args, command, rows, soak: Load, rss, load_before, output_lengths=Non
         mean, longest = float(np.mean(output_lengths)), max(output_lengths)
         goals.append(
             f"- Greedy output tokens per sentence ([END] included): mean {mean:.1f}, longest "
-            f"{longest}. A merged batch decodes until its longest sentence ends, so when it holds "
-            f"that sentence at most {mean / longest:.0%} of its row-steps are output tokens.")
+            f"{longest}. A merged batch steps until its longest sentence ends; sentences that "
+            f"have ended leave it, so its later steps run on fewer rows.")
     rss_before, rss_after = rss
     growth = 100.0 * (rss_after - rss_before) / rss_before
     if not args.soak_requests:

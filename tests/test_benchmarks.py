@@ -78,7 +78,7 @@ def test_bench_serve_reports_round_ratios_the_aggregate_and_output_lengths():
     assert "**2.7×** requests/s (26.7 vs 10.0; round by round 2.0×, 4.0×)" in body
     assert "Goal ≥ 3×: not met" in body
     assert "- Soak: skipped (--soak_requests 0)." in body
-    assert "mean 5.0, longest 8." in body and "at most 62% of its row-steps" in body
+    assert "mean 5.0, longest 8. A merged batch steps until its longest" in body
 
 
 def test_bench_serve_reports_the_soak_when_one_ran():
