@@ -80,6 +80,9 @@ def _unknown_shapes(structure):
 def greedy_decode(model, inp, start_id, end_id, max_length=None, min_length=0, jit_compile=False):
     """Greedy decoding with the key/value cache: one decoder step per output token.
 
+    A sentence leaves the loop once it has produced [END] (`_drop_finished_rows`), except under
+    XLA, whose shapes are fixed: there every row steps until the last one ends.
+
     Args:
         model: a `Transformer`.
         inp: `(batch, inp_len)` source ids.
@@ -122,17 +125,18 @@ def greedy_decode(model, inp, start_id, end_id, max_length=None, min_length=0, j
             log_probs = _forbid_end_before(_next_token_log_probs(logits), step, min_length, end_id)
             next_token = tf.argmax(log_probs, axis=-1, output_type=tf.int32)
             token_log_prob = tf.gather(log_probs, next_token, axis=1, batch_dims=1)
+            step_alignment = _last_layer_alignment(model, attention_weights)[:, 0]
             finished = alive["finished"]
-            token_log_prob = tf.where(finished, 0.0, token_log_prob)
-            next_token = tf.where(finished, PAD_ID, next_token)
-            step_alignment = tf.where(
-                finished[:, tf.newaxis], 0.0, _last_layer_alignment(model, attention_weights)[:, 0])
             if jit_compile:
-                # XLA needs fixed shapes: every row keeps stepping, finished ones writing padding.
-                scores += token_log_prob
+                # XLA needs fixed shapes: every row steps until the last one ends, and rows that
+                # have ended write padding.
+                next_token = tf.where(finished, PAD_ID, next_token)
+                scores += tf.where(finished, 0.0, token_log_prob)
+                step_alignment = tf.where(finished[:, tf.newaxis], 0.0, step_alignment)
                 tokens = write_slot(tokens, next_token[:, tf.newaxis], step, axis=1)
                 alignment = write_slot(alignment, step_alignment[:, tf.newaxis], step, axis=1)
             else:
+                # No row here has ended (`_drop_finished_rows`): each writes at its batch index.
                 rows = alive["rows"]
                 at_step = tf.stack([rows, tf.fill(tf.shape(rows), step)], axis=1)
                 scores = tf.tensor_scatter_nd_add(scores, rows[:, tf.newaxis], token_log_prob)
