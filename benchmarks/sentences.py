@@ -1,7 +1,7 @@
 """Sentences the benchmarks send to a real translator: Spanish, its source language.
 
 Everyday phrases from one word to seventeen, so that batches mix short and long inputs as real
-traffic does (a merged batch decodes until its longest sentence ends).
+traffic does (a merged batch steps until its longest sentence ends).
 """
 
 SPANISH_SENTENCES = (
