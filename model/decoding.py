@@ -158,12 +158,10 @@ def greedy_decode(model, inp, start_id, end_id, max_length=None, min_length=0, j
             tf.zeros([batch_size, slots, tf.shape(inp)[1]], tf.float32),
             tf.zeros([batch_size], tf.float32),
         )
-        shape_invariants = None
-        if not jit_compile:
-            shape_invariants = tf.nest.map_structure(lambda tensor: tensor.shape, loop_vars)
-            shape_invariants = (shape_invariants[0], _unknown_shapes(alive), *shape_invariants[2:])
         steps, _, tokens, alignment, scores = tf.while_loop(
-            cond, body, loop_vars, shape_invariants=shape_invariants, maximum_iterations=max_length
+            cond, body, loop_vars, maximum_iterations=max_length,
+            # Rows leave outside XLA, so the alive rows' shapes change between steps.
+            shape_invariants=None if jit_compile else _unknown_shapes(loop_vars),
         )
         return steps, tokens, alignment, scores
 
@@ -179,12 +177,11 @@ def _drop_finished_rows(alive):
     full steps. Gathering the rest costs one copy of their cache, so it happens only on the steps
     where some row ends. Outside XLA only: the batch dimension of the loop changes.
     """
-    keep = tf.where(tf.logical_not(alive["finished"]))[:, 0]
-    return tf.cond(
-        tf.reduce_any(alive["finished"]),
-        lambda: tf.nest.map_structure(lambda tensor: tf.gather(tensor, keep), alive),
-        lambda: alive,
-    )
+    def gather_unfinished():
+        keep = tf.where(tf.logical_not(alive["finished"]))[:, 0]
+        return tf.nest.map_structure(lambda tensor: tf.gather(tensor, keep), alive)
+
+    return tf.cond(tf.reduce_any(alive["finished"]), gather_unfinished, lambda: alive)
 
 
 def _run_loop(decode_loop, inp, max_length, jit_compile):
