@@ -107,15 +107,17 @@ def greedy_decode(model, inp, start_id, end_id, max_length=None, min_length=0, j
     def decode_loop(inp, max_length, slots):
         batch_size = tf.shape(inp)[0]
         enc_output, enc_padding_mask = model.encode(inp, training=False)
-        # The rows still decoding: their index in the batch and everything a step reads of them.
-        # The cross-attention keys/values in the cache stand in for `enc_output`.
+        # The rows still decoding: everything a step reads of them, and outside XLA (where rows
+        # leave) their index in the batch. The cache's cross-attention keys/values stand in for
+        # `enc_output`.
         alive = {
-            "rows": tf.range(batch_size),
             "last_token": tf.fill([batch_size, 1], tf.cast(start_id, tf.int32)),
             "finished": tf.zeros([batch_size], tf.bool),
             "enc_padding_mask": enc_padding_mask,
             "cache": model.init_cache(enc_output, slots),
         }
+        if not jit_compile:
+            alive["rows"] = tf.range(batch_size)
 
         def body(step, alive, tokens, alignment, scores):
             logits, attention_weights, cache = model.decode(

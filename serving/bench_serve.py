@@ -201,7 +201,7 @@ def in_process_caller(base_path: str, signature: str, batches: List[List[str]],
 
 def report(args, command, rows, soak: Load, rss, load_before, output_lengths=None) -> str:
     """The Markdown section: setup, the table, the goals and the soak (and, given the greedy
-    output length of each sentence, how much of a merged batch's decoding they use)."""
+    output length of each sentence, how many steps a merged batch runs)."""
     from benchmarks.report import machine_description
 
     by_setup = {(setup, concurrency): result for setup, concurrency, result, _ in rows}
