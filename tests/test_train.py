@@ -171,6 +171,7 @@ def test_mixed_precision_with_xla_trains_like_float32(corpus, tiny_run, tmp_path
                      "--train_steps", "60", "--mixed_precision", "mixed_float16",
                      "--jit_compile", "true", timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
+    assert "batches padded to their length bucket's bound" in result.stderr
     dev_loss = float(result.stdout.rsplit("dev loss ", 1)[1].split(",")[0])
     assert abs(dev_loss - tiny_run["dev_loss"]) < 0.1 * tiny_run["dev_loss"]
     model, *_ = artifacts.load_trained(run_dir)

@@ -104,7 +104,7 @@ def _shift_target(source, target):
 
 
 def make_dataset(source_ids, target_ids, max_length, batch_tokens, shuffle=True, seed=0,
-                 shuffle_buffer=20_000, repeat=True):
+                 shuffle_buffer=20_000, repeat=True, pad_to_bucket=False):
     """Length-bucketed batches of about `batch_tokens` tokens (the larger side counts).
 
     Args:
@@ -114,6 +114,11 @@ def make_dataset(source_ids, target_ids, max_length, batch_tokens, shuffle=True,
             batch_tokens // L sequences.
         shuffle, seed, shuffle_buffer: example order, deterministic for a seed.
         repeat: loop forever (training counts steps, not epochs).
+        pad_to_bucket: pad each batch to its bucket's longest length (the bound minus one)
+            rather than to its own longest sequence, so every batch of a bucket has one shape.
+            For XLA (`--jit_compile`), which compiles the training step once per input shape:
+            unpadded, each (source length, target length) pair of a bucket is a new shape and
+            a new compilation. Costs the padding up to the bucket bound.
 
     Returns:
         `tf.data.Dataset` of `((source, decoder_input), labels)` int32 batches.
@@ -139,6 +144,7 @@ def make_dataset(source_ids, target_ids, max_length, batch_tokens, shuffle=True,
                                                               tf.shape(target)[0]),
         bucket_boundaries=boundaries,
         bucket_batch_sizes=batch_sizes,
+        pad_to_bucket_boundary=pad_to_bucket,
         drop_remainder=False,
     )
     return dataset.map(_shift_target, num_parallel_calls=tf.data.AUTOTUNE).prefetch(

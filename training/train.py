@@ -28,7 +28,7 @@ from training import artifacts
 from training.config import TrainConfig, add_config_arguments, resolve_config
 from training.corpus import CorpusError, load_pairs
 from training.losses import masked_token_losses
-from training.pipeline import bound_lengths, make_dataset, tokenize_pairs
+from training.pipeline import bound_lengths, bucket_boundaries, make_dataset, tokenize_pairs
 from training.schedule import CustomSchedule, paper_adam
 from training.tokenizer import build_tokenizers
 
@@ -226,7 +226,11 @@ def train(config, run_dir, resume=False, preset=None):
     train_ids = prepare_examples(train_pairs, source_tokenizer, target_tokenizer, config, "train")
     dev_ids = prepare_examples(dev_pairs, source_tokenizer, target_tokenizer, config, "dev")
     train_dataset = make_dataset(*train_ids, config.max_length, config.batch_tokens,
-                                 seed=config.seed, shuffle_buffer=config.shuffle_buffer)
+                                 seed=config.seed, shuffle_buffer=config.shuffle_buffer,
+                                 pad_to_bucket=config.jit_compile)
+    if config.jit_compile:
+        logger.info("XLA: batches padded to their length bucket's bound, so the step compiles "
+                    "for at most %d shapes", len(bucket_boundaries(config.max_length)))
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
     train_dataset = train_dataset.with_options(options)

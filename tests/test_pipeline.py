@@ -1,0 +1,111 @@
+"""The training input pipeline: length bounds, bucket boundaries, token-budget batches."""
+
+import numpy as np
+import pytest
+
+from training.pipeline import bound_lengths, bucket_boundaries, make_dataset
+from training.tokenizer import END_ID, START_ID
+
+MAX_LENGTH, BATCH_TOKENS = 40, 256
+
+
+def random_examples(count, seed, max_length=MAX_LENGTH):
+    """`(source_ids, target_ids)`: `[START] ids [END]` of independent random lengths 3..max."""
+    rng = np.random.default_rng(seed)
+
+    def sequence():
+        middle = rng.integers(4, 100, rng.integers(1, max_length - 1))
+        return np.concatenate([[START_ID], middle, [END_ID]]).astype(np.int32)
+
+    return [sequence() for _ in range(count)], [sequence() for _ in range(count)]
+
+
+def unpadded(row):
+    return tuple(int(token) for token in row if token != 0)
+
+
+def batches(dataset):
+    return [(source.numpy(), decoder_input.numpy(), labels.numpy())
+            for (source, decoder_input), labels in dataset]
+
+
+def batch_examples(source, decoder_input, labels):
+    """The `(source, target)` id tuples of a batch, checking that each row is its target shifted:
+    decoder input = target[:-1], labels = target[1:] then padding. (A row shorter than the
+    batch's longest keeps [END] in its decoder input, at a position whose label is padding,
+    so the loss never sees it.)"""
+    examples = []
+    for source_row, input_row, label_row in zip(source, decoder_input, labels):
+        target = (int(input_row[0]),) + unpadded(label_row)
+        assert tuple(input_row[: len(target) - 1].tolist()) == target[:-1]
+        assert not label_row[len(target) - 1:].any()
+        examples.append((unpadded(source_row), target))
+    return examples
+
+
+@pytest.mark.parametrize("max_length", [8, 9, 40, 256])
+def test_bucket_boundaries_grow_geometrically_up_to_max_length(max_length):
+    boundaries = bucket_boundaries(max_length)
+    assert boundaries[-1] == max_length + 1
+    assert all(later > earlier for earlier, later in zip(boundaries, boundaries[1:]))
+    inner = boundaries[:-1]
+    assert all(bound <= max_length for bound in inner)
+    assert all(later <= max(earlier + 1, earlier * 1.25)
+               for earlier, later in zip(inner, inner[1:]))
+
+
+def test_bound_lengths_drops_or_truncates_long_pairs_keeping_end():
+    source, target = random_examples(50, seed=0)
+    limit = 12
+    kept_source, kept_target, dropped = bound_lengths(source, target, limit, "drop")
+    long_pairs = sum(max(len(s), len(t)) > limit for s, t in zip(source, target))
+    assert dropped == long_pairs > 0
+    assert len(kept_source) == len(kept_target) == 50 - long_pairs
+    cut_source, cut_target, none_dropped = bound_lengths(source, target, limit, "truncate")
+    assert none_dropped == 0
+    for original, cut in zip(source + target, cut_source + cut_target):
+        assert len(cut) == min(len(original), limit)
+        assert cut[-1] == END_ID
+        np.testing.assert_array_equal(cut[:-1], original[: len(cut) - 1])
+    with pytest.raises(ValueError, match="long-example policy"):
+        bound_lengths(source, target, limit, "wrap")
+
+
+def test_batches_hold_every_example_once_shifted_and_within_the_token_budget():
+    source, target = random_examples(300, seed=1)
+    seen = []
+    for source_batch, decoder_input, labels in batches(
+            make_dataset(source, target, MAX_LENGTH, BATCH_TOKENS, shuffle=False, repeat=False)):
+        # The larger side counts: decoder input and labels are the target minus one token.
+        assert len(source_batch) * max(source_batch.shape[1], labels.shape[1] + 1) <= BATCH_TOKENS
+        assert decoder_input.shape == labels.shape
+        seen += batch_examples(source_batch, decoder_input, labels)
+    expected = [(tuple(s.tolist()), tuple(t.tolist())) for s, t in zip(source, target)]
+    assert sorted(seen) == sorted(expected)
+
+
+def test_pad_to_bucket_changes_only_the_padding():
+    source, target = random_examples(300, seed=2)
+    options = dict(max_length=MAX_LENGTH, batch_tokens=BATCH_TOKENS, shuffle=False, repeat=False)
+    plain = batches(make_dataset(source, target, **options))
+    padded = batches(make_dataset(source, target, pad_to_bucket=True, **options))
+    assert len(plain) == len(padded)
+    widths = {bound - 1 for bound in bucket_boundaries(MAX_LENGTH)}
+    for plain_batch, padded_batch in zip(plain, padded):
+        padded_source = padded_batch[0]
+        assert padded_source.shape[1] in widths
+        assert padded_source.shape[1] >= plain_batch[0].shape[1]
+        assert batch_examples(*padded_batch) == batch_examples(*plain_batch)
+
+
+def test_pad_to_bucket_gives_one_batch_shape_per_bucket():
+    """What XLA compiles for: the shapes of a long shuffled stream of training batches."""
+    source, target = random_examples(2_000, seed=3)
+
+    def shapes(pad_to_bucket):
+        dataset = make_dataset(source, target, MAX_LENGTH, BATCH_TOKENS,
+                               pad_to_bucket=pad_to_bucket).take(300)
+        return {(src.shape, dec.shape) for (src, dec), _ in dataset}
+
+    buckets = len(bucket_boundaries(MAX_LENGTH))
+    assert len(shapes(pad_to_bucket=True)) <= buckets < len(shapes(pad_to_bucket=False))
