@@ -12,6 +12,8 @@ MODEL_NAME ?= translator
 PORT ?= 8500
 REST_PORT ?= 8501
 TEXT ?= ¿Dónde está mi hermano?
+# pytest-xdist processes for `make test`, one test file each at a time (TEST_WORKERS=0: serial).
+TEST_WORKERS ?= 2
 
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 export PYTHONUNBUFFERED := 1
@@ -32,7 +34,7 @@ $(STAMP): requirements.txt requirements-dev.txt
 	touch $(STAMP)
 
 test: $(STAMP)
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile tests
 
 data: $(STAMP)  ## The embedded Spanish→English corpus (rebuilt only when missing).
 	$(PY) -m training.prepare_data --out data/bible
