@@ -317,9 +317,10 @@ def beam_search_decode(
     Each step expands the `beam_width` alive hypotheses, keeps the 2·beam_width best
     continuations (so that beam_width of them are still alive even if the rest ended), and
     merges the ended ones into the finished set, scored by log P(y | x) / length_penalty(|y|).
-    It stops once no alive hypothesis can still beat the worst finished one: log-probabilities
-    only fall as a hypothesis grows, so an alive one's best reachable score is
-    log_prob / length_penalty(max_length).
+    A sentence's search is over once no alive hypothesis can still beat its worst finished one:
+    log-probabilities only fall as a hypothesis grows, so an alive one's best reachable score is
+    log_prob / length_penalty(max_length). Its best hypothesis is then stored and the sentence
+    leaves the loop (`_search_is_over`), which runs until the last sentence's search is over.
 
     Args:
         model: a `Transformer`.
@@ -339,11 +340,33 @@ def beam_search_decode(
     if max_length is None:
         max_length = max_output_length(inp, limit=model.pe_target - 1)
     enc_output, enc_padding_mask = model.encode(inp, training=False)
-    enc_output = _tile_beams(enc_output, beam_width)
-    enc_padding_mask = _tile_beams(enc_padding_mask, beam_width)
-    cache = model.init_cache(enc_output, max_length)
 
-    def reorder_self_caches(cache, origins):
+    # The sentences still searching. `sentences` entries are `(sentences, ...)` or
+    # `(sentences, beam, ...)`; `beams` entries, what the decoder reads, `(sentences * beam, ...)`.
+    # Only beam 0 starts alive; the others would duplicate it.
+    empty_seq = tf.zeros([batch_size, beam_width, 0], tf.int32)
+    empty_alignment = tf.zeros([batch_size, beam_width, 0, inp_len], tf.float32)
+    searching = {
+        "sentences": {
+            "rows": tf.range(batch_size),
+            "alive_seq": empty_seq,
+            "alive_log_probs": tf.tile(
+                tf.concat([[0.0], tf.fill([beam_width - 1], NEG_INF)], axis=0)[tf.newaxis],
+                [batch_size, 1]),
+            "alive_alignment": empty_alignment,
+            "finished_seq": empty_seq,
+            "finished_scores": tf.fill([batch_size, beam_width], NEG_INF),
+            "finished_alignment": empty_alignment,
+        },
+        "beams": {
+            "last_tokens": tf.fill([batch_size * beam_width, 1], tf.cast(start_id, tf.int32)),
+            "enc_padding_mask": _tile_beams(enc_padding_mask, beam_width),
+            # The cross-attention keys/values stand in for the encoder output from here on.
+            "cache": model.init_cache(_tile_beams(enc_output, beam_width), max_length),
+        },
+    }
+
+    def reorder_self_caches(cache, origins, sentences):
         """Alive beams may come from any parent beam: their self-attention history follows them.
 
         Cross-attention caches are identical across the beams of one sentence, so stay as they are.
@@ -352,8 +375,8 @@ def beam_search_decode(
             layer: {
                 "self": {
                     name: _merge_beams(
-                        _gather_beams(_split_beams(t, batch_size, beam_width), origins),
-                        batch_size, beam_width,
+                        _gather_beams(_split_beams(t, sentences, beam_width), origins),
+                        sentences, beam_width,
                     )
                     for name, t in layer_cache["self"].items()
                 },
@@ -362,28 +385,31 @@ def beam_search_decode(
             for layer, layer_cache in cache.items()
         }
 
-    def body(step, last_tokens, alive_seq, alive_log_probs, alive_alignment,
-             finished_seq, finished_scores, finished_alignment, cache):
+    def beam_step(step, sentences, beams):
+        """One step of every searching sentence: the updated `(sentences, beams)`."""
+        count = tf.shape(sentences["rows"])[0]
         logits, attention_weights, cache = model.decode(
-            last_tokens, enc_output, enc_padding_mask, training=False, cache=cache,
-            cache_update_index=step,
+            beams["last_tokens"], None, beams["enc_padding_mask"], training=False,
+            cache=beams["cache"], cache_update_index=step,
         )
         log_probs = _forbid_end_before(_next_token_log_probs(logits), step, min_length, end_id)
-        log_probs = _split_beams(log_probs, batch_size, beam_width)
+        log_probs = _split_beams(log_probs, count, beam_width)
         step_alignment = _split_beams(
-            _last_layer_alignment(model, attention_weights), batch_size, beam_width
+            _last_layer_alignment(model, attention_weights), count, beam_width
         )
 
         # The 2k best continuations over all beams and tokens.
-        candidates = tf.reshape(alive_log_probs[:, :, tf.newaxis] + log_probs, [batch_size, -1])
+        candidates = tf.reshape(sentences["alive_log_probs"][:, :, tf.newaxis] + log_probs,
+                                [count, -1])
         top_log_probs, top_indices = tf.math.top_k(candidates, k=2 * beam_width)
         top_origins = top_indices // vocab_size
         top_tokens = top_indices % vocab_size
         top_seq = tf.concat(
-            [_gather_beams(alive_seq, top_origins), top_tokens[:, :, tf.newaxis]], axis=2
+            [_gather_beams(sentences["alive_seq"], top_origins), top_tokens[:, :, tf.newaxis]],
+            axis=2,
         )
         top_alignment = tf.concat(
-            [_gather_beams(alive_alignment, top_origins),
+            [_gather_beams(sentences["alive_alignment"], top_origins),
              _gather_beams(step_alignment, top_origins)], axis=2,
         )
         top_ended = tf.cast(tf.equal(top_tokens, end_id), tf.float32)
@@ -393,63 +419,103 @@ def beam_search_decode(
             top_log_probs + top_ended * NEG_INF, k=beam_width
         )
         alive_seq = _gather_beams(top_seq, alive_choice)
-        alive_alignment = _gather_beams(top_alignment, alive_choice)
-        cache = reorder_self_caches(cache, _gather_beams(top_origins, alive_choice))
 
         # Finished: the k best among the previous finished and the continuations that ended now.
         new_scores = top_log_probs / length_penalty(step + 1, alpha) + (1.0 - top_ended) * NEG_INF
-        padded_finished = tf.pad(finished_seq, [[0, 0], [0, 0], [0, 1]])
-        padded_alignment = tf.pad(finished_alignment, [[0, 0], [0, 0], [0, 1], [0, 0]])
+        padded_finished = tf.pad(sentences["finished_seq"], [[0, 0], [0, 0], [0, 1]])
+        padded_alignment = tf.pad(sentences["finished_alignment"], [[0, 0], [0, 0], [0, 1], [0, 0]])
         finished_scores, finished_choice = tf.math.top_k(
-            tf.concat([finished_scores, new_scores], axis=1), k=beam_width
+            tf.concat([sentences["finished_scores"], new_scores], axis=1), k=beam_width
         )
-        finished_seq = _gather_beams(tf.concat([padded_finished, top_seq], axis=1), finished_choice)
-        finished_alignment = _gather_beams(
-            tf.concat([padded_alignment, top_alignment], axis=1), finished_choice
-        )
-        last_tokens = tf.reshape(alive_seq[:, :, -1], [-1, 1])
-        return (step + 1, last_tokens, alive_seq, alive_log_probs, alive_alignment,
-                finished_seq, finished_scores, finished_alignment, cache)
+        sentences = {
+            "rows": sentences["rows"],
+            "alive_seq": alive_seq,
+            "alive_log_probs": alive_log_probs,
+            "alive_alignment": _gather_beams(top_alignment, alive_choice),
+            "finished_seq": _gather_beams(tf.concat([padded_finished, top_seq], axis=1),
+                                          finished_choice),
+            "finished_scores": finished_scores,
+            "finished_alignment": _gather_beams(
+                tf.concat([padded_alignment, top_alignment], axis=1), finished_choice),
+        }
+        beams = {
+            **beams,
+            "last_tokens": tf.reshape(alive_seq[:, :, -1], [-1, 1]),
+            "cache": reorder_self_caches(cache, _gather_beams(top_origins, alive_choice), count),
+        }
+        return sentences, beams
 
-    def cond(step, last_tokens, alive_seq, alive_log_probs, alive_alignment,
-             finished_seq, finished_scores, finished_alignment, cache):
-        best_alive = alive_log_probs[:, 0] / length_penalty(max_length, alpha)
-        worst_finished = tf.reduce_min(finished_scores, axis=1)
-        return tf.reduce_any(best_alive > worst_finished)
+    def store(outputs, sentences, which):
+        """`outputs` with the best hypotheses of `sentences[which]` written at their rows."""
+        best = _best_hypotheses(
+            tf.nest.map_structure(lambda t: tf.gather(t, which), sentences), alpha)
+        rows = tf.gather(sentences["rows"], which)[:, tf.newaxis]
+        room = max_length - tf.shape(best["tokens"])[1]
+        return {
+            "tokens": tf.tensor_scatter_nd_update(
+                outputs["tokens"], rows, tf.pad(best["tokens"], [[0, 0], [0, room]])),
+            "alignment": tf.tensor_scatter_nd_update(
+                outputs["alignment"], rows, tf.pad(best["alignment"], [[0, 0], [0, room], [0, 0]])),
+            "scores": tf.tensor_scatter_nd_update(outputs["scores"], rows, best["scores"]),
+        }
 
-    # Only beam 0 starts alive; the others would duplicate it.
-    initial_log_probs = tf.tile(
-        tf.concat([[0.0], tf.fill([beam_width - 1], NEG_INF)], axis=0)[tf.newaxis], [batch_size, 1]
-    )
-    empty_seq = tf.zeros([batch_size, beam_width, 0], tf.int32)
-    empty_alignment = tf.zeros([batch_size, beam_width, 0, inp_len], tf.float32)
+    def body(step, searching, outputs):
+        sentences, beams = beam_step(step, searching["sentences"], searching["beams"])
+        over = _search_is_over(sentences, max_length, alpha)
+
+        def store_and_drop_finished_searches():
+            keep = tf.where(tf.logical_not(over))[:, 0]
+            keep_beams = tf.reshape(
+                keep[:, tf.newaxis] * beam_width + tf.range(beam_width, dtype=keep.dtype), [-1])
+            kept = {
+                "sentences": tf.nest.map_structure(lambda t: tf.gather(t, keep), sentences),
+                "beams": tf.nest.map_structure(lambda t: tf.gather(t, keep_beams), beams),
+            }
+            return kept, store(outputs, sentences, tf.where(over)[:, 0])
+
+        return (step + 1,) + tf.cond(
+            tf.reduce_any(over), store_and_drop_finished_searches,
+            lambda: ({"sentences": sentences, "beams": beams}, outputs))
+
+    def cond(step, searching, outputs):
+        return tf.size(searching["sentences"]["rows"]) > 0
+
     loop_vars = (
         tf.constant(0),
-        tf.fill([batch_size * beam_width, 1], tf.cast(start_id, tf.int32)),
-        empty_seq, initial_log_probs, empty_alignment,
-        empty_seq, tf.fill([batch_size, beam_width], NEG_INF), empty_alignment,
-        cache,
+        searching,
+        {"tokens": tf.zeros([batch_size, max_length], tf.int32),
+         "alignment": tf.zeros([batch_size, max_length, inp_len], tf.float32),
+         "scores": tf.zeros([batch_size], tf.float32)},
     )
-    seq_shape = tf.TensorShape([None, beam_width, None])
-    alignment_shape = tf.TensorShape([None, beam_width, None, None])
-    shape_invariants = (
-        tf.TensorShape([]), tf.TensorShape([None, 1]),
-        seq_shape, tf.TensorShape([None, beam_width]), alignment_shape,
-        seq_shape, tf.TensorShape([None, beam_width]), alignment_shape,
-        _unknown_shapes(cache),
+    steps, searching, outputs = tf.while_loop(
+        cond, body, loop_vars, shape_invariants=_unknown_shapes(loop_vars),
+        maximum_iterations=max_length,
     )
-    (_, _, alive_seq, alive_log_probs, alive_alignment,
-     finished_seq, finished_scores, finished_alignment, _) = tf.while_loop(
-        cond, body, loop_vars, shape_invariants=shape_invariants, maximum_iterations=max_length
-    )
+    # Sentences still searching when max_length cut the loop short.
+    sentences = searching["sentences"]
+    outputs = store(outputs, sentences, tf.range(tf.shape(sentences["rows"])[0]))
+    return {"tokens": outputs["tokens"][:, :steps], "scores": outputs["scores"],
+            "alignment": outputs["alignment"][:, :steps]}
 
-    # A sentence with no finished hypothesis (max_length reached) falls back to its best alive one.
-    has_finished = finished_scores[:, 0] > NEG_INF / 2
-    alive_scores = alive_log_probs[:, 0] / length_penalty(tf.shape(alive_seq)[2], alpha)
+
+def _search_is_over(sentences, max_length, alpha):
+    """`(sentences,)` bool: no alive hypothesis can still beat the worst finished one."""
+    best_alive = sentences["alive_log_probs"][:, 0] / length_penalty(max_length, alpha)
+    return best_alive <= tf.reduce_min(sentences["finished_scores"], axis=1)
+
+
+def _best_hypotheses(sentences, alpha):
+    """Each sentence's best finished hypothesis, or its best alive one if none has finished
+    (max_length reached): dict of `tokens` `(n, len)`, `scores` `(n,)`, `alignment`."""
+    has_finished = sentences["finished_scores"][:, 0] > NEG_INF / 2
+    alive_seq = sentences["alive_seq"]
+    alive_length = tf.shape(alive_seq)[2]
+    alive_scores = sentences["alive_log_probs"][:, 0] / length_penalty(alive_length, alpha)
     return {
-        "tokens": tf.where(has_finished[:, tf.newaxis], finished_seq[:, 0], alive_seq[:, 0]),
-        "scores": tf.where(has_finished, finished_scores[:, 0], alive_scores),
-        "alignment": tf.where(
-            has_finished[:, tf.newaxis, tf.newaxis], finished_alignment[:, 0], alive_alignment[:, 0]
-        ),
+        "tokens": tf.where(has_finished[:, tf.newaxis], sentences["finished_seq"][:, 0],
+                           alive_seq[:, 0]),
+        "scores": tf.where(has_finished, sentences["finished_scores"][:, 0], alive_scores),
+        "alignment": tf.where(has_finished[:, tf.newaxis, tf.newaxis],
+                              sentences["finished_alignment"][:, 0],
+                              sentences["alive_alignment"][:, 0]),
     }

@@ -188,6 +188,45 @@ def test_batch_equals_one_by_one(trained_reverse_model, sources, decode):
             batched["alignment"][row, :length], single["alignment"][0], atol=1e-5)
 
 
+class DecoderRowCounter:
+    """A model that counts the rows its decoder steps: `Transformer.decode` calls by batch size."""
+
+    def __init__(self, model):
+        self.model = model
+        self.rows = tf.Variable(0)
+
+    def __getattr__(self, name):
+        return getattr(self.model, name)
+
+    def decode(self, tar, *args, **kwargs):
+        outputs = self.model.decode(tar, *args, **kwargs)
+        with tf.control_dependencies([self.rows.assign_add(tf.shape(tar)[0])]):
+            return tf.nest.map_structure(tf.identity, outputs)
+
+
+@pytest.mark.parametrize("decode", [greedy_decode, beam_search_decode], ids=["greedy", "beam"])
+def test_each_sentence_of_a_batch_steps_only_as_long_as_alone(trained_reverse_model, sources,
+                                                               decode):
+    """A sentence leaves the batch's loop once its decoding is over: the decoder steps as many
+    rows for the batch as for its sentences one by one, not the longest one's steps each."""
+    model, _ = trained_reverse_model
+    source, _ = sources
+    counter = DecoderRowCounter(model)
+    translate = tf.function(lambda inp: decode(counter, inp, START, END)["tokens"],
+                            reduce_retracing=True)
+
+    def decoder_rows(inp):
+        counter.rows.assign(0)
+        tokens = translate(tf.constant(inp)).numpy()
+        return int(counter.rows.numpy()), tokens.shape[1]
+
+    batch_rows, batch_steps = decoder_rows(source)
+    one_by_one = [decoder_rows(source[row: row + 1])[0] for row in range(len(source))]
+    assert batch_rows == sum(one_by_one)
+    rows_per_step = max(one_by_one) // batch_steps  # 1, or the beam width
+    assert batch_rows < len(source) * batch_steps * rows_per_step, "no sentence ended early"
+
+
 def test_finished_rows_leave_the_decoding_batch():
     alive = {
         "rows": tf.constant([0, 2, 3]),
