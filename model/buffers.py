@@ -17,12 +17,15 @@ def write_slot(buffer, new, index, axis):
     Returns:
         A tensor shaped as `buffer`.
 
-    A decoding step must cost O(what it writes), not a copy of the whole buffer (a `tf.where` over
-    the slots did that: a quarter of the exported greedy decoder's time at batch 16). Without XLA
-    this is TensorStridedSliceUpdate, a core op that TF Serving runs: the executor updates the
-    buffer in place when the old value has no other reader, as in a decoding loop. XLA needs that
+    Without XLA this is TensorStridedSliceUpdate, a core op that TF Serving runs. Inside a
+    `tf.while_loop` it still copies the buffer once per write: the loop holds a reference to its
+    state while the body runs, so the kernel cannot take the buffer over (measured: about 0.35 ms
+    per step for a 2.4 MB buffer, the same with `parallel_iterations=1`). That is one pass over
+    the buffer, as attention's read of the cache is; the `tf.where` over all slots it replaced
+    read three (a quarter of the exported greedy decoder's time at batch 16). XLA needs the
     op's slice bounds as constants, so under XLA it is XLA's own dynamic-update-slice (the op
-    behind `keras.ops.slice_update`), which has no kernel outside XLA.
+    behind `keras.ops.slice_update`), which has no kernel outside XLA and which XLA does update
+    in place (about 0.07 ms per step for the same buffer).
     """
     rank = buffer.shape.rank
     index = tf.cast(index, tf.int32)
