@@ -5,6 +5,11 @@ from tensorflow.compiler.tf2xla.python import xla as tf2xla
 from tensorflow.python.ops import control_flow_util
 
 
+def in_xla_context():
+    """Whether the ops being built will be compiled by XLA (inside a `jit_compile` function)."""
+    return control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
+
+
 def write_slot(buffer, new, index, axis):
     """`buffer` with `new` written at positions `index .. index + n - 1` of `axis`.
 
@@ -30,7 +35,7 @@ def write_slot(buffer, new, index, axis):
     rank = buffer.shape.rank
     index = tf.cast(index, tf.int32)
     start = tf.one_hot(axis, rank, on_value=index, off_value=0, dtype=tf.int32)
-    if control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph()):
+    if in_xla_context():
         return tf2xla.dynamic_update_slice(buffer, new, start)
     length = tf.one_hot(axis, rank, on_value=tf.shape(new)[axis], off_value=0, dtype=tf.int32)
     whole_other_axes = (1 << rank) - 1 - (1 << axis)  # begin/end mask bits: take the axis whole.

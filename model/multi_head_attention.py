@@ -4,7 +4,7 @@ import keras
 import tensorflow as tf
 
 from model.attention import scaled_dot_product_attention
-from model.buffers import write_slot
+from model.buffers import in_xla_context, write_slot
 from model.masks import AttentionMaskArgument
 
 
@@ -109,8 +109,16 @@ class MultiHeadAttention(AttentionMaskArgument, keras.layers.Layer):
             key_value = {name: write_slot(cache[name], new[name], cache_update_index, axis=2)
                          for name in ("key", "value")}
 
+        attended = key_value
+        if cache is not None and k is not None and not in_xla_context():
+            # XLA needs every step to have the same shapes; a plain graph does not, so there a
+            # step attends over the slots written so far, not the whole cache: its cost grows
+            # with the position instead of being the longest output's at every step.
+            written = cache_update_index + tf.shape(q)[1]
+            attended = {name: tensor[:, :, :written] for name, tensor in key_value.items()}
+            mask = None if mask is None else mask[..., :written]
         scaled_attention, attention_weights = scaled_dot_product_attention(
-            q_heads, key_value["key"], key_value["value"], mask
+            q_heads, attended["key"], attended["value"], mask
         )
         # (batch, num_heads, seq_len_q, depth) → (batch, seq_len_q, d_model): concatenate the heads.
         scaled_attention = tf.transpose(scaled_attention, perm=[0, 2, 1, 3])

@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from model import MultiHeadAttention, create_cache_mask, create_look_ahead_mask
 from tests.keras_reference import keras_attention_mask, keras_mha_like
@@ -47,23 +48,27 @@ def test_equals_keras_multi_head_attention(masked):
     np.testing.assert_allclose(output, expected_output, atol=1e-5)
 
 
-def test_cache_writes_keys_and_values_step_by_step():
+@pytest.mark.parametrize("jit_compile", [False, True], ids=["graph", "xla"])
+def test_cache_writes_keys_and_values_step_by_step(jit_compile):
     """Feeding tokens one at a time through the cache equals masked attention over the sequence,
-    with the cache one slot larger than needed (the spare slot stays masked and zero)."""
+    with the cache one slot larger than needed (the spare slot stays masked and zero). Outside
+    XLA a step attends over the slots written so far; under XLA over the whole cache, the slots
+    not yet written weighted 0."""
     rng = np.random.default_rng(1)
     x = rng.normal(size=(2, 5, 16)).astype(np.float32)
     mha = MultiHeadAttention(16, 2)
     full_output, full_weights = mha(x, x, x, create_look_ahead_mask(5))
+    step = tf.function(
+        lambda token, cache, t: mha(token, token, token, create_cache_mask(6, t), cache=cache,
+                                    cache_update_index=t),
+        jit_compile=jit_compile)
 
     cache = mha.empty_cache(batch_size=2, max_length=6)
     step_outputs = []
     for t in range(5):
-        token = x[:, t: t + 1]
-        output, weights, cache = mha(
-            token, token, token, create_cache_mask(6, t), cache=cache, cache_update_index=t
-        )
+        output, weights, cache = step(x[:, t: t + 1], cache, tf.constant(t))
         step_outputs.append(output)
-        assert weights.shape == (2, 2, 1, 6)
+        assert weights.shape == (2, 2, 1, 6 if jit_compile else t + 1)
         np.testing.assert_allclose(weights[:, :, 0, : t + 1], full_weights[:, :, t, : t + 1], atol=1e-6)
         np.testing.assert_array_equal(weights[:, :, 0, t + 1:], 0.0)
     assert cache["key"].shape == (2, 2, 6, 8)
