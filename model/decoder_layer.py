@@ -32,8 +32,9 @@ class DecoderLayer(keras.layers.Layer):
 
     Returns:
         `(out, self_attention_weights, cross_attention_weights)`: out `(batch, tar_len, d_model)`,
-        weights `(batch, num_heads, tar_len, tar_len or cache_slots)` and `(batch, num_heads, tar_len,
-        inp_len)`; with a `cache`, the updated cache as a fourth element.
+        weights `(batch, num_heads, tar_len, tar_len)` (cached: the cache slots under XLA, the
+        written ones otherwise) and `(batch, num_heads, tar_len, inp_len)`; with a `cache`, the
+        updated cache as a fourth element.
     """
 
     def __init__(self, d_model, num_heads, dff, rate=0.1, norm_first=False, **kwargs):

@@ -26,17 +26,18 @@ class MultiHeadAttention(AttentionMaskArgument, keras.layers.Layer):
         mask: optional, broadcastable to `(batch, num_heads, seq_len_q, seq_len_k)`, 1 = may not attend.
         cache: optional dict `{"key", "value"}` of projected heads `(batch, num_heads, slots, depth)`.
             With `k`/`v` given (decoder self-attention, one position per call), their projections
-            are written into slot `cache_update_index` of a fixed-size cache from `empty_cache`, and
-            the query attends over every slot: `mask` must hide the slots not yet written. With
-            `k`/`v` None the cache is used as is (cross-attention over an encoder output projected
-            once by `compute_key_value`).
+            are written into slot `cache_update_index` of a fixed-size cache from `empty_cache`.
+            Under XLA the query then attends over every slot, and `mask` must hide the slots not
+            yet written; in a plain graph it attends over the written slots only (`mask` is cut
+            to them). With `k`/`v` None the cache is used as is (cross-attention over an encoder
+            output projected once by `compute_key_value`).
         cache_update_index: int32 scalar, the slot the new position goes to (with `k`/`v` and a
             cache).
 
     Returns:
         `(output, attention_weights)`: output `(batch, seq_len_q, d_model)`, weights
-        `(batch, num_heads, seq_len_q, seq_len_k)`; with a `cache`, also the updated cache as a
-        third element.
+        `(batch, num_heads, seq_len_q, seq_len_k)` (written into a cache: `slots` under XLA, the
+        written slots otherwise); with a `cache`, also the updated cache as a third element.
     """
 
     def __init__(self, d_model, num_heads, **kwargs):
