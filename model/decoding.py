@@ -77,6 +77,11 @@ def _unknown_shapes(structure):
     return tf.nest.map_structure(lambda tensor: tf.TensorShape([None] * tensor.shape.rank), structure)
 
 
+def _take_rows(structure, rows):
+    """Every tensor of `structure` (a nest of tensors whose first dimension is the row) at `rows`."""
+    return tf.nest.map_structure(lambda tensor: tf.gather(tensor, rows), structure)
+
+
 def greedy_decode(model, inp, start_id, end_id, max_length=None, min_length=0, jit_compile=False):
     """Greedy decoding with the key/value cache: one decoder step per output token.
 
@@ -181,7 +186,7 @@ def _drop_finished_rows(alive):
     """
     def gather_unfinished():
         keep = tf.where(tf.logical_not(alive["finished"]))[:, 0]
-        return tf.nest.map_structure(lambda tensor: tf.gather(tensor, keep), alive)
+        return _take_rows(alive, keep)
 
     return tf.cond(tf.reduce_any(alive["finished"]), gather_unfinished, lambda: alive)
 
@@ -447,9 +452,9 @@ def beam_search_decode(
 
     def store(outputs, sentences, which):
         """`outputs` with the best hypotheses of `sentences[which]` written at their rows."""
-        best = _best_hypotheses(
-            tf.nest.map_structure(lambda t: tf.gather(t, which), sentences), alpha)
-        rows = tf.gather(sentences["rows"], which)[:, tf.newaxis]
+        chosen = _take_rows(sentences, which)
+        best = _best_hypotheses(chosen, alpha)
+        rows = chosen["rows"][:, tf.newaxis]
         room = max_length - tf.shape(best["tokens"])[1]
         return {
             "tokens": tf.tensor_scatter_nd_update(
@@ -468,8 +473,8 @@ def beam_search_decode(
             keep_beams = tf.reshape(
                 keep[:, tf.newaxis] * beam_width + tf.range(beam_width, dtype=keep.dtype), [-1])
             kept = {
-                "sentences": tf.nest.map_structure(lambda t: tf.gather(t, keep), sentences),
-                "beams": tf.nest.map_structure(lambda t: tf.gather(t, keep_beams), beams),
+                "sentences": _take_rows(sentences, keep),
+                "beams": _take_rows(beams, keep_beams),
             }
             return kept, store(outputs, sentences, tf.where(over)[:, 0])
 
