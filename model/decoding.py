@@ -450,11 +450,10 @@ def beam_search_decode(
         }
         return sentences, beams
 
-    def store(outputs, sentences, which):
-        """`outputs` with the best hypotheses of `sentences[which]` written at their rows."""
-        chosen = _take_rows(sentences, which)
-        best = _best_hypotheses(chosen, alpha)
-        rows = chosen["rows"][:, tf.newaxis]
+    def store(outputs, sentences):
+        """`outputs` with the best hypotheses of `sentences` written at their rows."""
+        best = _best_hypotheses(sentences, alpha)
+        rows = sentences["rows"][:, tf.newaxis]
         room = max_length - tf.shape(best["tokens"])[1]
         return {
             "tokens": tf.tensor_scatter_nd_update(
@@ -476,7 +475,7 @@ def beam_search_decode(
                 "sentences": _take_rows(sentences, keep),
                 "beams": _take_rows(beams, keep_beams),
             }
-            return kept, store(outputs, sentences, tf.where(over)[:, 0])
+            return kept, store(outputs, _take_rows(sentences, tf.where(over)[:, 0]))
 
         return (step + 1,) + tf.cond(
             tf.reduce_any(over), store_and_drop_finished_searches,
@@ -497,8 +496,7 @@ def beam_search_decode(
         maximum_iterations=max_length,
     )
     # Sentences still searching when max_length cut the loop short.
-    sentences = searching["sentences"]
-    outputs = store(outputs, sentences, tf.range(tf.shape(sentences["rows"])[0]))
+    outputs = store(outputs, searching["sentences"])
     return {"tokens": outputs["tokens"][:, :steps], "scores": outputs["scores"],
             "alignment": outputs["alignment"][:, :steps]}
 

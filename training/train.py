@@ -229,8 +229,8 @@ def train(config, run_dir, resume=False, preset=None):
                                  seed=config.seed, shuffle_buffer=config.shuffle_buffer,
                                  pad_to_bucket=config.jit_compile)
     if config.jit_compile:
-        logger.info("XLA: batches padded to their length bucket's bound, so the step compiles "
-                    "for at most %d shapes", len(bucket_boundaries(config.max_length)))
+        logger.info("XLA: batches padded to their length bucket's bound, so they come in at "
+                    "most %d shapes", len(bucket_boundaries(config.max_length)))
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
     train_dataset = train_dataset.with_options(options)
