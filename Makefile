@@ -23,7 +23,7 @@ SERVER_FLAGS := --port=$(PORT) --rest_api_port=$(REST_PORT) --model_name=$(MODEL
 	--batching_parameters_file=serving/batching.config
 
 .PHONY: setup test data train evaluate export serve query demo notebooks \
-	bench-train bench-decode bench-serve clean-venv
+	bench-train bench-decode bench-serve bench-tokenizer clean-venv
 
 setup: $(STAMP)
 
@@ -33,7 +33,8 @@ $(STAMP): requirements.txt requirements-dev.txt
 	$(PY) -m pip install --quiet -r requirements-dev.txt
 	touch $(STAMP)
 
-test: $(STAMP)
+# The tokenizer tests read every sentence of the embedded corpus: `data` builds it when missing.
+test: $(STAMP) data
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile tests
 
 data: $(STAMP)  ## The embedded Spanish→English corpus (rebuilt only when missing).
@@ -67,6 +68,9 @@ notebooks: $(STAMP)
 
 bench-train: $(STAMP)
 	$(PY) -m benchmarks.bench_train --output BENCHMARKS.md
+
+bench-tokenizer: $(STAMP) data  ## Vocabulary learning time, in-graph throughput, losslessness.
+	$(PY) -m benchmarks.bench_tokenizer --output BENCHMARKS.md
 
 bench-decode: $(STAMP)
 	$(PY) -m benchmarks.bench_decode --output BENCHMARKS.md

@@ -39,7 +39,8 @@ from benchmarks.sentences import SPANISH_SENTENCES
 from model import Transformer
 from model.decoding import beam_search_decode, greedy_decode, naive_greedy_decode
 from serving import export
-from training.tokenizer import END_ID, RESERVED_TOKENS, START_ID, SubwordTokenizer
+from model.special_tokens import END_ID, RESERVED_TOKENS, START_ID
+from model.tokenizer import WordPieceTokenizer
 
 SECTION_TITLE = "Decoding"
 NAIVE, CACHED, BEAM = "naive greedy (no cache)", "cached greedy", "beam search (beam {beam})"
@@ -221,7 +222,7 @@ def main(argv=None):
     keras.utils.set_random_seed(args.seed)
 
     vocab = synthetic_vocab(args.vocab_size)
-    tokenizer = SubwordTokenizer(vocab)
+    tokenizer = WordPieceTokenizer(vocab)
     model = build_model(args)
     max_batch = max(args.batch_sizes)
     texts = random_sentences(vocab, max_batch, args.source_words, args.seed)

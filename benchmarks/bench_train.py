@@ -21,7 +21,7 @@ from training import artifacts
 from training.config import resolve_config
 from training.corpus import load_pairs
 from training.pipeline import bound_lengths, make_dataset, tokenize_pairs
-from training.tokenizer import build_tokenizers
+from training.vocabulary import build_run_tokenizers
 from training.train import Trainer, make_optimizer
 
 
@@ -106,9 +106,7 @@ def main(argv=None):
 
     config = resolve_config(args.preset, overrides={"data": args.data, "dropout": 0.0})
     pairs = load_pairs(args.data, "train")
-    source_tokenizer, target_tokenizer = build_tokenizers(
-        pairs, config.vocab_size, args.vocab_dir, shared=config.shared_vocab,
-        lower_case=config.lower_case)
+    source_tokenizer, target_tokenizer = build_run_tokenizers(pairs, config, args.vocab_dir)
     source_ids, target_ids, _ = bound_lengths(
         *tokenize_pairs(pairs, source_tokenizer, target_tokenizer), config.max_length)
     source_vocab, target_vocab = source_tokenizer.vocab_size, target_tokenizer.vocab_size

@@ -2,7 +2,7 @@
 
 import tensorflow as tf
 
-PAD_ID = 0
+from model.special_tokens import PAD_ID
 
 
 def create_padding_mask(seq):

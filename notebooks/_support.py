@@ -1,7 +1,7 @@
 """Helpers shared by the notebooks, so that their cells stay about the Transformer.
 
 Where the repository is, which trained run a notebook shows (or a quick one trained on the spot
-in fast mode), and attention heatmaps. (Training curves come from `training.curves`.)
+in fast mode), subword pieces as readable labels, and attention heatmaps. (Training curves come from `training.curves`.)
 
 Fast mode: with the environment variable `NOTEBOOK_FAST=1` (the notebook tests set it), or when
 no trained run exists (a fresh checkout, CI), the training notebooks train the `tiny` preset for
@@ -94,6 +94,16 @@ def train_fast_run(work_dir):
     run_dir = str(pathlib.Path(work_dir) / "run")
     train(fast_config(work_dir), run_dir, preset=FAST_PRESET)
     return run_dir
+
+
+# SentencePiece marks the start of a word with U+2581 "▁"; plots show it as the visible space "␣".
+WORD_MARKER, VISIBLE_SPACE = "\u2581", "\u2423"
+
+
+def readable_pieces(pieces):
+    """Subword pieces (str or UTF-8 bytes) as tick labels: "▁" shown as "␣", byte pieces kept."""
+    return [(piece.decode() if isinstance(piece, bytes) else piece).replace(WORD_MARKER, VISIBLE_SPACE)
+            for piece in pieces]
 
 
 def plot_attention(ax, weights, key_labels, query_labels, title=None, colorbar=False):

@@ -18,13 +18,14 @@ Signatures (input `text`: tf.string `[batch]`; every output's first dimension is
     serving_default  greedy decoding with the key/value cache:
                      `translation` string [batch], `score` float32 [batch] (summed log-probability)
     beam_search      beam search (GNMT length penalty): `translation`, `score` (length-normalized)
-    alignments       greedy, plus `source_tokens` string [batch, S] (wordpieces as the model saw
+    alignments       greedy, plus `source_tokens` string [batch, S] (subword pieces as the model saw
                      them, [START]/[END] included, "" padding), `target_tokens` string [batch, T]
                      ("" after [END]) and `alignment` float32 [batch, T, S] (last decoder layer's
                      cross-attention averaged over heads; 0 on padding rows)
 
-Tokenization and detokenization run inside the graph (`training.tokenizer`: TensorFlow and
-tensorflow-text ops only, both linked into TF Serving's model server). A source longer than the
+Tokenization and detokenization run inside the graph (`model.tokenizer`: keras-hub's SentencePiece
+or WordPiece tokenizer, TensorFlow and tensorflow-text ops only, both linked into TF Serving's model
+server). A source longer than the
 model's positional encodings is cut to that many tokens, its last one replaced by [END]; an empty
 string is `[START] [END]` and translates like any other input; a batch of 0 gives empty outputs.
 
@@ -49,9 +50,8 @@ import tensorflow as tf
 from tqdm.auto import tqdm
 
 from model.decoding import beam_search_decode, greedy_decode, max_output_length
-from model.masks import PAD_ID
 from training import artifacts
-from training.tokenizer import END_ID, START_ID
+from model.special_tokens import END_ID, PAD_ID, START_ID
 
 logger = logging.getLogger(__name__)
 
@@ -129,11 +129,12 @@ class TranslatorEndpoints:
     """The three signatures' functions: strings in, strings out, everything in the graph.
 
     A plain Python object on purpose: the `ExportArchive` tracks the Keras model's variables,
-    and these methods only close over the model and the (resource-free) tokenizers.
+    and the tokenizers (whose SentencePiece ops hold the model as a resource), and these methods
+    only close over them.
 
     Args:
         model: a built `model.Transformer`.
-        source_tokenizer, target_tokenizer: `training.tokenizer.SubwordTokenizer`s of the run.
+        source_tokenizer, target_tokenizer: `model.tokenizer.Tokenizer`s of the run.
         options: `DecodingOptions`.
     """
 
@@ -236,7 +237,7 @@ class TranslatorEndpoints:
 
 
 def _pieces_or_empty(tokenizer, ids):
-    """Wordpiece strings of `ids`, "" where `ids` is padding."""
+    """Subword pieces of `ids`, "" where `ids` is padding."""
     return tf.where(tf.not_equal(ids, PAD_ID), tokenizer.lookup(ids), "")
 
 
@@ -254,8 +255,8 @@ def build_export_archive(model, source_tokenizer, target_tokenizer, options=Deco
     endpoints = TranslatorEndpoints(model, source_tokenizer, target_tokenizer, options)
     archive = keras.export.ExportArchive()
     archive.track(model)
-    # No resources to collect (see training/tokenizer.py), but tracking keeps that true if the
-    # tokenizer ever gains a lookup table.
+    # The SentencePiece op's model is a resource: untracked, `write_out` fails with "references
+    # an 'untracked' resource".
     archive.track(source_tokenizer)
     if target_tokenizer is not source_tokenizer:
         archive.track(target_tokenizer)

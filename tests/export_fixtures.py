@@ -2,7 +2,7 @@
 
     <run_dir>/config.json, <run_dir>/tokenizer/, <run_dir>/model.keras
 
-`build_tiny_run` learns WordPiece vocabularies from `PAIRS` and fits a 1-layer, d_model 32
+`build_tiny_run` learns SentencePiece vocabularies from `PAIRS` and fits a 1-layer, d_model 32
 Transformer on them (teacher forcing: decoder input = target[:-1], labels = target[1:]) until it
 reproduces the training translations, so exports of it emit real words and [END]. It takes
 about 15 s on two CPU cores. Tests that need a real translator (export, serving) build one per
@@ -19,7 +19,7 @@ import tensorflow as tf
 from training.artifacts import CONFIG_FILE, MODEL_FILE, TOKENIZER_DIR, build_model
 from training.losses import MaskedAccuracy, MaskedSparseCrossEntropy
 from training.schedule import CustomSchedule, paper_adam
-from training.tokenizer import build_tokenizers
+from training.vocabulary import build_run_tokenizers
 
 # Short sentences sharing words, so 40 pairs are enough to learn a word-level mapping.
 PAIRS = (
@@ -74,10 +74,12 @@ TINY_CONFIG = {
     "norm_first": False,
     # Short on purpose: the export tests truncate inputs longer than this.
     "max_length": 24,
+    # Separate SentencePiece vocabularies (the training CLI's tests cover the shared default).
+    "tokenizer": "sentencepiece",
+    "subword_model": "unigram",
     "vocab_size": 400,
     "shared_vocab": False,
     "lower_case": False,
-    "normalization": "NFKC",
     "batch_size": len(PAIRS),
     "train_steps": 150,
     "warmup_steps": 40,
@@ -113,15 +115,8 @@ def build_tiny_run(run_dir, pairs=PAIRS, config=None):
     if os.path.exists(os.path.join(run_dir, CONFIG_FILE)):
         raise FileExistsError(f"{run_dir} already holds a run ({CONFIG_FILE} exists).")
     keras.utils.set_random_seed(config["seed"])
-    source_tokenizer, target_tokenizer = build_tokenizers(
-        list(pairs),
-        config["vocab_size"],
-        os.path.join(run_dir, TOKENIZER_DIR),
-        shared=config["shared_vocab"],
-        lower_case=config["lower_case"],
-        normalization=config["normalization"],
-        min_frequency=1,
-        show_progress=False,
+    source_tokenizer, target_tokenizer = build_run_tokenizers(
+        list(pairs), config, os.path.join(run_dir, TOKENIZER_DIR)
     )
     source, decoder_input, labels = _teacher_forcing_arrays(
         source_tokenizer, target_tokenizer, pairs

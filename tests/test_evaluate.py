@@ -11,7 +11,7 @@ from model.decoding import greedy_decode
 from training import artifacts
 from training.corpus import load_pairs
 from training.evaluate import evaluate, main
-from training.tokenizer import END_ID, START_ID
+from model.special_tokens import END_ID, START_ID
 
 
 def test_report_matches_sacrebleu_on_the_written_hypotheses(tiny_run, tmp_path):

@@ -28,7 +28,7 @@ from model.decoding import beam_search_decode, greedy_decode
 from serving import export
 from tests.export_fixtures import PAIRS, build_tiny_run
 from training.artifacts import CONFIG_FILE, load_trained
-from training.tokenizer import END_ID, START_ID
+from model.special_tokens import END_ID, START_ID
 
 MODEL_NAME = "translator"
 # Different lengths, accents, a sentence outside the training pairs and an empty string.
@@ -59,7 +59,7 @@ SIGNATURE_OUTPUTS = {
 }
 
 # The stock saved_model_cli does not import tensorflow_text, whose ops the tokenizer uses
-# (see training/tokenizer.py); TF Serving's model server links them.
+# (see model/tokenizer.py); TF Serving's model server links them.
 SAVED_MODEL_CLI_WITH_TF_TEXT = (
     "import sys, runpy, tensorflow_text; sys.argv = sys.argv[1:]; "
     "runpy.run_path(sys.argv[0], run_name='__main__')"
@@ -551,7 +551,7 @@ def test_every_op_is_registered_in_tensorflow_or_tensorflow_text(exported):
     assert not ops & {"PyFunc", "EagerPyFunc", "PyFuncStateless"}
     # The scan reached into function bodies: the tokenizer's tensorflow-text ops and the
     # decoders' loops live there, not in the top-level graph.
-    assert {"FastWordpieceTokenizeWithOffsets", "NormalizeUTF8", "RegexSplitWithOffsets"} <= ops
+    assert {"SentencepieceOp", "SentencepieceTokenizeOp", "SentencepieceDetokenizeOp"} <= ops
     assert ops & {"While", "StatelessWhile"}
     assert report["functions"] > 0
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from training.pipeline import bound_lengths, bucket_boundaries, make_dataset
-from training.tokenizer import END_ID, START_ID
+from model.special_tokens import END_ID, START_ID
 
 MAX_LENGTH, BATCH_TOKENS = 40, 256
 

@@ -2,7 +2,7 @@
 
     <run_dir>/
         config.json          the full training configuration (model sizes, tokenizer options, ...)
-        tokenizer/           vocabularies + tokenizer_config.json (`training.tokenizer`)
+        tokenizer/           vocabularies + tokenizer_config.json (`model.tokenizer`, learned by `training.vocabulary`)
         checkpoints/         tf.train checkpoints (model, optimizer, step, data iterator)
         model.keras          the trained model (written at the end of training)
         logs/                TensorBoard event files
@@ -16,7 +16,7 @@ import os
 import keras
 
 from model import Transformer
-from training.tokenizer import load_tokenizers
+from model.tokenizer import load_tokenizers
 
 CONFIG_FILE = "config.json"
 TOKENIZER_DIR = "tokenizer"

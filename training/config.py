@@ -11,8 +11,10 @@ class TrainConfig:
 
     # Data and vocabulary.
     data: str = "bible"  # bible | DIR with train/dev/test.tsv | FILE.tsv | tfds:NAME
+    tokenizer: str = "sentencepiece"  # sentencepiece | wordpiece (model/tokenizer.py)
+    subword_model: str = "unigram"  # SentencePiece's unigram | bpe
     vocab_size: int = 8000
-    shared_vocab: bool = False
+    shared_vocab: bool = True  # one vocabulary learned from both languages
     lower_case: bool = False
     max_length: int = 128  # tokens per side, [START]/[END] included; = the positional encodings
     long_examples: str = "drop"  # drop | truncate
@@ -48,12 +50,12 @@ PRESETS = {
                  dropout=0.0, train_steps=40, batch_tokens=1024, warmup_steps=20, lr_scale=0.1,
                  label_smoothing=0.0, checkpoint_every=20, log_every=5, dev_batches=2),
     # `make demo`: a few minutes on 2 cores; rough translations, every stage exercised.
-    "demo": dict(vocab_size=2000, max_length=64, num_layers=2, d_model=128, num_heads=4,
+    "demo": dict(vocab_size=4000, max_length=64, num_layers=2, d_model=128, num_heads=4,
                  dff=512, dropout=0.1, train_steps=500, batch_tokens=2048, warmup_steps=200,
                  lr_scale=1.0, label_smoothing=0.1, checkpoint_every=250, log_every=25,
                  dev_batches=5),
     # The CPU default: about 45 minutes on 2 cores (see README for the measured numbers).
-    "small": dict(vocab_size=4000, max_length=96, num_layers=3, d_model=192, num_heads=4,
+    "small": dict(vocab_size=8000, max_length=96, num_layers=3, d_model=192, num_heads=4,
                   dff=768, dropout=0.1, train_steps=1800, batch_tokens=4096, warmup_steps=1000,
                   lr_scale=0.5, label_smoothing=0.1, checkpoint_every=250, log_every=25,
                   dev_batches=20),
@@ -65,6 +67,8 @@ PRESETS = {
 }
 
 CHOICES = {
+    "tokenizer": ("sentencepiece", "wordpiece"),
+    "subword_model": ("unigram", "bpe"),
     "long_examples": ("drop", "truncate"),
     "mixed_precision": ("none", "mixed_float16", "mixed_bfloat16"),
     "distribution": ("default", "mirrored", "multi_worker"),

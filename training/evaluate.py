@@ -20,7 +20,7 @@ from model.decoding import beam_search_decode, greedy_decode
 from training import artifacts
 from training.corpus import CorpusError, load_pairs
 from training.pipeline import truncate
-from training.tokenizer import END_ID, START_ID
+from model.special_tokens import END_ID, START_ID
 
 
 def make_translate_ids(model, beam_width=1, alpha=0.6):

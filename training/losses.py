@@ -3,7 +3,7 @@
 import keras
 import tensorflow as tf
 
-from model.masks import PAD_ID
+from model.special_tokens import PAD_ID
 
 
 @keras.saving.register_keras_serializable(package="transformer")

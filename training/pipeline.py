@@ -14,7 +14,7 @@ import numpy as np
 import tensorflow as tf
 from tqdm import tqdm
 
-from training.tokenizer import END_ID
+from model.special_tokens import END_ID
 
 logger = logging.getLogger(__name__)
 

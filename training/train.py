@@ -30,12 +30,13 @@ from training.corpus import CorpusError, load_pairs
 from training.losses import masked_token_losses
 from training.pipeline import bound_lengths, bucket_boundaries, make_dataset, tokenize_pairs
 from training.schedule import CustomSchedule, paper_adam
-from training.tokenizer import build_tokenizers
+from training.vocabulary import build_run_tokenizers
 
 logger = logging.getLogger("training.train")
 
 # Settings that shape the model or its vocabulary: a resumed run must keep them.
-FIXED_ON_RESUME = ("data", "vocab_size", "shared_vocab", "lower_case", "max_length", "num_layers",
+FIXED_ON_RESUME = ("data", "tokenizer", "subword_model", "vocab_size", "shared_vocab", "lower_case",
+                   "max_length", "num_layers",
                    "d_model", "num_heads", "dff", "norm_first")
 
 
@@ -215,10 +216,7 @@ def train(config, run_dir, resume=False, preset=None):
 
     train_pairs, dev_pairs = load_corpus_splits(config)
     tokenizer_dir = out.path(artifacts.TOKENIZER_DIR)
-    source_tokenizer, target_tokenizer = build_tokenizers(
-        train_pairs, config.vocab_size, tokenizer_dir, shared=config.shared_vocab,
-        lower_case=config.lower_case, show_progress=is_chief,
-    )
+    source_tokenizer, target_tokenizer = build_run_tokenizers(train_pairs, config, tokenizer_dir)
     if is_chief:
         with open(out.path(artifacts.CONFIG_FILE), "w", encoding="utf-8") as handle:
             json.dump({**vars(config), "preset": preset}, handle, indent=2)

@@ -1,0 +1,252 @@
+"""Learning subword vocabularies: SentencePiece (the default) or WordPiece, from training text.
+
+SentencePiece models are learned with the `sentencepiece` library (unigram by default, `bpe` as an
+option; character coverage 1.0 and byte fallback, so no character is ever [UNK]; the reserved
+pieces `[PAD]=0, [UNK]=1, [START]=2, [END]=3`; NFKC normalization, `nfkc_cf` when lowercasing).
+WordPiece vocabularies are learned with keras-hub's `compute_word_piece_vocabulary`. Either way the
+result is applied in the graph by `model.tokenizer` (keras-hub's tokenizers).
+
+`build_tokenizers` writes a tokenizer directory (see `model.tokenizer`) and reuses one that exists:
+asking for other options than the recorded ones raises instead of mixing vocabularies.
+
+Command line: `python -m training.vocabulary --data_dir DATA --out_dir VOCAB --vocab_size 8000`
+learns from `DATA/train.tsv` (see `--help`).
+"""
+
+import argparse
+import io
+import json
+import logging
+import os
+
+import sentencepiece
+import tensorflow as tf
+
+from model.special_tokens import END_ID, PAD_ID, RESERVED_TOKENS, START_ID, UNK_ID
+from model.tokenizer import (
+    CONFIG_FILE,
+    FORMAT_VERSION,
+    TOKENIZER_TYPES,
+    SentencePieceTokenizer,
+    WordPieceTokenizer,
+    load_tokenizers,
+    model_file,
+    read_tokenizer_config,
+)
+
+logger = logging.getLogger(__name__)
+
+SENTENCEPIECE_MODEL_TYPES = ("unigram", "bpe")
+# Sentences longer than this many bytes are skipped by the SentencePiece trainer (its default is
+# 4192): long enough for any verse or ordinary sentence.
+MAX_SENTENCE_BYTES = 16384
+
+
+def learn_sentencepiece(texts, vocab_size, model_type="unigram", lower_case=False, threads=None):
+    """Learns a SentencePiece model.
+
+    Args:
+        texts: iterable of str, the training text (one sentence each).
+        vocab_size: int, pieces in the model, reserved and byte pieces included. On a small corpus
+            the trainer may stop below it (it never invents pieces the text does not support).
+        model_type: "unigram" or "bpe".
+        lower_case: bool, lowercase while normalizing (the `nfkc_cf` rule).
+        threads: int, trainer threads (default: every core).
+
+    Returns:
+        bytes, the serialized model proto (`model.tokenizer.SentencePieceTokenizer(proto)`).
+
+    Raises:
+        ValueError: an unknown `model_type`, or no text.
+    """
+    if model_type not in SENTENCEPIECE_MODEL_TYPES:
+        raise ValueError(
+            f"model_type must be one of {SENTENCEPIECE_MODEL_TYPES}, got {model_type!r}."
+        )
+    texts = [text for text in texts if text]
+    if not texts:
+        raise ValueError("No text to learn a SentencePiece model from.")
+    proto = io.BytesIO()
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=iter(texts),
+        model_writer=proto,
+        vocab_size=vocab_size,
+        model_type=model_type,
+        character_coverage=1.0,
+        byte_fallback=True,
+        normalization_rule_name="nfkc_cf" if lower_case else "nfkc",
+        pad_id=PAD_ID,
+        unk_id=UNK_ID,
+        bos_id=START_ID,
+        eos_id=END_ID,
+        pad_piece=RESERVED_TOKENS[PAD_ID],
+        unk_piece=RESERVED_TOKENS[UNK_ID],
+        bos_piece=RESERVED_TOKENS[START_ID],
+        eos_piece=RESERVED_TOKENS[END_ID],
+        hard_vocab_limit=False,
+        max_sentence_length=MAX_SENTENCE_BYTES,
+        input_sentence_size=0,
+        num_threads=threads or os.cpu_count() or 1,
+        minloglevel=2,
+    )
+    return proto.getvalue()
+
+
+def learn_wordpiece(texts, vocab_size, lower_case=False):
+    """Learns a WordPiece vocabulary with keras-hub (`compute_word_piece_vocabulary`).
+
+    Returns:
+        list of str, index = id, starting with `RESERVED_TOKENS`.
+    """
+    import keras_hub
+
+    dataset = tf.data.Dataset.from_tensor_slices(tf.constant(list(texts), tf.string)).batch(1024)
+    return keras_hub.tokenizers.compute_word_piece_vocabulary(
+        dataset,
+        vocabulary_size=vocab_size,
+        lowercase=lower_case,
+        reserved_tokens=list(RESERVED_TOKENS),
+    )
+
+
+def _learn(tokenizer_type, texts, config):
+    if tokenizer_type == "sentencepiece":
+        proto = learn_sentencepiece(
+            texts, config["vocab_size"], config["model_type"], config["lower_case"]
+        )
+        return SentencePieceTokenizer(proto, lower_case=config["lower_case"])
+    vocab = learn_wordpiece(texts, config["vocab_size"], config["lower_case"])
+    return WordPieceTokenizer(vocab, lower_case=config["lower_case"])
+
+
+def build_tokenizers(
+    pairs,
+    vocab_size,
+    out_dir,
+    tokenizer_type="sentencepiece",
+    shared=True,
+    lower_case=False,
+    model_type="unigram",
+):
+    """Learns (or reloads) the source and target tokenizers.
+
+    Writes `out_dir/tokenizer_config.json` and one vocabulary (`spm.shared.model`, or
+    `vocab.shared.txt` for WordPiece) learned from both sides, or one per side (`.src`, `.tgt`).
+    A directory that already holds them is reloaded instead of relearned, so a rerun is cheap and
+    never overwrites anything.
+
+    Args:
+        pairs: iterable of `(source, target)` str pairs.
+        vocab_size: int, size of each vocabulary (of the shared one).
+        out_dir: str or os.PathLike, created if needed.
+        tokenizer_type: "sentencepiece" or "wordpiece".
+        shared: bool, one vocabulary for both languages.
+        lower_case: bool, lowercase the text.
+        model_type: SentencePiece's "unigram" or "bpe" (ignored for WordPiece).
+
+    Returns:
+        `(source_tokenizer, target_tokenizer)`, the same object twice when `shared`.
+
+    Raises:
+        ValueError: `out_dir` holds vocabularies built with other options, or by an older version.
+    """
+    if tokenizer_type not in TOKENIZER_TYPES:
+        raise ValueError(f"tokenizer must be one of {TOKENIZER_TYPES}, got {tokenizer_type!r}.")
+    config = dict(
+        format_version=FORMAT_VERSION,
+        type=tokenizer_type,
+        vocab_size=vocab_size,
+        shared=shared,
+        lower_case=lower_case,
+        model_type=model_type if tokenizer_type == "sentencepiece" else None,
+    )
+    os.makedirs(out_dir, exist_ok=True)
+    existing = read_tokenizer_config(out_dir)
+    if existing is not None:
+        if existing != config:
+            differences = ", ".join(
+                f"{key}: {existing.get(key)!r} there, {config.get(key)!r} asked"
+                for key in sorted(set(existing) | set(config))
+                if existing.get(key) != config.get(key)
+            )
+            raise ValueError(
+                f"{out_dir} holds vocabularies built with other options ({differences}); use "
+                "another directory or delete them to rebuild."
+            )
+        logger.info("Reusing the vocabularies in %s.", out_dir)
+        return load_tokenizers(out_dir)
+
+    pairs = list(pairs)
+    sources = [source for source, _ in pairs]
+    targets = [target for _, target in pairs]
+    texts_by_side = {"shared": sources + targets} if shared else {"src": sources, "tgt": targets}
+    for side, texts in texts_by_side.items():
+        logger.info("Learning the %s %s vocabulary...", side, tokenizer_type)
+        tokenizer = _learn(tokenizer_type, texts, config)
+        tokenizer.save(os.path.join(out_dir, model_file(tokenizer_type, side)))
+        logger.info("Learned %d pieces.", tokenizer.vocab_size)
+    # The config goes last: a directory with a config always holds every vocabulary it names.
+    with open(os.path.join(out_dir, CONFIG_FILE), "w", encoding="utf-8") as config_file:
+        json.dump(config, config_file, indent=2)
+        config_file.write("\n")
+    return load_tokenizers(out_dir)
+
+
+def build_run_tokenizers(pairs, config, out_dir):
+    """`build_tokenizers` with a training config's settings (a `TrainConfig` or its dict)."""
+    settings = config if isinstance(config, dict) else vars(config)
+    return build_tokenizers(
+        pairs,
+        settings["vocab_size"],
+        out_dir,
+        tokenizer_type=settings["tokenizer"],
+        shared=settings["shared_vocab"],
+        lower_case=settings["lower_case"],
+        model_type=settings["subword_model"],
+    )
+
+
+def main(argv=None):
+    from training.corpus import read_tsv
+
+    parser = argparse.ArgumentParser(
+        description=(
+            "Learn subword vocabularies from DATA_DIR/train.tsv (source<TAB>target lines) and "
+            "write them to OUT_DIR. Existing vocabularies in OUT_DIR are reused, never overwritten."
+        )
+    )
+    parser.add_argument("--data_dir", required=True, help="directory with train.tsv")
+    parser.add_argument("--out_dir", required=True, help="where to write the vocabularies")
+    parser.add_argument("--vocab_size", type=int, default=8000, help="pieces per vocabulary")
+    parser.add_argument("--tokenizer", default="sentencepiece", choices=TOKENIZER_TYPES)
+    parser.add_argument("--model_type", default="unigram", choices=SENTENCEPIECE_MODEL_TYPES,
+                        help="SentencePiece model type (default unigram)")
+    parser.add_argument("--separate_vocabs", action="store_true",
+                        help="one vocabulary per language instead of a shared one")
+    parser.add_argument("--lower_case", action="store_true", help="lowercase the text")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    pairs = read_tsv(os.path.join(args.data_dir, "train.tsv"))
+    source_tokenizer, target_tokenizer = build_tokenizers(
+        pairs,
+        args.vocab_size,
+        args.out_dir,
+        tokenizer_type=args.tokenizer,
+        shared=not args.separate_vocabs,
+        lower_case=args.lower_case,
+        model_type=args.model_type,
+    )
+    for name, tokenizer, texts in (
+        ("source", source_tokenizer, [source for source, _ in pairs[:3]]),
+        ("target", target_tokenizer, [target for _, target in pairs[:3]]),
+    ):
+        ids = tokenizer.tokenize(tf.constant(texts, tf.string))
+        print(f"{name} vocabulary: {tokenizer.vocab_size} pieces")
+        for text, pieces, back in zip(
+            texts, tokenizer.lookup(ids).to_list(), tokenizer.detokenize(ids).numpy()
+        ):
+            print(f"  {text!r}\n    {b' '.join(pieces).decode()}\n    {back.decode()!r}")
+
+
+if __name__ == "__main__":
+    main()
