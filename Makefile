@@ -43,8 +43,8 @@ data: $(STAMP)  ## The embedded Spanish→English corpus (rebuilt only when miss
 train: $(STAMP)  ## make train PRESET=small DATA=bible (or DATA=path/to/pairs.tsv, DATA=tfds:NAME)
 	$(PY) -m training.train --preset $(PRESET) --data $(DATA) --run_dir $(RUN_DIR) $(TRAIN_ARGS)
 
-evaluate: $(STAMP)  ## BLEU/chrF of RUN_DIR on its test split (EVAL_ARGS="--beam_width 4").
-	$(PY) -m training.evaluate --run_dir $(RUN_DIR) $(EVAL_ARGS)
+evaluate: $(STAMP)  ## BLEU/chrF of RUN_DIR (or of EXPORT_DIR=exports/translator/N) on its test split (EVAL_ARGS="--beam_width 4").
+	$(PY) -m training.evaluate $(if $(EXPORT_DIR),--export_dir $(EXPORT_DIR),--run_dir $(RUN_DIR)) $(EVAL_ARGS)
 
 export: $(STAMP)  ## exports/translator/<next version>/ from RUN_DIR.
 	$(PY) -m serving.export --run_dir $(RUN_DIR) --export_base $(EXPORT_BASE) --model_name $(MODEL_NAME)

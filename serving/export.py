@@ -49,9 +49,8 @@ import keras
 import tensorflow as tf
 from tqdm.auto import tqdm
 
-from model.decoding import beam_search_decode, greedy_decode, max_output_length
+from model.translator import DecodingOptions, Translator
 from training import artifacts
-from model.special_tokens import END_ID, PAD_ID, START_ID
 
 logger = logging.getLogger(__name__)
 
@@ -77,170 +76,6 @@ _STAGING_PREFIX = ".staging-"
 _MAX_VERSION_ATTEMPTS = 100
 
 
-@dataclasses.dataclass(frozen=True)
-class DecodingOptions:
-    """Decoding settings baked into the exported graph.
-
-    Attributes:
-        beam_width: hypotheses kept per sentence by the `beam_search` signature.
-        alpha: GNMT length-penalty exponent of beam search (0 disables it).
-        max_length_ratio, max_length_offset: at most `ceil(ratio * S) + offset` output tokens for
-            a batch whose longest source has S tokens, capped by the model's positional encodings.
-    """
-
-    beam_width: int = 4
-    alpha: float = 0.6
-    max_length_ratio: float = 1.5
-    max_length_offset: int = 10
-
-    def __post_init__(self):
-        if not isinstance(self.beam_width, int) or self.beam_width < 1:
-            raise ValueError(f"beam_width must be an int >= 1, got {self.beam_width!r}.")
-        if not self.alpha >= 0:
-            raise ValueError(f"alpha must be >= 0, got {self.alpha!r}.")
-        if not self.max_length_ratio >= 0:
-            raise ValueError(f"max_length_ratio must be >= 0, got {self.max_length_ratio!r}.")
-        if not isinstance(self.max_length_offset, int) or self.max_length_offset < 1:
-            raise ValueError(
-                f"max_length_offset must be an int >= 1, got {self.max_length_offset!r}."
-            )
-
-
-def truncate_source_ids(ids, max_tokens):
-    """Pads tokenized sources into a batch, cutting each to `max_tokens` tokens.
-
-    Args:
-        ids: `tf.RaggedTensor` `[batch, (tokens)]` of `[START] ... [END]` ids.
-        max_tokens: int, the model's longest source (its `pe_input`).
-
-    Returns:
-        int32 `[batch, min(longest row, max_tokens)]`, `PAD_ID` padding. A cut row ends with
-        [END] in place of its last kept token: the model was trained on [END]-terminated sources.
-    """
-    if max_tokens < 2:
-        raise ValueError(f"max_tokens must leave room for [START] and [END], got {max_tokens}.")
-    was_cut = ids.row_lengths() > max_tokens
-    dense = tf.cast(ids[:, :max_tokens].to_tensor(default_value=PAD_ID), tf.int32)
-    is_last_column = tf.equal(tf.range(tf.shape(dense)[1]), max_tokens - 1)
-    return tf.where(was_cut[:, tf.newaxis] & is_last_column[tf.newaxis, :], END_ID, dense)
-
-
-class TranslatorEndpoints:
-    """The three signatures' functions: strings in, strings out, everything in the graph.
-
-    A plain Python object on purpose: the `ExportArchive` tracks the Keras model's variables,
-    and the tokenizers (whose SentencePiece ops hold the model as a resource), and these methods
-    only close over them.
-
-    Args:
-        model: a built `model.Transformer`.
-        source_tokenizer, target_tokenizer: `model.tokenizer.Tokenizer`s of the run.
-        options: `DecodingOptions`.
-    """
-
-    def __init__(self, model, source_tokenizer, target_tokenizer, options=DecodingOptions()):
-        if source_tokenizer.vocab_size != model.input_vocab_size:
-            raise ValueError(
-                f"The source tokenizer has {source_tokenizer.vocab_size} tokens but the model "
-                f"expects {model.input_vocab_size}: they come from different runs."
-            )
-        if target_tokenizer.vocab_size != model.target_vocab_size:
-            raise ValueError(
-                f"The target tokenizer has {target_tokenizer.vocab_size} tokens but the model "
-                f"expects {model.target_vocab_size}: they come from different runs."
-            )
-        self.model = model
-        self.source_tokenizer = source_tokenizer
-        self.target_tokenizer = target_tokenizer
-        self.options = options
-
-    def source_ids(self, text):
-        """`[batch]` strings → int32 `[batch, S]` source ids, cut to the model's length."""
-        return truncate_source_ids(self.source_tokenizer.tokenize(text), self.model.pe_input)
-
-    @staticmethod
-    def _on_nonempty_batch(translate, text):
-        """Runs `translate(text)`, feeding it one "" when the batch is empty.
-
-        The model's attention cannot run on a `[0, 0]` batch, and a `tf.cond` around it would
-        need a hand-written empty output per signature; decoding one empty string and keeping
-        none of its rows gives every output the right dtype and rank for free.
-        """
-        batch_size = tf.shape(text)[0]
-        nonempty_text = tf.cond(
-            batch_size > 0, lambda: text, lambda: tf.constant([""], tf.string)
-        )
-        return {name: output[:batch_size] for name, output in translate(nonempty_text).items()}
-
-    def _max_output_length(self, source_ids):
-        return max_output_length(
-            source_ids,
-            self.options.max_length_ratio,
-            self.options.max_length_offset,
-            limit=self.model.pe_target - 1,
-        )
-
-    def _greedy_decode(self, text):
-        source_ids = self.source_ids(text)
-        decoded = greedy_decode(
-            self.model, source_ids, START_ID, END_ID, max_length=self._max_output_length(source_ids)
-        )
-        return source_ids, decoded
-
-    def _translate_greedy(self, text):
-        _, decoded = self._greedy_decode(text)
-        return {
-            "translation": self.target_tokenizer.detokenize(decoded["tokens"]),
-            "score": decoded["scores"],
-        }
-
-    def _translate_beam_search(self, text):
-        source_ids = self.source_ids(text)
-        decoded = beam_search_decode(
-            self.model,
-            source_ids,
-            START_ID,
-            END_ID,
-            beam_width=self.options.beam_width,
-            alpha=self.options.alpha,
-            max_length=self._max_output_length(source_ids),
-        )
-        return {
-            "translation": self.target_tokenizer.detokenize(decoded["tokens"]),
-            "score": decoded["scores"],
-        }
-
-    def _translate_with_alignments(self, text):
-        source_ids, decoded = self._greedy_decode(text)
-        target_ids = decoded["tokens"]
-        return {
-            "translation": self.target_tokenizer.detokenize(target_ids),
-            "score": decoded["scores"],
-            "source_tokens": _pieces_or_empty(self.source_tokenizer, source_ids),
-            "target_tokens": _pieces_or_empty(self.target_tokenizer, target_ids),
-            "alignment": decoded["alignment"],
-        }
-
-    def greedy(self, text):
-        """`serving_default`: `text` `[batch]` → `translation` `[batch]`, `score` `[batch]`
-        (summed log-probability of the tokens up to [END])."""
-        return self._on_nonempty_batch(self._translate_greedy, text)
-
-    def beam_search(self, text):
-        """`beam_search`: as `greedy` with beam search; `score` is length-normalized."""
-        return self._on_nonempty_batch(self._translate_beam_search, text)
-
-    def alignments(self, text):
-        """`alignments`: `greedy`'s outputs plus `source_tokens` `[batch, S]`, `target_tokens`
-        `[batch, T]` and `alignment` `[batch, T, S]`."""
-        return self._on_nonempty_batch(self._translate_with_alignments, text)
-
-
-def _pieces_or_empty(tokenizer, ids):
-    """Subword pieces of `ids`, "" where `ids` is padding."""
-    return tf.where(tf.not_equal(ids, PAD_ID), tokenizer.lookup(ids), "")
-
-
 def build_export_archive(model, source_tokenizer, target_tokenizer, options=DecodingOptions()):
     """Traces the three signatures into a `keras.export.ExportArchive`.
 
@@ -252,7 +87,7 @@ def build_export_archive(model, source_tokenizer, target_tokenizer, options=Deco
     """
     if not model.built:
         model.build(((None, None), (None, None)))
-    endpoints = TranslatorEndpoints(model, source_tokenizer, target_tokenizer, options)
+    translator = Translator(model, source_tokenizer, target_tokenizer, options)
     archive = keras.export.ExportArchive()
     archive.track(model)
     # The SentencePiece op's model is a resource: untracked, `write_out` fails with "references
@@ -262,9 +97,9 @@ def build_export_archive(model, source_tokenizer, target_tokenizer, options=Deco
         archive.track(target_tokenizer)
     text_spec = [tf.TensorSpec([None], tf.string, name=TEXT_INPUT)]
     functions = {
-        GREEDY_SIGNATURE: endpoints.greedy,
-        BEAM_SIGNATURE: endpoints.beam_search,
-        ALIGNMENTS_SIGNATURE: endpoints.alignments,
+        GREEDY_SIGNATURE: translator.greedy,
+        BEAM_SIGNATURE: translator.beam_search,
+        ALIGNMENTS_SIGNATURE: translator.alignments,
     }
     for name in tqdm(SIGNATURE_NAMES, desc="tracing signatures", unit=" signature"):
         endpoint = archive.add_endpoint(name, functions[name], input_signature=text_spec)

@@ -4,10 +4,12 @@ import json
 import os
 
 import numpy as np
+import pytest
 import sacrebleu
 import tensorflow as tf
 
 from model.decoding import greedy_decode
+from serving.export import export_run
 from training import artifacts
 from training.corpus import load_pairs
 from training.evaluate import evaluate, main
@@ -46,6 +48,30 @@ def test_beam_search_evaluation_and_cli(tiny_run, tmp_path, capsys):
     assert "BLEU" in out and "chrF" in out and "beam 3" in out
     report = json.loads((tmp_path / "test.beam3.report.json").read_text())
     assert report["sentences"] == 8 and np.isfinite(report["bleu"])
+
+
+@pytest.mark.parametrize("beam_width", [1, 4], ids=["greedy", "beam4"])
+def test_an_export_and_its_run_translate_the_test_split_identically(tiny_run, tmp_path,
+                                                                   beam_width):
+    """The BLEU the project reports is the BLEU of what TF Serving serves."""
+    version_dir = export_run(tiny_run["run_dir"], export_base=str(tmp_path / "exports"))
+    from_run = evaluate(tiny_run["run_dir"], "test", beam_width=beam_width,
+                        output_dir=str(tmp_path / "run"))
+    from_export = evaluate(export_dir=version_dir, split="test", beam_width=beam_width)
+    stem = f"test.{'greedy' if beam_width == 1 else 'beam4'}.hyp.txt"
+    run_lines = (tmp_path / "run" / stem).read_text(encoding="utf-8").splitlines()
+    export_eval = os.path.join(os.path.dirname(version_dir), "eval", os.path.basename(version_dir))
+    export_lines = open(os.path.join(export_eval, stem), encoding="utf-8").read().splitlines()
+    assert len(run_lines) == from_run["sentences"] == 40
+    assert export_lines == run_lines
+    assert from_export["bleu"] == from_run["bleu"] and from_export["chrf"] == from_run["chrf"]
+    assert sorted(os.listdir(os.path.dirname(version_dir))) == ["1", "eval"]
+
+
+def test_an_export_with_another_beam_width_is_refused(tiny_run, tmp_path, capsys):
+    version_dir = export_run(tiny_run["run_dir"], export_base=str(tmp_path / "exports"))
+    assert main(["--export_dir", version_dir, "--beam_width", "3"]) == 1
+    assert "exported with beam width 4, not 3" in capsys.readouterr().err
 
 
 def test_missing_run_directory_is_a_clear_error(tmp_path, capsys):

@@ -390,15 +390,15 @@ def test_long_input_is_truncated_to_model_length_keeping_end(loaded, trained, re
 def test_truncate_source_ids_cuts_only_long_rows():
     ids = tf.ragged.constant([[2, 5, 6, 7, 8, 3], [2, 5, 3], [2, 3]], dtype=tf.int64)
     np.testing.assert_array_equal(
-        export.truncate_source_ids(ids, 4).numpy(),
+        translator.truncate_source_ids(ids, 4).numpy(),
         [[2, 5, 6, 3], [2, 5, 3, 0], [2, 3, 0, 0]],
     )
     # Nothing to cut: padded to the longest row only, not to max_tokens.
     np.testing.assert_array_equal(
-        export.truncate_source_ids(ids[1:], 10).numpy(), [[2, 5, 3], [2, 3, 0]]
+        translator.truncate_source_ids(ids[1:], 10).numpy(), [[2, 5, 3], [2, 3, 0]]
     )
     with pytest.raises(ValueError, match="max_tokens"):
-        export.truncate_source_ids(ids, 1)
+        translator.truncate_source_ids(ids, 1)
 
 
 # -------------------------------------------------------------------------- warmup
@@ -482,7 +482,7 @@ def test_invalid_options_are_rejected_with_clear_errors(trained, tmp_path, small
         export.write_version(small_archive, tmp_path, "../elsewhere")
     model, source_tokenizer, target_tokenizer, _ = trained
     with pytest.raises(ValueError, match="different runs"):
-        export.TranslatorEndpoints(model, target_tokenizer, source_tokenizer)
+        translator.Translator(model, target_tokenizer, source_tokenizer)
     assert not os.listdir(tmp_path)
 
 

@@ -3,6 +3,12 @@
 Reports sacreBLEU's BLEU and chrF on detokenized text, with their signatures so the numbers can
 be compared with other systems, and writes the hypotheses and a JSON report to
 `<run_dir>/eval/` (or `--output_dir`).
+
+A run directory is translated by `model.translator.Translator`, the same code (tokenization,
+truncation, output-length bound, decoding, detokenization) that the export's signatures run, so
+its BLEU is the BLEU of what TF Serving serves. `--export_dir` scores an exported SavedModel
+version instead, through its own signatures (`serving_default`, or `beam_search` with
+`--beam_width` > 1, whose width is the export's).
 """
 
 import argparse
@@ -16,41 +22,61 @@ import sacrebleu
 import tensorflow as tf
 from tqdm import tqdm
 
-from model.decoding import beam_search_decode, greedy_decode
+from model.translator import DecodingOptions, Translator
 from training import artifacts
 from training.corpus import CorpusError, load_pairs
-from training.pipeline import truncate
-from model.special_tokens import END_ID, START_ID
+
+TEXT_SPEC = tf.TensorSpec([None], tf.string)
+# The export's signature names and info file (serving/export.py writes them).
+GREEDY_SIGNATURE, BEAM_SIGNATURE = "serving_default", "beam_search"
+EXPORT_INFO_PATH = os.path.join("assets", "export_info.json")
 
 
-def make_translate_ids(model, beam_width=1, alpha=0.6):
-    """A compiled `(batch, inp_len) ids → (batch, out_len) ids` function (greedy when width is 1)."""
+def run_translate_function(run_dir, beam_width=1, alpha=0.6):
+    """`(translate, config)` for a training run: `translate` maps a `[batch]` string tensor to
+    translations, traced once (`Translator.greedy`, or `beam_search` when `beam_width` > 1)."""
+    model, source_tokenizer, target_tokenizer, config = artifacts.load_trained(run_dir)
+    options = DecodingOptions(beam_width=beam_width, alpha=alpha)
+    translator = Translator(model, source_tokenizer, target_tokenizer, options)
+    method = translator.greedy if beam_width == 1 else translator.beam_search
+    traced = tf.function(method, input_signature=[TEXT_SPEC])
+    return (lambda text: traced(text)["translation"]), config
 
-    @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32)])
-    def translate_ids(inp):
-        if beam_width == 1:
-            return greedy_decode(model, inp, START_ID, END_ID)["tokens"]
-        return beam_search_decode(model, inp, START_ID, END_ID, beam_width, alpha)["tokens"]
 
-    return translate_ids
+def export_translate_function(export_dir, beam_width=1):
+    """`(translate, export_info)` for an exported SavedModel version, through its signatures.
+
+    Raises:
+        ValueError: `beam_width` > 1 differs from the export's beam width.
+    """
+    import tensorflow_text  # noqa: F401  (registers the exported tokenizer's ops)
+
+    with open(os.path.join(export_dir, EXPORT_INFO_PATH), encoding="utf-8") as info_file:
+        info = json.load(info_file)
+    exported_width = info["decoding"]["beam_width"]
+    if beam_width > 1 and beam_width != exported_width:
+        raise ValueError(f"{export_dir} was exported with beam width {exported_width}, not "
+                         f"{beam_width}: re-export it with --beam_width {beam_width}.")
+    signature = tf.saved_model.load(export_dir).signatures[
+        GREEDY_SIGNATURE if beam_width == 1 else BEAM_SIGNATURE]
+    return (lambda text: signature(text=text)["translation"]), info
 
 
-def translate(sources, model, source_tokenizer, target_tokenizer, max_length, beam_width=1,
-              alpha=0.6, batch_size=32, show_progress=True):
-    """Translates a list of strings, in batches of similar length; returns strings in order."""
-    translate_ids = make_translate_ids(model, beam_width, alpha)
-    ids = [truncate(row.astype(np.int32), max_length)
-           for row in source_tokenizer.tokenize(tf.constant(sources)).numpy()]
-    order = np.argsort([len(row) for row in ids], kind="stable")
+def translate(sources, translate_batch, batch_size=32, show_progress=True):
+    """Translates strings in batches of similar length; returns the translations in order.
+
+    Args:
+        sources: list of str.
+        translate_batch: `[batch]` tf.string → `[batch]` tf.string translations (from
+            `run_translate_function` or `export_translate_function`).
+        batch_size: sentences per call.
+    """
+    order = np.argsort([len(source) for source in sources], kind="stable")
     translations = [None] * len(sources)
     batches = range(0, len(order), batch_size)
     for start in tqdm(batches, desc="translating", unit="batch", disable=not show_progress):
         rows = order[start: start + batch_size]
-        width = max(len(ids[row]) for row in rows)
-        batch = np.zeros((len(rows), width), np.int32)
-        for i, row in enumerate(rows):
-            batch[i, : len(ids[row])] = ids[row]
-        texts = target_tokenizer.detokenize(translate_ids(tf.constant(batch))).numpy()
+        texts = translate_batch(tf.constant([sources[row] for row in rows], tf.string)).numpy()
         for row, text in zip(rows, texts):
             translations[row] = text.decode("utf-8")
     return translations
@@ -70,30 +96,50 @@ def score(hypotheses, references):
     }
 
 
-def evaluate(run_dir, split="test", beam_width=1, alpha=0.6, batch_size=32, limit=None,
-             output_dir=None, data=None):
+def evaluate(run_dir=None, split="test", beam_width=1, alpha=0.6, batch_size=32, limit=None,
+             output_dir=None, data=None, export_dir=None):
     """Translates `split` of the run's corpus (or `data`), scores it, writes the outputs.
 
+    Args:
+        run_dir: a training run directory; or None with `export_dir`.
+        export_dir: an exported SavedModel version (`<export_base>/<model>/<version>`), scored
+            through its signatures instead of a run directory.
+
     Returns:
-        the report dict (also written as `report.json`).
+        the report dict (also written as `<split>.<decoding>.report.json`).
     """
-    model, source_tokenizer, target_tokenizer, config = artifacts.load_trained(run_dir)
+    if (run_dir is None) == (export_dir is None):
+        raise ValueError("Give exactly one of run_dir and export_dir.")
+    if export_dir is not None:
+        translate_batch, info = export_translate_function(export_dir, beam_width)
+        config = info.get("run_config") or {}
+        alpha = info["decoding"]["alpha"]
+        source = export_dir
+    else:
+        translate_batch, config = run_translate_function(run_dir, beam_width, alpha)
+        source = run_dir
+    if not (data or config.get("data")):
+        raise ValueError(f"{source} does not say which corpus it was trained on: pass data.")
     pairs = load_pairs(data or config["data"], split)[:limit]
-    sources = [source for source, _ in pairs]
+    sources = [source_text for source_text, _ in pairs]
     references = [target for _, target in pairs]
     started = time.time()
-    hypotheses = translate(sources, model, source_tokenizer, target_tokenizer,
-                           config["max_length"], beam_width, alpha, batch_size)
+    hypotheses = translate(sources, translate_batch, batch_size)
     seconds = time.time() - started
     report = {
-        "run_dir": os.path.basename(os.path.normpath(run_dir)),
+        "run_dir" if export_dir is None else "export_dir": os.path.basename(
+            os.path.normpath(source)),
         "split": split,
         "sentences": len(pairs),
         "decoding": "greedy" if beam_width == 1 else f"beam {beam_width}, alpha {alpha}",
         "seconds": round(seconds, 1),
         **score(hypotheses, references),
     }
-    output_dir = output_dir or os.path.join(run_dir, "eval")
+    if output_dir is None:
+        # Next to an export's versions, not inside one: TF Serving ignores the non-numeric name.
+        output_dir = (os.path.join(run_dir, "eval") if export_dir is None else os.path.join(
+            os.path.dirname(os.path.normpath(export_dir)), "eval",
+            os.path.basename(os.path.normpath(export_dir))))
     os.makedirs(output_dir, exist_ok=True)
     stem = f"{split}.{'greedy' if beam_width == 1 else f'beam{beam_width}'}"
     with open(os.path.join(output_dir, f"{stem}.hyp.txt"), "w", encoding="utf-8") as handle:
@@ -105,21 +151,25 @@ def evaluate(run_dir, split="test", beam_width=1, alpha=0.6, batch_size=32, limi
 
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m training.evaluate", description=__doc__)
-    parser.add_argument("--run_dir", required=True, help="a training run directory")
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--run_dir", help="a training run directory")
+    where.add_argument("--export_dir", help="an exported SavedModel version directory")
     parser.add_argument("--split", default="test", choices=("train", "dev", "test"))
     parser.add_argument("--data", help="corpus to evaluate on (default: the run's own)")
     parser.add_argument("--beam_width", type=int, default=1, help="1 = greedy")
-    parser.add_argument("--alpha", type=float, default=0.6, help="length penalty exponent")
+    parser.add_argument("--alpha", type=float, default=0.6,
+                        help="length penalty exponent (an export uses its own)")
     parser.add_argument("--batch_size", type=int, default=32)
     parser.add_argument("--limit", type=int, help="only the first N sentences")
-    parser.add_argument("--output_dir", help="default <run_dir>/eval")
+    parser.add_argument("--output_dir", help="default <run_dir>/eval, or <model dir>/eval/<version> "
+                        "for an export")
     args = parser.parse_args(argv)
     if args.beam_width < 1:
         parser.error("--beam_width must be at least 1")
     try:
         report = evaluate(args.run_dir, args.split, args.beam_width, args.alpha, args.batch_size,
-                          args.limit, args.output_dir, args.data)
-    except (CorpusError, FileNotFoundError) as error:
+                          args.limit, args.output_dir, args.data, args.export_dir)
+    except (CorpusError, FileNotFoundError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
     print(f"BLEU {report['bleu']}  ({report['bleu_signature']})")
