@@ -27,16 +27,24 @@ LOG_DIR = "logs"
 MODEL_ARGS = ("num_layers", "d_model", "num_heads", "dff", "dropout", "norm_first")
 
 
+# Settings added after runs were first written, with the value those older runs had.
+SETTINGS_OF_OLDER_RUNS = {"tie_embeddings": False}
+
+
 def read_config(run_dir):
     path = os.path.join(run_dir, CONFIG_FILE)
     if not os.path.exists(path):
         raise FileNotFoundError(f"{path} not found: {run_dir} is not a training run directory.")
     with open(path, encoding="utf-8") as config_file:
-        return json.load(config_file)
+        return {**SETTINGS_OF_OLDER_RUNS, **json.load(config_file)}
 
 
 def build_model(config, input_vocab_size, target_vocab_size):
-    """A fresh `Transformer` with the sizes of a run's `config` (a dict) and the vocabularies."""
+    """A fresh `Transformer` with the sizes of a run's `config` (a dict) and the vocabularies.
+
+    `tie_embeddings` ties the target embedding and the output projection, and with
+    `shared_vocab` the source embedding too (§3.4).
+    """
     return Transformer(
         num_layers=config["num_layers"],
         d_model=config["d_model"],
@@ -48,6 +56,8 @@ def build_model(config, input_vocab_size, target_vocab_size):
         pe_target=config["max_length"],
         rate=config["dropout"],
         norm_first=config["norm_first"],
+        tie_embeddings=config["tie_embeddings"],
+        share_embeddings=config["tie_embeddings"] and config["shared_vocab"],
     )
 
 
