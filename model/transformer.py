@@ -83,8 +83,7 @@ class Transformer(keras.Model):
         self.tie_embeddings = tie_embeddings
         self.share_embeddings = share_embeddings
         policy = self.dtype_policy
-        # One layer, hence one variable, for every use of the target embedding matrix; checkpoints
-        # find it under the decoder's embedding, where the untied model keeps its own.
+        # One layer, hence one variable, for every use of the target embedding matrix.
         target_embedding = make_token_embedding(target_vocab_size, d_model, policy)
         self.encoder = Encoder(
             num_layers, d_model, num_heads, dff, input_vocab_size, pe_input, rate, norm_first,

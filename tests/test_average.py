@@ -59,16 +59,14 @@ def checkpoint_path(run_dir, step):
     return os.path.join(run_dir, artifacts.CHECKPOINT_DIR, f"ckpt-{step}")
 
 
-def tree_digest(directory):
-    digest = hashlib.sha256()
-    for root, dirs, files in sorted(os.walk(directory)):
-        dirs.sort()
-        for name in sorted(files):
-            path = os.path.join(root, name)
-            digest.update(path.encode())
-            with open(path, "rb") as handle:
-                digest.update(handle.read())
-    return digest.hexdigest()
+def file_contents(directory):
+    """`{path relative to directory: bytes}` of every file below `directory`."""
+    contents = {}
+    for root, _, files in os.walk(directory):
+        for name in files:
+            with open(os.path.join(root, name), "rb") as handle:
+                contents[os.path.relpath(os.path.join(root, name), directory)] = handle.read()
+    return contents
 
 
 @pytest.mark.parametrize("last", [1, 2, 3])
@@ -127,13 +125,13 @@ def test_training_past_the_average_makes_it_stale(trained_run, run_dir, caplog):
 ])
 def test_bad_requests_are_clear_errors_and_lose_nothing(run_dir, last, message, capsys):
     average_run(run_dir, 2)
-    before = tree_digest(run_dir)
+    before = file_contents(run_dir)
     with pytest.raises(AveragingError, match=message):
         average_run(run_dir, last)
-    assert tree_digest(run_dir) == before
+    assert file_contents(run_dir) == before
     assert main(["--run_dir", run_dir, "--last", str(last)]) == 1
     assert "error: " in capsys.readouterr().err
-    assert tree_digest(run_dir) == before
+    assert file_contents(run_dir) == before
 
 
 def test_missing_run_directory_is_a_clear_error(tmp_path, capsys):
