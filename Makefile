@@ -12,6 +12,8 @@ MODEL_NAME ?= translator
 PORT ?= 8500
 REST_PORT ?= 8501
 TEXT ?= ¿Dónde está mi hermano?
+# Checkpoints `make average` averages (training keeps --keep_checkpoints, 3 by default).
+AVERAGE_LAST ?= 3
 # pytest-xdist processes for `make test`, one test file each at a time (TEST_WORKERS=0: serial).
 TEST_WORKERS ?= 2
 
@@ -22,7 +24,7 @@ SERVER_FLAGS := --port=$(PORT) --rest_api_port=$(REST_PORT) --model_name=$(MODEL
 	--model_base_path=$(abspath $(EXPORT_BASE))/$(MODEL_NAME) --enable_batching \
 	--batching_parameters_file=serving/batching.config
 
-.PHONY: setup test data train evaluate export serve query demo notebooks \
+.PHONY: setup test data train average evaluate export serve query demo notebooks \
 	bench-train bench-decode bench-serve bench-tokenizer clean-venv
 
 setup: $(STAMP)
@@ -42,6 +44,9 @@ data: $(STAMP)  ## The embedded Spanish→English corpus (rebuilt only when miss
 
 train: $(STAMP)  ## make train PRESET=small DATA=bible (or DATA=path/to/pairs.tsv, DATA=tfds:NAME)
 	$(PY) -m training.train --preset $(PRESET) --data $(DATA) --run_dir $(RUN_DIR) $(TRAIN_ARGS)
+
+average: $(STAMP)  ## RUN_DIR/averaged/: mean of the last AVERAGE_LAST checkpoints; evaluate/export use it.
+	$(PY) -m training.average --run_dir $(RUN_DIR) --last $(AVERAGE_LAST)
 
 evaluate: $(STAMP)  ## BLEU/chrF of RUN_DIR (or of EXPORT_DIR=exports/translator/N) on its test split (EVAL_ARGS="--beam_width 4").
 	$(PY) -m training.evaluate $(if $(EXPORT_DIR),--export_dir $(EXPORT_DIR),--run_dir $(RUN_DIR)) $(EVAL_ARGS)

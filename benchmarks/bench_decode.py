@@ -68,6 +68,7 @@ def build_model(args):
         num_layers=args.num_layers, d_model=args.d_model, num_heads=args.num_heads, dff=args.dff,
         input_vocab_size=args.vocab_size, target_vocab_size=args.vocab_size,
         pe_input=args.max_positions, pe_target=args.max_positions, rate=0.0,
+        tie_embeddings=False,  # the matmul floor reads the output layer's own (d_model, vocab) kernel
     )
     model.build(((None, None), (None, None)))
     # Forced lengths for the exported graph, which has no min_length: no greedy or beam step

@@ -16,6 +16,8 @@ class Decoder(LayerStack):
         maximum_position_encoding: longest target sequence.
         rate: dropout rate.
         norm_first: pre-LN layers, with a final LayerNorm after the stack.
+        token_embedding: a shared token embedding (weight tying; see `LayerStack`), not part of
+            the config.
 
     Call arguments:
         x: target token ids `(batch, tar_len)` (with a `cache`: only the new tokens).
@@ -34,9 +36,11 @@ class Decoder(LayerStack):
     """
 
     def __init__(self, num_layers, d_model, num_heads, dff, target_vocab_size,
-                 maximum_position_encoding, rate=0.1, norm_first=False, **kwargs):
+                 maximum_position_encoding, rate=0.1, norm_first=False, token_embedding=None,
+                 **kwargs):
         super().__init__(DecoderLayer, "decoder_layer", "dec_layers", num_layers, d_model, num_heads, dff,
-                         target_vocab_size, maximum_position_encoding, rate, norm_first, **kwargs)
+                         target_vocab_size, maximum_position_encoding, rate, norm_first,
+                         token_embedding=token_embedding, **kwargs)
         self.target_vocab_size = target_vocab_size
 
     def build(self, x_shape, enc_output_shape=None):

@@ -1,9 +1,25 @@
-"""Token embedding scaled by √d_model plus the sinusoidal positional encoding (§3.4, §3.5)."""
+"""Token embeddings scaled by √d_model plus the sinusoidal positional encoding (§3.4, §3.5), and
+the pre-softmax linear transformation that shares the embedding matrix (§3.4)."""
 
 import keras
 import tensorflow as tf
 
 from model.positional_encoding import positional_encoding
+
+
+def make_token_embedding(vocab_size, d_model, dtype=None, name="embedding"):
+    """A `keras.layers.ReversibleEmbedding` `(vocab_size, d_model)`: embeds token ids and, called
+    with `reverse=True`, projects `(..., d_model)` back to float32 logits `(..., vocab_size)`.
+
+    Initialized N(0, 1/d_model), as tensor2tensor and fairseq do for the paper's model: the
+    embeddings times √d_model then have unit variance, like the positional encodings they are
+    added to, and the logits of the tied projection start with unit variance too.
+    """
+    return keras.layers.ReversibleEmbedding(
+        vocab_size, d_model, tie_weights=True,
+        embeddings_initializer=keras.initializers.RandomNormal(stddev=d_model**-0.5),
+        reverse_dtype="float32", name=name, dtype=dtype,
+    )
 
 
 @keras.saving.register_keras_serializable(package="transformer")
@@ -14,6 +30,9 @@ class PositionalEmbedding(keras.layers.Layer):
         vocab_size: number of token ids.
         d_model: model width.
         maximum_position_encoding: longest sequence supported (`pe_input` / `pe_target`).
+        token_embedding: a `make_token_embedding(vocab_size, d_model)` layer to share with the
+            other users of the same matrix (weight tying); by default the layer makes its own.
+            Not part of the config: the model that shares it passes it again when rebuilt.
 
     Call arguments:
         tokens: integer ids `(batch, seq_len)`.
@@ -23,18 +42,26 @@ class PositionalEmbedding(keras.layers.Layer):
         `(batch, seq_len, d_model)` in the layer's compute dtype.
     """
 
-    def __init__(self, vocab_size, d_model, maximum_position_encoding, **kwargs):
+    def __init__(self, vocab_size, d_model, maximum_position_encoding, token_embedding=None,
+                 **kwargs):
         super().__init__(**kwargs)
         self.vocab_size = vocab_size
         self.d_model = d_model
         self.maximum_position_encoding = maximum_position_encoding
-        self.embedding = keras.layers.Embedding(
-            vocab_size, d_model, name="embedding", dtype=self.dtype_policy
-        )
+        if token_embedding is None:
+            token_embedding = make_token_embedding(vocab_size, d_model, self.dtype_policy)
+        elif (token_embedding.input_dim, token_embedding.output_dim) != (vocab_size, d_model):
+            raise ValueError(
+                f"the shared token embedding is ({token_embedding.input_dim}, "
+                f"{token_embedding.output_dim}); this layer needs ({vocab_size}, {d_model})"
+            )
+        self.embedding = token_embedding
         self.pos_encoding = positional_encoding(maximum_position_encoding, d_model)
 
     def build(self, input_shape):
-        self.embedding.build(input_shape)
+        # A shared embedding is built by its first user only.
+        if not self.embedding.built:
+            self.embedding.build(input_shape)
         self.built = True
 
     def call(self, tokens, start_position=0):
@@ -67,3 +94,37 @@ class PositionalEmbedding(keras.layers.Layer):
             }
         )
         return config
+
+
+class TiedOutputProjection(keras.layers.Layer):
+    """The pre-softmax linear transformation sharing the embedding matrix E (§3.4): `x·Eᵀ + b`.
+
+    The bias (one per token, zeros at first) is kept from the untied `Dense` output layer: it
+    costs `vocab_size` weights and models how frequent each token is, which E, shared with the
+    input side, would otherwise have to encode. OpenNMT-tf and Sockeye keep it too; fairseq and
+    tensor2tensor drop it.
+
+    Args:
+        token_embedding: the `make_token_embedding` layer whose matrix E `(vocab_size, d_model)`
+            is shared (built by its embedding user). Being a constructor object, it makes the
+            layer buildable only by the model that owns the embedding (no `from_config`).
+
+    Call arguments:
+        x: `(..., d_model)`.
+
+    Returns:
+        float32 logits `(..., vocab_size)`, whatever the compute dtype (give the layer
+        `dtype="float32"` so the bias is added in float32 as well).
+    """
+
+    def __init__(self, token_embedding, **kwargs):
+        super().__init__(**kwargs)
+        self.token_embedding = token_embedding
+        self.vocab_size = token_embedding.input_dim
+
+    def build(self, input_shape):
+        self.bias = self.add_weight(shape=(self.vocab_size,), initializer="zeros", name="bias")
+        self.built = True
+
+    def call(self, x):
+        return self.token_embedding(x, reverse=True) + self.bias

@@ -17,6 +17,8 @@ class Encoder(AttentionMaskArgument, LayerStack):
         maximum_position_encoding: longest source sequence.
         rate: dropout rate.
         norm_first: pre-LN layers, with a final LayerNorm after the stack.
+        token_embedding: a shared token embedding (weight tying; see `LayerStack`), not part of
+            the config.
 
     Call arguments:
         x: source token ids `(batch, inp_len)`.
@@ -30,9 +32,11 @@ class Encoder(AttentionMaskArgument, LayerStack):
     """
 
     def __init__(self, num_layers, d_model, num_heads, dff, input_vocab_size,
-                 maximum_position_encoding, rate=0.1, norm_first=False, **kwargs):
+                 maximum_position_encoding, rate=0.1, norm_first=False, token_embedding=None,
+                 **kwargs):
         super().__init__(EncoderLayer, "encoder_layer", "enc_layers", num_layers, d_model, num_heads, dff,
-                         input_vocab_size, maximum_position_encoding, rate, norm_first, **kwargs)
+                         input_vocab_size, maximum_position_encoding, rate, norm_first,
+                         token_embedding=token_embedding, **kwargs)
         self.input_vocab_size = input_vocab_size
 
     def build(self, input_shape):

@@ -18,10 +18,13 @@ class LayerStack(keras.layers.Layer):
         num_layers, d_model, num_heads, dff, rate, norm_first: as in the paper and the layers.
         vocab_size: number of token ids embedded.
         maximum_position_encoding: longest sequence.
+        token_embedding: a shared `model.embedding.make_token_embedding` layer (weight tying);
+            by default the stack's embedding makes its own.
     """
 
     def __init__(self, layer_class, layer_prefix, layers_attribute, num_layers, d_model, num_heads,
-                 dff, vocab_size, maximum_position_encoding, rate=0.1, norm_first=False, **kwargs):
+                 dff, vocab_size, maximum_position_encoding, rate=0.1, norm_first=False,
+                 token_embedding=None, **kwargs):
         super().__init__(**kwargs)
         self.num_layers = num_layers
         self.d_model = d_model
@@ -32,7 +35,8 @@ class LayerStack(keras.layers.Layer):
         self.norm_first = norm_first
         policy = self.dtype_policy
         self.embedding = PositionalEmbedding(
-            vocab_size, d_model, maximum_position_encoding, name="embedding", dtype=policy
+            vocab_size, d_model, maximum_position_encoding, token_embedding=token_embedding,
+            name="embedding", dtype=policy,
         )
         self._layers_attribute = layers_attribute
         setattr(self, layers_attribute, [

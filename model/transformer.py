@@ -4,6 +4,7 @@ import keras
 import tensorflow as tf
 
 from model.decoder import Decoder
+from model.embedding import TiedOutputProjection, make_token_embedding
 from model.encoder import Encoder
 from model.masks import create_cache_mask, create_decoder_self_attention_mask, create_padding_mask
 
@@ -21,6 +22,14 @@ class Transformer(keras.Model):
         pe_input, pe_target: longest source / target sequence (positional encodings).
         rate: dropout rate.
         norm_first: pre-LN instead of the paper's post-LN.
+        tie_embeddings: keyword-only; the pre-softmax linear transformation uses the target
+            embedding matrix (transposed) plus a bias, instead of a `Dense` layer of its own (§3.4).
+        share_embeddings: keyword-only; the source and target embeddings are one matrix (the
+            paper's shared vocabulary; all three uses are one matrix with `tie_embeddings`).
+            Needs `input_vocab_size == target_vocab_size`.
+
+    A config without `tie_embeddings` (a `.keras` file saved before weight tying existed)
+    rebuilds the untied model it was saved from.
 
     Call arguments:
         inputs: `(inp, tar)`, int token ids `(batch, inp_len)` and `(batch, tar_len)`; `tar` is
@@ -50,9 +59,17 @@ class Transformer(keras.Model):
         pe_target,
         rate=0.1,
         norm_first=False,
+        *,
+        tie_embeddings=True,
+        share_embeddings=False,
         **kwargs,
     ):
         super().__init__(**kwargs)
+        if share_embeddings and input_vocab_size != target_vocab_size:
+            raise ValueError(
+                "share_embeddings needs one vocabulary, got input_vocab_size="
+                f"{input_vocab_size} and target_vocab_size={target_vocab_size}"
+            )
         self.num_layers = num_layers
         self.d_model = d_model
         self.num_heads = num_heads
@@ -63,17 +80,27 @@ class Transformer(keras.Model):
         self.pe_target = pe_target
         self.rate = rate
         self.norm_first = norm_first
+        self.tie_embeddings = tie_embeddings
+        self.share_embeddings = share_embeddings
         policy = self.dtype_policy
+        # One layer, hence one variable, for every use of the target embedding matrix.
+        target_embedding = make_token_embedding(target_vocab_size, d_model, policy)
         self.encoder = Encoder(
             num_layers, d_model, num_heads, dff, input_vocab_size, pe_input, rate, norm_first,
+            token_embedding=target_embedding if share_embeddings else None,
             name="encoder", dtype=policy,
         )
         self.decoder = Decoder(
             num_layers, d_model, num_heads, dff, target_vocab_size, pe_target, rate, norm_first,
-            name="decoder", dtype=policy,
+            token_embedding=target_embedding, name="decoder", dtype=policy,
         )
         # The logits stay float32 under mixed precision: softmax and the loss need the range.
-        self.final_layer = keras.layers.Dense(target_vocab_size, name="final_layer", dtype="float32")
+        if tie_embeddings:
+            self.final_layer = TiedOutputProjection(target_embedding, name="final_layer",
+                                                    dtype="float32")
+        else:
+            self.final_layer = keras.layers.Dense(target_vocab_size, name="final_layer",
+                                                  dtype="float32")
 
     def build(self, input_shape):
         inp_shape, tar_shape = (tuple(shape) for shape in input_shape)
@@ -148,6 +175,14 @@ class Transformer(keras.Model):
                 "pe_target": self.pe_target,
                 "rate": self.rate,
                 "norm_first": self.norm_first,
+                "tie_embeddings": self.tie_embeddings,
+                "share_embeddings": self.share_embeddings,
             }
         )
         return config
+
+    @classmethod
+    def from_config(cls, config, custom_objects=None):
+        # Every model saved before weight tying was untied, and its weights fit only that model.
+        config = {"tie_embeddings": False, "share_embeddings": False, **config}
+        return super().from_config(config, custom_objects=custom_objects)

@@ -72,6 +72,7 @@ TINY_CONFIG = {
     "dff": 64,
     "dropout": 0.0,
     "norm_first": False,
+    "tie_embeddings": True,
     # Short on purpose: the export tests truncate inputs longer than this.
     "max_length": 24,
     # Separate SentencePiece vocabularies (the training CLI's tests cover the shared default).

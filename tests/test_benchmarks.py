@@ -14,7 +14,8 @@ from serving import bench_serve
 
 def small_model():
     model = Transformer(num_layers=2, d_model=16, num_heads=2, dff=24, input_vocab_size=30,
-                        target_vocab_size=40, pe_input=32, pe_target=32, rate=0.0)
+                        target_vocab_size=40, pe_input=32, pe_target=32, rate=0.0,
+                        tie_embeddings=False)
     model.build(((None, None), (None, None)))
     return model
 

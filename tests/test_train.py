@@ -262,3 +262,45 @@ def test_dev_evaluation_is_one_graph_for_every_bucket_shape():
         total_correct += float(np.sum((predictions == labels.numpy()) * mask.numpy()))
     assert loss == pytest.approx(total_loss / total_tokens, rel=1e-5)
     assert accuracy == pytest.approx(total_correct / total_tokens)
+
+
+def test_shared_vocab_ties_all_three_embeddings_and_resumes_exactly(corpus, tmp_path):
+    """--shared_vocab with the default tying: one matrix embeds both languages and projects to
+    the logits, through checkpoints, resume and model.keras."""
+    straight, interrupted = str(tmp_path / "straight"), str(tmp_path / "interrupted")
+    shared = dict(shared_vocab=True, checkpoint_every=10)
+    train(tiny(corpus, train_steps=20, **shared), straight)
+    train(tiny(corpus, train_steps=10, **shared), interrupted)
+    train(tiny(corpus, train_steps=20, **shared), interrupted, resume=True)
+    model, *_ = artifacts.load_trained(interrupted)
+    matrix = model.decoder.embedding.embedding.embeddings
+    assert model.tie_embeddings and model.share_embeddings
+    assert model.encoder.embedding.embedding.embeddings is matrix
+    assert model.final_layer.token_embedding.embeddings is matrix
+    for expected, actual in zip(final_weights(straight), final_weights(interrupted), strict=True):
+        np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_a_run_from_before_tying_stays_untied(corpus, tmp_path):
+    """A run directory written before --tie_embeddings existed (untied, no such key in its
+    config) loads as the untied model and resumes only as one."""
+    run_dir = str(tmp_path / "run")
+    train(tiny(corpus, train_steps=5, checkpoint_every=5, tie_embeddings=False), run_dir)
+    expected = final_weights(run_dir)
+    config_path = os.path.join(run_dir, "config.json")
+    config = json.load(open(config_path))
+    del config["tie_embeddings"]
+    json.dump(config, open(config_path, "w"))
+    os.remove(os.path.join(run_dir, "model.keras"))  # stopped before the end: from the checkpoint
+
+    model, *_ = artifacts.load_trained(run_dir)
+    assert not model.tie_embeddings and model.final_layer.kernel.shape == (32, model.target_vocab_size)
+    for want, got in zip(expected, [w.numpy() for w in model.weights], strict=True):
+        np.testing.assert_array_equal(got, want)
+    with pytest.raises(TrainingError, match="different tie_embeddings: False -> True"):
+        train(tiny(corpus, train_steps=10, checkpoint_every=5), run_dir, resume=True)
+    result = run_cli("--preset", "tiny", "--data", corpus, "--run_dir", run_dir, "--resume",
+                     "--train_steps", "10", "--checkpoint_every", "5", "--tie_embeddings", "false",
+                     timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert not artifacts.load_trained(run_dir)[0].tie_embeddings

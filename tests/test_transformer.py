@@ -1,5 +1,7 @@
 """The whole Transformer: masks derived from pad id 0, causality, gradients, serialization, cache."""
 
+import collections
+
 import keras
 import numpy as np
 import pytest
@@ -74,8 +76,8 @@ def test_gradients_reach_every_trainable_weight(batch):
         loss = tf.reduce_mean(keras.losses.sparse_categorical_crossentropy(tar, logits, from_logits=True))
     grads = tape.gradient(loss, model.trainable_weights)
     # 2 layers each: encoder 4 attention Dense + 2 FFN Dense + 2 LN; decoder 8 + 2 + 3; embeddings,
-    # final LayerNorms (pre-LN) and the output layer.
-    assert len(model.trainable_weights) == 2 * 2 * (4 + 2 + 2) + 2 * 2 * (8 + 2 + 3) + 2 + 2 * 2 + 2
+    # final LayerNorms (pre-LN) and the output layer's bias (its matrix is the target embedding).
+    assert len(model.trainable_weights) == 2 * 2 * (4 + 2 + 2) + 2 * 2 * (8 + 2 + 3) + 2 + 2 * 2 + 1
     for weight, grad in zip(model.trainable_weights, grads):
         assert grad is not None, weight.path
         assert float(tf.reduce_max(tf.abs(tf.convert_to_tensor(grad)))) > 0.0, weight.path
@@ -142,3 +144,152 @@ def test_tf_checkpoint_holds_every_weight(batch, tmp_path):
     restored.build(((None, None), (None, None)))
     tf.train.Checkpoint(model=restored).read(path).assert_consumed()
     np.testing.assert_array_equal(restored((inp, tar), training=False), expected)
+
+
+# ------------------------------------------------------------------------ weight tying (§3.4)
+
+def shared_vocab_transformer(**overrides):
+    return small_transformer(input_vocab_size=VOCAB_OUT, **overrides)
+
+
+def test_classic_signature_ties_the_target_embedding_and_the_output_projection():
+    model = Transformer(2, 32, 4, 64, VOCAB_IN, VOCAB_OUT, 64, 64, 0.1)
+    model.build(((None, None), (None, None)))
+    target_matrix = model.decoder.embedding.embedding.embeddings
+    assert model.final_layer.token_embedding.embeddings is target_matrix
+    assert model.encoder.embedding.embedding.embeddings is not target_matrix
+    untied = small_transformer(tie_embeddings=False)
+    untied.build(((None, None), (None, None)))
+    # The untied model's (d_model, vocab) kernel is the only weight the tied one lacks.
+    untied_shapes = collections.Counter(tuple(w.shape) for w in untied.trainable_weights)
+    untied_shapes.subtract(tuple(w.shape) for w in model.trainable_weights)
+    assert +untied_shapes == collections.Counter({(32, VOCAB_OUT): 1})
+
+
+def test_shared_vocabulary_makes_all_three_uses_one_variable(batch, tmp_path):
+    inp, tar = batch
+    model = shared_vocab_transformer(share_embeddings=True)
+    model((inp, tar))
+    matrix = model.decoder.embedding.embedding.embeddings
+    assert model.encoder.embedding.embedding.embeddings is matrix
+    assert model.final_layer.token_embedding.embeddings is matrix
+    assert sum(w is matrix for w in model.trainable_weights) == 1
+    # A checkpoint stores it once.
+    path = tf.train.Checkpoint(model=model).write(str(tmp_path / "ckpt"))
+    saved = [name for name, _ in tf.train.list_variables(path) if "VARIABLE_VALUE" in name]
+    assert len(saved) == len(model.weights)
+    assert sum(shape == [VOCAB_OUT, 32] for _, shape in tf.train.list_variables(path)) == 1
+
+
+def test_sharing_needs_one_vocabulary():
+    with pytest.raises(ValueError, match="share_embeddings needs one vocabulary.*40.*50"):
+        small_transformer(share_embeddings=True)
+
+
+def _untied_copy(tied):
+    """An untied model computing exactly what `tied` computes: each use of the shared matrix E
+    gets its own copy (the output kernel is Eᵀ), every other weight is copied."""
+    untied = Transformer(**{**tied.get_config(), "tie_embeddings": False,
+                            "share_embeddings": False})
+    untied.build(((None, None), (None, None)))
+    matrix = tied.decoder.embedding.embedding.embeddings
+    untied.encoder.embedding.embedding.embeddings.assign(tied.encoder.embedding.embedding.embeddings)
+    untied.decoder.embedding.embedding.embeddings.assign(matrix)
+    untied.final_layer.kernel.assign(tf.transpose(matrix))
+    untied.final_layer.bias.assign(tied.final_layer.bias)
+    for tied_layer, untied_layer in zip(tied.encoder.enc_layers + tied.decoder.dec_layers,
+                                        untied.encoder.enc_layers + untied.decoder.dec_layers):
+        untied_layer.set_weights(tied_layer.get_weights())
+    return untied
+
+
+def _loss_gradients(model, inp, tar, variables):
+    with tf.GradientTape() as tape:
+        logits = model((inp, tar), training=False)
+        loss = tf.reduce_mean(
+            keras.losses.sparse_categorical_crossentropy(tar, logits, from_logits=True))
+    return logits, [tf.convert_to_tensor(g).numpy() for g in tape.gradient(loss, variables)]
+
+
+@pytest.mark.parametrize("share", [False, True], ids=["target+output", "all-three"])
+def test_gradient_of_the_tied_matrix_is_the_sum_of_its_uses(batch, share):
+    """d loss / d E of the tied model = the sum of the untied model's gradients of E's copies."""
+    inp, tar = batch
+    inp = np.minimum(inp, VOCAB_OUT - 1)
+    tied = shared_vocab_transformer(share_embeddings=share, rate=0.0)
+    tied.build(((None, None), (None, None)))
+    # A non-zero bias, so the projection's bias is part of what must match.
+    tied.final_layer.bias.assign(np.random.default_rng(2).normal(size=VOCAB_OUT))
+    untied = _untied_copy(tied)
+    matrix = tied.decoder.embedding.embedding.embeddings
+    tied_logits, (tied_gradient,) = _loss_gradients(tied, inp, tar, [matrix])
+    untied_logits, (decoder_input, output_kernel, encoder_input) = _loss_gradients(
+        untied, inp, tar, [untied.decoder.embedding.embedding.embeddings,
+                           untied.final_layer.kernel, untied.encoder.embedding.embedding.embeddings])
+    np.testing.assert_allclose(tied_logits, untied_logits, rtol=1e-5, atol=1e-6)
+    expected = decoder_input + output_kernel.T + (encoder_input if share else 0.0)
+    # Every use contributes: none of the summed gradients is negligible.
+    for gradient in (decoder_input, output_kernel) + ((encoder_input,) if share else ()):
+        assert np.abs(gradient).max() > 1e-2 * np.abs(expected).max()
+    np.testing.assert_allclose(tied_gradient, expected, rtol=1e-4, atol=1e-7)
+
+
+@pytest.mark.parametrize("share", [False, True], ids=["target+output", "all-three"])
+def test_tied_keras_file_round_trip_keeps_the_tying(batch, share, tmp_path):
+    inp, tar = batch
+    inp = np.minimum(inp, VOCAB_OUT - 1)
+    model = shared_vocab_transformer(share_embeddings=share)
+    expected = model((inp, tar), training=False)
+    model.save(tmp_path / "tied.keras")
+    restored = keras.models.load_model(tmp_path / "tied.keras")
+    assert restored.get_config() == model.get_config()
+    assert restored.tie_embeddings and restored.share_embeddings == share
+    matrix = restored.decoder.embedding.embedding.embeddings
+    assert restored.final_layer.token_embedding.embeddings is matrix
+    assert (restored.encoder.embedding.embedding.embeddings is matrix) == share
+    np.testing.assert_array_equal(restored((inp, tar), training=False), expected)
+
+
+def test_keras_file_saved_before_tying_loads_as_the_untied_model(batch, tmp_path):
+    """A `.keras` file from before weight tying: untied weights, a config without the new keys."""
+    import json
+    import zipfile
+
+    inp, tar = batch
+    model = small_transformer(tie_embeddings=False)
+    expected = model((inp, tar), training=False)
+    model.save(tmp_path / "new.keras")
+    with zipfile.ZipFile(tmp_path / "new.keras") as new, \
+            zipfile.ZipFile(tmp_path / "old.keras", "w") as old:
+        for item in new.infolist():
+            data = new.read(item)
+            if item.filename == "config.json":
+                config = json.loads(data)
+                del config["config"]["tie_embeddings"], config["config"]["share_embeddings"]
+                data = json.dumps(config).encode()
+            old.writestr(item, data)
+    restored = keras.models.load_model(tmp_path / "old.keras")
+    assert not restored.tie_embeddings and not restored.share_embeddings
+    np.testing.assert_array_equal(restored((inp, tar), training=False), expected)
+
+
+@pytest.mark.parametrize("share", [False, True], ids=["target+output", "all-three"])
+def test_tied_mixed_precision_keeps_float32_matrix_and_logits(batch, share):
+    inp, tar = batch
+    inp = np.minimum(inp, VOCAB_OUT - 1)
+    model = shared_vocab_transformer(share_embeddings=share, dtype="mixed_float16")
+    with tf.GradientTape() as tape:
+        logits = model((inp, tar), training=True)
+        loss = tf.reduce_mean(
+            keras.losses.sparse_categorical_crossentropy(tar, logits, from_logits=True))
+    matrix = model.decoder.embedding.embedding.embeddings
+    assert logits.dtype == "float32" and matrix.dtype == "float32"
+    assert model.decoder.embedding.compute_dtype == "float16"
+    gradient = tf.convert_to_tensor(tape.gradient(loss, matrix)).numpy()
+    assert gradient.dtype == np.float32 and np.all(np.isfinite(gradient))
+    # The float16 model computes the float32 one's logits, to float16 precision.
+    reference = shared_vocab_transformer(share_embeddings=share)
+    reference.build(((None, None), (None, None)))
+    reference.set_weights(model.get_weights())
+    np.testing.assert_allclose(model((inp, tar), training=False),
+                               reference((inp, tar), training=False), atol=5e-2)

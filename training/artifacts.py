@@ -5,13 +5,17 @@
         tokenizer/           vocabularies + tokenizer_config.json (`model.tokenizer`, learned by `training.vocabulary`)
         checkpoints/         tf.train checkpoints (model, optimizer, step, data iterator)
         model.keras          the trained model (written at the end of training)
+        averaged/            the average of the last checkpoints' model weights, and which
+                             (`training.average`; average.json)
         logs/                TensorBoard event files
 
 Everything downstream (evaluation, export, notebooks) loads a run through `load_trained`.
 """
 
 import json
+import logging
 import os
+import re
 
 import keras
 
@@ -23,8 +27,16 @@ TOKENIZER_DIR = "tokenizer"
 CHECKPOINT_DIR = "checkpoints"
 MODEL_FILE = "model.keras"
 LOG_DIR = "logs"
+AVERAGED_DIR = "averaged"
+AVERAGE_INFO_FILE = "average.json"
+
+logger = logging.getLogger(__name__)
 
 MODEL_ARGS = ("num_layers", "d_model", "num_heads", "dff", "dropout", "norm_first")
+
+
+# Settings added after runs were first written, with the value those older runs had.
+SETTINGS_OF_OLDER_RUNS = {"tie_embeddings": False}
 
 
 def read_config(run_dir):
@@ -32,11 +44,15 @@ def read_config(run_dir):
     if not os.path.exists(path):
         raise FileNotFoundError(f"{path} not found: {run_dir} is not a training run directory.")
     with open(path, encoding="utf-8") as config_file:
-        return json.load(config_file)
+        return {**SETTINGS_OF_OLDER_RUNS, **json.load(config_file)}
 
 
 def build_model(config, input_vocab_size, target_vocab_size):
-    """A fresh `Transformer` with the sizes of a run's `config` (a dict) and the vocabularies."""
+    """A fresh `Transformer` with the sizes of a run's `config` (a dict) and the vocabularies.
+
+    `tie_embeddings` ties the target embedding and the output projection, and with
+    `shared_vocab` the source embedding too (§3.4).
+    """
     return Transformer(
         num_layers=config["num_layers"],
         d_model=config["d_model"],
@@ -48,33 +64,93 @@ def build_model(config, input_vocab_size, target_vocab_size):
         pe_target=config["max_length"],
         rate=config["dropout"],
         norm_first=config["norm_first"],
+        tie_embeddings=config["tie_embeddings"],
+        share_embeddings=config["tie_embeddings"] and config["shared_vocab"],
     )
+
+
+def checkpoint_step(path):
+    """The training step of a checkpoint path that `CheckpointManager` named `.../ckpt-<step>`."""
+    match = re.search(r"-([0-9]+)$", path)
+    if match is None:
+        raise ValueError(f"{path} is not named <prefix>-<step>")
+    return int(match.group(1))
+
+
+def kept_checkpoints(checkpoint_dir):
+    """`[(step, path), ...]`, oldest first, of the checkpoints the directory's state file lists
+    and that exist; `[]` without any."""
+    import tensorflow as tf
+
+    state = tf.train.get_checkpoint_state(checkpoint_dir)
+    paths = state.all_model_checkpoint_paths if state else []
+    return sorted((checkpoint_step(path), path) for path in paths
+                  if os.path.exists(path + ".index"))
+
+
+def restore_model(model, checkpoint_path):
+    """Restores every weight of the built `model` from a checkpoint of `tf.train.Checkpoint(
+    model=...)` (a training checkpoint also holds the optimizer and data state, not needed here).
+
+    Raises:
+        AssertionError: a model weight is missing from the checkpoint (never evaluate or export
+            half-random weights).
+    """
+    import tensorflow as tf
+
+    tf.train.Checkpoint(model=model).restore(checkpoint_path).assert_existing_objects_matched() \
+        .expect_partial()
+
+
+def current_averaged_checkpoint(run_dir):
+    """`(path, info)` of the run's averaged checkpoint (`training.average`), or None when there is
+    none or when training has gone on past the checkpoints it averaged (a warning says so)."""
+    import tensorflow as tf
+
+    averaged_dir = os.path.join(run_dir, AVERAGED_DIR)
+    path = tf.train.latest_checkpoint(averaged_dir)
+    if path is None:
+        return None
+    with open(os.path.join(averaged_dir, AVERAGE_INFO_FILE), encoding="utf-8") as info_file:
+        info = json.load(info_file)
+    kept = kept_checkpoints(os.path.join(run_dir, CHECKPOINT_DIR))
+    if kept and kept[-1][0] > max(info["steps"]):
+        logger.warning("ignoring %s: it averages steps up to %d, but training went on to step %d "
+                       "(run training.average again)", path, max(info["steps"]), kept[-1][0])
+        return None
+    return path, info
 
 
 def load_trained(run_dir):
     """Loads a trained translator.
 
-    Uses `model.keras` when training finished; otherwise the latest checkpoint (a run stopped
-    early can still be evaluated or exported).
+    Uses, in this order: the averaged checkpoint (`training.average`) unless training went on
+    after it; `model.keras` when training finished; the latest checkpoint (a run stopped early
+    can still be evaluated or exported).
 
     Returns:
-        `(model, source_tokenizer, target_tokenizer, config)`.
+        `(model, source_tokenizer, target_tokenizer, config)`; an INFO log says which weights.
     """
     import tensorflow as tf
 
     config = read_config(run_dir)
     source_tokenizer, target_tokenizer = load_tokenizers(os.path.join(run_dir, TOKENIZER_DIR))
     model_path = os.path.join(run_dir, MODEL_FILE)
-    if os.path.exists(model_path):
+    averaged = current_averaged_checkpoint(run_dir)
+    if averaged is None and os.path.exists(model_path):
         model = keras.models.load_model(model_path, compile=False)
+        loaded = MODEL_FILE
     else:
-        latest = tf.train.latest_checkpoint(os.path.join(run_dir, CHECKPOINT_DIR))
-        if latest is None:
-            raise FileNotFoundError(f"{run_dir} has neither {MODEL_FILE} nor a checkpoint.")
+        if averaged is not None:
+            checkpoint_path, info = averaged
+            loaded = f"average of the checkpoints of steps {', '.join(map(str, info['steps']))}"
+        else:
+            checkpoint_path = tf.train.latest_checkpoint(os.path.join(run_dir, CHECKPOINT_DIR))
+            if checkpoint_path is None:
+                raise FileNotFoundError(f"{run_dir} has neither {MODEL_FILE} nor a checkpoint.")
+            loaded = f"checkpoint {os.path.basename(checkpoint_path)}"
         model = build_model(config, source_tokenizer.vocab_size, target_tokenizer.vocab_size)
         model.build(((None, None), (None, None)))
-        # Every model weight must come back (the checkpoint also holds the optimizer and data
-        # state, which are not needed here): never evaluate or export half-random weights.
-        tf.train.Checkpoint(model=model).restore(latest).assert_existing_objects_matched() \
-            .expect_partial()
+        restore_model(model, checkpoint_path)
+    logger.info("%s: using the weights of %s", run_dir, loaded)
     return model, source_tokenizer, target_tokenizer, config

@@ -25,6 +25,9 @@ class TrainConfig:
     dff: int = 2048
     dropout: float = 0.1
     norm_first: bool = False
+    # §3.4: the output projection uses the target embedding matrix (and, with shared_vocab, the
+    # source embedding is that matrix too); false gives each its own matrix.
+    tie_embeddings: bool = True
     # Optimization.
     train_steps: int = 100_000
     batch_tokens: int = 25_000  # per step, across all replicas

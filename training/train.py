@@ -36,8 +36,8 @@ logger = logging.getLogger("training.train")
 
 # Settings that shape the model or its vocabulary: a resumed run must keep them.
 FIXED_ON_RESUME = ("data", "tokenizer", "subword_model", "vocab_size", "shared_vocab", "lower_case",
-                   "max_length", "num_layers",
-                   "d_model", "num_heads", "dff", "norm_first")
+                   "max_length", "num_layers", "d_model", "num_heads", "dff", "norm_first",
+                   "tie_embeddings")
 
 
 class TrainingError(RuntimeError):
