@@ -7,6 +7,8 @@
         model.keras          the trained model (written at the end of training)
         averaged/            the average of the last checkpoints' model weights, and which
                              (`training.average`; average.json)
+        best/                the model weights of the best dev BLEU so far (`training.dev_bleu`;
+                             best.json)
         logs/                TensorBoard event files
 
 Everything downstream (evaluation, export, notebooks) loads a run through `load_trained`.
@@ -29,6 +31,8 @@ MODEL_FILE = "model.keras"
 LOG_DIR = "logs"
 AVERAGED_DIR = "averaged"
 AVERAGE_INFO_FILE = "average.json"
+BEST_DIR = "best"
+BEST_INFO_FILE = "best.json"
 
 logger = logging.getLogger(__name__)
 
@@ -121,11 +125,24 @@ def current_averaged_checkpoint(run_dir):
     return path, info
 
 
+def best_checkpoint(run_dir):
+    """`(path, info)` of the weights with the best dev BLEU (`training.dev_bleu`), or None."""
+    import tensorflow as tf
+
+    best_dir = os.path.join(run_dir, BEST_DIR)
+    path = tf.train.latest_checkpoint(best_dir)
+    if path is None:
+        return None
+    with open(os.path.join(best_dir, BEST_INFO_FILE), encoding="utf-8") as info_file:
+        return path, json.load(info_file)
+
+
 def load_trained(run_dir):
     """Loads a trained translator.
 
     Uses, in this order: the averaged checkpoint (`training.average`) unless training went on
-    after it; `model.keras` when training finished; the latest checkpoint (a run stopped early
+    after it; the weights of the best dev BLEU (`training.dev_bleu`, kept during training);
+    `model.keras` when training finished; the latest checkpoint (a run stopped early
     can still be evaluated or exported).
 
     Returns:
@@ -137,13 +154,17 @@ def load_trained(run_dir):
     source_tokenizer, target_tokenizer = load_tokenizers(os.path.join(run_dir, TOKENIZER_DIR))
     model_path = os.path.join(run_dir, MODEL_FILE)
     averaged = current_averaged_checkpoint(run_dir)
-    if averaged is None and os.path.exists(model_path):
+    best = best_checkpoint(run_dir)
+    if averaged is None and best is None and os.path.exists(model_path):
         model = keras.models.load_model(model_path, compile=False)
         loaded = MODEL_FILE
     else:
         if averaged is not None:
             checkpoint_path, info = averaged
             loaded = f"average of the checkpoints of steps {', '.join(map(str, info['steps']))}"
+        elif best is not None:
+            checkpoint_path, info = best
+            loaded = f"step {info['step']}, the best dev BLEU ({info['bleu']:.2f})"
         else:
             checkpoint_path = tf.train.latest_checkpoint(os.path.join(run_dir, CHECKPOINT_DIR))
             if checkpoint_path is None:

@@ -41,6 +41,8 @@ class TrainConfig:
     keep_checkpoints: int = 3
     log_every: int = 50
     dev_batches: int = 20  # dev loss/accuracy at every checkpoint over this many batches
+    dev_bleu_sentences: int = 200  # greedy dev BLEU at every checkpoint over this many (0: off)
+    early_stopping_patience: int = 0  # stop after this many dev BLEUs without a new best (0: off)
     # Performance.
     jit_compile: bool = False
     mixed_precision: str = "none"  # none | mixed_float16 | mixed_bfloat16
@@ -51,7 +53,8 @@ PRESETS = {
     # Seconds on a CPU: for tests and smoke runs.
     "tiny": dict(vocab_size=400, max_length=48, num_layers=1, d_model=32, num_heads=2, dff=64,
                  dropout=0.0, train_steps=40, batch_tokens=1024, warmup_steps=20, lr_scale=0.1,
-                 label_smoothing=0.0, checkpoint_every=20, log_every=5, dev_batches=2),
+                 label_smoothing=0.0, checkpoint_every=20, log_every=5, dev_batches=2,
+                 dev_bleu_sentences=0),
     # `make demo`: a few minutes on 2 cores; rough translations, every stage exercised.
     "demo": dict(vocab_size=4000, max_length=64, num_layers=2, d_model=128, num_heads=4,
                  dff=512, dropout=0.1, train_steps=500, batch_tokens=2048, warmup_steps=200,
@@ -138,3 +141,8 @@ def validate(config):
     for name in ("train_steps", "checkpoint_every", "log_every", "vocab_size", "max_length"):
         if getattr(config, name) <= 0:
             raise ValueError(f"{name} must be positive, got {getattr(config, name)}")
+    for name in ("dev_bleu_sentences", "early_stopping_patience"):
+        if getattr(config, name) < 0:
+            raise ValueError(f"{name} must be 0 (off) or positive, got {getattr(config, name)}")
+    if config.early_stopping_patience and not config.dev_bleu_sentences:
+        raise ValueError("early_stopping_patience needs dev BLEU: set dev_bleu_sentences > 0")

@@ -27,6 +27,10 @@ from training import artifacts
 from training.corpus import CorpusError, load_pairs
 
 TEXT_SPEC = tf.TensorSpec([None], tf.string)
+# Sentences per decoding call. A batch decodes up to a length bound set by its longest source, so
+# a sentence that never produces [END] is cut where its batch says: scores compare only at the
+# same batch size (training's dev BLEU uses this one too).
+BATCH_SIZE = 32
 # The export's signature names and info file (serving/export.py writes them).
 GREEDY_SIGNATURE, BEAM_SIGNATURE = "serving_default", "beam_search"
 EXPORT_INFO_PATH = os.path.join("assets", "export_info.json")
@@ -62,7 +66,7 @@ def export_translate_function(export_dir, beam_width=1):
     return (lambda text: signature(text=text)["translation"]), info
 
 
-def translate(sources, translate_batch, batch_size=32, show_progress=True):
+def translate(sources, translate_batch, batch_size=BATCH_SIZE, show_progress=True):
     """Translates strings in batches of similar length; returns the translations in order.
 
     Args:
@@ -96,8 +100,8 @@ def score(hypotheses, references):
     }
 
 
-def evaluate(run_dir=None, split="test", beam_width=1, alpha=0.6, batch_size=32, limit=None,
-             output_dir=None, data=None, export_dir=None):
+def evaluate(run_dir=None, split="test", beam_width=1, alpha=0.6, batch_size=BATCH_SIZE,
+             limit=None, output_dir=None, data=None, export_dir=None):
     """Translates `split` of the run's corpus (or `data`), scores it, writes the outputs.
 
     Args:
@@ -159,7 +163,7 @@ def main(argv=None):
     parser.add_argument("--beam_width", type=int, default=1, help="1 = greedy")
     parser.add_argument("--alpha", type=float, default=0.6,
                         help="length penalty exponent (an export uses its own)")
-    parser.add_argument("--batch_size", type=int, default=32)
+    parser.add_argument("--batch_size", type=int, default=BATCH_SIZE)
     parser.add_argument("--limit", type=int, help="only the first N sentences")
     parser.add_argument("--output_dir", help="default <run_dir>/eval, or <model dir>/eval/<version> "
                         "for an export")

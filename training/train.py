@@ -27,6 +27,7 @@ import tensorflow as tf
 from training import artifacts
 from training.config import TrainConfig, add_config_arguments, resolve_config
 from training.corpus import CorpusError, load_pairs
+from training.dev_bleu import BestCheckpoint, DevBleu
 from training.losses import masked_token_losses
 from training.pipeline import bound_lengths, bucket_boundaries, make_dataset, tokenize_pairs
 from training.schedule import CustomSchedule, paper_adam
@@ -260,10 +261,16 @@ def train(config, run_dir, resume=False, preset=None):
         logger.info("already trained for %d steps (train_steps=%d)", start_step, config.train_steps)
 
     trainer = Trainer(config, strategy, model, optimizer)
+    dev_bleu = best = None
+    if config.dev_bleu_sentences:
+        dev_bleu = DevBleu(model, source_tokenizer, target_tokenizer, dev_pairs,
+                           config.dev_bleu_sentences)
+        best = BestCheckpoint(model, out.path(artifacts.BEST_DIR))
     train_writer = tf.summary.create_file_writer(out.path(os.path.join(artifacts.LOG_DIR, "train")))
     dev_writer = tf.summary.create_file_writer(out.path(os.path.join(artifacts.LOG_DIR, "dev")))
     progress = keras.utils.Progbar(
-        config.train_steps, stateful_metrics=["loss", "accuracy", "tokens/s", "lr"],
+        config.train_steps,
+        stateful_metrics=["loss", "accuracy", "tokens/s", "lr", "dev_bleu", "dev_chrf"],
         verbose=1 if is_chief else 0,
     )
     progress.update(start_step)
@@ -309,10 +316,28 @@ def train(config, run_dir, resume=False, preset=None):
             with dev_writer.as_default(step=step):
                 tf.summary.scalar("loss", dev_loss)
                 tf.summary.scalar("accuracy", dev_accuracy)
+            bleu_note = ""
+            if dev_bleu is not None:
+                result = dev_bleu()
+                improved = best.update(step, result)
+                with dev_writer.as_default(step=step):
+                    tf.summary.scalar("bleu", result["bleu"])
+                    tf.summary.scalar("chrf", result["chrf"])
+                progress.update(step, [("dev_bleu", result["bleu"]), ("dev_chrf", result["chrf"])])
+                bleu_note = (f", dev BLEU {result['bleu']:.2f} chrF {result['chrf']:.2f} on "
+                             f"{len(dev_bleu.sources)} sentences"
+                             + (" (best so far)" if improved else
+                                f" (best {best.state['bleu']:.2f} at step {best.state['step']})"))
             if is_chief:
-                print(f"\nstep {step}: dev loss {dev_loss:.4f}, dev accuracy {dev_accuracy:.4f}, "
-                      f"checkpoint {manager.latest_checkpoint}", flush=True)
+                print(f"\nstep {step}: dev loss {dev_loss:.4f}, dev accuracy {dev_accuracy:.4f}"
+                      f"{bleu_note}, checkpoint {manager.latest_checkpoint}", flush=True)
             window["time"] = time.time()
+            if best is not None and best.should_stop(config.early_stopping_patience):
+                if is_chief:
+                    print(f"early stopping: {config.early_stopping_patience} dev BLEU evaluations "
+                          f"without a new best (best {best.state['bleu']:.2f} at step "
+                          f"{best.state['step']})", flush=True)
+                break
 
     model.save(out.path(artifacts.MODEL_FILE))
     if is_chief:

@@ -1,0 +1,97 @@
+"""Dev BLEU during training: greedy translations of the dev split, the best checkpoint, patience.
+
+At every checkpoint the training loop translates the first `dev_bleu_sentences` dev sentences
+with greedy decoding through `model.translator.Translator` (the path the export serves), scores
+them with sacreBLEU, and keeps the model weights of the best dev BLEU so far in
+`<run_dir>/best/` (a model-only checkpoint, with `best.json`). With `early_stopping_patience` P > 0,
+training stops after P evaluations in a row without a better BLEU.
+
+The translate function is traced once (a `[None]` string input signature) and reused at every
+evaluation; it reads the model's variables as they are, so it always scores the current weights.
+"""
+
+import json
+import os
+
+import tensorflow as tf
+
+from model.translator import Translator
+from training.artifacts import BEST_DIR, BEST_INFO_FILE
+from training.evaluate import BATCH_SIZE, score, translate
+
+
+class DevBleu:
+    """Scores the current weights on a fixed, bounded set of dev sentences.
+
+    Args:
+        model: the `Transformer` being trained.
+        source_tokenizer, target_tokenizer: the run's tokenizers.
+        pairs: dev `(source, target)` pairs; the first `max_sentences` are used.
+        max_sentences: int > 0.
+        batch_size: sentences per decoding call (`training.evaluate`'s, so that the scores agree).
+    """
+
+    def __init__(self, model, source_tokenizer, target_tokenizer, pairs, max_sentences,
+                 batch_size=BATCH_SIZE):
+        if max_sentences < 1:
+            raise ValueError(f"max_sentences must be positive, got {max_sentences}.")
+        translator = Translator(model, source_tokenizer, target_tokenizer)
+        self._greedy = tf.function(translator.greedy,
+                                   input_signature=[tf.TensorSpec([None], tf.string)])
+        pairs = list(pairs)[:max_sentences]
+        self.sources = [source for source, _ in pairs]
+        self.references = [target for _, target in pairs]
+        self.batch_size = batch_size
+
+    def __call__(self):
+        """`{"bleu", "chrf", ...}` of the current weights (see `training.evaluate.score`)."""
+        hypotheses = translate(self.sources, lambda text: self._greedy(text)["translation"],
+                               self.batch_size, show_progress=False)
+        return score(hypotheses, self.references)
+
+
+class BestCheckpoint:
+    """The weights of the best dev BLEU so far, and the evaluations since it improved.
+
+    State lives in `<directory>/best.json` next to the checkpoint, so a resumed run goes on
+    counting where it stopped.
+
+    Args:
+        model: the model whose weights are saved.
+        directory: where the checkpoint and `best.json` go (created).
+    """
+
+    def __init__(self, model, directory):
+        self.directory = directory
+        self._manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=model), directory,
+                                                   max_to_keep=1, checkpoint_name="best")
+        self.info_path = os.path.join(directory, BEST_INFO_FILE)
+        self.state = {"step": None, "bleu": None, "chrf": None,
+                      "evaluations_without_improvement": 0}
+        if os.path.exists(self.info_path):
+            with open(self.info_path, encoding="utf-8") as info_file:
+                self.state = json.load(info_file)
+
+    def update(self, step, result):
+        """Records the dev `result` of `step`; saves the weights when BLEU improved.
+
+        Returns:
+            bool, whether this evaluation is the new best.
+        """
+        improved = self.state["bleu"] is None or result["bleu"] > self.state["bleu"]
+        if improved:
+            path = self._manager.save(checkpoint_number=step)
+            self.state = {"step": step, "bleu": result["bleu"], "chrf": result["chrf"],
+                          "checkpoint": os.path.basename(path),
+                          "evaluations_without_improvement": 0}
+        else:
+            self.state["evaluations_without_improvement"] += 1
+        temporary = self.info_path + ".tmp"
+        with open(temporary, "w", encoding="utf-8") as info_file:
+            json.dump(self.state, info_file, indent=2)
+        os.replace(temporary, self.info_path)
+        return improved
+
+    def should_stop(self, patience):
+        """True when `patience` > 0 evaluations in a row did not improve the best BLEU."""
+        return patience > 0 and self.state["evaluations_without_improvement"] >= patience
