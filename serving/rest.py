@@ -9,6 +9,9 @@ row format ("instances", answered with "predictions") and columnar format
 ("inputs", answered with "outputs"); strings may be sent as {"b64": "..."}; an
 output whose alias ends in "_bytes" is returned base64-encoded. Errors are
 `{"error": "<message>"}` with the HTTP status TF Serving maps the gRPC code to.
+
+`RestApi` is the transport-free part; `RestServer` serves it over cheroot's
+HTTP/1.1 server (see its docstring for timeouts, limits and shutdown).
 """
 
 import base64

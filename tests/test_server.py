@@ -284,6 +284,10 @@ def test_flags_use_tensorflow_model_server_syntax(capsys):
     assert options.enable_batching is True and options.file_system_poll_wait_seconds == 5
     assert parse_flags(["--model_base_path=/m", "--enable_batching=false"]).enable_batching is False
     assert parse_flags(["--model_base_path=/m", "--rest_api_port=0"]).rest_api_port is None
+    assert parse_flags(["--model_base_path=/m", "--rest_api_free_port"]).rest_api_port == 0
+    with pytest.raises(SystemExit):
+        parse_flags(["--model_base_path=/m", "--rest_api_free_port", "--rest_api_port=8501"])
+    assert "exclude each other" in capsys.readouterr().err
 
     with pytest.raises(SystemExit) as unknown:
         parse_flags(["--model_base_path=/m", "--no_such_flag=1"])
