@@ -788,6 +788,9 @@ def test_sigterm_lets_requests_in_flight_finish(exports, tmp_path):
                         "--enable_batching=true", f"--batching_parameters_file={batching_file}",
                         "--file_system_poll_wait_seconds=0"]) as server:
         channel = grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}")
+        # Connected first, so the calls below go out in the order they are made (calls
+        # made while the channel connects wait in a queue that may reorder them).
+        grpc.channel_ready_future(channel).result(timeout=60)
         stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
         texts = [f"in flight {i}" for i in range(6)]
         # Each request waits up to 3 s in the batch queue: they are in flight at SIGTERM.
