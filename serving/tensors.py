@@ -11,6 +11,7 @@ never in `tensor_content`.
 import math
 
 import numpy as np
+import psutil
 import tensorflow as tf
 from tensorflow.core.framework import tensor_pb2
 from tensorflow.core.framework import tensor_shape_pb2
@@ -44,6 +45,8 @@ def dtype_name(dtype: int) -> str:
 
 # TensorShape's limit: a shape whose element count overflows int64 is invalid.
 _MAX_NUM_ELEMENTS = 2**63 - 1
+# Decoded tensors up to this size skip the free-memory check.
+_CHECK_MEMORY_ABOVE_BYTES = 64 * 2**20
 
 # DataType -> (typed value field, numpy dtype of the decoded array).
 _FIELD_FOR_DATATYPE = {
@@ -107,6 +110,12 @@ def _decode_tensor(proto: tensor_pb2.TensorProto, shape, num_elements: int,
         return array
     field, numpy_dtype = _FIELD_FOR_DATATYPE[proto.dtype]
     values = getattr(proto, field)
+    num_bytes = num_elements * np.dtype(numpy_dtype).itemsize
+    # A short value list is padded to the shape, so a few bytes can ask for terabytes.
+    # Refuse what memory cannot hold instead of relying on the allocator to fail
+    # (with overcommit it would not, and filling the array would exhaust memory).
+    if num_bytes > _CHECK_MEMORY_ABOVE_BYTES and num_bytes > psutil.virtual_memory().available:
+        raise parse_error
     if num_elements == 0 or not values:
         array = np.full(num_elements, b"" if numpy_dtype is object else 0, dtype=numpy_dtype)
     else:
