@@ -142,6 +142,8 @@ class BatchScheduler:
         self._cond = threading.Condition()
         self._queues: Dict[Hashable, _Queue] = {}
         self._closing = False
+        self._rows_enqueued = 0  # Since start, for wait_until_enqueued.
+        self._unfinished_tasks = 0  # Queued or running, for wait_until_idle.
         self._workers = [threading.Thread(target=self._work, name=f"batch_threads_{i}", daemon=True)
                          for i in range(options.num_batch_threads)]
         for worker in self._workers:
@@ -226,8 +228,30 @@ class BatchScheduler:
                 open_batch.tasks.append(piece)
                 open_batch.size += piece_size
                 pieces.append(piece)
+            self._rows_enqueued += size
+            self._unfinished_tasks += len(pieces)
             self._cond.notify_all()
             return pieces
+
+    def wait_until_enqueued(self, rows: int, timeout: Optional[float] = None) -> bool:
+        """Blocks until `rows` rows in total have entered the queues since start.
+
+        Lets a caller order requests by the scheduler's state instead of by sleeping.
+
+        Returns:
+            True, or False when `timeout` seconds passed first.
+        """
+        with self._cond:
+            return self._cond.wait_for(lambda: self._rows_enqueued >= rows, timeout)
+
+    def wait_until_idle(self, timeout: Optional[float] = None) -> bool:
+        """Blocks until every enqueued request has been run, failed or dropped.
+
+        Returns:
+            True, or False when `timeout` seconds passed first.
+        """
+        with self._cond:
+            return self._cond.wait_for(lambda: self._unfinished_tasks == 0, timeout)
 
     # --------------------------------------------------------------- workers
 
@@ -272,6 +296,10 @@ class BatchScheduler:
                 for task in batch.tasks:
                     if not task.done.is_set():
                         task.finish(error=errors.internal(f"Batch processing failed: {error}"))
+            finally:
+                with self._cond:
+                    self._unfinished_tasks -= len(batch.tasks)
+                    self._cond.notify_all()
 
     def _process(self, run_fn: RunFn, batch: _Batch) -> None:
         now = time.monotonic()

@@ -101,7 +101,17 @@ class ServingCore:
 
     def reload_config(self, request: model_management_pb2.ReloadConfigRequest
                       ) -> model_management_pb2.ReloadConfigResponse:
-        """Applies a new ModelServerConfig (models added, updated or removed)."""
+        """Applies a new ModelServerConfig (models added, updated or removed).
+
+        Raises:
+            ServingError: INVALID_ARGUMENT, with nothing changed, for a config that
+                is not a model_config_list (an empty request included) or that fails
+                validation; FAILED_PRECONDITION for labels of unavailable versions.
+        """
+        if request.config.WhichOneof("config") != "model_config_list":
+            raise errors.invalid_argument(
+                "ServerModelConfig type not supported by HandleReloadConfigRequest. Only "
+                "ModelConfigList is currently supported")
         try:
             self.manager.set_config(request.config)
         except config_lib.ConfigError as error:

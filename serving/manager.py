@@ -88,6 +88,9 @@ class _Version:
 class _Model:
     config: Optional[model_server_config_pb2.ModelConfig]  # None once removed from the config.
     versions: Dict[int, _Version] = dataclasses.field(default_factory=dict)
+    # The labels requests resolve: replaced only by a config whose labels all passed the
+    # availability check, as TF Serving swaps its label map only after a successful reload.
+    version_labels: Dict[str, int] = dataclasses.field(default_factory=dict)
     # Last base-path problem logged, so each poll does not repeat it.
     last_scan_problem: Optional[str] = None
 
@@ -145,12 +148,14 @@ class ServableManager:
         """Applies a ModelServerConfig and loads its aspired versions before returning.
 
         Models missing from `config` are unloaded (their versions stay listed in
-        GetModelStatus as END).
+        GetModelStatus as END). The new version labels take effect only when every
+        label passes the availability check; otherwise the previous labels stay.
 
         Raises:
-            ConfigError: the config is invalid.
+            ConfigError: the config is invalid (nothing changes).
             ServingError: FAILED_PRECONDITION when a version label points at a
-                version that is not available (unless allowed by the options).
+                version that is not available (unless allowed by the options);
+                the models are loaded as configured, the labels are not changed.
         """
         config_lib.validate_model_server_config(config)
         with self._poll_mutex:
@@ -165,27 +170,28 @@ class ServableManager:
                            if name not in new_models and model.config is not None]
                 for _, model in removed:
                     model.config = None
+                    model.version_labels = {}
             for name, model in removed:
                 logger.info("Removing model: %s", name)
-                for record in list(model.versions.values()):
-                    if record.state == AVAILABLE:
-                        self._unload(name, record)
+                self._end_versions(name, model, keep=set())
             self._poll_all()
-            self._check_version_labels()
+            self._install_version_labels(new_models)
 
-    def _check_version_labels(self) -> None:
-        if self._options.allow_version_labels_for_unavailable_models:
-            return
+    def _install_version_labels(self, model_configs: Dict[str, model_server_config_pb2.ModelConfig]
+                                ) -> None:
+        """Checks every model's labels, then installs them all (or none, on a failure)."""
         with self._lock:
-            for name, model in self._models.items():
-                if model.config is None:
-                    continue
-                for label, version in model.config.version_labels.items():
-                    record = model.versions.get(version)
-                    if record is None or record.state != AVAILABLE:
-                        raise errors.failed_precondition(
-                            f"Request to assign label to version {version} of model {name}, "
-                            "which is not currently available for inference")
+            if not self._options.allow_version_labels_for_unavailable_models:
+                for name, model_config in model_configs.items():
+                    versions = self._models[name].versions
+                    for label, version in model_config.version_labels.items():
+                        record = versions.get(version)
+                        if record is None or record.state != AVAILABLE:
+                            raise errors.failed_precondition(
+                                f"Request to assign label to version {version} of model {name}, "
+                                "which is not currently available for inference")
+            for name, model_config in model_configs.items():
+                self._models[name].version_labels = dict(model_config.version_labels)
 
     # ----------------------------------------------------------------- polling
 
@@ -257,7 +263,10 @@ class ServableManager:
         for version in sorted(aspired, reverse=True):
             with self._lock:
                 record = model.versions.get(version)
-                if record is None or (record.state == END and record.error is None):
+                # An END version starts afresh when aspired again, unless it ended by
+                # running out of load retries.
+                gave_up = record is not None and record.failed_loads > self._options.max_num_load_retries
+                if record is None or (record.state == END and not gave_up):
                     record = model.versions[version] = _Version(version)
                 if record.state in (AVAILABLE, UNLOADING):
                     continue
@@ -268,9 +277,30 @@ class ServableManager:
         with self._lock:
             aspired_available = any(model.versions[v].state == AVAILABLE
                                     for v in aspired if v in model.versions)
-            to_unload = [record for record in model.versions.values()
-                         if record.state == AVAILABLE and record.version not in aspired
-                         and (aspired_available or not aspired)]
+        # Availability preserving: the old version serves until an aspired one does.
+        self._end_versions(name, model, keep=aspired,
+                           keep_available=bool(aspired) and not aspired_available)
+
+    def _end_versions(self, name: str, model: _Model, keep: Set[int],
+                      keep_available: bool = False) -> None:
+        """Brings every version outside `keep` to END.
+
+        Available versions are unloaded (unless `keep_available`); versions waiting
+        for a load retry stop waiting and keep their last error, as TF Serving ends a
+        version that is no longer aspired. Caller holds the poll mutex, so no load is
+        running and LOADING means "waiting for a retry".
+        """
+        with self._lock:
+            to_unload = []
+            for record in model.versions.values():
+                if record.version in keep:
+                    continue
+                if record.state == AVAILABLE and not keep_available:
+                    to_unload.append(record)
+                elif record.state in (START, LOADING):
+                    logger.info("Servable version %s is no longer aspired: ending its load",
+                                servable_id(name, record.version))
+                    record.state = END
         for record in to_unload:
             self._unload(name, record)
 
@@ -355,7 +385,7 @@ class ServableManager:
         choice = model_spec.WhichOneof("version_choice")
         if choice == "version_label":
             label = model_spec.version_label
-            labels = model.config.version_labels if model is not None and model.config else {}
+            labels = model.version_labels if model is not None else {}
             if label not in labels:
                 raise errors.invalid_argument(f"Unrecognized servable version label: {label}")
             version, request = labels[label], f"Specific({name}, {labels[label]})"

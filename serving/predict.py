@@ -17,14 +17,11 @@ from tensorflow_serving.apis import predict_pb2
 
 from serving import errors
 from serving.servable import Servable, read_warmup_requests
-from serving.tensors import dtype_name, ndarray_to_tensor_proto, shape_to_list, tensor_proto_to_ndarray
+from serving.tensors import dtype_name, ndarray_to_tensor_proto, tensor_proto_to_ndarray
 
 logger = logging.getLogger("serving.predict")
 
 DEFAULT_SERVING_SIGNATURE_DEF_KEY = "serving_default"
-PREDICT_METHOD_NAMES = (
-    "tensorflow/serving/predict", "tensorflow/serving/classify", "tensorflow/serving/regress")
-
 
 @dataclasses.dataclass(frozen=True)
 class PreparedPredict:
@@ -42,33 +39,22 @@ class PreparedPredict:
     output_aliases: List[str]
 
 
-def _check_shape(alias: str, array: np.ndarray, signature_shape) -> None:
-    if signature_shape is None:
-        return
-    compatible = array.ndim == len(signature_shape) and all(
-        expected < 0 or expected == actual for expected, actual in zip(signature_shape, array.shape))
-    if not compatible:
-        raise errors.invalid_argument(
-            f"input tensor alias {alias} has shape {list(array.shape)}, which is incompatible "
-            f"with the shape {signature_shape} of the signature (-1 = any size)")
-
-
 def prepare_predict(servable: Servable, request: predict_pb2.PredictRequest) -> PreparedPredict:
     """Validates a PredictRequest against the servable's SignatureDef.
 
+    As in TF Serving, the signature's method_name is not checked (the real server's
+    --enable_signature_method_name_check defaults to false) and neither are input
+    shapes: Session::Run feeds a tensor of any shape and the model decides.
+
     Raises:
         ServingError: FAILED_PRECONDITION for an unknown signature, INVALID_ARGUMENT
-            for wrong/missing inputs, unparsable tensors, wrong dtypes or shapes and
-            bad output filters; INTERNAL for a non-prediction signature.
+            for wrong/missing inputs, unparsable tensors, wrong dtypes, bad output
+            filters and signatures that are not functions (`__saved_model_init_op`).
     """
     signature_name = request.model_spec.signature_name or DEFAULT_SERVING_SIGNATURE_DEF_KEY
     signature = servable.signature_defs.get(signature_name)
     if signature is None:
         raise errors.failed_precondition(f'Serving signature key "{signature_name}" not found.')
-    if signature.method_name not in PREDICT_METHOD_NAMES or not servable.runnable(signature_name):
-        raise errors.internal(
-            "Expected prediction signature method_name to be one of "
-            f"{{{', '.join(PREDICT_METHOD_NAMES)}}}. Was: {signature.method_name}")
 
     request_inputs, signature_inputs = sorted(request.inputs), sorted(signature.inputs)
     if len(request_inputs) != len(signature_inputs):
@@ -105,8 +91,10 @@ def prepare_predict(servable: Servable, request: predict_pb2.PredictRequest) -> 
             raise errors.invalid_argument(
                 f"Expects arg[{index}] to be {dtype_name(expected)} but {dtype_name(provided)} "
                 "is provided")
-    for alias in request_inputs:
-        _check_shape(alias, inputs[alias], shape_to_list(signature.inputs[alias].tensor_shape))
+    if not servable.runnable(signature_name):
+        raise errors.invalid_argument(
+            f'Signature "{signature_name}" is not a function of the SavedModel and cannot be '
+            "run by Predict")
     return PreparedPredict(signature_name, inputs, output_aliases)
 
 

@@ -9,19 +9,24 @@ row format ("instances", answered with "predictions") and columnar format
 ("inputs", answered with "outputs"); strings may be sent as {"b64": "..."}; an
 output whose alias ends in "_bytes" is returned base64-encoded. Errors are
 `{"error": "<message>"}` with the HTTP status TF Serving maps the gRPC code to.
+
+`RestApi` is the transport-free part; `RestServer` serves it over cheroot's
+HTTP/1.1 server (see its docstring for timeouts, limits and shutdown).
 """
 
 import base64
 import binascii
-import http.server
+import http
 import json
 import logging
 import re
+import socket
 import threading
 import time
 import urllib.parse
 from typing import Any, Dict, List, Optional, Tuple
 
+import cheroot.server
 import grpc
 import numpy as np
 import tensorflow as tf
@@ -62,6 +67,10 @@ _FLOAT_MAX = {types_pb2.DT_FLOAT: float(np.finfo(np.float32).max),
 # ----------------------------------------------------------------- JSON -> tensors
 
 _MAX_ECHOED_JSON_CHARS = 200
+# A tensor has at most 254 dimensions (TensorShape's limit), and a predict document
+# wraps it in at most 4 more levels (document, instances, row object, b64 object).
+# Deeper documents are refused before the recursive JSON -> tensor conversion sees them.
+MAX_JSON_NESTING = 254 + 4
 
 
 def _json_text(value: Any) -> str:
@@ -251,6 +260,18 @@ def _tensors_from_inputs(inputs: Any, input_dtypes: Dict[str, int]) -> Dict[str,
     return tensors
 
 
+def _nesting_depth(document: Any) -> int:
+    """Levels of nested arrays/objects (0 for a scalar), counted without recursion."""
+    depth = 0
+    containers = [document] if isinstance(document, (list, dict)) else []
+    while containers:
+        depth += 1
+        children = (child for container in containers
+                    for child in (container.values() if isinstance(container, dict) else container))
+        containers = [child for child in children if isinstance(child, (list, dict))]
+    return depth
+
+
 def parse_predict_body(body: bytes) -> Tuple[dict, Optional[str]]:
     """Parses the JSON document and its optional signature_name.
 
@@ -259,13 +280,19 @@ def parse_predict_body(body: bytes) -> Tuple[dict, Optional[str]]:
     """
     if not body.strip():
         raise errors.invalid_argument("JSON Parse error: The document is empty")
+    too_deep = errors.invalid_argument(
+        f"JSON Parse error: The document is nested deeper than {MAX_JSON_NESTING} levels")
     try:
         document = json.loads(body)
+    except RecursionError:
+        raise too_deep from None
     except UnicodeDecodeError as error:
         raise errors.invalid_argument(
             f"JSON Parse error: Invalid encoding in string. at offset: {error.start}") from None
     except json.JSONDecodeError as error:
         raise errors.invalid_argument(f"JSON Parse error: {error.msg} at offset: {error.pos}") from None
+    if _nesting_depth(document) > MAX_JSON_NESTING:
+        raise too_deep
     if not isinstance(document, dict):
         raise errors.invalid_argument(f"JSON Value: {_json_text(document)} Is not object")
     signature_name = document.get("signature_name")
@@ -386,6 +413,8 @@ class RestApi:
         spec = model_pb2.ModelSpec()
         spec.name = urllib.parse.unquote(name or "")
         if version is not None:
+            if int(version) > _INT_RANGES[types_pb2.DT_INT64][1]:  # absl::SimpleAtoi to int64.
+                raise errors.invalid_argument(f"Failed to convert version: {version} to numeric.")
             spec.version.value = int(version)
         if label is not None:
             spec.version_label = urllib.parse.unquote(label)
@@ -453,59 +482,153 @@ class RestApi:
                 "metadata": {SIGNATURE_DEF_FIELD: to_dict(signature_def_map)}}
 
 
-class _Handler(http.server.BaseHTTPRequestHandler):
-    server: "RestServer"
+class _RequestError(Exception):
+    """A request the transport refuses before the API sees it: (HTTP status, JSON body)."""
 
-    def _serve(self) -> None:
-        path = urllib.parse.urlsplit(self.path).path
-        api = self.server.api
-        if not api.handles(path):
-            self.send_error(404)
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+        self.text = json.dumps({"error": message})
+
+
+def _reason(status: int) -> str:
+    try:
+        return http.HTTPStatus(status).phrase
+    except ValueError:  # 499, TF Serving's CANCELLED.
+        return "Client Closed Request"
+
+
+class _Exchange(cheroot.server.Gateway):
+    """One HTTP request on a cheroot connection: checks and reads the body, answers JSON.
+
+    cheroot has parsed the request line and headers (with the read timeout) and
+    handles keep-alive, chunked framing and errors of the HTTP syntax itself.
+    """
+
+    def __init__(self, request: cheroot.server.HTTPRequest, rest_server: "RestServer"):
+        super().__init__(request)
+        self._rest_server = rest_server
+
+    def respond(self) -> None:
+        request, rest_server = self.req, self._rest_server
+        method = request.method.decode("latin-1")
+        # The raw target: cheroot's `path` is already percent-decoded, and the REST
+        # API decodes model names and labels itself, as TF Serving does.
+        path = urllib.parse.urlsplit(request.uri.decode("latin-1")).path
+        try:
+            if not rest_server.api.handles(path):
+                raise _RequestError(404, "Not Found")
+            body = self._read_body(rest_server.max_body_bytes)
+        except _RequestError as refusal:
+            # The rest of the body was not read: the connection cannot carry another request.
+            request.close_connection = True
+            self._send(refusal.status, refusal.text)
             return
-        length = int(self.headers.get("Content-Length") or 0)
-        if length > self.server.max_body_bytes:
-            status, text = errors.HTTP_STATUS_FOR_CODE[grpc.StatusCode.RESOURCE_EXHAUSTED], json.dumps(
-                {"error": f"Request body of {length} bytes is larger than the limit of "
-                          f"{self.server.max_body_bytes} bytes"})
-            self.close_connection = True
-        else:
-            body = self.rfile.read(length) if length else b""
-            with self.server.slots:
-                status, text = api.handle(self.command, path, body)
+        with rest_server.slots:
+            status, text = rest_server.api.handle(method, path, body)
+        self._send(status, text)
+
+    def _read_body(self, limit: int) -> bytes:
+        request = self.req
+        length_header = request.inheaders.get(b"Content-Length")
+        if request.chunked_read:
+            if length_header is not None:
+                raise _RequestError(400, "Both Content-Length and Transfer-Encoding: chunked "
+                                         "are set")
+            return self._read_chunked(limit)
+        if length_header is None:
+            return b""
+        if not length_header.isdigit():  # "-1", "abc", "+5", "1_0" are all refused.
+            raise _RequestError(400, f"Content-Length: "
+                                     f"{length_header.decode('latin-1')!r} is not a byte count")
+        length = int(length_header)
+        if length > limit:
+            raise _RequestError(
+                errors.HTTP_STATUS_FOR_CODE[grpc.StatusCode.RESOURCE_EXHAUSTED],
+                f"Request body of {length} bytes is larger than the limit of {limit} bytes")
+        body = request.rfile.read(length)
+        if len(body) != length:  # The client closed, or the server is stopping.
+            raise _RequestError(400, f"Request body ended after {len(body)} of {length} bytes")
+        return body
+
+    def _read_chunked(self, limit: int) -> bytes:
+        pieces, size = [], 0
+        while True:
+            try:
+                piece = self.req.rfile.read(64 * 1024)
+            except ValueError as error:  # cheroot's message for a malformed chunk.
+                raise _RequestError(400, f"Malformed chunked request body: {error}") from None
+            if not piece:
+                return b"".join(pieces)
+            size += len(piece)
+            if size > limit:
+                raise _RequestError(
+                    errors.HTTP_STATUS_FOR_CODE[grpc.StatusCode.RESOURCE_EXHAUSTED],
+                    f"Request body of more than {limit} bytes is larger than the limit of "
+                    f"{limit} bytes")
+            pieces.append(piece)
+
+    def _send(self, status: int, text: str) -> None:
+        request = self.req
         payload = text.encode("utf-8")
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(payload)))
-        if self.server.enable_cors:
-            self.send_header("Access-Control-Allow-Origin", "*")
-            self.send_header("Access-Control-Allow-Methods", "POST, GET")
-            self.send_header("Access-Control-Allow-Headers", "Content-Type")
-        self.end_headers()
-        self.wfile.write(payload)
-
-    do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _serve
-
-    def log_message(self, format, *args):  # noqa: A002 - BaseHTTPRequestHandler's signature.
-        logger.debug("%s %s", self.address_string(), format % args)
+        request.status = f"{status} {_reason(status)}".encode("ascii")
+        request.outheaders.extend([(b"Content-Type", b"application/json"),
+                                   (b"Content-Length", str(len(payload)).encode("ascii"))])
+        if self._rest_server.enable_cors:
+            request.outheaders.extend([(b"Access-Control-Allow-Origin", b"*"),
+                                       (b"Access-Control-Allow-Methods", b"POST, GET"),
+                                       (b"Access-Control-Allow-Headers", b"Content-Type")])
+        request.ensure_headers_sent()
+        request.write(payload)
 
 
-class RestServer(http.server.ThreadingHTTPServer):
-    """Threaded HTTP server for the REST API; `server_close` waits for requests in flight.
+class RestServer:
+    """The REST API over cheroot's HTTP/1.1 server.
+
+    cheroot parses requests (keep-alive, chunked bodies, malformed headers),
+    closes connections idle or stalled for `read_timeout_seconds` (408 when a
+    request was under way), and listens with the system's largest backlog.
+    Request bodies are checked and read here, so the size limit and the error
+    bodies stay TF Serving's. Connections are read and written by
+    `num_io_threads` threads; at most `num_threads` requests run the model at once.
 
     Args:
-        address: (host, port); port 0 picks a free port.
+        address: (host, port); port 0 picks a free port. The socket is bound and
+            listening when the constructor returns.
         api: the RestApi.
         num_threads: requests processed at once (`--rest_api_num_threads`).
         max_body_bytes: largest accepted request body.
         enable_cors: add CORS headers (`--rest_api_enable_cors_support`).
+        read_timeout_seconds: longest wait for a client's next bytes.
+        num_io_threads: connections read or written at once.
     """
 
-    daemon_threads = False  # server_close() joins handler threads: graceful shutdown.
-
-    def __init__(self, address, api: RestApi, num_threads: int, max_body_bytes: int,
-                 enable_cors: bool = False):
-        super().__init__(address, _Handler)
+    def __init__(self, address: Tuple[str, int], api: RestApi, num_threads: int,
+                 max_body_bytes: int, enable_cors: bool = False,
+                 read_timeout_seconds: float = 30.0, num_io_threads: int = 64):
         self.api = api
         self.slots = threading.BoundedSemaphore(max(num_threads, 1))
         self.max_body_bytes = max_body_bytes
         self.enable_cors = enable_cors
+        io_threads = max(num_io_threads, num_threads, 1)
+        self._http = cheroot.server.HTTPServer(
+            address, gateway=lambda request: _Exchange(request, self),
+            minthreads=io_threads, maxthreads=io_threads, server_name="TensorFlow Serving")
+        self._http.request_queue_size = socket.SOMAXCONN
+        self._http.timeout = read_timeout_seconds
+        self._http.prepare()
+
+    @property
+    def server_address(self) -> Tuple[str, int]:
+        """The bound (host, port)."""
+        return self._http.bind_addr[:2]
+
+    def serve_forever(self) -> None:
+        """Serves until `stop` (run it in a thread)."""
+        self._http.serve()
+
+    def stop(self, grace_seconds: float) -> None:
+        """Stops accepting, lets requests finish for up to `grace_seconds`, then closes
+        the connections still open (stalled clients included) and joins the threads."""
+        self._http.shutdown_timeout = grace_seconds
+        self._http.stop()

@@ -8,9 +8,14 @@
 Flags are tensorflow_model_server's (same names, `--flag=value` syntax, same
 defaults), so a command line or config file that works here works with the real
 binary. Local additions: `--grpc_bind_address` / `--rest_api_bind_address`
-(default 127.0.0.1; the real server listens on all interfaces) and
+(default 127.0.0.1; the real server listens on all interfaces),
 `--shutdown_grace_seconds` (SIGTERM lets requests in flight finish for up to this
-long). `--port=0` binds a free port and logs it. The largest accepted request is
+long; connections still open then are closed, stalled clients included),
+`--rest_api_read_timeout_seconds` (a REST client silent this long is disconnected)
+and `--rest_api_free_port` (REST on a free port: `--rest_api_port=0` disables REST,
+as for the real server). `--port=0` binds a free gRPC port. Both bound ports are
+logged: "Running gRPC ModelServer at HOST:PORT ..." and "Exporting HTTP/REST API
+at:HOST:PORT ...", the last line before the server is ready. The largest accepted request is
 set like the real server's, with
 `--grpc_channel_arguments=grpc.max_receive_message_length=BYTES` (default
 2147483647, TF Serving's); the same limit applies to REST bodies.
@@ -64,7 +69,8 @@ class ServerOptions:
 
     `port=0` binds a free gRPC port; `rest_api_port=None` disables REST and
     `rest_api_port=0` binds a free port (the CLI maps `--rest_api_port=0` to None,
-    as 0 means "off" for tensorflow_model_server).
+    as 0 means "off" for tensorflow_model_server, and `--rest_api_free_port` to 0;
+    `rest_api_free_port` itself is read by the CLI only).
     """
 
     port: int = 8500
@@ -74,6 +80,8 @@ class ServerOptions:
     rest_api_num_threads: int = 4 * (os.cpu_count() or 1)
     rest_api_timeout_in_ms: int = 30000
     rest_api_enable_cors_support: bool = False
+    rest_api_read_timeout_seconds: float = 30.0
+    rest_api_free_port: bool = False
     model_name: str = "default"
     model_base_path: str = ""
     model_config_file: str = ""
@@ -248,7 +256,8 @@ class ModelServer:
         self._rest_server = RestServer(
             (options.rest_api_bind_address, options.rest_api_port), api,
             num_threads=options.rest_api_num_threads, max_body_bytes=max_body_bytes,
-            enable_cors=options.rest_api_enable_cors_support)
+            enable_cors=options.rest_api_enable_cors_support,
+            read_timeout_seconds=options.rest_api_read_timeout_seconds)
         self.rest_port = self._rest_server.server_address[1]
         self._rest_thread = threading.Thread(target=self._rest_server.serve_forever,
                                              name="rest", daemon=True)
@@ -268,6 +277,9 @@ class ModelServer:
         while not self._config_poll_stop.wait(self.options.model_config_file_poll_wait_seconds):
             try:
                 new_config = config_lib.load_model_server_config(path)
+                if new_config.WhichOneof("config") != "model_config_list":
+                    # An emptied or half-written file must not unload every model.
+                    raise config_lib.ConfigError(f"{path} has no model_config_list")
                 if current is not None and new_config == current:
                     continue
                 current = new_config
@@ -291,8 +303,7 @@ class ModelServer:
         self._health.enter_graceful_shutdown()
         grpc_done = self._grpc_server.stop(grace) if self._grpc_server else None
         if self._rest_server is not None:
-            self._rest_server.shutdown()
-            self._rest_server.server_close()  # Joins REST requests in flight.
+            self._rest_server.stop(grace)
         if grpc_done is not None:
             grpc_done.wait()
         self._stop_core()
@@ -346,6 +357,11 @@ def build_arg_parser() -> argparse.ArgumentParser:
     flag("rest_api_num_threads", int, "REST requests processed at once")
     flag("rest_api_timeout_in_ms", int, "deadline of REST predict calls; <=0 for none")
     flag("rest_api_enable_cors_support", bool, "add CORS headers to REST responses")
+    flag("rest_api_read_timeout_seconds", float,
+         "[local] a REST connection whose client sends nothing for this long is closed")
+    flag("rest_api_free_port", bool, "[local] serve REST on a free port, logged in the "
+         "'Exporting HTTP/REST API at:HOST:PORT' line (for tests; --rest_api_port=0 disables "
+         "REST, as for tensorflow_model_server)")
     flag("model_name", str, "model name (ignored with --model_config_file)")
     flag("model_base_path", str, "directory holding the numbered versions of the model "
          "(ignored with --model_config_file)")
@@ -396,7 +412,12 @@ def parse_flags(argv: Optional[List[str]] = None) -> ServerOptions:
             logger.warning("--%s has no effect on this server", name)
     values = {field.name: getattr(namespace, field.name)
               for field in dataclasses.fields(ServerOptions)}
-    values["rest_api_port"] = values["rest_api_port"] or None
+    if values["rest_api_free_port"]:
+        if values["rest_api_port"]:
+            parser.error("--rest_api_free_port and a non-zero --rest_api_port exclude each other")
+        values["rest_api_port"] = 0
+    else:
+        values["rest_api_port"] = values["rest_api_port"] or None
     if values["port"] < 0 or (values["rest_api_port"] or 0) < 0:
         parser.error("ports must be >= 0")
     return ServerOptions(**values)

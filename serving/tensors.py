@@ -8,7 +8,10 @@ Predict: values in the typed repeated fields (`string_val`, `float_val`, ...),
 never in `tensor_content`.
 """
 
+import math
+
 import numpy as np
+import psutil
 import tensorflow as tf
 from tensorflow.core.framework import tensor_pb2
 from tensorflow.core.framework import tensor_shape_pb2
@@ -40,12 +43,10 @@ def dtype_name(dtype: int) -> str:
         return f"unknown dtype {dtype}"
 
 
-def shape_to_list(shape: tensor_shape_pb2.TensorShapeProto):
-    """Returns the dims of a TensorShapeProto (-1 = unknown) or None for unknown rank."""
-    if shape.unknown_rank:
-        return None
-    return [dim.size for dim in shape.dim]
-
+# TensorShape's limit: a shape whose element count overflows int64 is invalid.
+_MAX_NUM_ELEMENTS = 2**63 - 1
+# Decoded tensors up to this size skip the free-memory check.
+_CHECK_MEMORY_ABOVE_BYTES = 64 * 2**20
 
 # DataType -> (typed value field, numpy dtype of the decoded array).
 _FIELD_FOR_DATATYPE = {
@@ -80,13 +81,25 @@ def tensor_proto_to_ndarray(proto: tensor_pb2.TensorProto, alias: str) -> np.nda
 
     Raises:
         ServingError: INVALID_ARGUMENT "tensor parsing error: <alias>" for an
-            unset dtype, negative dimensions or a tensor_content of the wrong size.
+            unset dtype, negative dimensions, a tensor_content of the wrong size,
+            or a shape too large to allocate.
     """
     parse_error = errors.invalid_argument(f"tensor parsing error: {alias}")
     shape = tuple(dim.size for dim in proto.tensor_shape.dim)
     if proto.dtype == types_pb2.DT_INVALID or any(size < 0 for size in shape):
         raise parse_error
-    num_elements = int(np.prod(shape, dtype=np.int64))
+    num_elements = math.prod(shape)  # Python ints: a huge shape must not wrap around.
+    if num_elements > _MAX_NUM_ELEMENTS:
+        raise parse_error
+    try:
+        return _decode_tensor(proto, shape, num_elements, parse_error)
+    except (MemoryError, ValueError):  # numpy cannot allocate it ("array is too big").
+        # Tensor::FromProto fails the same way when its allocation fails.
+        raise parse_error from None
+
+
+def _decode_tensor(proto: tensor_pb2.TensorProto, shape, num_elements: int,
+                   parse_error: errors.ServingError) -> np.ndarray:
     if proto.tensor_content or proto.dtype not in _FIELD_FOR_DATATYPE:
         try:
             array = tf.make_ndarray(proto)
@@ -97,6 +110,12 @@ def tensor_proto_to_ndarray(proto: tensor_pb2.TensorProto, alias: str) -> np.nda
         return array
     field, numpy_dtype = _FIELD_FOR_DATATYPE[proto.dtype]
     values = getattr(proto, field)
+    num_bytes = num_elements * np.dtype(numpy_dtype).itemsize
+    # A short value list is padded to the shape, so a few bytes can ask for terabytes.
+    # Refuse what memory cannot hold instead of relying on the allocator to fail
+    # (with overcommit it would not, and filling the array would exhaust memory).
+    if num_bytes > _CHECK_MEMORY_ABOVE_BYTES and num_bytes > psutil.virtual_memory().available:
+        raise parse_error
     if num_elements == 0 or not values:
         array = np.full(num_elements, b"" if numpy_dtype is object else 0, dtype=numpy_dtype)
     else:

@@ -17,12 +17,21 @@ alignment row puts 0.7 on that word and spreads 0.3 over the others (1.0 when
 n == 1). The score decodes the text as strict UTF-8, so invalid UTF-8 makes the
 model raise INVALID_ARGUMENT: the tests use it as "an input the model fails on".
 The `expected_*` functions compute every output in plain Python.
+
+`ServerProcess` runs `python -m serving.server` on ports it picks itself and reads
+them from its log; `reserved_port` holds a port for a server that starts later.
 """
 
+import contextlib
 import os
+import re
 import shutil
 import socket
-from typing import Dict, List, Sequence
+import subprocess
+import sys
+import threading
+import time
+from typing import Callable, Dict, Iterator, List, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -31,6 +40,7 @@ import keras
 from tensorflow_serving.apis import predict_pb2, prediction_log_pb2
 
 MODEL_NAME = "translator"
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WARMUP_TEXTS = ("warm up the model", "a second sentence")
 
 
@@ -201,11 +211,102 @@ def make_model_base(exports: Dict[int, str], root: str, versions: Sequence[int] 
     return base_path
 
 
-def free_port() -> int:
-    """A currently free TCP port on 127.0.0.1 (for servers run as subprocesses)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+@contextlib.contextmanager
+def reserved_port() -> Iterator[int]:
+    """A 127.0.0.1 port held, without listening, for the duration of the block.
+
+    Connections to it are refused until a server binds it too: the socket is bound
+    with SO_REUSEPORT, which gRPC servers also set, so a server started on this port
+    inside the block gets it. No other process can take it in between, unlike a port
+    found free and then released.
+    """
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as holder:
+        holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        holder.bind(("127.0.0.1", 0))
+        yield holder.getsockname()[1]
+
+
+def wait_for(condition: Callable[[], bool], what: str, timeout: float = 60.0,
+             interval: float = 0.05) -> None:
+    """Polls `condition` until it holds; fails the test naming `what` after `timeout`.
+
+    For state only visible from outside (a server's version status); the timeout is
+    a bound on a hang, not a measurement.
+    """
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(interval)
+
+
+_GRPC_PORT_LINE = re.compile(r"Running gRPC ModelServer at [^ ]+:(\d+) \.\.\.")
+_REST_PORT_LINE = re.compile(r"Exporting HTTP/REST API at:[^ ]+:(\d+) \.\.\.")
+
+
+class ServerProcess:
+    """`python -m serving.server` in a subprocess, on ports the server picked itself.
+
+    The server starts with `--port=0` (plus `--rest_api_free_port` when `rest`) and
+    the test reads the bound ports from its log lines "Running gRPC ModelServer at
+    HOST:PORT ..." and "Exporting HTTP/REST API at:HOST:PORT ...", the last one logged
+    before it serves. A thread keeps reading the log, so the server never blocks on
+    a full pipe; `output()` returns it.
+
+    Args:
+        flags: further server flags (model, batching, ...).
+        rest: also serve REST.
+        startup_timeout: seconds to wait for the ports before failing.
+    """
+
+    def __init__(self, flags: Sequence[str], rest: bool = False, startup_timeout: float = 180.0):
+        environment = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=REPO_ROOT)
+        command = [sys.executable, "-m", "serving.server", "--port=0", *flags]
+        if rest:
+            command.append("--rest_api_free_port")
+        self.process = subprocess.Popen(command, cwd=REPO_ROOT, env=environment,
+                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.grpc_port: Optional[int] = None
+        self.rest_port: Optional[int] = None
+        self._lines: List[str] = []
+        self._wants_rest = rest
+        self._ready = threading.Event()
+        self._reader = threading.Thread(target=self._read_log, daemon=True)
+        self._reader.start()
+        if not self._ready.wait(startup_timeout) or self.grpc_port is None or (
+                rest and self.rest_port is None):
+            self.kill()
+            raise RuntimeError(f"the server did not start:\n{self.output()[-5000:]}")
+
+    def _read_log(self) -> None:
+        for line in self.process.stdout:
+            self._lines.append(line)
+            grpc_match, rest_match = _GRPC_PORT_LINE.search(line), _REST_PORT_LINE.search(line)
+            if grpc_match:
+                self.grpc_port = int(grpc_match.group(1))
+            if rest_match:
+                self.rest_port = int(rest_match.group(1))
+            if self.grpc_port and (self.rest_port or not self._wants_rest):
+                self._ready.set()
+        self._ready.set()  # The process ended (maybe before it was ready).
+
+    def output(self) -> str:
+        """Everything the server logged so far (all of it once the process has ended)."""
+        if self.process.poll() is not None:
+            self._reader.join(timeout=30)
+        return "".join(self._lines)
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()
+        self._reader.join(timeout=30)
+
+    def __enter__(self) -> "ServerProcess":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.kill()
 
 
 def texts_request(texts: List[str], signature_name: str = "", model_name: str = MODEL_NAME,

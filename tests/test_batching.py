@@ -2,7 +2,6 @@
 
 import concurrent.futures
 import threading
-import time
 
 import numpy as np
 import pytest
@@ -58,14 +57,17 @@ def test_a_large_request_runs_as_execution_sized_pieces_and_comes_back_whole():
 
 
 def test_a_request_that_does_not_fit_fills_the_open_batch_first():
-    scheduler = splitting_scheduler(num_batch_threads=1, batch_timeout_micros=300_000)
+    # A batch timeout far beyond the test: batches run because they are full or closed,
+    # and close() runs the last, partial one.
+    scheduler = splitting_scheduler(num_batch_threads=1, batch_timeout_micros=600_000_000)
     model = RowModel()
     try:
         with concurrent.futures.ThreadPoolExecutor(2) as pool:
             small = pool.submit(scheduler.run, "q", model, {"x": np.array([1])})
-            time.sleep(0.05)  # The small request opens the batch first.
+            assert scheduler.wait_until_enqueued(1, timeout=30)  # It opened the batch.
             large = pool.submit(scheduler.run, "q", model, {"x": np.array([2, 3, 4, 5])})
             assert small.result(timeout=30)["double"].tolist() == [2]
+            scheduler.close()
             assert large.result(timeout=30)["double"].tolist() == [4, 6, 8, 10]
     finally:
         scheduler.close()
@@ -74,19 +76,21 @@ def test_a_request_that_does_not_fit_fills_the_open_batch_first():
 
 
 def test_without_splitting_a_request_never_shares_out_and_batches_reach_max_batch_size():
-    scheduler = BatchScheduler(BatchingOptions(max_batch_size=4, batch_timeout_micros=300_000,
+    scheduler = BatchScheduler(BatchingOptions(max_batch_size=4, batch_timeout_micros=600_000_000,
                                                num_batch_threads=1, max_enqueued_batches=10))
     model = RowModel()
     try:
-        with concurrent.futures.ThreadPoolExecutor(2) as pool:
-            first = pool.submit(scheduler.run, "q", model, {"x": np.array([1, 2])})
-            time.sleep(0.05)
-            second = pool.submit(scheduler.run, "q", model, {"x": np.array([3, 4, 5])})
-            assert first.result(timeout=30)["double"].tolist() == [2, 4]
-            assert second.result(timeout=30)["double"].tolist() == [6, 8, 10]
         with pytest.raises(errors.ServingError, match="Task size 5 is larger than maximum input "
                                                       "batch size 4"):
             scheduler.run("q", model, {"x": np.arange(1, 6)})
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            first = pool.submit(scheduler.run, "q", model, {"x": np.array([1, 2])})
+            assert scheduler.wait_until_enqueued(2, timeout=30)
+            second = pool.submit(scheduler.run, "q", model, {"x": np.array([3, 4, 5])})
+            # The second request closed the first one's batch, which ran without waiting.
+            assert first.result(timeout=30)["double"].tolist() == [2, 4]
+            scheduler.close()
+            assert second.result(timeout=30)["double"].tolist() == [6, 8, 10]
     finally:
         scheduler.close()
     assert sorted(model.batch_sizes) == [2, 3]

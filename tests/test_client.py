@@ -1,7 +1,6 @@
 """Tests of serving/client.py (API and CLI) against a real in-process server on 127.0.0.1."""
 
 import io
-import threading
 import time
 
 import grpc
@@ -13,7 +12,7 @@ from serving.client import TranslationClient, TranslationError
 from serving.server import ModelServer, ServerOptions
 from tests.serving_fixtures import (MODEL_NAME, expected_alignment, expected_beam,
                                     expected_beam_score, expected_greedy, expected_greedy_score,
-                                    free_port, make_model_base, toy_exports)
+                                    make_model_base, reserved_port, toy_exports)
 
 SENTENCES = ["hello big world", "good morning", "a", ""]
 
@@ -31,6 +30,43 @@ def server(exports, tmp_path_factory):
         file_system_poll_wait_seconds=0)).start()
     yield f"127.0.0.1:{model_server.grpc_port}"
     model_server.stop()
+
+
+@pytest.fixture(scope="module")
+def two_version_server(exports, tmp_path_factory):
+    """Versions 1 and 2 both served (`all` policy); Latest is 2."""
+    root = tmp_path_factory.mktemp("two_versions")
+    config_path = root / "models.config"
+    config_path.write_text(
+        f'model_config_list {{ config {{ name: "{MODEL_NAME}" model_platform: "tensorflow" '
+        f'base_path: "{make_model_base(exports, str(root), (1, 2))}" '
+        'model_version_policy { all {} } } }')
+    model_server = ModelServer(ServerOptions(port=0, model_config_file=str(config_path),
+                                             file_system_poll_wait_seconds=0)).start()
+    yield f"127.0.0.1:{model_server.grpc_port}"
+    model_server.stop()
+
+
+class BackoffRecorder:
+    """Stands in for the client module's `time`: records each backoff delay, runs
+    `before_sleep` if set, then really sleeps."""
+
+    def __init__(self):
+        self.delays = []
+        self.before_sleep = None
+
+    def sleep(self, seconds: float) -> None:
+        self.delays.append(seconds)
+        if self.before_sleep is not None:
+            self.before_sleep()
+        time.sleep(seconds)
+
+
+@pytest.fixture
+def backoff(monkeypatch):
+    recorder = BackoffRecorder()
+    monkeypatch.setattr(client_lib, "time", recorder)
+    return recorder
 
 
 @pytest.fixture
@@ -77,7 +113,7 @@ def test_metadata_and_status(client):
 
 
 def test_bad_arguments_are_rejected_before_any_call():
-    with TranslationClient(f"127.0.0.1:{free_port()}", retries=0) as offline:
+    with reserved_port() as port, TranslationClient(f"127.0.0.1:{port}", retries=0) as offline:
         assert offline.translate([]) == []  # No server behind the port: nothing was sent.
         with pytest.raises(TypeError, match="list of str"):
             offline.translate("a single string")
@@ -87,40 +123,58 @@ def test_bad_arguments_are_rejected_before_any_call():
         TranslationClient(retries=-1)
 
 
-def test_server_errors_are_not_retried(server):
+def test_server_errors_are_not_retried(server, backoff):
     with TranslationClient(server, model_name="nope", retries=3, backoff=5.0) as wrong_model:
-        start = time.monotonic()
         with pytest.raises(TranslationError) as error:
             wrong_model.translate(["x"])
-    assert time.monotonic() - start < 2.0  # A retry would have slept >= 2.5 s.
+    assert backoff.delays == []  # NOT_FOUND is final: no backoff, no second attempt.
     assert error.value.code == grpc.StatusCode.NOT_FOUND
     assert error.value.details == "Servable not found for request: Latest(nope)"
     assert str(error.value) == "NOT_FOUND: Servable not found for request: Latest(nope)"
 
 
-def test_unavailable_is_retried_with_backoff(exports, tmp_path):
-    port = free_port()
-    with TranslationClient(f"127.0.0.1:{port}", retries=2, backoff=0.2, timeout=2) as down:
-        start = time.monotonic()
-        with pytest.raises(TranslationError) as error:
-            down.translate(["x"])
+def test_unavailable_is_retried_with_backoff(exports, tmp_path, backoff):
+    with reserved_port() as port:
+        with TranslationClient(f"127.0.0.1:{port}", retries=2, backoff=0.2, timeout=2) as down:
+            with pytest.raises(TranslationError) as error:
+                down.translate(["x"])
+        assert error.value.code == grpc.StatusCode.UNAVAILABLE
         # Two backoffs of 0.2 s and 0.4 s, each with jitter in [0.5, 1.5).
-        assert time.monotonic() - start >= 0.3
-    assert error.value.code == grpc.StatusCode.UNAVAILABLE
+        assert len(backoff.delays) == 2
+        assert 0.1 <= backoff.delays[0] < 0.3 and 0.2 <= backoff.delays[1] < 0.6
 
-    # The server comes up while the client is retrying: the call succeeds.
-    base_path = make_model_base(exports, str(tmp_path), (1,))
-    late_server = ModelServer(ServerOptions(port=port, model_name=MODEL_NAME,
-                                            model_base_path=base_path,
-                                            file_system_poll_wait_seconds=0))
-    starter = threading.Timer(0.3, late_server.start)
-    starter.start()
-    try:
-        with TranslationClient(f"127.0.0.1:{port}", retries=8, backoff=0.2, timeout=5) as patient:
-            assert patient.translate(["late start"]) == [expected_greedy("late start", 1)]
-    finally:
-        starter.join()
-        late_server.stop()
+        # The server comes up on that port during the first backoff: a retry succeeds.
+        base_path = make_model_base(exports, str(tmp_path), (1,))
+        late_server = ModelServer(ServerOptions(port=port, model_name=MODEL_NAME,
+                                                model_base_path=base_path,
+                                                file_system_poll_wait_seconds=0))
+
+        def start_once():
+            if late_server.grpc_port is None:
+                late_server.start()
+
+        backoff.delays.clear()
+        backoff.before_sleep = start_once
+        try:
+            with TranslationClient(f"127.0.0.1:{port}", retries=8, backoff=0.2, timeout=5) as patient:
+                assert patient.translate(["late start"]) == [expected_greedy("late start", 1)]
+            assert late_server.grpc_port == port and backoff.delays
+        finally:
+            late_server.stop()
+
+
+def test_cli_chooses_the_model_version(two_version_server, capsys):
+    assert client_lib.main(["--server", two_version_server, "--version", "1", "a b"]) == 0
+    assert capsys.readouterr().out.splitlines() == [expected_greedy("a b", 1)]
+    assert client_lib.main(["--server", two_version_server, "a b"]) == 0
+    assert capsys.readouterr().out.splitlines() == [expected_greedy("a b", 2)]
+    assert client_lib.main(["--server", two_version_server, "--version", "2", "--status"]) == 0
+    assert capsys.readouterr().out.splitlines() == ["version 2: AVAILABLE"]
+    assert client_lib.main(["--server", two_version_server, "--version", "7", "a"]) == 1
+    assert capsys.readouterr().err.strip() == (
+        "error: NOT_FOUND: Servable not found for request: Specific(translator, 7)")
+    with TranslationClient(two_version_server, version=1) as pinned:
+        assert pinned.metadata()["version"] == 1
 
 
 def test_cli_translates_arguments(server, capsys):

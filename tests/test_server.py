@@ -1,17 +1,21 @@
 """Tests of serving/server.py over real gRPC and HTTP on 127.0.0.1.
 
 Servers run in-process (one module-wide instance per configuration) except the
-SIGTERM test, which runs `python -m serving.server` as a subprocess. Requests
-use the official tensorflow-serving-api stubs; expected outputs come from the
-plain-Python definitions of the toy model in tests/serving_fixtures.py.
+SIGTERM tests, which run `python -m serving.server` as a subprocess. Every server
+binds port 0 and the tests read the port it got. Requests use the official
+tensorflow-serving-api stubs, or raw sockets where the HTTP framing itself is under
+test; expected outputs come from the plain-Python definitions of the toy model in
+tests/serving_fixtures.py. Tests wait on server state (version status, the batch
+scheduler, "100 Continue"), never on sleeps.
 """
 
 import concurrent.futures
 import json
 import os
+import shutil
 import signal
-import subprocess
-import sys
+import socket
+import struct
 import threading
 import time
 import urllib.error
@@ -21,6 +25,7 @@ import grpc
 import numpy as np
 import pytest
 import tensorflow as tf
+import yaml
 from google.protobuf import text_format
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from tensorflow_serving.apis import classification_pb2
@@ -35,13 +40,12 @@ from tensorflow_serving.apis import regression_pb2
 from serving import config as config_lib
 from serving.server import ModelServer, ServerOptions, parse_flags
 from serving.session_bundle_config_pb2 import BatchingParameters
-from tests.serving_fixtures import (MODEL_NAME, expected_alignment, expected_beam,
-                                    expected_beam_score, expected_greedy, expected_greedy_score,
-                                    free_port, install_version, make_model_base, texts_request,
-                                    toy_exports)
+from tests.serving_fixtures import (MODEL_NAME, REPO_ROOT, ServerProcess, expected_alignment,
+                                    expected_beam, expected_beam_score, expected_greedy,
+                                    expected_greedy_score, install_version, make_model_base,
+                                    texts_request, toy_exports, wait_for)
 
-SERVING_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "serving")
-REPO_ROOT = os.path.dirname(SERVING_DIR)
+SERVING_DIR = os.path.join(REPO_ROOT, "serving")
 SENTENCES = ["hello big world", "the cat sat on the mat", "x", "Ça va bien merci"]
 
 
@@ -84,8 +88,66 @@ def http(method: str, url: str, body=None):
         return status, text
 
 
+def read_until_closed(connection: socket.socket) -> bytes:
+    """Everything the server sends until it closes (socket.timeout if it never does).
+
+    A server that answers before reading the whole body closes with unread bytes,
+    which the kernel signals with a reset after the answer: that too is a close.
+    """
+    chunks = []
+    while True:
+        try:
+            chunk = connection.recv(65536)
+        except ConnectionResetError:
+            chunk = b""
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+
+
+def raw_predict(port: int, body: bytes, framing: bytes, timeout: float = 30) -> tuple:
+    """(HTTP status, body bytes) of a POST :predict whose framing headers are given raw."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as connection:
+        connection.sendall(b"POST /v1/models/translator:predict HTTP/1.1\r\nHost: test\r\n"
+                           b"Connection: close\r\n" + framing + b"\r\n\r\n" + body)
+        response = read_until_closed(connection)
+    head, _, payload = response.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1."), f"not an HTTP response: {response[:200]!r}"
+    return int(head.split()[1]), payload
+
+
+def chunked(body: bytes, piece_size: int) -> bytes:
+    """`body` in Transfer-Encoding: chunked framing."""
+    pieces = [body[start:start + piece_size] for start in range(0, len(body), piece_size)]
+    return b"".join(b"%x\r\n%s\r\n" % (len(piece), piece) for piece in pieces) + b"0\r\n\r\n"
+
+
+def listen_backlog(port: int) -> int:
+    """Accept-queue limit of the TCP socket listening on `port`, from Linux's sock_diag
+    (what `ss -lt` shows as Send-Q)."""
+    netlink_sock_diag, sock_diag_by_family, nlmsg_error, nlmsg_done, tcp_listen = 4, 20, 2, 3, 10
+    request = struct.pack("=BBBBI", socket.AF_INET, socket.IPPROTO_TCP, 0, 0,
+                          1 << tcp_listen) + bytes(48)  # inet_diag_req_v2, any address.
+    header = struct.pack("=IHHII", 16 + len(request), sock_diag_by_family,
+                         0x1 | 0x300, 1, 0)  # NLM_F_REQUEST | NLM_F_DUMP
+    with socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, netlink_sock_diag) as netlink:
+        netlink.sendto(header + request, (0, 0))
+        while True:
+            data, offset = netlink.recv(1 << 16), 0
+            while offset < len(data):
+                length, kind = struct.unpack_from("=IH", data, offset)
+                if kind in (nlmsg_error, nlmsg_done):
+                    raise LookupError(f"no listening socket on port {port}")
+                message = offset + 16  # inet_diag_msg: 4 bytes, sockid (sport first), ...
+                if struct.unpack_from("!H", data, message + 4)[0] == port:
+                    return struct.unpack_from("=I", data, message + 60)[0]  # idiag_wqueue
+                offset += (length + 3) & ~3
+
+
 def start_server(tmp_path, **options) -> Connection:
-    server = ModelServer(ServerOptions(port=0, file_system_poll_wait_seconds=0, **options)).start()
+    """An in-process server on a free port; the base paths are polled once unless told."""
+    server = ModelServer(ServerOptions(**{"port": 0, "file_system_poll_wait_seconds": 0,
+                                          **options})).start()
     return Connection(server)
 
 
@@ -120,6 +182,18 @@ def main_server(exports, tmp_path_factory):
     config_path = root / "models.config"
     config_path.write_text(text_format.MessageToString(config))
     connection = start_server(root, model_config_file=str(config_path), rest_api_port=0)
+    yield connection
+    connection.server.stop()
+
+
+@pytest.fixture(scope="module")
+def rest_server(exports, tmp_path_factory):
+    """REST with a 1 s read timeout and a 64 KiB request limit."""
+    root = tmp_path_factory.mktemp("rest")
+    connection = start_server(
+        root, model_name=MODEL_NAME, model_base_path=make_model_base(exports, str(root)),
+        rest_api_port=0, rest_api_read_timeout_seconds=1,
+        grpc_channel_arguments="grpc.max_receive_message_length=65536")
     yield connection
     connection.server.stop()
 
@@ -168,7 +242,6 @@ def test_committed_config_files_parse_and_match_the_deployment():
     assert options.enable_large_batch_splitting == parameters.enable_large_batch_splitting.value
     assert options.execution_batch_size == parameters.max_execution_batch_size.value
 
-    yaml = pytest.importorskip("yaml")
     with open(os.path.join(SERVING_DIR, "docker-compose.yml")) as compose_file:
         service = yaml.safe_load(compose_file)["services"]["translator"]
     assert service["image"].startswith("tensorflow/serving:")
@@ -211,6 +284,10 @@ def test_flags_use_tensorflow_model_server_syntax(capsys):
     assert options.enable_batching is True and options.file_system_poll_wait_seconds == 5
     assert parse_flags(["--model_base_path=/m", "--enable_batching=false"]).enable_batching is False
     assert parse_flags(["--model_base_path=/m", "--rest_api_port=0"]).rest_api_port is None
+    assert parse_flags(["--model_base_path=/m", "--rest_api_free_port"]).rest_api_port == 0
+    with pytest.raises(SystemExit):
+        parse_flags(["--model_base_path=/m", "--rest_api_free_port", "--rest_api_port=8501"])
+    assert "exclude each other" in capsys.readouterr().err
 
     with pytest.raises(SystemExit) as unknown:
         parse_flags(["--model_base_path=/m", "--no_such_flag=1"])
@@ -324,6 +401,19 @@ def test_output_filter_and_version_choice(main_server):
      "{score,translation}."),
     (lambda r: r.output_filter.extend(["score", "score"]), grpc.StatusCode.INVALID_ARGUMENT,
      "duplicate output tensor alias: score"),
+    # A 20-byte request for 2^40 strings: TF Serving's Tensor::FromProto fails to allocate.
+    (lambda r: r.inputs["text"].tensor_shape.dim[0].__setattr__("size", 2**40),
+     grpc.StatusCode.INVALID_ARGUMENT, "tensor parsing error: text"),
+    (lambda r: r.inputs["text"].tensor_shape.dim.add(size=2**40), grpc.StatusCode.INVALID_ARGUMENT,
+     "tensor parsing error: text"),
+    # TF Serving does not check method names by default (--enable_signature_method_name_check).
+    (lambda r: r.model_spec.__setattr__("signature_name", "__saved_model_init_op"),
+     grpc.StatusCode.INVALID_ARGUMENT, "input size does not match signature: 1!=0 len({text}) != "
+     "len({}). Sent extra: {text}. Missing but required: {}."),
+    (lambda r: (r.model_spec.__setattr__("signature_name", "__saved_model_init_op"),
+                r.inputs.pop("text")), grpc.StatusCode.INVALID_ARGUMENT,
+     'Signature "__saved_model_init_op" is not a function of the SavedModel and cannot be run by '
+     "Predict"),
 ])
 def test_predict_errors_match_tf_serving(main_server, mutate, code, message):
     request = texts_request(["hello", "world"])
@@ -346,10 +436,11 @@ def test_inputs_that_strain_the_model_get_clear_answers(main_server):
     assert invalid_utf8.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert invalid_utf8.details().startswith("Invalid formatting on input string")
 
+    # No shape check before the model (Session::Run has none): the model's split op refuses.
     scalar = texts_request(["x"])
     scalar.inputs["text"].CopyFrom(tf.make_tensor_proto("just one", dtype=tf.string))
     error = rpc_error(main_server.predict.Predict, scalar)
-    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT and "shape []" in error.details()
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
 
     # The server is still healthy after all of that.
     assert strings(main_server.predict.Predict(texts_request(["still up"]), timeout=10)
@@ -477,6 +568,14 @@ def test_rest_status_and_metadata(main_server):
      "JSON Parse error: Invalid encoding"),
     ("POST", "/v1/models/translator:classify", {"examples": []}, 501, "not implemented"),
     ("GET", "/v1/models/translator:predict", None, 400, "Malformed request: GET /v1/models/translator:predict"),
+    ("GET", "/v1/models/translator/versions/99999999999999999999999", None, 400,
+     "Failed to convert version: 99999999999999999999999 to numeric."),
+    ("POST", "/v1/models/translator/versions/9223372036854775808:predict", {"instances": ["a"]},
+     400, "Failed to convert version: 9223372036854775808 to numeric."),
+    ("POST", "/v1/models/translator:predict", b'{"instances": ' + b"[" * 900 + b'"a"' + b"]" * 900
+     + b"}", 400, "JSON Parse error: The document is nested deeper than 258 levels"),
+    ("POST", "/v1/models/translator:predict", b'{"instances": ' + b"[" * 100_000, 400,
+     "JSON Parse error: The document is nested deeper than 258 levels"),
 ])
 def test_rest_errors_match_tf_serving(main_server, method, path, body, status, message):
     got_status, got_body = http(method, main_server.rest + path, body)
@@ -552,7 +651,8 @@ def test_batch_limits_deadlines_and_message_size(strict_server):
     with pytest.raises(grpc.RpcError) as late:
         strict_server.predict.Predict(texts_request(["waits 1 s in the queue"]), timeout=0.1)
     assert late.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
-    time.sleep(1.1)  # The batch timeout passes: the expired request must not have been run.
+    # Once its batch has been handled, the expired request must not have been run.
+    assert strict_server.server.core.batcher.wait_until_idle(timeout=60)
     assert strict_server.server.batch_stats.histogram() == stats_before
 
     huge = texts_request(["x" * 100_000])
@@ -619,17 +719,19 @@ def test_new_version_is_swapped_in_without_failing_requests(exports, tmp_path):
                 failures.append(repr(error))
             index += 1
 
+    def served_after(moment):
+        return [version for sent_at, version in list(served_versions) if sent_at > moment]
+
     threads = [threading.Thread(target=client, args=(i,)) for i in range(4)]
     try:
         for thread in threads:
             thread.start()
-        time.sleep(0.5)
+        wait_for(lambda: len(served_versions) >= 8 or failures, "answers from version 1")
         install_version(exports, base_path, 2)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and not any(v == 2 for _, v in served_versions[-8:]):
-            time.sleep(0.05)
+        wait_for(lambda: 2 in served_after(0) or failures, "a first answer from version 2")
         swapped_at = time.monotonic()
-        time.sleep(0.5)
+        wait_for(lambda: len(served_after(swapped_at)) >= 8 or failures,
+                 "answers to requests sent after the swap")
     finally:
         stop.set()
         for thread in threads:
@@ -655,9 +757,7 @@ def test_new_version_is_swapped_in_without_failing_requests(exports, tmp_path):
         with open(os.path.join(broken, "assets.extra", "tf_serving_warmup_requests"), "wb") as warmup:
             warmup.write(b"not a TFRecord file")
         os.rename(broken, os.path.join(base_path, "4"))
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and version_rows()[0][:2] != (4, "END"):
-            time.sleep(0.1)
+        wait_for(lambda: version_rows()[0][:2] == (4, "END"), "version 4 to fail and end")
         (_, state, status), (_, serving_state, _) = version_rows()[:2]
         assert (state, serving_state) == ("END", "AVAILABLE")
         assert status.error_code == grpc.StatusCode.DATA_LOSS.value[0]
@@ -683,29 +783,303 @@ def test_new_version_is_swapped_in_without_failing_requests(exports, tmp_path):
 def test_sigterm_lets_requests_in_flight_finish(exports, tmp_path):
     base_path = make_model_base(exports, str(tmp_path), (1,))
     batching_file = write_batching_file(tmp_path / "batching.config", max_batch_size=64,
-                                        batch_timeout_micros=2_000_000, num_batch_threads=1)
-    port = free_port()
-    environment = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=REPO_ROOT)
-    process = subprocess.Popen(
-        [sys.executable, "-m", "serving.server", f"--port={port}", f"--model_name={MODEL_NAME}",
-         f"--model_base_path={base_path}", "--enable_batching=true",
-         f"--batching_parameters_file={batching_file}", "--file_system_poll_wait_seconds=0"],
-        cwd=REPO_ROOT, env=environment, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+                                        batch_timeout_micros=3_000_000, num_batch_threads=1)
+    with ServerProcess([f"--model_name={MODEL_NAME}", f"--model_base_path={base_path}",
+                        "--enable_batching=true", f"--batching_parameters_file={batching_file}",
+                        "--file_system_poll_wait_seconds=0"]) as server:
+        channel = grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}")
+        # Connected first, so the calls below go out in the order they are made (calls
+        # made while the channel connects wait in a queue that may reorder them).
         grpc.channel_ready_future(channel).result(timeout=60)
         stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
         texts = [f"in flight {i}" for i in range(6)]
-        # Each request waits up to 2 s in the batch queue: they are in flight at SIGTERM.
+        # Each request waits up to 3 s in the batch queue: they are in flight at SIGTERM.
         calls = [stub.Predict.future(texts_request([text]), timeout=30) for text in texts]
-        time.sleep(0.8)
-        process.send_signal(signal.SIGTERM)
+        # The server reads the calls of a connection in order: once it has answered a
+        # status call sent after them, it has accepted all six.
+        model_service_pb2_grpc.ModelServiceStub(channel).GetModelStatus(
+            get_model_status_pb2.GetModelStatusRequest(model_spec={"name": MODEL_NAME}),
+            timeout=30)
+        assert not any(call.done() for call in calls)
+        server.process.send_signal(signal.SIGTERM)
         answers = [strings(call.result().outputs["translation"])[0] for call in calls]
         assert answers == [expected_greedy(text, 1) for text in texts]
-        assert process.wait(timeout=30) == 0
-    finally:
-        if process.poll() is None:
-            process.kill()
-        output = process.communicate()[0]
+        assert server.process.wait(timeout=60) == 0
+        output = server.output()
     assert "Received signal 15" in output
     assert "Done unloading servable version {name: translator version: 1}" in output
+
+
+def test_sigterm_is_not_blocked_by_a_stalled_rest_client(exports, tmp_path):
+    """A client that sent half a body and went quiet is cut off once the grace period ends."""
+    base_path = make_model_base(exports, str(tmp_path), (1,))
+    with ServerProcess([f"--model_name={MODEL_NAME}", f"--model_base_path={base_path}",
+                        "--file_system_poll_wait_seconds=0", "--shutdown_grace_seconds=1"],
+                       rest=True) as server:
+        with socket.create_connection(("127.0.0.1", server.rest_port), timeout=60) as stalled:
+            stalled.sendall(b"POST /v1/models/translator:predict HTTP/1.1\r\nHost: test\r\n"
+                            b"Content-Length: 50\r\nExpect: 100-continue\r\n\r\n")
+            # "100 Continue" comes once a server thread has the headers and waits for the body.
+            assert stalled.recv(1024).startswith(b"HTTP/1.1 100 Continue")
+            stalled.sendall(b'{"in')
+            server.process.send_signal(signal.SIGTERM)
+            assert server.process.wait(timeout=60) == 0
+            read_until_closed(stalled)  # The server closed the connection.
+        output = server.output()
+    assert "Done unloading servable version {name: translator version: 1}" in output
+
+
+# --------------------------------------------------------------- REST transport
+
+def test_rest_accepts_chunked_bodies_within_the_size_limit(rest_server):
+    port = rest_server.server.rest_port
+    body = json.dumps({"instances": SENTENCES}).encode()
+    status, payload = raw_predict(port, chunked(body, 7), b"Transfer-Encoding: chunked")
+    assert status == 200
+    assert json.loads(payload)["predictions"] == [
+        {"score": expected_greedy_score(s), "translation": expected_greedy(s, 1)} for s in SENTENCES]
+
+    too_big = json.dumps({"instances": ["x" * 70_000]}).encode()
+    status, payload = raw_predict(port, chunked(too_big, 8192), b"Transfer-Encoding: chunked")
+    assert status == 429
+    assert "larger than the limit of 65536 bytes" in json.loads(payload)["error"]
+
+
+@pytest.mark.parametrize("length", [b"-1", b"abc", b"+12", b"1_0", b""])
+def test_rest_refuses_a_content_length_that_is_not_a_byte_count(rest_server, length):
+    """A negative length once bypassed the size limit and read to the end of the stream."""
+    body = json.dumps({"instances": ["x" * 100_000]}).encode()  # Over the 64 KiB limit.
+    status, _ = raw_predict(rest_server.server.rest_port, body, b"Content-Length: " + length)
+    assert status == 400
+
+
+def test_rest_closes_stalled_connections_after_the_read_timeout(rest_server):
+    """Stalled clients (half a body, or nothing at all) are disconnected, 408 when a request
+    was under way; the server keeps answering the others."""
+    port = rest_server.server.rest_port
+    half_bodies = [socket.create_connection(("127.0.0.1", port), timeout=60) for _ in range(20)]
+    silent = [socket.create_connection(("127.0.0.1", port), timeout=60) for _ in range(5)]
+    try:
+        for connection in half_bodies:
+            connection.sendall(b"POST /v1/models/translator:predict HTTP/1.1\r\nHost: test\r\n"
+                               b"Content-Length: 50\r\n\r\nabcd")
+        status, payload = raw_predict(port, b'{"instances": ["still served"]}',
+                                      b"Content-Length: 31")
+        assert (status, json.loads(payload)["predictions"][0]["translation"]) == (
+            200, expected_greedy("still served", 1))
+        assert [read_until_closed(c).split(b"\r\n")[0] for c in half_bodies] == [
+            b"HTTP/1.1 408 Request Timeout"] * 20
+        assert {read_until_closed(c).split(b"\r\n")[0] for c in silent} <= {
+            b"", b"HTTP/1.1 408 Request Timeout"}
+    finally:
+        for connection in half_bodies + silent:
+            connection.close()
+
+
+def test_rest_listens_with_the_systems_full_backlog(rest_server):
+    with open("/proc/sys/net/core/somaxconn") as limit_file:
+        system_limit = int(limit_file.read())
+    assert listen_backlog(rest_server.server.rest_port) == min(socket.SOMAXCONN, system_limit)
+
+
+# -------------------------------------------------------- model management
+
+def reload_request(text: str) -> model_management_pb2.ReloadConfigRequest:
+    request = model_management_pb2.ReloadConfigRequest()
+    text_format.Parse(text, request.config)
+    return request
+
+
+def model_config_text(name: str, base_path: str, extra: str = "") -> str:
+    return (f'config {{ name: "{name}" base_path: "{base_path}" model_platform: "tensorflow" '
+            f'{extra} }}')
+
+
+def version_states(connection: Connection, name: str = MODEL_NAME) -> list:
+    """[(version, state name)] of GetModelStatus, newest first."""
+    request = get_model_status_pb2.GetModelStatusRequest(model_spec={"name": name})
+    rows = connection.models.GetModelStatus(request, timeout=10).model_version_status
+    return [(row.version, get_model_status_pb2.ModelVersionStatus.State.Name(row.state))
+            for row in rows]
+
+
+def predicted_version(connection: Connection, name: str = MODEL_NAME, label: str = None,
+                      version: int = None) -> int:
+    request = texts_request(["which version"], model_name=name, version=version)
+    if label:
+        request.model_spec.version_label = label
+    response = connection.predict.Predict(request, timeout=10)
+    served = response.model_spec.version.value
+    assert strings(response.outputs["translation"]) == [expected_greedy("which version", served)]
+    return served
+
+
+@pytest.fixture
+def labeled_server(exports, tmp_path):
+    """translator (latest) and translator_all (versions 1 and 2, label stable -> 1)."""
+    base_path = make_model_base(exports, str(tmp_path), (1, 2))
+    all_base_path = make_model_base(exports, str(tmp_path), (1, 2), "translator_all")
+    config_path = tmp_path / "models.config"
+    config_path.write_text("model_config_list { " + model_config_text(MODEL_NAME, base_path) + " "
+                           + model_config_text("translator_all", all_base_path,
+                                               'model_version_policy { all {} } '
+                                               'version_labels { key: "stable" value: 1 }') + " }")
+    connection = start_server(tmp_path, model_config_file=str(config_path))
+    connection.base_paths = {MODEL_NAME: base_path, "translator_all": all_base_path}
+    yield connection
+    connection.server.stop()
+
+
+def test_empty_reload_request_is_refused_and_unloads_nothing(labeled_server):
+    error = rpc_error(labeled_server.models.HandleReloadConfigRequest,
+                      model_management_pb2.ReloadConfigRequest())
+    assert (error.code(), error.details()) == (
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "ServerModelConfig type not supported by HandleReloadConfigRequest. Only ModelConfigList "
+        "is currently supported")
+    assert predicted_version(labeled_server) == 2
+    assert predicted_version(labeled_server, "translator_all", label="stable") == 1
+
+
+def test_failed_reload_keeps_the_previous_version_labels(labeled_server):
+    paths = labeled_server.base_paths
+    missing_version = reload_request("model_config_list { " + model_config_text(
+        "translator_all", paths["translator_all"],
+        'model_version_policy { all {} } version_labels { key: "stable" value: 7 }') + " "
+        + model_config_text(MODEL_NAME, paths[MODEL_NAME]) + " }")
+    error = rpc_error(labeled_server.models.HandleReloadConfigRequest, missing_version)
+    assert error.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert error.details() == ("Request to assign label to version 7 of model translator_all, "
+                               "which is not currently available for inference")
+    assert predicted_version(labeled_server, "translator_all", label="stable") == 1
+
+    # A valid reload moves the label and adds one; removing translator unloads it.
+    moved = reload_request("model_config_list { " + model_config_text(
+        "translator_all", paths["translator_all"],
+        'model_version_policy { all {} } version_labels { key: "stable" value: 2 } '
+        'version_labels { key: "canary" value: 1 }') + " }")
+    assert labeled_server.models.HandleReloadConfigRequest(moved, timeout=60).status.error_code == 0
+    assert predicted_version(labeled_server, "translator_all", label="stable") == 2
+    assert predicted_version(labeled_server, "translator_all", label="canary") == 1
+    assert version_states(labeled_server) == [(2, "END")]
+    error = rpc_error(labeled_server.predict.Predict, texts_request(["gone"]))
+    assert (error.code(), error.details()) == (grpc.StatusCode.NOT_FOUND,
+                                               "Servable not found for request: Latest(translator)")
+
+
+def test_latest_policy_keeps_the_newest_n_versions(exports, tmp_path):
+    base_path = make_model_base(exports, str(tmp_path), (1, 2))
+    install_version(exports, base_path, 1, as_version=3)
+    config_path = tmp_path / "models.config"
+    config_path.write_text("model_config_list { " + model_config_text(
+        MODEL_NAME, base_path, "model_version_policy { latest { num_versions: 2 } }") + " }")
+    connection = start_server(tmp_path, model_config_file=str(config_path))
+    try:
+        assert version_states(connection) == [(3, "AVAILABLE"), (2, "AVAILABLE")]
+        latest = connection.predict.Predict(texts_request(["newest"]), timeout=10)
+        assert latest.model_spec.version.value == 3
+        assert strings(latest.outputs["translation"]) == [expected_greedy("newest", 1)]  # 1's export.
+        assert predicted_version(connection, version=2) == 2
+        error = rpc_error(connection.predict.Predict, texts_request(["x"], version=1))
+        assert error.details() == "Servable not found for request: Specific(translator, 1)"
+    finally:
+        connection.server.stop()
+
+
+def test_config_file_reloads_and_keeps_the_last_good_config(exports, tmp_path, caplog):
+    base_path = make_model_base(exports, str(tmp_path), (1,))
+    second_base_path = make_model_base(exports, str(tmp_path), (2,), "second")
+    config_path = tmp_path / "models.config"
+    one_model = "model_config_list { " + model_config_text(MODEL_NAME, base_path) + " }"
+    two_models = ("model_config_list { " + model_config_text(MODEL_NAME, base_path) + " "
+                  + model_config_text("second", second_base_path) + " }")
+    config_path.write_text(one_model)
+    connection = start_server(tmp_path, model_config_file=str(config_path),
+                              model_config_file_poll_wait_seconds=1)
+    try:
+        config_path.write_text(two_models)
+        wait_for(lambda: predicted_version_or_none(connection, "second") == 2,
+                 "the model added to the config file")
+        for broken in ("model_config_list { config { name: ", ""):
+            reloads_failed = caplog.text.count("Failed to reload ModelServerConfig file")
+            config_path.write_text(broken)
+            wait_for(lambda: caplog.text.count("Failed to reload ModelServerConfig file")
+                     > reloads_failed, f"the poll to reject {broken!r}")
+            assert predicted_version(connection, "second") == 2
+            assert predicted_version(connection) == 1
+        config_path.write_text(one_model)
+        wait_for(lambda: version_states(connection, "second") == [(2, "END")],
+                 "the model removed from the config file to be unloaded")
+        assert predicted_version(connection) == 1
+    finally:
+        connection.server.stop()
+
+
+def predicted_version_or_none(connection: Connection, name: str):
+    try:
+        return predicted_version(connection, name)
+    except grpc.RpcError:
+        return None
+
+
+def test_a_failed_version_that_is_deleted_ends(exports, tmp_path):
+    base_path = make_model_base(exports, str(tmp_path), (1,))
+    connection = start_server(tmp_path, model_name=MODEL_NAME, model_base_path=base_path,
+                              file_system_poll_wait_seconds=0.2)
+    try:
+        broken = tmp_path / "staging" / "3"
+        broken.mkdir(parents=True)
+        (broken / "saved_model.pb").write_bytes(b"not a SavedModel")
+        os.rename(broken, os.path.join(base_path, "3"))
+        wait_for(lambda: version_states(connection)[0] == (3, "LOADING"),
+                 "version 3 to fail and wait for a retry")
+        shutil.rmtree(os.path.join(base_path, "3"))
+        wait_for(lambda: version_states(connection)[0] == (3, "END"), "version 3 to end",
+                 timeout=30)
+        assert version_states(connection) == [(3, "END"), (1, "AVAILABLE")]
+        assert predicted_version(connection) == 1
+    finally:
+        connection.server.stop()
+
+
+def test_disabled_warmup_serves_a_version_whose_warmup_file_is_broken(exports, tmp_path):
+    base_path = make_model_base(exports, str(tmp_path), (1,))
+    with open(os.path.join(base_path, "1", "assets.extra", "tf_serving_warmup_requests"),
+              "wb") as warmup:
+        warmup.write(b"not a TFRecord file")
+    flags = [f"--model_name={MODEL_NAME}", f"--model_base_path={base_path}", "--port=0",
+             "--file_system_poll_wait_seconds=0", "--max_num_load_retries=0"]
+    for warmup_flag, serves in (("--enable_model_warmup=false", True),
+                                ("--enable_model_warmup=true", False)):
+        connection = Connection(ModelServer(parse_flags(flags + [warmup_flag])).start())
+        try:
+            if serves:
+                assert predicted_version(connection) == 1
+            else:  # The broken warmup file fails the load, as in TF Serving.
+                assert version_states(connection) == [(1, "END")]
+        finally:
+            connection.server.stop()
+
+
+# ------------------------------------------------------ inputs TF Serving runs
+
+class _ElementwiseUpper(tf.Module):
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
+    def upper(self, text):
+        return {"upper": tf.strings.upper(text)}
+
+
+def test_inputs_of_another_shape_than_the_signature_reach_the_model(tmp_path):
+    """Session::Run checks no feed shape: a [2, 2] input to a [-1] signature runs, and an
+    element-wise model answers it."""
+    module = _ElementwiseUpper()
+    tf.saved_model.save(module, str(tmp_path / "upper" / "1"),
+                        signatures={"serving_default": module.upper})
+    connection = start_server(tmp_path, model_name="upper", model_base_path=str(tmp_path / "upper"))
+    try:
+        request = texts_request([], model_name="upper")
+        request.inputs["text"].CopyFrom(tf.make_tensor_proto([["a", "b"], ["c", "d"]]))
+        response = connection.predict.Predict(request, timeout=10)
+        assert tf.make_ndarray(response.outputs["upper"]).tolist() == [[b"A", b"B"], [b"C", b"D"]]
+    finally:
+        connection.server.stop()
