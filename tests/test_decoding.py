@@ -230,18 +230,14 @@ def test_each_sentence_of_a_batch_steps_only_as_long_as_alone(trained_reverse_mo
 def test_finished_rows_leave_the_decoding_batch():
     alive = {
         "rows": tf.constant([0, 2, 3]),
-        "finished": tf.constant([False, True, False]),
         "cache": {"key": tf.reshape(tf.range(3 * 2 * 4, dtype=tf.float32), [3, 2, 4, 1])},
     }
-    kept = _drop_finished_rows(alive)
+    kept = _drop_finished_rows(alive, tf.constant([False, True, False]))
     np.testing.assert_array_equal(kept["rows"], [0, 3])
-    np.testing.assert_array_equal(kept["finished"], [False, False])
     np.testing.assert_array_equal(kept["cache"]["key"], alive["cache"]["key"].numpy()[[0, 2]])
 
-    none_finished = {**alive, "finished": tf.zeros([3], tf.bool)}
-    unchanged = _drop_finished_rows(none_finished)
-    for name in ("rows", "finished"):
-        np.testing.assert_array_equal(unchanged[name], none_finished[name])
+    unchanged = _drop_finished_rows(alive, tf.zeros([3], tf.bool))
+    np.testing.assert_array_equal(unchanged["rows"], alive["rows"])
 
 
 def test_alignment_is_a_distribution_over_real_source_tokens(trained_reverse_model, sources):

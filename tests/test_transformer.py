@@ -98,13 +98,10 @@ def test_cached_decoding_equals_full_forward(batch):
     inp, tar = batch
     model = small_transformer()
     expected = model((inp, tar), training=False)
-    enc_output, enc_padding_mask = model.encode(inp)
-    cache = model.init_cache(enc_output, max_length=tar.shape[1] + 2)
+    cache = model.init_cache(*model.encode(inp), max_length=tar.shape[1] + 2)
     step_logits = []
     for t in range(tar.shape[1]):
-        logits, _, cache = model.decode(
-            tar[:, t: t + 1], enc_output, enc_padding_mask, cache=cache, cache_update_index=t
-        )
+        logits, _, cache = model.decode(tar[:, t: t + 1], cache, t)
         step_logits.append(logits)
     np.testing.assert_allclose(np.concatenate(step_logits, axis=1), expected, atol=1e-5)
 
