@@ -100,23 +100,23 @@ class Transformer(keras.Model):
         self.final_layer.build(tar_shape + (self.d_model,))
         self.built = True
 
-    def encode(self, inp, training=False):
+    def encode(self, inp, training=False, return_attention_weights=False):
         """Source ids `(batch, inp_len)` → `(enc_output (batch, inp_len, d_model),
-        enc_padding_mask (batch, 1, 1, inp_len))`."""
+        enc_padding_mask (batch, 1, 1, inp_len))`; with `return_attention_weights`, as
+        `Encoder`, the weights `{"encoder_layer{i}": ...}` as a third element."""
         if not self.built:
             # Decoding calls encode/decode, never the model as a whole: build every weight here
             # so the cache projections don't create Dense kernels ahead of the layers' build.
             self.build(((None, None), (None, None)))
-        enc_output, enc_padding_mask, _ = self._encode(inp, training)
-        return enc_output, enc_padding_mask
-
-    def _encode(self, inp, training):
-        """`(enc_output, enc_padding_mask, {"encoder_layer{i}": weights})`."""
         enc_padding_mask = create_padding_mask(inp)
-        enc_output, weights = self.encoder(
-            inp, training=training, mask=enc_padding_mask, return_attention_weights=True
+        encoded = self.encoder(
+            inp, training=training, mask=enc_padding_mask,
+            return_attention_weights=return_attention_weights,
         )
-        return enc_output, enc_padding_mask, weights
+        if return_attention_weights:
+            enc_output, weights = encoded
+            return enc_output, enc_padding_mask, weights
+        return encoded, enc_padding_mask
 
     def init_cache(self, enc_output, enc_padding_mask, max_length):
         """The decoding cache before the first target token, from `encode`'s outputs, with room
@@ -157,7 +157,9 @@ class Transformer(keras.Model):
 
     def call(self, inputs, training=False, return_attention_weights=False):
         inp, tar = inputs
-        enc_output, enc_padding_mask, encoder_weights = self._encode(inp, training)
+        enc_output, enc_padding_mask, encoder_weights = self.encode(
+            inp, training=training, return_attention_weights=True
+        )
         hidden, decoder_weights = self.decoder(
             tar, enc_output, training=training,
             look_ahead_mask=create_decoder_self_attention_mask(tar), padding_mask=enc_padding_mask,
