@@ -374,6 +374,20 @@ def fake_search(search, table, sentences, max_length, **options):
     return {name: value.numpy() for name, value in outputs.items()}
 
 
+def assert_outputs_equal(found, table, expected):
+    """A search's outputs over `table` are the `(tokens, score)` of `expected` per sentence,
+    padded with 0, with each token's alignment the distribution it was chosen from."""
+    for sentence, (tokens, score) in enumerate(expected):
+        np.testing.assert_array_equal(found["tokens"][sentence, :len(tokens)], tokens)
+        assert np.all(found["tokens"][sentence, len(tokens):] == 0)
+        assert found["scores"][sentence] == pytest.approx(score, abs=1e-4)
+        np.testing.assert_allclose(found["alignment"][sentence, :len(tokens)],
+                                   np.exp(table.path_log_probs(sentence, tokens)), atol=1e-5)
+        assert np.all(found["alignment"][sentence, len(tokens):] == 0)
+    assert len({len(tokens) for tokens, _ in expected}) > 1, (
+        "every expected output has one length: the table tests too little")
+
+
 def test_length_penalty_is_gnmt_formula():
     for alpha in (0.0, 0.6, 1.0):
         for length in range(1, 12):
@@ -391,17 +405,8 @@ def test_wide_beam_search_equals_exhaustive_search(alpha, min_length):
     found = fake_search(beam_search, table, sentences, max_length=8, beam_width=32,
                         alpha=alpha, min_length=min_length)
     assert found["length"] == FAKE_LONGEST, "searches not over once every hypothesis ended"
-    lengths = set()
-    for sentence in range(sentences):
-        tokens, score = exhaustive_best(table, sentence, alpha, min_length)
-        lengths.add(len(tokens))
-        np.testing.assert_array_equal(found["tokens"][sentence, :len(tokens)], tokens)
-        assert np.all(found["tokens"][sentence, len(tokens):] == 0)
-        assert found["scores"][sentence] == pytest.approx(score, abs=1e-4)
-        np.testing.assert_allclose(found["alignment"][sentence, :len(tokens)],
-                                   np.exp(table.path_log_probs(sentence, tokens)), atol=1e-5)
-        assert np.all(found["alignment"][sentence, len(tokens):] == 0)
-    assert len(lengths) > 1, "every best output has one length: the table tests too little"
+    assert_outputs_equal(found, table, [exhaustive_best(table, sentence, alpha, min_length)
+                                        for sentence in range(sentences)])
 
 
 def greedy_reference(table, sentence, min_length):
@@ -425,17 +430,8 @@ def test_greedy_search_follows_the_table(fixed_shape, min_length):
     found = fake_search(greedy_search, table, sentences, max_length=8, min_length=min_length,
                         fixed_shape=fixed_shape)
     assert found["length"] <= FAKE_LONGEST
-    lengths = set()
-    for sentence in range(sentences):
-        tokens, log_prob = greedy_reference(table, sentence, min_length)
-        lengths.add(len(tokens))
-        np.testing.assert_array_equal(found["tokens"][sentence, :len(tokens)], tokens)
-        assert np.all(found["tokens"][sentence, len(tokens):] == 0)
-        assert found["scores"][sentence] == pytest.approx(log_prob, abs=1e-4)
-        np.testing.assert_allclose(found["alignment"][sentence, :len(tokens)],
-                                   np.exp(table.path_log_probs(sentence, tokens)), atol=1e-5)
-        assert np.all(found["alignment"][sentence, len(tokens):] == 0)
-    assert len(lengths) > 1
+    assert_outputs_equal(found, table, [greedy_reference(table, sentence, min_length)
+                                        for sentence in range(sentences)])
 
 
 @pytest.mark.parametrize("decode", [greedy_decode, beam_search_decode], ids=["greedy", "beam"])
