@@ -20,19 +20,17 @@ class Decoder(LayerStack):
             the config.
 
     Call arguments:
-        x: target token ids `(batch, tar_len)` (with a `cache`: only the new tokens).
-        enc_output: `(batch, inp_len, d_model)`; unused with a `cache`.
+        x: target token ids `(batch, tar_len)`.
+        enc_output: `(batch, inp_len, d_model)`.
         training: dropout on/off.
-        look_ahead_mask: `(batch, 1, tar_len, tar_len)`; during cached decoding, broadcastable to
-            `(batch, 1, 1, cache_slots)` with 1 on the slots not written yet.
+        look_ahead_mask: `(batch, 1, tar_len, tar_len)`.
         padding_mask: source padding mask `(batch, 1, 1, inp_len)`.
-        cache: from `init_cache`, to decode one position at a time.
-        cache_update_index: with a `cache`, the position of the new token (int32 scalar).
 
     Returns:
         `(x, attention_weights)`: x `(batch, tar_len, d_model)`, weights
-        `{"decoder_layer{i}_block1": self-attention, "decoder_layer{i}_block2": cross-attention}`;
-        with a `cache`, the updated cache as a third element.
+        `{"decoder_layer{i}_block1": self-attention, "decoder_layer{i}_block2": cross-attention}`.
+
+    Incremental decoding: `init_cache`, then `decode_step`; `reorder_cache` for beam search.
     """
 
     def __init__(self, num_layers, d_model, num_heads, dff, target_vocab_size,
@@ -50,39 +48,41 @@ class Decoder(LayerStack):
         """Per-layer caches before the first target token: `{layer_name: DecoderLayer cache}`."""
         return {layer.name: layer.init_cache(enc_output, max_length) for layer in self.dec_layers}
 
-    def call(
-        self,
-        x,
-        enc_output,
-        training=None,
-        look_ahead_mask=None,
-        padding_mask=None,
-        cache=None,
-        cache_update_index=None,
-    ):
-        x = self.embed(x, training, 0 if cache is None else cache_update_index)
+    def reorder_cache(self, cache, indices):
+        """Each layer's cache at the rows `indices` (see `DecoderLayer.reorder_cache`)."""
+        return {layer.name: layer.reorder_cache(cache[layer.name], indices)
+                for layer in self.dec_layers}
 
+    def call(self, x, enc_output, training=None, look_ahead_mask=None, padding_mask=None):
+        x = self.embed(x, training)
         attention_weights = {}
-        new_cache = {}
         for layer in self.dec_layers:
-            outputs = layer(
+            x, block1, block2 = layer(
                 x,
                 enc_output,
                 training=training,
                 look_ahead_mask=look_ahead_mask,
                 padding_mask=padding_mask,
-                cache=None if cache is None else cache[layer.name],
-                cache_update_index=cache_update_index,
             )
-            x, block1, block2 = outputs[:3]
             attention_weights[f"{layer.name}_block1"] = block1
             attention_weights[f"{layer.name}_block2"] = block2
-            if cache is not None:
-                new_cache[layer.name] = outputs[3]
-        x = self.normalize_output(x)
-        if cache is None:
-            return x, attention_weights
-        return x, attention_weights, new_cache
+        return self.normalize_output(x), attention_weights
+
+    def decode_step(self, x, cache, cache_update_index, padding_mask=None):
+        """`call` for the new tokens `x` `(batch, n)` at positions `cache_update_index`.. (n = 1
+        when decoding), through the cache from `init_cache` (inference: no dropout).
+
+        Returns:
+            `(x, cross_attention_weights, cache)`: x `(batch, n, d_model)`, the last layer's
+            cross-attention weights `(batch, num_heads, n, inp_len)`, the updated cache.
+        """
+        x = self.embed(x, False, cache_update_index)
+        new_cache = {}
+        for layer in self.dec_layers:
+            x, _, cross_weights, new_cache[layer.name] = layer.decode_step(
+                x, cache[layer.name], cache_update_index, padding_mask
+            )
+        return self.normalize_output(x), cross_weights, new_cache
 
     def get_config(self):
         return {**super().get_config(), "target_vocab_size": self.target_vocab_size}

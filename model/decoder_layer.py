@@ -1,6 +1,7 @@
 """One decoder layer (§3.1): masked self-attention, cross-attention over the encoder output, FFN."""
 
 import keras
+import tensorflow as tf
 
 from model.feed_forward import point_wise_feed_forward_network
 from model.multi_head_attention import MultiHeadAttention
@@ -20,21 +21,17 @@ class DecoderLayer(keras.layers.Layer):
 
     Call arguments:
         x: target representations `(batch, tar_len, d_model)`.
-        enc_output: `(batch, inp_len, d_model)`; may be None when `cache` holds the projected
-            cross-attention keys/values.
+        enc_output: `(batch, inp_len, d_model)`.
         training: dropout on/off.
-        look_ahead_mask: broadcastable to `(batch, num_heads, tar_len, tar_len)`; during cached
-            decoding, to `(batch, num_heads, 1, cache_slots)`, hiding the slots not yet written.
+        look_ahead_mask: broadcastable to `(batch, num_heads, tar_len, tar_len)`.
         padding_mask: source padding mask broadcastable to `(batch, num_heads, tar_len, inp_len)`.
-        cache: optional `{"self": {"key", "value"}, "cross": {"key", "value"}}` (see
-            `init_cache`) to decode one position at a time (`tar_len` = 1).
-        cache_update_index: with a `cache`, the position of `x` (the self-attention slot it fills).
 
     Returns:
         `(out, self_attention_weights, cross_attention_weights)`: out `(batch, tar_len, d_model)`,
-        weights `(batch, num_heads, tar_len, tar_len)` (cached: the cache slots under XLA, the
-        written ones otherwise) and `(batch, num_heads, tar_len, inp_len)`; with a `cache`, the
-        updated cache as a fourth element.
+        weights `(batch, num_heads, tar_len, tar_len)` and `(batch, num_heads, tar_len, inp_len)`.
+
+    Incremental decoding: `init_cache`, then `decode_step` one position at a time; beam search
+    moves the cache between hypotheses with `reorder_cache`.
     """
 
     def __init__(self, d_model, num_heads, dff, rate=0.1, norm_first=False, **kwargs):
@@ -73,7 +70,8 @@ class DecoderLayer(keras.layers.Layer):
             max_length: target positions the cache has room for.
 
         Returns:
-            `{"self": empty keys/values, "cross": keys/values projected from enc_output}`.
+            `{"self": empty keys/values, "cross": keys/values projected from enc_output}`; every
+            tensor's first dimension is the batch.
         """
         batch_size = keras.ops.shape(enc_output)[0]
         return {
@@ -81,38 +79,54 @@ class DecoderLayer(keras.layers.Layer):
             "cross": self.mha2.compute_key_value(enc_output, enc_output),
         }
 
-    def call(
-        self,
-        x,
-        enc_output,
-        training=None,
-        look_ahead_mask=None,
-        padding_mask=None,
-        cache=None,
-        cache_update_index=None,
-    ):
+    @staticmethod
+    def reorder_cache(cache, indices):
+        """The cache of the rows `indices` `(batch,)` (beam search: each hypothesis takes its
+        parent's history). Only the self-attention keys/values move: `indices` stay within the
+        rows of one source sentence, whose cross-attention keys/values are the same."""
+        return {**cache, "self": {name: tf.gather(tensor, indices)
+                                  for name, tensor in cache["self"].items()}}
+
+    def call(self, x, enc_output, training=None, look_ahead_mask=None, padding_mask=None):
         normed = self.self_attention_block.normalize_input(x)
-        if cache is None:
-            attn1, self_weights = self.mha1(normed, normed, normed, look_ahead_mask)
-        else:
-            attn1, self_weights, self_cache = self.mha1(
-                normed, normed, normed, look_ahead_mask, cache=cache["self"],
-                cache_update_index=cache_update_index,
-            )
-        x = self.self_attention_block(x, attn1, training=training)
+        attn1, self_weights = self.mha1(normed, normed, normed, look_ahead_mask)
+        x, cross_weights = self._cross_attention_and_ffn(
+            x, attn1, lambda q: self.mha2(enc_output, enc_output, q, padding_mask), training
+        )
+        return x, self_weights, cross_weights
 
-        normed = self.cross_attention_block.normalize_input(x)
-        if cache is None:
-            attn2, cross_weights = self.mha2(enc_output, enc_output, normed, padding_mask)
-        else:
-            attn2, cross_weights, _ = self.mha2(None, None, normed, padding_mask, cache=cache["cross"])
+    def decode_step(self, x, cache, cache_update_index, padding_mask=None):
+        """`call` for new positions written into the cache (inference: no dropout).
+
+        Args:
+            x: `(batch, n, d_model)`, the positions from `cache_update_index` on (decoding: n = 1).
+            cache: from `init_cache` or a previous step.
+            cache_update_index: int32 scalar, the position of `x`'s first row.
+            padding_mask: as in `call`.
+
+        Returns:
+            `(out, self_attention_weights, cross_attention_weights, cache)`: as `call`, the
+            self-attention over the cache slots (see `MultiHeadAttention.write_cache_and_attend`),
+            and the updated cache.
+        """
+        normed = self.self_attention_block.normalize_input(x)
+        attn1, self_weights, self_cache = self.mha1.write_cache_and_attend(
+            normed, normed, normed, cache["self"], cache_update_index
+        )
+        x, cross_weights = self._cross_attention_and_ffn(
+            x, attn1, lambda q: self.mha2.attend_to_cache(q, cache["cross"], padding_mask), False
+        )
+        return x, self_weights, cross_weights, {**cache, "self": self_cache}
+
+    def _cross_attention_and_ffn(self, x, self_attention_output, cross_attention, training):
+        """The sub-layers after self-attention; `cross_attention(queries)` → `(output, weights)`.
+
+        Returns `(out, cross_attention_weights)`."""
+        x = self.self_attention_block(x, self_attention_output, training=training)
+        attn2, cross_weights = cross_attention(self.cross_attention_block.normalize_input(x))
         x = self.cross_attention_block(x, attn2, training=training)
-
         ffn_output = self.ffn(self.ffn_block.normalize_input(x))
-        x = self.ffn_block(x, ffn_output, training=training)
-        if cache is None:
-            return x, self_weights, cross_weights
-        return x, self_weights, cross_weights, {"self": self_cache, "cross": cache["cross"]}
+        return self.ffn_block(x, ffn_output, training=training), cross_weights
 
     def get_config(self):
         config = super().get_config()

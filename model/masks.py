@@ -44,18 +44,22 @@ def create_decoder_self_attention_mask(tar):
     return tf.maximum(create_padding_mask(tar), look_ahead_mask)
 
 
-def create_cache_mask(cache_slots, position):
-    """The look-ahead mask of one decoding step over a fixed-size key/value cache.
+def create_cache_mask(cache_slots, position, new_positions=1):
+    """The look-ahead mask of a decoding step over a fixed-size key/value cache.
 
     Args:
         cache_slots: slots in the cache (int or scalar tensor).
-        position: the position being decoded (int32 scalar); its own slot was just written.
+        position: the position of the step's first new token (int32 scalar); the slots of its
+            `new_positions` tokens were just written.
+        new_positions: tokens written at this step (1 when decoding token by token).
 
     Returns:
-        float32 tensor `(1, 1, 1, cache_slots)`, 1.0 on the slots after `position` (not written yet).
+        float32 tensor `(1, 1, new_positions, cache_slots)`, 1.0 where a slot comes after the
+        query's own position (not written yet, or a later token of the same step).
     """
-    not_written = tf.range(cache_slots) > position
-    return tf.cast(not_written, tf.float32)[tf.newaxis, tf.newaxis, tf.newaxis, :]
+    query_positions = position + tf.range(new_positions)[:, tf.newaxis]
+    not_visible = tf.range(cache_slots)[tf.newaxis, :] > query_positions
+    return tf.cast(not_visible, tf.float32)[tf.newaxis, tf.newaxis, :, :]
 
 
 class AttentionMaskArgument:

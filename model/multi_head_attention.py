@@ -5,7 +5,7 @@ import tensorflow as tf
 
 from model.attention import scaled_dot_product_attention
 from model.buffers import in_xla_context, write_slot
-from model.masks import AttentionMaskArgument
+from model.masks import AttentionMaskArgument, create_cache_mask
 
 
 @keras.saving.register_keras_serializable(package="transformer")
@@ -20,24 +20,20 @@ class MultiHeadAttention(AttentionMaskArgument, keras.layers.Layer):
         num_heads: number of attention heads.
 
     Call arguments (note the classic argument order v, k, q):
-        v: values `(batch, seq_len_k, d_model_v)`, or None when `cache` holds fixed keys/values.
-        k: keys `(batch, seq_len_k, d_model_k)`, or None likewise.
+        v: values `(batch, seq_len_k, d_model_v)`.
+        k: keys `(batch, seq_len_k, d_model_k)`.
         q: queries `(batch, seq_len_q, d_model_q)`.
         mask: optional, broadcastable to `(batch, num_heads, seq_len_q, seq_len_k)`, 1 = may not attend.
-        cache: optional dict `{"key", "value"}` of projected heads `(batch, num_heads, slots, depth)`.
-            With `k`/`v` given (decoder self-attention, one position per call), their projections
-            are written into slot `cache_update_index` of a fixed-size cache from `empty_cache`.
-            Under XLA the query then attends over every slot, and `mask` must hide the slots not
-            yet written; in a plain graph it attends over the written slots only (`mask` is cut
-            to them). With `k`/`v` None the cache is used as is (cross-attention over an encoder
-            output projected once by `compute_key_value`).
-        cache_update_index: int32 scalar, the slot the new position goes to (with `k`/`v` and a
-            cache).
 
     Returns:
         `(output, attention_weights)`: output `(batch, seq_len_q, d_model)`, weights
-        `(batch, num_heads, seq_len_q, seq_len_k)` (written into a cache: `slots` under XLA, the
-        written slots otherwise); with a `cache`, also the updated cache as a third element.
+        `(batch, num_heads, seq_len_q, seq_len_k)`.
+
+    Incremental decoding goes through two other methods over a key/value cache (dict
+    `{"key", "value"}` of projected heads `(batch, num_heads, slots, depth)`):
+    `attend_to_cache` (cross-attention over keys/values projected once by `compute_key_value`)
+    and `write_cache_and_attend` (self-attention, one new position written per step into a
+    cache from `empty_cache`).
     """
 
     def __init__(self, d_model, num_heads, **kwargs):
@@ -95,39 +91,64 @@ class MultiHeadAttention(AttentionMaskArgument, keras.layers.Layer):
         empty = tf.zeros((batch_size, self.num_heads, max_length, self.depth), self.compute_dtype)
         return {"key": empty, "value": empty}
 
-    def call(self, v, k, q, mask=None, cache=None, cache_update_index=None):
+    def call(self, v, k, q, mask=None):
+        return self._attend(q, self.compute_key_value(k, v), mask)
+
+    def attend_to_cache(self, q, cache, mask=None):
+        """Attention of `q` over keys/values projected beforehand (`compute_key_value`).
+
+        Args:
+            q: `(batch, seq_len_q, d_model_q)`.
+            cache: dict `{"key", "value"}`, each `(batch, num_heads, seq_len_k, depth)`.
+            mask: as in `call`.
+
+        Returns:
+            `(output, attention_weights)` as `call`.
+        """
+        return self._attend(q, cache, mask)
+
+    def write_cache_and_attend(self, v, k, q, cache, cache_update_index):
+        """Causal self-attention of new positions over a cache: projects `v`/`k`, writes them
+        into the cache, and lets each new position attend to the slots up to its own.
+
+        Args:
+            v, k, q: as in `call`, the same `n` new positions each (decoding: one).
+            cache: dict `{"key", "value"}` from `empty_cache`, `(batch, num_heads, slots, depth)`.
+            cache_update_index: int32 scalar, the slot of the first new position.
+
+        Returns:
+            `(output, attention_weights, cache)`: output `(batch, n, d_model)`; weights
+            `(batch, num_heads, n, attended)`, where `attended` is every slot under XLA (the
+            ones not yet written weighted 0) and the written slots only in a plain graph (XLA
+            needs every step to have the same shapes; a plain graph does not, and there a
+            step's cost then grows with its position instead of being the longest output's);
+            the updated cache.
+        """
+        new = self.compute_key_value(k, v)
+        cache = {name: write_slot(cache[name], new[name], cache_update_index, axis=2)
+                 for name in ("key", "value")}
+        new_positions = tf.shape(q)[1]
+        mask = create_cache_mask(tf.shape(cache["key"])[2], cache_update_index, new_positions)
+        attended = cache
+        if not in_xla_context():
+            written = cache_update_index + new_positions
+            attended = {name: tensor[:, :, :written] for name, tensor in cache.items()}
+            mask = mask[..., :written]
+        output, attention_weights = self._attend(q, attended, mask)
+        return output, attention_weights, cache
+
+    def _attend(self, q, key_value, mask):
+        """Scaled dot-product attention of the projected `q` over projected keys/values, each
+        head separately, then W^O: `(output, attention_weights)`."""
         batch_size = tf.shape(q)[0]
         q_heads = self.split_heads(self.wq(q), batch_size)
-
-        if cache is None:
-            key_value = self.compute_key_value(k, v)
-        elif k is None:
-            key_value = cache
-        else:
-            if cache_update_index is None:
-                raise ValueError("Writing keys/values into a cache needs `cache_update_index`.")
-            new = self.compute_key_value(k, v)
-            key_value = {name: write_slot(cache[name], new[name], cache_update_index, axis=2)
-                         for name in ("key", "value")}
-
-        attended = key_value
-        if cache is not None and k is not None and not in_xla_context():
-            # XLA needs every step to have the same shapes; a plain graph does not, so there a
-            # step attends over the slots written so far, not the whole cache: its cost grows
-            # with the position instead of being the longest output's at every step.
-            written = cache_update_index + tf.shape(q)[1]
-            attended = {name: tensor[:, :, :written] for name, tensor in key_value.items()}
-            mask = None if mask is None else mask[..., :written]
         scaled_attention, attention_weights = scaled_dot_product_attention(
-            q_heads, attended["key"], attended["value"], mask
+            q_heads, key_value["key"], key_value["value"], mask
         )
         # (batch, num_heads, seq_len_q, depth) → (batch, seq_len_q, d_model): concatenate the heads.
         scaled_attention = tf.transpose(scaled_attention, perm=[0, 2, 1, 3])
         concat_attention = tf.reshape(scaled_attention, (batch_size, -1, self.d_model))
-        output = self.dense(concat_attention)
-        if cache is None:
-            return output, attention_weights
-        return output, attention_weights, key_value
+        return self.dense(concat_attention), attention_weights
 
     def get_config(self):
         config = super().get_config()

@@ -1,12 +1,29 @@
 """The Transformer (Vaswani et al., 2017): encoder, decoder and the final linear layer."""
 
+from typing import NamedTuple
+
 import keras
 import tensorflow as tf
 
 from model.decoder import Decoder
 from model.embedding import TiedOutputProjection, make_token_embedding
 from model.encoder import Encoder
-from model.masks import create_cache_mask, create_decoder_self_attention_mask, create_padding_mask
+from model.masks import create_decoder_self_attention_mask, create_padding_mask
+
+
+class DecoderOutput(NamedTuple):
+    """What `Transformer.decode` returns for `n` new target tokens.
+
+    Attributes:
+        logits: float32 `(batch, n, target_vocab_size)`, the next token after each new one.
+        alignment: float32 `(batch, n, inp_len)`, the last decoder layer's cross-attention
+            averaged over heads: how much each new token attended to each source token.
+        cache: the cache with the new tokens written, for the next `decode`.
+    """
+
+    logits: tf.Tensor
+    alignment: tf.Tensor
+    cache: dict
 
 
 @keras.saving.register_keras_serializable(package="transformer")
@@ -43,8 +60,8 @@ class Transformer(keras.Model):
         (self-attention) and `decoder_layer{i}_block2` (cross-attention) to
         `(batch, num_heads, seq_len_q, seq_len_k)` tensors.
 
-    For incremental decoding: `encode`, then `init_cache`, then `decode` with the cache, one new
-    token at a time (see `training/decoding.py`).
+    Incremental decoding (`model/decoding.py`) uses `encode`, `init_cache`, `decode` and
+    `reorder_cache`, and nothing else of the model.
     """
 
     def __init__(
@@ -111,7 +128,9 @@ class Transformer(keras.Model):
         self.built = True
 
     def encode(self, inp, training=False, return_attention_weights=False):
-        """Source ids `(batch, inp_len)` → `(enc_output, enc_padding_mask[, weights])`."""
+        """Source ids `(batch, inp_len)` → `(enc_output (batch, inp_len, d_model),
+        enc_padding_mask (batch, 1, 1, inp_len))`; with `return_attention_weights`, as
+        `Encoder`, the weights `{"encoder_layer{i}": ...}` as a third element."""
         if not self.built:
             # Decoding calls encode/decode, never the model as a whole: build every weight here
             # so the cache projections don't create Dense kernels ahead of the layers' build.
@@ -126,37 +145,53 @@ class Transformer(keras.Model):
             return enc_output, enc_padding_mask, weights
         return encoded, enc_padding_mask
 
-    def init_cache(self, enc_output, max_length):
-        """The decoder's key/value cache before the first target token, with room for
-        `max_length` target positions (see `Decoder.init_cache`)."""
-        return self.decoder.init_cache(enc_output, max_length)
+    def init_cache(self, enc_output, enc_padding_mask, max_length):
+        """The decoding cache before the first target token, from `encode`'s outputs, with room
+        for `max_length` target positions.
 
-    def decode(self, tar, enc_output, enc_padding_mask, training=False, cache=None,
-               cache_update_index=None):
-        """Target ids → `(logits, attention_weights[, new_cache])`.
-
-        Without a cache, `tar` is the whole prefix `(batch, tar_len)` and look-ahead masking applies.
-        With a cache, `tar` is the token at position `cache_update_index` `(batch, 1)`; the cache
-        supplies the positions before it.
+        The cache is opaque to decoding but for one promise: it is a nest of tensors whose
+        first dimension is the batch, so rows can be dropped, repeated and gathered as a whole.
         """
-        if cache is None:
-            look_ahead_mask = create_decoder_self_attention_mask(tar)
-        else:
-            cache_slots = tf.shape(cache[self.decoder.dec_layers[0].name]["self"]["key"])[2]
-            look_ahead_mask = create_cache_mask(cache_slots, cache_update_index)
-        decoded = self.decoder(
-            tar, enc_output, training=training, look_ahead_mask=look_ahead_mask,
-            padding_mask=enc_padding_mask, cache=cache, cache_update_index=cache_update_index,
+        return {
+            "padding_mask": enc_padding_mask,
+            "decoder": self.decoder.init_cache(enc_output, max_length),
+        }
+
+    def decode(self, tar, cache, cache_update_index):
+        """The next-token logits after the target ids `tar`, which continue the cache's prefix.
+
+        Args:
+            tar: `(batch, n)` target ids at positions `cache_update_index ..
+                cache_update_index + n - 1` (decoding: n = 1, the last token chosen).
+            cache: from `init_cache` or the previous `decode`; holds the source and the target
+                positions before `cache_update_index`.
+            cache_update_index: int32 scalar.
+
+        Returns:
+            `DecoderOutput(logits, alignment, cache)`.
+        """
+        hidden, cross_weights, decoder_cache = self.decoder.decode_step(
+            tar, cache["decoder"], cache_update_index, padding_mask=cache["padding_mask"]
         )
-        logits = self.final_layer(decoded[0])
-        return (logits,) + tuple(decoded[1:])
+        logits = self.final_layer(hidden)
+        alignment = tf.reduce_mean(tf.cast(cross_weights, tf.float32), axis=1)
+        return DecoderOutput(logits, alignment, {**cache, "decoder": decoder_cache})
+
+    def reorder_cache(self, cache, indices):
+        """The cache of the rows `indices` `(batch,)` int32, as beam search needs it: each row
+        takes the target prefix of row `indices[i]`, a row of the same source sentence."""
+        return {**cache, "decoder": self.decoder.reorder_cache(cache["decoder"], indices)}
 
     def call(self, inputs, training=False, return_attention_weights=False):
         inp, tar = inputs
         enc_output, enc_padding_mask, encoder_weights = self.encode(
             inp, training=training, return_attention_weights=True
         )
-        logits, decoder_weights = self.decode(tar, enc_output, enc_padding_mask, training=training)
+        hidden, decoder_weights = self.decoder(
+            tar, enc_output, training=training,
+            look_ahead_mask=create_decoder_self_attention_mask(tar), padding_mask=enc_padding_mask,
+        )
+        logits = self.final_layer(hidden)
         if return_attention_weights:
             return logits, {**encoder_weights, **decoder_weights}
         return logits

@@ -1,6 +1,7 @@
 """Decoding: cached greedy vs the naive decoder, beam search properties, batching, alignments."""
 
 import gc
+import itertools
 import weakref
 
 import numpy as np
@@ -11,8 +12,10 @@ from model import Transformer
 from model.decoding import (
     _EAGER_XLA_GREEDY,
     _drop_finished_rows,
+    beam_search,
     beam_search_decode,
     greedy_decode,
+    greedy_search,
     length_penalty,
     mask_after_end,
     max_output_length,
@@ -230,18 +233,14 @@ def test_each_sentence_of_a_batch_steps_only_as_long_as_alone(trained_reverse_mo
 def test_finished_rows_leave_the_decoding_batch():
     alive = {
         "rows": tf.constant([0, 2, 3]),
-        "finished": tf.constant([False, True, False]),
         "cache": {"key": tf.reshape(tf.range(3 * 2 * 4, dtype=tf.float32), [3, 2, 4, 1])},
     }
-    kept = _drop_finished_rows(alive)
+    kept = _drop_finished_rows(alive, tf.constant([False, True, False]))
     np.testing.assert_array_equal(kept["rows"], [0, 3])
-    np.testing.assert_array_equal(kept["finished"], [False, False])
     np.testing.assert_array_equal(kept["cache"]["key"], alive["cache"]["key"].numpy()[[0, 2]])
 
-    none_finished = {**alive, "finished": tf.zeros([3], tf.bool)}
-    unchanged = _drop_finished_rows(none_finished)
-    for name in ("rows", "finished"):
-        np.testing.assert_array_equal(unchanged[name], none_finished[name])
+    unchanged = _drop_finished_rows(alive, tf.zeros([3], tf.bool))
+    np.testing.assert_array_equal(unchanged["rows"], alive["rows"])
 
 
 def test_alignment_is_a_distribution_over_real_source_tokens(trained_reverse_model, sources):
@@ -288,3 +287,163 @@ def test_decoders_run_in_a_graph_with_dynamic_shapes(trained_reverse_model, sour
     assert beam_tokens.shape[0] == 5
     translate(tf.constant(source[:2, :5]))  # a second shape reuses the same graph
     assert translate.experimental_get_tracing_count() == 1
+
+
+# A fake step function over a fixed table of log-probabilities, as OpenNMT-tf's decoding tests
+# use: the searches are checked against an exhaustive search, independently of any model.
+FAKE_START, FAKE_END = 1, 2
+FAKE_WORDS = (3, 4, 5)
+FAKE_VOCAB = 6  # pad 0, [START], [END] and the three words
+# Every prefix of 3 words is followed by [END], so no output is longer than 4 tokens and an
+# exhaustive search over lengths 1..4 sees every hypothesis.
+FAKE_LONGEST = 4
+FAKE_IMPOSSIBLE = -1e9
+
+
+class FakeTable:
+    """Log-probabilities of the next token for every prefix of words, per sentence.
+
+    `log_probs[sentence, prefix_row]`: random over [END] and the words for prefixes of fewer
+    than 3 words, [END] only after 3 words; pad and [START] never. Prefix rows: `prefixes`
+    lists them (row 0 the empty prefix); `DEAD` stands for any prefix that cannot happen
+    (through an impossible token), `BEFORE_START` for the state before [START] is fed.
+    """
+
+    def __init__(self, rng, sentences):
+        self.prefixes = [()]
+        for prefix in self.prefixes:
+            if len(prefix) < FAKE_LONGEST - 1:
+                self.prefixes.extend(prefix + (word,) for word in FAKE_WORDS)
+        self.dead, self.before_start = len(self.prefixes), len(self.prefixes) + 1
+        row_of = {prefix: row for row, prefix in enumerate(self.prefixes)}
+
+        logits = np.full((sentences, self.dead + 1, FAKE_VOCAB), FAKE_IMPOSSIBLE)
+        self.next_row = np.full((self.before_start + 1, FAKE_VOCAB), self.dead, np.int32)
+        self.next_row[self.before_start, FAKE_START] = 0
+        for row, prefix in enumerate(self.prefixes):
+            logits[:, row, FAKE_END] = 0.0
+            if len(prefix) < FAKE_LONGEST - 1:
+                logits[:, row, [FAKE_END, *FAKE_WORDS]] = rng.normal(scale=1.5, size=(sentences, 4))
+                for word in FAKE_WORDS:
+                    self.next_row[row, word] = row_of[prefix + (word,)]
+        logits[:, self.dead, 1:] = 0.0  # anything after an impossible token: irrelevant
+        self.log_probs = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+        self.row_of = row_of
+
+    def step_fn(self, ids, step, state):
+        """Logits `(rows, vocab)` for the prefix ending in `ids`; alignment: their probabilities."""
+        row = tf.gather_nd(self.next_row, tf.stack([state["row"], ids], axis=1))
+        log_probs = tf.constant(self.log_probs, tf.float32)
+        logits = tf.gather_nd(log_probs, tf.stack([state["sentence"], row], axis=1))
+        return logits, tf.exp(logits), {"sentence": state["sentence"], "row": row}
+
+    def initial_state(self, sentences):
+        return {"sentence": tf.range(sentences),
+                "row": tf.fill([sentences], self.before_start)}
+
+    def path_log_probs(self, sentence, tokens):
+        """`(len(tokens), vocab)`: the distribution each token of `tokens` was drawn from."""
+        rows = [self.row_of[tuple(tokens[:i])] for i in range(len(tokens))]
+        return self.log_probs[sentence, rows]
+
+
+def gnmt_score(log_prob, length, alpha):
+    """log P / ((5 + |Y|) / 6)^alpha, Wu et al. (2016), eq. 14, written out."""
+    return log_prob / ((5 + length) / 6) ** alpha
+
+
+def exhaustive_best(table, sentence, alpha, min_length=0):
+    """The best output `(tokens, score)` of a sentence over every word sequence + [END]."""
+    best = None
+    for length in range(max(min_length, 1), FAKE_LONGEST + 1):
+        for words in itertools.product(FAKE_WORDS, repeat=length - 1):
+            tokens = (*words, FAKE_END)
+            log_prob = sum(table.path_log_probs(sentence, tokens)[i, token]
+                           for i, token in enumerate(tokens))
+            score = gnmt_score(log_prob, length, alpha)
+            if best is None or score > best[1]:
+                best = tokens, score
+    return best
+
+
+def fake_search(search, table, sentences, max_length, **options):
+    """`search` (greedy_search or beam_search) over `table` in a graph: numpy outputs."""
+    outputs = tf.function(lambda: search(
+        table.step_fn, tf.fill([sentences], FAKE_START), FAKE_END, table.initial_state(sentences),
+        tf.constant(max_length), alignment_width=FAKE_VOCAB, **options))()
+    return {name: value.numpy() for name, value in outputs.items()}
+
+
+def assert_outputs_equal(found, table, expected):
+    """A search's outputs over `table` are the `(tokens, score)` of `expected` per sentence,
+    padded with 0, with each token's alignment the distribution it was chosen from."""
+    for sentence, (tokens, score) in enumerate(expected):
+        np.testing.assert_array_equal(found["tokens"][sentence, :len(tokens)], tokens)
+        assert np.all(found["tokens"][sentence, len(tokens):] == 0)
+        assert found["scores"][sentence] == pytest.approx(score, abs=1e-4)
+        np.testing.assert_allclose(found["alignment"][sentence, :len(tokens)],
+                                   np.exp(table.path_log_probs(sentence, tokens)), atol=1e-5)
+        assert np.all(found["alignment"][sentence, len(tokens):] == 0)
+    assert len({len(tokens) for tokens, _ in expected}) > 1, (
+        "every expected output has one length: the table tests too little")
+
+
+def test_length_penalty_is_gnmt_formula():
+    for alpha in (0.0, 0.6, 1.0):
+        for length in range(1, 12):
+            assert float(length_penalty(length, alpha)) == pytest.approx(((5 + length) / 6) ** alpha)
+
+
+@pytest.mark.parametrize("min_length", [0, 3])
+@pytest.mark.parametrize("alpha", [0.0, 0.6, 1.0])
+def test_wide_beam_search_equals_exhaustive_search(alpha, min_length):
+    """A beam as wide as the largest set of prefixes (27) finds the exhaustive search's best
+    output, score and alignment for each sentence; every search is over at [END]'s forced
+    step, so the loop stops after 4 steps of the 8 allowed (the early exit)."""
+    sentences = 12
+    table = FakeTable(np.random.default_rng(11), sentences)
+    found = fake_search(beam_search, table, sentences, max_length=8, beam_width=32,
+                        alpha=alpha, min_length=min_length)
+    assert found["length"] == FAKE_LONGEST, "searches not over once every hypothesis ended"
+    assert_outputs_equal(found, table, [exhaustive_best(table, sentence, alpha, min_length)
+                                        for sentence in range(sentences)])
+
+
+def greedy_reference(table, sentence, min_length):
+    """Greedy search written out over the table: `(tokens, summed log-probability)`."""
+    tokens, log_prob = [], 0.0
+    while not tokens or tokens[-1] != FAKE_END:
+        log_probs = table.path_log_probs(sentence, tokens + [FAKE_END])[-1].copy()
+        log_probs[0] = -np.inf
+        if len(tokens) + 1 < min_length:
+            log_probs[FAKE_END] = -np.inf
+        tokens.append(int(np.argmax(log_probs)))
+        log_prob += log_probs[tokens[-1]]
+    return tokens, log_prob
+
+
+@pytest.mark.parametrize("min_length", [0, 3])
+@pytest.mark.parametrize("fixed_shape", [False, True], ids=["rows-leave", "fixed-shape"])
+def test_greedy_search_follows_the_table(fixed_shape, min_length):
+    sentences = 12
+    table = FakeTable(np.random.default_rng(5), sentences)
+    found = fake_search(greedy_search, table, sentences, max_length=8, min_length=min_length,
+                        fixed_shape=fixed_shape)
+    assert found["length"] <= FAKE_LONGEST
+    assert_outputs_equal(found, table, [greedy_reference(table, sentence, min_length)
+                                        for sentence in range(sentences)])
+
+
+@pytest.mark.parametrize("decode", [greedy_decode, beam_search_decode], ids=["greedy", "beam"])
+def test_min_length_above_the_true_length_delays_end(trained_reverse_model, decode):
+    """Sources of 4 tokens translate to 4 tokens + [END]; with min_length 7 no [END] comes
+    before the 7th token, and one comes then or later."""
+    model, _ = trained_reverse_model
+    source, _, labels = reverse_task(np.random.default_rng(3), 40)
+    source = source[np.sum(source != 0, axis=1) == 4][:, :4]
+    assert len(source) >= 3
+    free = in_graph(decode, model)(source)["tokens"].numpy()
+    np.testing.assert_array_equal(np.argmax(free == END, axis=1), 4)
+    forced = in_graph(decode, model, min_length=7)(source)["tokens"].numpy()
+    assert not np.any(forced[:, :6] == END)
+    assert np.all(np.any(forced[:, 6:] == END, axis=1))

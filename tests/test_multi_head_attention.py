@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from model import MultiHeadAttention, create_cache_mask, create_look_ahead_mask
+from model import MultiHeadAttention, create_look_ahead_mask
 from tests.keras_reference import keras_attention_mask, keras_mha_like
 
 
@@ -59,8 +59,7 @@ def test_cache_writes_keys_and_values_step_by_step(jit_compile):
     mha = MultiHeadAttention(16, 2)
     full_output, full_weights = mha(x, x, x, create_look_ahead_mask(5))
     step = tf.function(
-        lambda token, cache, t: mha(token, token, token, create_cache_mask(6, t), cache=cache,
-                                    cache_update_index=t),
+        lambda token, cache, t: mha.write_cache_and_attend(token, token, token, cache, t),
         jit_compile=jit_compile)
 
     cache = mha.empty_cache(batch_size=2, max_length=6)
@@ -76,22 +75,14 @@ def test_cache_writes_keys_and_values_step_by_step(jit_compile):
     np.testing.assert_allclose(np.concatenate(step_outputs, axis=1), full_output, atol=1e-5)
 
 
-def test_writing_into_a_cache_needs_its_index():
-    mha = MultiHeadAttention(16, 2)
-    x = np.zeros((1, 1, 16), np.float32)
-    with pytest.raises(ValueError, match="cache_update_index"):
-        mha(x, x, x, cache=mha.empty_cache(batch_size=1, max_length=3))
-
-
 def test_fixed_cache_equals_recomputing_keys_and_values():
     rng = np.random.default_rng(2)
     memory = rng.normal(size=(2, 7, 16)).astype(np.float32)
     q = rng.normal(size=(2, 1, 16)).astype(np.float32)
     mha = MultiHeadAttention(16, 4)
     expected, _ = mha(memory, memory, q)
-    output, _, cache = mha(None, None, q, cache=mha.compute_key_value(memory, memory))
+    output, _ = mha.attend_to_cache(q, mha.compute_key_value(memory, memory))
     np.testing.assert_allclose(output, expected, atol=1e-6)
-    assert cache["value"].shape == (2, 4, 7, 4)
 
 
 def test_config_round_trip():

@@ -100,15 +100,35 @@ def test_cached_decoding_equals_full_forward(batch):
     inp, tar = batch
     model = small_transformer()
     expected = model((inp, tar), training=False)
-    enc_output, enc_padding_mask = model.encode(inp)
-    cache = model.init_cache(enc_output, max_length=tar.shape[1] + 2)
+    cache = model.init_cache(*model.encode(inp), max_length=tar.shape[1] + 2)
     step_logits = []
     for t in range(tar.shape[1]):
-        logits, _, cache = model.decode(
-            tar[:, t: t + 1], enc_output, enc_padding_mask, cache=cache, cache_update_index=t
-        )
+        logits, _, cache = model.decode(tar[:, t: t + 1], cache, t)
         step_logits.append(logits)
     np.testing.assert_allclose(np.concatenate(step_logits, axis=1), expected, atol=1e-5)
+
+
+def test_decode_contract_prefix_alignment_and_reorder(batch):
+    """`decode` of a whole prefix at once equals the full forward pass, its alignment is the
+    last layer's cross-attention averaged over heads, and `reorder_cache` hands each row the
+    target history of the row it names while the source stays the row's own."""
+    inp, tar = batch
+    model = small_transformer()
+    expected, weights = model((inp, tar), training=False, return_attention_weights=True)
+    cache = model.init_cache(*model.encode(inp), max_length=tar.shape[1])
+    output = model.decode(tar, cache, 0)
+    np.testing.assert_allclose(output.logits, expected, atol=1e-5)
+    np.testing.assert_allclose(
+        output.alignment, weights["decoder_layer2_block2"].numpy().mean(axis=1), atol=1e-6)
+
+    # Three hypotheses of one source (as in beam search); rows 0 and 2 swap target prefixes:
+    # the next step equals decoding the swapped prefixes.
+    source = np.repeat(inp[:1], 3, axis=0)
+    cache = model.init_cache(*model.encode(source), max_length=tar.shape[1])
+    reordered = model.reorder_cache(model.decode(tar[:, :4], cache, 0).cache, tf.constant([2, 1, 0]))
+    swapped = tar[[2, 1, 0]]
+    step = model.decode(swapped[:, 4:5], reordered, 4)
+    np.testing.assert_allclose(step.logits[:, 0], model((source, swapped[:, :5]))[:, 4], atol=1e-5)
 
 
 def test_mixed_precision_forward_and_gradients_are_finite(batch):
