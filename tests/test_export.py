@@ -25,6 +25,7 @@ import pytest
 import tensorflow as tf
 
 from model.decoding import beam_search_decode, greedy_decode
+from model import translator
 from serving import export
 from tests.export_fixtures import PAIRS, build_tiny_run
 from training.artifacts import CONFIG_FILE, load_trained

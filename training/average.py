@@ -22,7 +22,7 @@ import tensorflow as tf
 from tqdm import tqdm
 
 from training import artifacts
-from training.tokenizer import load_tokenizers
+from model.tokenizer import load_tokenizers
 
 
 class AveragingError(ValueError):

@@ -52,7 +52,7 @@ class TrainConfig:
 PRESETS = {
     # Seconds on a CPU: for tests and smoke runs.
     "tiny": dict(vocab_size=400, max_length=48, num_layers=1, d_model=32, num_heads=2, dff=64,
-                 dropout=0.0, train_steps=40, batch_tokens=1024, warmup_steps=20, lr_scale=0.1,
+                 dropout=0.0, train_steps=40, batch_tokens=1024, warmup_steps=20, lr_scale=0.3,
                  label_smoothing=0.0, checkpoint_every=20, log_every=5, dev_batches=2,
                  dev_bleu_sentences=0),
     # `make demo`: a few minutes on 2 cores; rough translations, every stage exercised.
