@@ -5,8 +5,8 @@
 
 writes CTranslate2's layout (`model.bin`, `config.json`, `source_vocabulary.json` and
 `target_vocabulary.json`, or one `shared_vocabulary.json`), which `ctranslate2.Translator(D)`
-loads. The mapping, checked token for token against the exported SavedModel by
-tests/test_export_ctranslate2.py:
+loads. The mapping, checked token for token against the project's decoders and the functions
+the SavedModel's signatures are traced from (tests/test_export_ctranslate2.py):
 
 - `ctranslate2.specs.TransformerSpec`, post-LN or pre-LN as trained (`pre_norm`; pre-LN with
   the final LayerNorm of each stack); ReLU feed-forward; the model's LayerNorm epsilon.
@@ -30,11 +30,22 @@ tests/test_export_ctranslate2.py:
 CTranslate2 tokenizes nothing: pieces in, pieces out. `source_pieces` and `target_ids` turn the
 run's tokenizer's ids into pieces and back; `tokenizer.detokenize` gives the text.
 
-Beam search differs from `model.decoding.beam_search_decode` in its length normalization:
-CTranslate2 divides a finished hypothesis's log-probability by |y|^length_penalty, |y| counting
-`</s>`; the project by the GNMT ((5 + |y|) / 6)^alpha, |y| counting [END] too. CTranslate2 has
-no GNMT option, so the two can rank finished hypotheses differently; with both set to 0 they
-search the same way up to their stopping rules (see tests/test_export_ctranslate2.py).
+Where CTranslate2 (4.8) decodes differently from `model.decoding`:
+
+- Beam search's length normalization: CTranslate2 divides a finished hypothesis's
+  log-probability by |y|^length_penalty, the project by GNMT's ((5 + |y|) / 6)^alpha, |y|
+  counting the end token in both. CTranslate2 has no GNMT option, so the two can rank finished
+  hypotheses differently.
+- Beam search's bookkeeping: both expand 2·beam candidates per step. CTranslate2 finishes the
+  `</s>` candidates among the best `beam` of them only, and stops a sentence once its best
+  candidate is `</s>` (no length penalty) or once beam·patience hypotheses have finished; the
+  project keeps the best `beam` of every `</s>` candidate and stops once no alive hypothesis can
+  beat the worst of them. The best hypothesis is the same unless a `</s>` candidate ranked
+  below the best `beam` would have won (not seen on the tested sentences).
+- Scores: suppressing `[PAD]` renormalizes CTranslate2's softmax without it, while the project
+  adds -1e9 to its log-probability after the softmax, so sums differ by Σ log(1 - P([PAD])).
+- An empty source: CTranslate2 returns an empty translation without decoding; the project
+  decodes `[START] [END]`.
 """
 
 import argparse
@@ -48,6 +59,7 @@ from ctranslate2.specs import common_spec, transformer_spec
 from training import artifacts
 from training.tokenizer import END_ID, PAD_ID, START_ID, UNK_ID
 
+
 def decoding_options(target_vocab):
     """`translate_batch` keyword arguments that make CTranslate2 decode as the project does:
     padding never emitted (our decoders give [PAD] a log-probability of -1e9)."""
@@ -55,8 +67,8 @@ def decoding_options(target_vocab):
 
 
 def _check_vocab(vocab, side, model_size):
-    """`vocab` as a list, checked: model-sized, reserved tokens in place, no repeated token
-    (CTranslate2 maps a token string to one id; a repeat would shift every later id)."""
+    """`vocab` as a list, checked: model-sized, no repeated token (CTranslate2 maps a token
+    string to one id, so a repeat would break the ids)."""
     vocab = list(vocab)
     if len(vocab) != model_size:
         raise ValueError(f"The {side} vocabulary has {len(vocab)} tokens but the model "
