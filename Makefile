@@ -25,7 +25,7 @@ SERVER_FLAGS := --port=$(PORT) --rest_api_port=$(REST_PORT) --model_name=$(MODEL
 	--batching_parameters_file=serving/batching.config
 
 .PHONY: setup test data train average evaluate export serve query demo notebooks \
-	bench-train bench-decode bench-serve bench-tokenizer clean-venv
+	bench-train bench-decode bench-serve bench-tokenizer export-ctranslate2 clean-venv
 
 setup: $(STAMP)
 
@@ -53,6 +53,10 @@ evaluate: $(STAMP)  ## BLEU/chrF of RUN_DIR (or of EXPORT_DIR=exports/translator
 
 export: $(STAMP)  ## exports/translator/<next version>/ from RUN_DIR.
 	$(PY) -m serving.export --run_dir $(RUN_DIR) --export_base $(EXPORT_BASE) --model_name $(MODEL_NAME)
+
+CT2_DIR ?= exports/ctranslate2
+export-ctranslate2: $(STAMP)  ## RUN_DIR as a CTranslate2 model in CT2_DIR (CT2_ARGS="--quantization int8 --force").
+	$(PY) -m serving.export_ctranslate2 --run_dir $(RUN_DIR) --output_dir $(CT2_DIR) $(CT2_ARGS)
 
 serve: $(STAMP)  ## The real tensorflow_model_server when installed, else the local one; same flags.
 	@if command -v tensorflow_model_server >/dev/null 2>&1; then \

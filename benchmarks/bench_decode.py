@@ -6,21 +6,32 @@ matter), times for a batch of 1 and of 32 sentences:
 - the naive greedy decoder (`model.decoding.naive_greedy_decode`: the whole prefix through the
   decoder at every step, the classic tutorial's loop),
 - cached greedy decoding (`greedy_decode`: one token per step through the key/value cache),
+  in a plain graph and with XLA,
 - beam search (`beam_search_decode`, beam 4, with the cache),
 - the floor: only the matrix products of a cached step, same weights, with XLA (`matmul_floor`),
 
 each compiled with `tf.function`, warmed up, then timed `--repeats` rounds (median reported), for
 exactly `--output_tokens` output tokens (min_length = max_length). Then the same model exported by
-`serving.export` (text in, text out, tokenizer and detokenizer in the graph) is loaded with
-`tf.saved_model.load` and its `serving_default` and `beam_search` signatures are timed the same
-way; its output length is forced by a -1e4 bias on the [END] logit and `max_length_ratio=0`,
+`serving.export` (text in, text out, tokenizer and detokenizer in the graph) is loaded as TF
+Serving loads it, by the TF1 SavedModel loader into a `Session` (`SessionSignatures`), and its
+`serving_default` and `beam_search` signatures are timed the same way; its output length is
+forced by a -1e4 bias on the [END] logit and `max_length_ratio=0`,
 `max_length_offset=output_tokens`, and checked through the `alignments` signature. With
 `--export_dir` an existing export is timed instead (its own output lengths, reported).
 
-Goals: cached greedy ≥ 10× the naive decoder at batch 1; batch 32 ≥ 8× batch 1 in sentences/s.
+The anchor: the same weights converted by `serving.export_ctranslate2` and run by CTranslate2
+(float32, and int8 weights), greedy and beam 4, on the same number of threads
+(`intra_threads`; one batch at a time), `min_decoding_length = max_decoding_length =
+output_tokens`, timed in the same interleaved rounds. The report gives every project decoder's
+time as a multiple of CTranslate2's.
+
+Goals (issue 18): the exported SavedModel at least as fast as CTranslate2 float32 at batch 32
+(greedy and beam 4), and no slower at batch 1; batch 32 ≥ 8× batch 1 in sentences/s for cached
+greedy.
 """
 
 import argparse
+import functools
 import itertools
 import os
 import shlex
@@ -29,6 +40,7 @@ import sys
 import tempfile
 import time
 
+import ctranslate2
 import keras
 import numpy as np
 import tensorflow as tf
@@ -41,13 +53,17 @@ from model.decoding import beam_search_decode, greedy_decode, naive_greedy_decod
 from serving import export
 from model.special_tokens import END_ID, RESERVED_TOKENS, START_ID
 from model.tokenizer import WordPieceTokenizer
+from serving.export_ctranslate2 import TransformerConverter, decoding_options, source_pieces
 
 SECTION_TITLE = "Decoding"
 NAIVE, CACHED, BEAM = "naive greedy (no cache)", "cached greedy", "beam search (beam {beam})"
 CACHED_XLA = "cached greedy, XLA (jit_compile)"
 FLOOR = "floor: a cached step's matmuls alone, XLA"
-SAVED_GREEDY = "SavedModel serving_default (greedy)"
-SAVED_BEAM = "SavedModel beam_search (beam {beam})"
+SAVED_GREEDY = "SavedModel serving_default (greedy), TF1 Session"
+SAVED_BEAM = "SavedModel beam_search (beam {beam}), TF1 Session"
+CT2_GREEDY = "CTranslate2 {precision} greedy"
+CT2_BEAM = "CTranslate2 {precision} beam search (beam {beam})"
+CT2_PRECISIONS = ("float32", "int8")
 
 
 def synthetic_vocab(size):
@@ -92,8 +108,10 @@ def time_cases(cases, repeats, warmup):
     warmed up, so a slow spell of this shared machine hits all cases alike instead of one.
     """
     def call(function, argument):
+        # Eager tensors are fetched; Session and CTranslate2 results arrive as host values.
         for value in tf.nest.flatten(function(argument)):
-            value.numpy()
+            if isinstance(value, tf.Tensor):
+                value.numpy()
 
     for name, function, batch, argument in tqdm(cases, desc="warm-up", unit=" case"):
         for _ in range(warmup):
@@ -175,17 +193,72 @@ def export_benchmark_model(model, tokenizer, args, export_base):
     return export.export_translator(model, tokenizer, tokenizer, export_base, "bench", options)
 
 
-def mean_output_tokens(loaded, texts):
+class SessionSignatures:
+    """An exported version loaded as TF Serving loads it: the TF1 SavedModel loader restores the
+    graph and variables into a `tf.compat.v1.Session`, and a call is one `Session.run` of a
+    signature's tensors.
+
+    Args:
+        export_dir: a version directory written by `serving.export`.
+        threads: the Session's intra-op and inter-op threads (0: TensorFlow's choice).
+    """
+
+    def __init__(self, export_dir, threads=0):
+        import tensorflow_text  # noqa: F401  (the exported tokenizer's ops)
+
+        self._graph = tf.Graph()
+        config = tf.compat.v1.ConfigProto(intra_op_parallelism_threads=threads,
+                                          inter_op_parallelism_threads=threads)
+        self._session = tf.compat.v1.Session(graph=self._graph, config=config)
+        with self._graph.as_default():
+            meta_graph = tf.compat.v1.saved_model.loader.load(
+                self._session, [tf.saved_model.SERVING], export_dir)
+        self._signatures = meta_graph.signature_def
+
+    def __call__(self, signature_name, texts):
+        """`texts`: list of str → `{output name: NumPy array}`."""
+        signature = self._signatures[signature_name]
+        fetches = {name: info.name for name, info in signature.outputs.items()}
+        feed = np.array([text.encode("utf-8") for text in texts], dtype=object)
+        return self._session.run(fetches, {signature.inputs[export.TEXT_INPUT].name: feed})
+
+
+def mean_output_tokens(signatures, texts):
     """Mean output tokens ([END] included) per sentence, from the `alignments` signature."""
-    target_tokens = loaded.signatures["alignments"](text=tf.constant(texts))["target_tokens"]
-    return float(np.mean(np.sum(target_tokens.numpy() != b"", axis=1)))
+    target_tokens = signatures(export.ALIGNMENTS_SIGNATURE, texts)["target_tokens"]
+    return float(np.mean(np.sum(target_tokens != b"", axis=1)))
+
+
+def ctranslate2_decoders(model, vocab, args, directory):
+    """The model converted by `serving.export_ctranslate2` into `directory`, float32 and int8.
+
+    Returns:
+        `{name: function(pieces) -> list of TranslationResult}`, greedy and beam search for each
+        precision, forcing exactly `args.output_tokens` tokens, on `args.threads` threads (all
+        cores when 0, as TensorFlow's default).
+    """
+    threads = args.threads or os.cpu_count()
+    forced = dict(min_decoding_length=args.output_tokens, max_decoding_length=args.output_tokens,
+                  length_penalty=export.DecodingOptions().alpha, **decoding_options(vocab))
+    decoders = {}
+    for precision in CT2_PRECISIONS:
+        path = os.path.join(directory, precision)
+        TransformerConverter(model, vocab, vocab).convert(path, quantization=precision)
+        translator = ctranslate2.Translator(path, device="cpu", compute_type=precision,
+                                            inter_threads=1, intra_threads=threads)
+        decoders[CT2_GREEDY.format(precision=precision)] = functools.partial(
+            translator.translate_batch, beam_size=1, **forced)
+        decoders[CT2_BEAM.format(precision=precision, beam=args.beam_width)] = functools.partial(
+            translator.translate_batch, beam_size=args.beam_width, **forced)
+    return decoders
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.bench_decode",
-        description="Time naive vs cached greedy vs beam decoding and the exported SavedModel "
-                    "at batch 1 and 32 (see the module docstring).",
+        description="Time naive vs cached greedy vs beam decoding, the exported SavedModel and "
+                    "CTranslate2 on the same weights at batch 1 and 32 (see the module "
+                    "docstring).",
     )
     parser.add_argument("--num_layers", type=int, default=3, help="encoder and decoder layers")
     parser.add_argument("--d_model", type=int, default=256)
@@ -229,30 +302,37 @@ def main(argv=None):
     texts = random_sentences(vocab, max_batch, args.source_words, args.seed)
     source_ids = tf.cast(tokenizer.tokenize(tf.constant(texts)).to_tensor(), tf.int32)
 
-    # (name, function, batch, input): in-graph decoders take token ids, SavedModel signatures text.
+    # (name, function, batch, input): in-graph decoders take token ids, SavedModel signatures
+    # text, CTranslate2 subword pieces.
     decoders = python_decoders(model, args)
     decoders[FLOOR] = matmul_floor(model, args.output_tokens)
     cases = [(name, decoder, batch, source_ids[:batch])
              for name, decoder in decoders.items() for batch in args.batch_sizes]
-    with tempfile.TemporaryDirectory() as export_base:
+    with tempfile.TemporaryDirectory() as work_dir:
         if args.export_dir:
             export_dir, served_texts = args.export_dir, list(SPANISH_SENTENCES)
         else:
-            export_dir = export_benchmark_model(model, tokenizer, args, export_base)
+            export_dir = export_benchmark_model(model, tokenizer, args, work_dir)
             served_texts = texts
-        import tensorflow_text  # noqa: F401  (the exported tokenizer's ops)
+            # CTranslate2 needs the weights: not timed against an outside --export_dir.
+            pieces = source_pieces(tokenizer, texts)
+            for name, decoder in ctranslate2_decoders(model, vocab, args, work_dir).items():
+                lengths = {len(result.hypotheses[0]) for result in decoder(pieces)}
+                if lengths != {args.output_tokens}:
+                    raise RuntimeError(f"{name} produced {sorted(lengths)} tokens per sentence, "
+                                       f"not the forced {args.output_tokens}.")
+                cases += [(name, decoder, batch, pieces[:batch]) for batch in args.batch_sizes]
 
-        loaded = tf.saved_model.load(export_dir)
+        signatures = SessionSignatures(export_dir, args.threads)
         served_texts = [served_texts[i % len(served_texts)] for i in range(max_batch)]
-        output_tokens = mean_output_tokens(loaded, served_texts)
+        output_tokens = mean_output_tokens(signatures, served_texts)
         if not args.export_dir and output_tokens != args.output_tokens:
             raise RuntimeError(f"The export produced {output_tokens} tokens per sentence, "
                                f"not the forced {args.output_tokens}.")
         for signature, label in ((export.GREEDY_SIGNATURE, SAVED_GREEDY),
                                  (export.BEAM_SIGNATURE, SAVED_BEAM)):
-            function = loaded.signatures[signature]
-            cases += [(label.format(beam=args.beam_width), lambda text, f=function: f(text=text),
-                       batch, tf.constant(served_texts[:batch]))
+            cases += [(label.format(beam=args.beam_width),
+                       functools.partial(signatures, signature), batch, served_texts[:batch])
                       for batch in args.batch_sizes]
 
         results = time_cases(cases, args.repeats, args.warmup)
@@ -264,6 +344,58 @@ def main(argv=None):
     print(body)
     if args.output:
         write_section(args.output, SECTION_TITLE, body)
+
+
+def side_by_side(args, results):
+    """Markdown lines: greedy and beam search at each batch size, CTranslate2's rows first, then
+    each project decoder's time and its multiple of CTranslate2 float32's and int8's."""
+    beam = args.beam_width
+    columns = [(kind, batch) for kind in ("greedy", "beam") for batch in args.batch_sizes]
+    ct2 = {precision: {"greedy": CT2_GREEDY.format(precision=precision),
+                       "beam": CT2_BEAM.format(precision=precision, beam=beam)}
+           for precision in CT2_PRECISIONS}
+    rows = [(f"CTranslate2 {ctranslate2.__version__}, {precision}", names)
+            for precision, names in ct2.items()]
+    rows += [
+        ("exported SavedModel, TF1 Session (what TF Serving runs)",
+         {"greedy": SAVED_GREEDY, "beam": SAVED_BEAM.format(beam=beam)}),
+        ("in-process, plain graph", {"greedy": CACHED, "beam": BEAM.format(beam=beam)}),
+        ("in-process, XLA", {"greedy": CACHED_XLA}),
+    ]
+
+    def milliseconds(name, batch):
+        return 1000 * results[(name, batch)][0]
+
+    lines = ["| decoder | " + " | ".join(
+        f"{'greedy' if kind == 'greedy' else f'beam {beam}'} b={batch}"
+        for kind, batch in columns) + " |",
+        "| --- |" + " ---: |" * len(columns)]
+    for label, names in rows:
+        cells = []
+        for kind, batch in columns:
+            if kind not in names:
+                cells.append("–")
+                continue
+            ours = milliseconds(names[kind], batch)
+            if label.startswith("CTranslate2"):
+                cells.append(f"{ours:,.0f} ms")
+            else:
+                multiples = " / ".join(f"{ours / milliseconds(ct2[precision][kind], batch):.2f}×"
+                                       for precision in CT2_PRECISIONS)
+                cells.append(f"{ours:,.0f} ms ({multiples})")
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+
+    small, large = min(args.batch_sizes), max(args.batch_sizes)
+    goals = []
+    for kind, saved in (("greedy", SAVED_GREEDY), ("beam", SAVED_BEAM.format(beam=beam))):
+        reference = ct2["float32"][kind]
+        throughput = milliseconds(reference, large) / milliseconds(saved, large)
+        latency = milliseconds(saved, small) / milliseconds(reference, small)
+        goals.append(
+            f"- {saved}: throughput at batch {large} **{throughput:.2f}×** CTranslate2 float32's "
+            f"(goal ≥ 1: {'met' if throughput >= 1 else 'not met'}); latency at batch {small} "
+            f"**{latency:.2f}×** its (goal ≤ 1: {'met' if latency <= 1 else 'not met'}).")
+    return "\n".join(lines), "\n".join(goals)
 
 
 def report(args, command, results, served_tokens, step_weight_bytes, load_before, load_after):
@@ -288,49 +420,42 @@ def report(args, command, results, served_tokens, step_weight_bytes, load_before
 
     small, large = min(args.batch_sizes), max(args.batch_sizes)
     step_ms = {name: 1000 * results[(name, small)][0] / args.output_tokens
-               for name in (NAIVE, CACHED, CACHED_XLA, FLOOR)}
-    goals = [
-        f"- {name} vs naive greedy at batch {small}: "
-        f"**{sentences_per_second(name, small) / sentences_per_second(NAIVE, small):.1f}×** "
-        f"(goal ≥ 10×); {step_ms[name]:.2f} ms per cached step vs {step_ms[NAIVE]:.1f} ms "
-        f"per naive step (prefix of 1..{args.output_tokens} tokens)."
-        for name in (CACHED, CACHED_XLA)
-    ]
-    goals.append(
+               for name in (CACHED_XLA, FLOOR)}
+    notes = [
         f"- {FLOOR} at batch {small}: {step_ms[FLOOR]:.2f} ms per step, so the cached XLA step "
-        f"is {step_ms[CACHED_XLA] / step_ms[FLOOR]:.2f}× its matmuls. A decoder that did nothing "
-        f"but them would be {step_ms[NAIVE] / step_ms[FLOOR]:.1f}× the naive one: the most the "
-        f"cache can give here.")
+        f"is {step_ms[CACHED_XLA] / step_ms[FLOOR]:.2f}× its matmuls, which read "
+        f"{step_weight_bytes / 1e6:.0f} MB of float32 weights per step."]
     if large != small:
         for name in (CACHED, CACHED_XLA, BEAM.format(beam=args.beam_width), NAIVE, SAVED_GREEDY):
             ratio = sentences_per_second(name, large) / sentences_per_second(name, small)
             goal = " (goal ≥ 8× for 32 vs 1)" if name == CACHED else ""
-            goals.append(f"- {name}: batch {large} vs batch {small}: **{ratio:.1f}×** "
+            notes.append(f"- {name}: batch {large} vs batch {small}: **{ratio:.1f}×** "
                          f"sentences/s{goal}.")
+    comparison = ""
+    if (CT2_GREEDY.format(precision=CT2_PRECISIONS[0]), small) in results:
+        table, goals = side_by_side(args, results)
+        comparison = f"""
+Side by side (ms per batch, median; in parentheses the time as a multiple of CTranslate2
+float32's / int8's, so below 1× is faster):
+
+{table}
+
+{goals}
+"""
     exported = (f"the export at `{args.export_dir}` ({served_tokens:.1f} output tokens per "
                 "sentence on average)") if args.export_dir else (
         f"the same weights exported by `serving.export` (tokenization and detokenization in the "
         f"graph; {served_tokens:.0f} tokens forced through the [END] bias and max_length)")
+    threads = args.threads or os.cpu_count()
     return f"""Command: `{command}`
-Machine: {machine_description()}; load average {load_before[0]:.2f} before, {load_after[0]:.2f} after (other processes share the cores).
-Model: {args.num_layers}+{args.num_layers} layers, d_model {args.d_model}, {args.num_heads} heads, dff {args.dff}, vocab {args.vocab_size}, random weights; sources of {args.source_words + 2} tokens; exactly {args.output_tokens} output tokens per sentence (min_length = max_length). TensorFlow threads (intra-op, inter-op): {args.threads or "default"}. Every decoder is a `tf.function`, warmed up {args.warmup}×, then timed {args.repeats}× (median; fastest in parentheses). SavedModel rows: {exported}, loaded with `tf.saved_model.load`.
+Machine: {machine_description()}; CTranslate2 {ctranslate2.__version__}; load average {load_before[0]:.2f} before, {load_after[0]:.2f} after (other processes share the cores).
+Model: {args.num_layers}+{args.num_layers} layers, d_model {args.d_model}, {args.num_heads} heads, dff {args.dff}, vocab {args.vocab_size}, random weights; sources of {args.source_words + 2} tokens; exactly {args.output_tokens} output tokens per sentence (min_length = max_length). TensorFlow threads (intra-op, inter-op): {args.threads or "default (one per core)"}; CTranslate2: {threads} intra-op threads, one batch at a time. Every decoder is warmed up {args.warmup}×, then timed {args.repeats}× in interleaved rounds (median; fastest in parentheses). SavedModel rows: {exported}, loaded by the TF1 SavedModel loader into a Session, as TF Serving loads it. CTranslate2 rows: the same weights converted by `serving.export_ctranslate2` (float32, and int8 weights), `translate_batch` on the same subword pieces, length penalty {export.DecodingOptions().alpha} (no effect on forced lengths).
 
 | decoder | batch | sentences/s | ms/sentence | output tokens/s | ms/batch |
 | --- | ---: | ---: | ---: | ---: | ---: |
 {chr(10).join(rows)}
-
-{chr(10).join(goals)}
-
-Why the batch-1 ratio stays short of 10× on this CPU: at batch 1 a decoding step is a few
-matrix-vector products, so both decoders are bound by per-step costs rather than by the O(n²)
-work the cache removes. In a plain graph each step runs some hundreds of small kernels, each
-costing microseconds of dispatch. XLA fuses those; what remains is the matmuls, which read
-the weights ({step_weight_bytes / 1e6:.0f} MB in float32 for this model, more than a core's L2
-cache) once per step and which the floor row times alone on the same weights, plus attention
-over the cache, layer norms, biases and softmaxes. The naive decoder reads the same weights
-once per step too (its matrices are just taller), so the ratio cannot pass naive / floor. At
-batch 32, where the arithmetic itself dominates, cached greedy is
-{sentences_per_second(CACHED, large) / sentences_per_second(NAIVE, large):.1f}× the naive decoder in a plain graph.
+{comparison}
+{chr(10).join(notes)}
 """
 
 

@@ -14,7 +14,7 @@ import tensorflow as tf
 from training import artifacts
 from training.average import AveragingError, average_run, main
 from training.config import resolve_config
-from training.tokenizer import load_tokenizers
+from model.tokenizer import load_tokenizers
 from training.train import train
 
 STEPS = (10, 20, 30)

@@ -1,0 +1,241 @@
+"""Converts a trained run into a CTranslate2 model directory: the same weights, run by CTranslate2.
+
+    python -m serving.export_ctranslate2 --run_dir runs/NAME --output_dir ct2/NAME \
+        [--quantization int8] [--force]
+
+writes CTranslate2's layout (`model.bin`, `config.json`, `source_vocabulary.json` and
+`target_vocabulary.json`, or one `shared_vocabulary.json`), which `ctranslate2.Translator(D)`
+loads. The mapping, checked token for token against the project's decoders and the functions
+the SavedModel's signatures are traced from (tests/test_export_ctranslate2.py):
+
+- `ctranslate2.specs.TransformerSpec`, post-LN or pre-LN as trained (`pre_norm`; pre-LN with
+  the final LayerNorm of each stack); ReLU feed-forward; the model's LayerNorm epsilon.
+- Embeddings scaled by √d_model (`scale_embeddings`), then the project's positional encodings,
+  set explicitly: CTranslate2's built-in sinusoid puts every sine before every cosine, uses
+  another frequency spacing and starts at position 1, none of which this model was trained with.
+- Keras `Dense` kernels `(in, out)` become CTranslate2's `(out, in)` weights; self-attention's
+  query, key and value projections are fused into one `(3·d_model, d_model)` weight, and
+  cross-attention's key and value into one (CTranslate2's layout). An output projection tied
+  to the target embedding is written once (CTranslate2 aliases equal variables).
+- Vocabularies: the tokenizers' `vocab` (index = id) as they are, so every id, reserved or not,
+  is the same on both sides. CTranslate2's special tokens are named after ours: `<unk>` is
+  `[UNK]` (1), `<s>` is `[START]` (2), `</s>` is `[END]` (3). CTranslate2 has no padding token
+  (it masks by length), so `<blank>` has no counterpart; `[PAD]` (0) stays a plain entry that
+  the project's decoders never emit: pass `suppress_sequences=[["[PAD]"]]` to
+  `translate_batch` (`decoding_options`) for the same outputs.
+- The source gets `[START]` and `[END]` around it from CTranslate2 (`add_source_bos`/`_eos`),
+  as our tokenizer adds them, so callers pass the subword pieces alone (`source_pieces`); a
+  source cut by `max_input_length` keeps its `[END]`, as `serving.export` cuts one.
+
+CTranslate2 tokenizes nothing: pieces in, pieces out. `source_pieces` and `target_ids` turn the
+run's tokenizer's ids into pieces and back; `tokenizer.detokenize` gives the text.
+
+Where CTranslate2 (4.8) decodes differently from `model.decoding`:
+
+- Beam search's length normalization: CTranslate2 divides a finished hypothesis's
+  log-probability by |y|^length_penalty, the project by GNMT's ((5 + |y|) / 6)^alpha, |y|
+  counting the end token in both. CTranslate2 has no GNMT option, so the two can rank finished
+  hypotheses differently.
+- Beam search's bookkeeping: both expand 2·beam candidates per step. CTranslate2 finishes the
+  `</s>` candidates among the best `beam` of them only, and stops a sentence once its best
+  candidate is `</s>` (no length penalty) or once beam·patience hypotheses have finished; the
+  project keeps the best `beam` of every `</s>` candidate and stops once no alive hypothesis can
+  beat the worst of them. The best hypothesis is the same unless a `</s>` candidate ranked
+  below the best `beam` would have won (not seen on the tested sentences).
+- Scores: suppressing `[PAD]` renormalizes CTranslate2's softmax without it, while the project
+  adds -1e9 to its log-probability after the softmax, so sums differ by Σ log(1 - P([PAD])).
+- An empty source: CTranslate2 returns an empty translation without decoding; the project
+  decodes `[START] [END]`.
+"""
+
+import argparse
+import os
+
+import numpy as np
+import tensorflow as tf
+from ctranslate2.converters import Converter
+from ctranslate2.specs import common_spec, transformer_spec
+
+from training import artifacts
+from model.special_tokens import END_ID, PAD_ID, START_ID, UNK_ID
+
+
+def decoding_options(target_vocab):
+    """`translate_batch` keyword arguments that make CTranslate2 decode as the project does:
+    padding never emitted (our decoders give [PAD] a log-probability of -1e9)."""
+    return {"suppress_sequences": [[target_vocab[PAD_ID]]]}
+
+
+def _check_vocab(vocab, side, model_size):
+    """`vocab` as a list, checked: model-sized, no repeated token (CTranslate2 maps a token
+    string to one id, so a repeat would break the ids)."""
+    vocab = list(vocab)
+    if len(vocab) != model_size:
+        raise ValueError(f"The {side} vocabulary has {len(vocab)} tokens but the model "
+                         f"expects {model_size}: they come from different runs.")
+    seen = {}
+    for index, token in enumerate(vocab):
+        if token in seen:
+            raise ValueError(f"The {side} vocabulary holds {token!r} twice (ids {seen[token]} "
+                             f"and {index}); CTranslate2 needs one id per token string.")
+        seen[token] = index
+    return vocab
+
+
+def _dense(spec, dense):
+    """A Keras `Dense` (kernel `(in, out)`) into a `LinearSpec` (weight `(out, in)`)."""
+    spec.weight = np.ascontiguousarray(dense.kernel.numpy().T)
+    spec.bias = dense.bias.numpy()
+
+
+def _fused_dense(spec, denses):
+    """Several `Dense` layers reading the same input, as one `LinearSpec` (outputs stacked)."""
+    spec.weight = np.concatenate([dense.kernel.numpy().T for dense in denses])
+    spec.bias = np.concatenate([dense.bias.numpy() for dense in denses])
+
+
+def _layer_norm(spec, layer_norm):
+    spec.gamma = layer_norm.gamma.numpy()
+    spec.beta = layer_norm.beta.numpy()
+
+
+def _attention(spec, attention, block, self_attention):
+    """`model.MultiHeadAttention` and its `ResidualNorm` block into a `MultiHeadAttentionSpec`.
+
+    CTranslate2's attention layer owns the residual and the LayerNorm of its sub-layer, applied
+    before (pre-LN) or after the sum (post-LN), as `ResidualNorm` does.
+    """
+    if self_attention:
+        _fused_dense(spec.linear[0], [attention.wq, attention.wk, attention.wv])
+    else:
+        _dense(spec.linear[0], attention.wq)
+        _fused_dense(spec.linear[1], [attention.wk, attention.wv])
+    _dense(spec.linear[-1], attention.dense)
+    _layer_norm(spec.layer_norm, block.layernorm)
+
+
+def _feed_forward(spec, ffn, block):
+    inner, outer = ffn.layers
+    _dense(spec.linear_0, inner)
+    _dense(spec.linear_1, outer)
+    _layer_norm(spec.layer_norm, block.layernorm)
+
+
+def _embeddings(spec, stack):
+    """Token embeddings and the stack's own positional encoding table `(positions, d_model)`."""
+    embedding = stack.embedding
+    embeddings = spec.embeddings[0] if isinstance(spec.embeddings, list) else spec.embeddings
+    embeddings.weight = embedding.embedding.embeddings.numpy()
+    spec.scale_embeddings = True
+    spec.position_encodings.encodings = np.asarray(embedding.pos_encoding)[0]
+    if stack.final_layernorm is not None:
+        _layer_norm(spec.layer_norm, stack.final_layernorm)
+
+
+def _output_projection(final_layer):
+    """`(weight (vocab, d_model), bias (vocab,))` of the pre-softmax linear layer: a `Dense`, or
+    one tied to the target embedding (its matrix E is the weight as it is, `x·Eᵀ + b`)."""
+    if hasattr(final_layer, "kernel"):
+        return final_layer.kernel.numpy().T, final_layer.bias.numpy()
+    return final_layer.token_embedding.embeddings.numpy(), final_layer.bias.numpy()
+
+
+def transformer_spec_of(model, source_vocab, target_vocab):
+    """The `ctranslate2.specs.TransformerSpec` of a built `model.Transformer`, weights set.
+
+    Args:
+        model: a built `Transformer` (ReLU feed-forward, sinusoidal positions, as all are).
+        source_vocab, target_vocab: lists of str, index = id (the tokenizers' `vocab`).
+
+    Returns:
+        A `TransformerSpec` with vocabularies and config registered, not yet validated.
+    """
+    source_vocab = _check_vocab(source_vocab, "source", model.input_vocab_size)
+    target_vocab = _check_vocab(target_vocab, "target", model.target_vocab_size)
+    for token_id in (UNK_ID, START_ID, END_ID):
+        if source_vocab[token_id] != target_vocab[token_id]:
+            raise ValueError(
+                f"Reserved id {token_id} is {source_vocab[token_id]!r} in the source vocabulary "
+                f"but {target_vocab[token_id]!r} in the target one; CTranslate2 names each "
+                "special token once for both.")
+    spec = transformer_spec.TransformerSpec.from_config(
+        model.num_layers, model.num_heads, pre_norm=model.norm_first,
+        activation=common_spec.Activation.RELU,
+    )
+    encoder, decoder = model.encoder, model.decoder
+    _embeddings(spec.encoder, encoder)
+    for layer_spec, layer in zip(spec.encoder.layer, encoder.enc_layers):
+        _attention(layer_spec.self_attention, layer.mha, layer.attention_block, True)
+        _feed_forward(layer_spec.ffn, layer.ffn, layer.ffn_block)
+    _embeddings(spec.decoder, decoder)
+    for layer_spec, layer in zip(spec.decoder.layer, decoder.dec_layers):
+        _attention(layer_spec.self_attention, layer.mha1, layer.self_attention_block, True)
+        _attention(layer_spec.attention, layer.mha2, layer.cross_attention_block, False)
+        _feed_forward(layer_spec.ffn, layer.ffn, layer.ffn_block)
+    spec.decoder.projection.weight, spec.decoder.projection.bias = _output_projection(
+        model.final_layer)
+
+    spec.register_source_vocabulary(source_vocab)
+    spec.register_target_vocabulary(target_vocab)
+    config = spec.config
+    config.unk_token = target_vocab[UNK_ID]
+    config.bos_token = target_vocab[START_ID]
+    config.eos_token = target_vocab[END_ID]
+    config.decoder_start_token = target_vocab[START_ID]
+    config.add_source_bos = True
+    config.add_source_eos = True
+    config.layer_norm_epsilon = float(encoder.enc_layers[0].ffn_block.layernorm.epsilon)
+    return spec
+
+
+class TransformerConverter(Converter):
+    """`ctranslate2.converters.Converter` for an in-memory `model.Transformer` and its vocabularies
+    (`convert(output_dir, quantization=..., force=...)` writes the model directory)."""
+
+    def __init__(self, model, source_vocab, target_vocab):
+        self._model = model
+        self._source_vocab = source_vocab
+        self._target_vocab = target_vocab
+
+    def _load(self):
+        return transformer_spec_of(self._model, self._source_vocab, self._target_vocab)
+
+
+def source_pieces(tokenizer, texts):
+    """Source texts as the pieces CTranslate2 takes: tokenized by the run's tokenizer, without
+    the [START]/[END] CTranslate2 adds itself. Returns a list of lists of str."""
+    vocab = tokenizer.vocab
+    ids = tokenizer.tokenize(tf.constant(texts, tf.string)).to_list()
+    return [[vocab[token_id] for token_id in row[1:-1]] for row in ids]
+
+
+def target_ids(target_vocab, pieces):
+    """CTranslate2's output pieces (list of lists of str) → lists of ids, as our decoders give."""
+    index = {token: token_id for token_id, token in enumerate(target_vocab)}
+    return [[index[piece] for piece in row] for row in pieces]
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(
+        prog="python -m serving.export_ctranslate2",
+        description="Convert a trained run into a CTranslate2 model directory (see the module "
+                    "docstring for the mapping and how to call it).",
+    )
+    parser.add_argument("--run_dir", required=True, help="the training run to convert")
+    Converter.declare_arguments(parser)
+    args = parser.parse_args(argv)
+    if args.vocab_mapping is not None:
+        parser.error("--vocab_mapping is not supported: the run's vocabularies are used whole.")
+    if os.path.exists(args.output_dir) and not args.force:
+        parser.error(f"{args.output_dir} already exists; pass --force to replace it.")
+    model, source_tokenizer, target_tokenizer, _ = artifacts.load_trained(args.run_dir)
+    converter = TransformerConverter(model, source_tokenizer.vocab, target_tokenizer.vocab)
+    output_dir = converter.convert_from_args(args)
+    print(f"CTranslate2 model ({args.quantization or 'float32'} weights) written to {output_dir}.\n"
+          f"  ctranslate2.Translator({output_dir!r}).translate_batch(pieces, "
+          f"suppress_sequences=[[{target_tokenizer.vocab[PAD_ID]!r}]]),\n"
+          "  with pieces from serving.export_ctranslate2.source_pieces(tokenizer, texts).")
+
+
+if __name__ == "__main__":
+    main()

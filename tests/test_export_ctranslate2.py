@@ -1,0 +1,186 @@
+"""The CTranslate2 export (serving/export_ctranslate2.py) against the project's own decoders.
+
+A tiny trained run (tests/export_fixtures.py), post-LN and pre-LN, is converted with the command
+line; CTranslate2 then translates a batch of sentences of different lengths (one cut to the
+model's source length), and its tokens and scores must equal those of `model.decoding` on the
+same weights: greedy, and beam 4 with the length penalty off on both sides and on (where the
+two normalize differently; see the export's docstring). tests/test_export.py shows that those
+decoders give what the SavedModel gives, and the text comparison here goes through the same
+`serving.export.TranslatorEndpoints` functions the SavedModel's signatures are traced from.
+"""
+
+import contextlib
+import io
+import json
+import os
+
+import ctranslate2
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from model.decoding import beam_search_decode, greedy_decode, max_output_length
+from serving import export
+from serving.export_ctranslate2 import (
+    decoding_options, main, source_pieces, target_ids, transformer_spec_of,
+)
+from tests.export_fixtures import build_tiny_run
+from training.artifacts import load_trained
+from training.tokenizer import END_ID, START_ID
+
+BEAM_WIDTH = 4
+ALPHA = 0.6
+# Different lengths, sentences outside the training pairs, and one longer than the model's
+# 24 source positions (cut, keeping [END], by both). CTranslate2 answers an empty source with an
+# empty translation without decoding, where the project decodes "[START] [END]": not compared.
+TEXTS = [
+    "¿Dónde está el gato?",
+    "Hola.",
+    "El perro negro está en la casa pequeña.",
+    "Tengo un libro.",
+    "Me gusta el pan.",
+    "Ella bebe agua fría y él come pan en la mesa de la casa grande con mi hermano alto "
+    "y mi hermana alta.",
+    "Gracias.",
+]
+
+
+@pytest.fixture(scope="module", params=[False, True], ids=["post_ln", "pre_ln"])
+def run(request, tmp_path_factory):
+    """A trained tiny run (post-LN or pre-LN), loaded, and its CTranslate2 export."""
+    run_dir = tmp_path_factory.mktemp("run")
+    build_tiny_run(run_dir, config={"norm_first": request.param})
+    output_dir = str(tmp_path_factory.mktemp("ct2") / "model")
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        main(["--run_dir", str(run_dir), "--output_dir", output_dir])
+    assert output_dir in printed.getvalue()
+    model, source_tokenizer, target_tokenizer, _ = load_trained(run_dir)
+    assert model.norm_first is request.param
+    translator = ctranslate2.Translator(output_dir, device="cpu", inter_threads=1,
+                                        intra_threads=1)
+    return {"run_dir": run_dir, "output_dir": output_dir, "model": model,
+            "source": source_tokenizer, "target": target_tokenizer, "translator": translator}
+
+
+def _source_ids(run, texts):
+    """Padded source ids as the SavedModel makes them (cut to the model's length)."""
+    endpoints = export.TranslatorEndpoints(run["model"], run["source"], run["target"])
+    return endpoints.source_ids(tf.constant(texts))
+
+
+def _translate_ct2(run, texts, beam_size, length_penalty, max_length):
+    """CTranslate2's best hypotheses: `(list of id lists, each ending with [END] if it ended;
+    scores)`."""
+    vocab = run["target"].vocab
+    results = run["translator"].translate_batch(
+        source_pieces(run["source"], texts), beam_size=beam_size,
+        length_penalty=length_penalty, max_decoding_length=max_length,
+        max_input_length=run["model"].pe_input, return_scores=True, return_end_token=True,
+        **decoding_options(vocab))
+    ids = target_ids(vocab, [result.hypotheses[0] for result in results])
+    return ids, np.array([result.scores[0] for result in results])
+
+
+def _ours(decoded):
+    """Our decoders' `(id lists up to and including [END], scores)`."""
+    rows = [[int(token) for token in row if token != 0] for row in decoded["tokens"].numpy()]
+    return rows, decoded["scores"].numpy()
+
+
+def _max_length(run, source_ids):
+    options = export.DecodingOptions()
+    return int(max_output_length(source_ids, options.max_length_ratio, options.max_length_offset,
+                                 limit=run["model"].pe_target - 1))
+
+
+def test_export_writes_the_spec_config_and_vocabularies(run):
+    with open(os.path.join(run["output_dir"], "config.json"), encoding="utf-8") as config_file:
+        config = json.load(config_file)
+    assert (config["unk_token"], config["bos_token"], config["eos_token"],
+            config["decoder_start_token"]) == ("[UNK]", "[START]", "[END]", "[START]")
+    assert config["add_source_bos"] and config["add_source_eos"]
+    assert config["layer_norm_epsilon"] == pytest.approx(1e-6)
+    for side, tokenizer in (("source", run["source"]), ("target", run["target"])):
+        with open(os.path.join(run["output_dir"], f"{side}_vocabulary.json"),
+                  encoding="utf-8") as vocab_file:
+            assert json.load(vocab_file) == tokenizer.vocab  # every id the same
+
+
+def test_greedy_equals_ours_token_for_token(run):
+    source_ids = _source_ids(run, TEXTS)
+    max_length = _max_length(run, source_ids)
+    ours_ids, ours_scores = _ours(greedy_decode(run["model"], source_ids, START_ID, END_ID,
+                                                max_length=max_length))
+    ct2_ids, ct2_scores = _translate_ct2(run, TEXTS, 1, 0.0, max_length)
+    assert ct2_ids == ours_ids
+    assert len({len(row) for row in ours_ids}) > 2  # the batch really has different lengths
+    # Summed log-probabilities; ours leaves [PAD]'s tiny mass in the softmax, CTranslate2 not.
+    np.testing.assert_allclose(ct2_scores, ours_scores, atol=1e-3)
+
+
+def test_greedy_translations_equal_the_saved_model_functions(run):
+    endpoints = export.TranslatorEndpoints(run["model"], run["source"], run["target"])
+    served = endpoints.greedy(tf.constant(TEXTS))["translation"].numpy()
+    max_length = _max_length(run, _source_ids(run, TEXTS))
+    ct2_ids, _ = _translate_ct2(run, TEXTS, 1, 0.0, max_length)
+    padded = tf.ragged.constant(ct2_ids).to_tensor()
+    assert list(run["target"].detokenize(padded).numpy()) == list(served)
+
+
+def test_beam_search_without_length_penalty_equals_ours(run):
+    source_ids = _source_ids(run, TEXTS)
+    max_length = _max_length(run, source_ids)
+    ours_ids, ours_scores = _ours(beam_search_decode(
+        run["model"], source_ids, START_ID, END_ID, beam_width=BEAM_WIDTH, alpha=0.0,
+        max_length=max_length))
+    ct2_ids, ct2_scores = _translate_ct2(run, TEXTS, BEAM_WIDTH, 0.0, max_length)
+    assert ct2_ids == ours_ids
+    np.testing.assert_allclose(ct2_scores, ours_scores, atol=1e-3)
+
+
+def test_beam_search_with_length_penalty_differs_only_in_the_normalization(run):
+    """Ours: log P / ((5 + |y|) / 6)^alpha (GNMT); CTranslate2: log P / |y|^alpha; |y| counts
+    [END] in both. On this confident model both rank the same hypothesis first."""
+    source_ids = _source_ids(run, TEXTS)
+    max_length = _max_length(run, source_ids)
+    ours_ids, ours_scores = _ours(beam_search_decode(
+        run["model"], source_ids, START_ID, END_ID, beam_width=BEAM_WIDTH, alpha=ALPHA,
+        max_length=max_length))
+    ct2_ids, ct2_scores = _translate_ct2(run, TEXTS, BEAM_WIDTH, ALPHA, max_length)
+    assert ct2_ids == ours_ids
+    lengths = np.array([len(row) for row in ours_ids], np.float64)
+    np.testing.assert_allclose(ct2_scores * lengths**ALPHA,
+                               ours_scores * ((5 + lengths) / 6) ** ALPHA, atol=1e-3)
+
+
+def test_int8_export_translates_like_float32(run, tmp_path):
+    int8_dir = str(tmp_path / "int8")
+    with contextlib.redirect_stdout(io.StringIO()):
+        main(["--run_dir", str(run["run_dir"]), "--output_dir", int8_dir,
+              "--quantization", "int8"])
+    # int8 weights take a quarter of float32's room (model.bin is mostly weights).
+    sizes = [os.path.getsize(os.path.join(path, "model.bin"))
+             for path in (run["output_dir"], int8_dir)]
+    assert sizes[1] < 0.5 * sizes[0]
+    translator = ctranslate2.Translator(int8_dir, device="cpu", compute_type="int8")
+    vocab = run["target"].vocab
+    pieces = source_pieces(run["source"], TEXTS[:5])
+    int8 = translator.translate_batch(pieces, beam_size=1, **decoding_options(vocab))
+    float32 = run["translator"].translate_batch(pieces, beam_size=1, **decoding_options(vocab))
+    assert [result.hypotheses for result in int8] == [result.hypotheses for result in float32]
+
+
+def test_command_line_refuses_an_existing_output_dir(run, capsys):
+    with pytest.raises(SystemExit):
+        main(["--run_dir", str(run["run_dir"]), "--output_dir", run["output_dir"]])
+    assert "already exists; pass --force" in capsys.readouterr().err
+
+
+def test_vocabulary_of_another_run_or_with_repeats_is_refused(run):
+    model, vocab = run["model"], run["source"].vocab
+    with pytest.raises(ValueError, match="source vocabulary has 5 tokens but the model expects"):
+        transformer_spec_of(model, vocab[:5], run["target"].vocab)
+    repeated = vocab[:-1] + [vocab[10]]
+    with pytest.raises(ValueError, match=r"holds .* twice \(ids 10 and"):
+        transformer_spec_of(model, repeated, run["target"].vocab)
