@@ -6,7 +6,7 @@ model's source length), and its tokens and scores must equal those of `model.dec
 same weights: greedy, and beam 4 with the length penalty off on both sides and on (where the
 two normalize differently; see the export's docstring). tests/test_export.py shows that those
 decoders give what the SavedModel gives, and the text comparison here goes through the same
-`serving.export.TranslatorEndpoints` functions the SavedModel's signatures are traced from.
+`model.translator.Translator` methods the SavedModel's signatures are traced from.
 """
 
 import contextlib
@@ -20,13 +20,14 @@ import pytest
 import tensorflow as tf
 
 from model.decoding import beam_search_decode, greedy_decode, max_output_length
+from model.translator import Translator
 from serving import export
 from serving.export_ctranslate2 import (
     decoding_options, main, source_pieces, target_ids, transformer_spec_of,
 )
 from tests.export_fixtures import build_tiny_run
 from training.artifacts import load_trained
-from training.tokenizer import END_ID, START_ID
+from model.special_tokens import END_ID, START_ID
 
 BEAM_WIDTH = 4
 ALPHA = 0.6
@@ -65,7 +66,7 @@ def run(request, tmp_path_factory):
 
 def _source_ids(run, texts):
     """Padded source ids as the SavedModel makes them (cut to the model's length)."""
-    endpoints = export.TranslatorEndpoints(run["model"], run["source"], run["target"])
+    endpoints = Translator(run["model"], run["source"], run["target"])
     return endpoints.source_ids(tf.constant(texts))
 
 
@@ -120,7 +121,7 @@ def test_greedy_equals_ours_token_for_token(run):
 
 
 def test_greedy_translations_equal_the_saved_model_functions(run):
-    endpoints = export.TranslatorEndpoints(run["model"], run["source"], run["target"])
+    endpoints = Translator(run["model"], run["source"], run["target"])
     served = endpoints.greedy(tf.constant(TEXTS))["translation"].numpy()
     max_length = _max_length(run, _source_ids(run, TEXTS))
     ct2_ids, _ = _translate_ct2(run, TEXTS, 1, 0.0, max_length)
