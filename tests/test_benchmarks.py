@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from benchmarks import bench_decode
 from benchmarks.bench_decode import matmul_floor, step_kernels
 from model import Transformer
 from serving import bench_serve
@@ -106,3 +107,34 @@ def test_bench_tokenizer_measures_losslessness_against_sacrebleu():
     wordpiece, _ = learn("wordpiece", texts, 300, lower_case=False)
     lossy = measure(wordpiece, texts, references, lower_case=False)
     assert lossy["exact"] < 0.5 and lossy["chrf"] < 100.0
+
+
+def test_bench_decode_side_by_side_gives_each_decoder_as_a_multiple_of_ctranslate2():
+    args = argparse.Namespace(beam_width=4, batch_sizes=[1, 32])
+    beam = 4
+    # Milliseconds per batch: (batch 1, batch 32) of each case.
+    times = {
+        bench_decode.CT2_GREEDY.format(precision="float32"): (200, 500),
+        bench_decode.CT2_BEAM.format(precision="float32", beam=beam): (300, 1400),
+        bench_decode.CT2_GREEDY.format(precision="int8"): (100, 400),
+        bench_decode.CT2_BEAM.format(precision="int8", beam=beam): (150, 1000),
+        bench_decode.SAVED_GREEDY: (220, 400),
+        bench_decode.SAVED_BEAM.format(beam=beam): (360, 2800),
+        bench_decode.CACHED: (250, 600),
+        bench_decode.BEAM.format(beam=beam): (450, 2100),
+        bench_decode.CACHED_XLA: (80, 350),
+    }
+    results = {(name, batch): (ms / 1000, ms / 1000)
+               for name, pair in times.items() for batch, ms in zip((1, 32), pair)}
+    table, goals = bench_decode.side_by_side(args, results)
+    lines = table.splitlines()
+    assert lines[0] == "| decoder | greedy b=1 | greedy b=32 | beam 4 b=1 | beam 4 b=32 |"
+    saved = next(line for line in lines if line.startswith("| exported SavedModel"))
+    # 220 / 200 and 220 / 100; 2800 / 1400 and 2800 / 1000.
+    assert "| 220 ms (1.10× / 2.20×) |" in saved and "| 2,800 ms (2.00× / 2.80×) |" in saved
+    xla = next(line for line in lines if line.startswith("| in-process, XLA"))
+    assert xla.endswith("| 350 ms (0.70× / 0.88×) | – | – |")
+    # Throughput goal: 500 / 400 = 1.25 (met); latency: 220 / 200 = 1.10 (not met).
+    assert "batch 32 **1.25×** CTranslate2 float32's (goal ≥ 1: met)" in goals
+    assert "latency at batch 1 **1.10×** its (goal ≤ 1: not met)" in goals
+    assert "batch 32 **0.50×** CTranslate2 float32's (goal ≥ 1: not met)" in goals
