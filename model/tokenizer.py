@@ -121,7 +121,7 @@ class Tokenizer(tf.Module):
             `tf.RaggedTensor` of int64, shape `[batch, (tokens)]`; an empty string gives
             `[START_ID, END_ID]`.
         """
-        ids = tf.cast(self._pieces(strings), tf.int64)
+        ids = tf.cast(self.subword_tokenizer.tokenize(strings), tf.int64)
         edge_shape = tf.stack([ids.nrows(), 1])
         starts = tf.fill(edge_shape, tf.constant(START_ID, tf.int64))
         ends = tf.fill(edge_shape, tf.constant(END_ID, tf.int64))
@@ -173,9 +173,6 @@ class Tokenizer(tf.Module):
     def get_vocab_size(self):
         """Returns the vocabulary size as an int32 scalar tensor."""
         return tf.constant(self.vocab_size, tf.int32)
-
-    def _pieces(self, strings):
-        return self.subword_tokenizer.tokenize(strings)
 
     def _join(self, ids):
         return self.subword_tokenizer.detokenize(ids)
@@ -272,9 +269,6 @@ class WordPieceTokenizer(Tokenizer):
 
     def save(self, path):
         _write_atomically(path, "".join(token + "\n" for token in self._vocab).encode("utf-8"))
-
-    def _pieces(self, strings):
-        return self.subword_tokenizer.tokenize(strings)
 
 
 def read_tokenizer_config(directory):

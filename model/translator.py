@@ -11,6 +11,14 @@ import tensorflow as tf
 from model.decoding import beam_search_decode, greedy_decode, max_output_length
 from model.special_tokens import END_ID, PAD_ID, START_ID
 
+# The SavedModel signatures `serving.export` traces from `Translator`'s methods, and the file
+# (relative to an export version) that records the decoding options they were traced with.
+GREEDY_SIGNATURE = "serving_default"
+BEAM_SIGNATURE = "beam_search"
+ALIGNMENTS_SIGNATURE = "alignments"
+SIGNATURE_NAMES = (GREEDY_SIGNATURE, BEAM_SIGNATURE, ALIGNMENTS_SIGNATURE)
+EXPORT_INFO_PATH = "assets/export_info.json"
+
 
 @dataclasses.dataclass(frozen=True)
 class DecodingOptions:

@@ -49,18 +49,21 @@ import keras
 import tensorflow as tf
 from tqdm.auto import tqdm
 
-from model.translator import DecodingOptions, Translator
+from model.translator import (
+    ALIGNMENTS_SIGNATURE,
+    BEAM_SIGNATURE,
+    EXPORT_INFO_PATH,
+    GREEDY_SIGNATURE,
+    SIGNATURE_NAMES,
+    DecodingOptions,
+    Translator,
+)
 from training import artifacts
 
 logger = logging.getLogger(__name__)
 
 TEXT_INPUT = "text"
-GREEDY_SIGNATURE = "serving_default"
-BEAM_SIGNATURE = "beam_search"
-ALIGNMENTS_SIGNATURE = "alignments"
-SIGNATURE_NAMES = (GREEDY_SIGNATURE, BEAM_SIGNATURE, ALIGNMENTS_SIGNATURE)
-
-EXPORT_INFO_FILE = "export_info.json"
+EXPORT_INFO_FILE = os.path.basename(EXPORT_INFO_PATH)
 WARMUP_FILE = os.path.join("assets.extra", "tf_serving_warmup_requests")
 # Spanish sentences of different lengths (punctuation, accents, an inverted question mark), so
 # warmup exercises the whole tokenizer and a few loop lengths.
@@ -177,7 +180,7 @@ def write_version(archive, export_base, model_name="translator", export_info=Non
     try:
         archive.write_out(staging_dir, verbose=False)
         if export_info is not None:
-            with open(os.path.join(staging_dir, "assets", EXPORT_INFO_FILE), "w",
+            with open(os.path.join(staging_dir, EXPORT_INFO_PATH), "w",
                       encoding="utf-8") as info_file:
                 json.dump(export_info, info_file, indent=2, sort_keys=True)
                 info_file.write("\n")

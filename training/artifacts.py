@@ -109,14 +109,10 @@ def restore_model(model, checkpoint_path):
 def current_averaged_checkpoint(run_dir):
     """`(path, info)` of the run's averaged checkpoint (`training.average`), or None when there is
     none or when training has gone on past the checkpoints it averaged (a warning says so)."""
-    import tensorflow as tf
-
-    averaged_dir = os.path.join(run_dir, AVERAGED_DIR)
-    path = tf.train.latest_checkpoint(averaged_dir)
-    if path is None:
+    found = _checkpoint_with_info(os.path.join(run_dir, AVERAGED_DIR), AVERAGE_INFO_FILE)
+    if found is None:
         return None
-    with open(os.path.join(averaged_dir, AVERAGE_INFO_FILE), encoding="utf-8") as info_file:
-        info = json.load(info_file)
+    path, info = found
     kept = kept_checkpoints(os.path.join(run_dir, CHECKPOINT_DIR))
     if kept and kept[-1][0] > max(info["steps"]):
         logger.warning("ignoring %s: it averages steps up to %d, but training went on to step %d "
@@ -127,13 +123,18 @@ def current_averaged_checkpoint(run_dir):
 
 def best_checkpoint(run_dir):
     """`(path, info)` of the weights with the best dev BLEU (`training.dev_bleu`), or None."""
+    return _checkpoint_with_info(os.path.join(run_dir, BEST_DIR), BEST_INFO_FILE)
+
+
+def _checkpoint_with_info(directory, info_file_name):
+    """`(latest checkpoint path, its JSON info file)` of a model-only checkpoint directory, or
+    None when it holds no checkpoint."""
     import tensorflow as tf
 
-    best_dir = os.path.join(run_dir, BEST_DIR)
-    path = tf.train.latest_checkpoint(best_dir)
+    path = tf.train.latest_checkpoint(directory)
     if path is None:
         return None
-    with open(os.path.join(best_dir, BEST_INFO_FILE), encoding="utf-8") as info_file:
+    with open(os.path.join(directory, info_file_name), encoding="utf-8") as info_file:
         return path, json.load(info_file)
 
 

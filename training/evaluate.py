@@ -22,7 +22,13 @@ import sacrebleu
 import tensorflow as tf
 from tqdm import tqdm
 
-from model.translator import DecodingOptions, Translator
+from model.translator import (
+    BEAM_SIGNATURE,
+    EXPORT_INFO_PATH,
+    GREEDY_SIGNATURE,
+    DecodingOptions,
+    Translator,
+)
 from training import artifacts
 from training.corpus import CorpusError, load_pairs
 
@@ -31,9 +37,6 @@ TEXT_SPEC = tf.TensorSpec([None], tf.string)
 # a sentence that never produces [END] is cut where its batch says: scores compare only at the
 # same batch size (training's dev BLEU uses this one too).
 BATCH_SIZE = 32
-# The export's signature names and info file (serving/export.py writes them).
-GREEDY_SIGNATURE, BEAM_SIGNATURE = "serving_default", "beam_search"
-EXPORT_INFO_PATH = os.path.join("assets", "export_info.json")
 
 
 def run_translate_function(run_dir, beam_width=1, alpha=0.6):
