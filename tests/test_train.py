@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -75,6 +76,18 @@ def test_resume_continues_exactly(corpus, tmp_path):
         np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-6)
 
 
+def test_time_budget_ends_the_run_with_a_checkpoint_and_the_model(corpus, tmp_path, capsys):
+    """`train_minutes` ends the run at the first step past the budget, saved like a finished run
+    (a budget of 0.6 s: the first step alone, tracing included, takes longer)."""
+    run_dir = str(tmp_path / "run")
+    train(tiny(corpus, train_steps=1000, checkpoint_every=500, train_minutes=0.01), run_dir)
+    latest = tf.train.latest_checkpoint(os.path.join(run_dir, "checkpoints"))
+    steps = artifacts.checkpoint_step(latest)
+    assert 1 <= steps < 1000
+    assert f"time budget of 0.01 minutes reached at step {steps}" in capsys.readouterr().out
+    assert os.path.exists(os.path.join(run_dir, "model.keras"))
+
+
 def test_refuses_to_overwrite_or_resume_with_another_model(corpus, tmp_path):
     run_dir = str(tmp_path / "run")
     train(tiny(corpus, train_steps=5, checkpoint_every=5), run_dir)
@@ -87,20 +100,32 @@ def test_refuses_to_overwrite_or_resume_with_another_model(corpus, tmp_path):
 
 
 def test_nan_guard_stops_and_keeps_the_last_good_checkpoint(corpus, tmp_path):
+    """20 good steps, then a resume with a learning rate that overflows float32: the first
+    update makes the weights non-finite, the run stops at that step, and the last checkpoint
+    is step 20's, with its weights."""
     run_dir = str(tmp_path / "run")
-    with pytest.raises(TrainingError, match=r"became (nan|inf|-inf|non-finite).*last good checkpoint"):
-        train(tiny(corpus, train_steps=200, checkpoint_every=1, warmup_steps=1, lr_scale=1e35),
-              run_dir)
+    train(tiny(corpus, train_steps=20, checkpoint_every=10), run_dir)
+    good = final_weights(run_dir)
+    os.remove(os.path.join(run_dir, "model.keras"))
+    with pytest.raises(TrainingError, match=r"became (nan|inf|-inf|non-finite) at step") as failure:
+        train(tiny(corpus, train_steps=200, checkpoint_every=1, warmup_steps=1, lr_scale=1e40),
+              run_dir, resume=True)
+    failed_at = int(re.search(r"at step (\d+)", str(failure.value)).group(1))
     latest = tf.train.latest_checkpoint(os.path.join(run_dir, "checkpoints"))
-    if latest is not None:
-        reader = tf.train.load_checkpoint(latest)
-        for name, dtype in reader.get_variable_to_dtype_map().items():
-            if dtype.is_floating:  # skips the data iterator's state (a variant)
-                assert np.all(np.isfinite(reader.get_tensor(name))), name
+    assert f"The last good checkpoint is {latest}" in str(failure.value).replace("\n", " ")
+    assert (failed_at, artifacts.checkpoint_step(latest)) == (21, 20)
+    reader = tf.train.load_checkpoint(latest)
+    for name, dtype in reader.get_variable_to_dtype_map().items():
+        if dtype.is_floating:  # skips the data iterator's state (a variant)
+            assert np.all(np.isfinite(reader.get_tensor(name))), name
+    for expected, actual in zip(good, final_weights(run_dir), strict=True):
+        np.testing.assert_array_equal(actual, expected)
     assert not os.path.exists(os.path.join(run_dir, "model.keras"))
 
 
 def test_kill_9_then_resume_loses_at_most_one_interval(corpus, tmp_path):
+    """SIGKILL between checkpoints keeps every checkpoint written; the resumed run redoes only
+    the steps after the last one, and ends with the weights of a run never interrupted."""
     run_dir = str(tmp_path / "run")
     args = ["--preset", "tiny", "--data", corpus, "--run_dir", run_dir, "--train_steps", "400",
             "--checkpoint_every", "10", "--log_every", "10"]
@@ -108,21 +133,27 @@ def test_kill_9_then_resume_loses_at_most_one_interval(corpus, tmp_path):
     process = subprocess.Popen([sys.executable, "-m", "training.train", *args], cwd=ROOT, env=env,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     checkpoint_dir = os.path.join(run_dir, "checkpoints")
-    deadline = time.time() + 120
-    while time.time() < deadline and process.poll() is None:
-        latest = tf.train.latest_checkpoint(checkpoint_dir)
-        if latest and int(latest.rsplit("-", 1)[1]) >= 20:
-            break
-        time.sleep(0.2)
-    process.send_signal(signal.SIGKILL)
-    process.wait()
-    killed_at = int(tf.train.latest_checkpoint(checkpoint_dir).rsplit("-", 1)[1])
-    assert killed_at >= 20
+    seen = 0
+    try:
+        while seen < 20:
+            assert process.poll() is None, "training exited before it was killed"
+            latest = tf.train.latest_checkpoint(checkpoint_dir)
+            seen = artifacts.checkpoint_step(latest) if latest else 0
+            time.sleep(0.05)
+    finally:
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+    killed_at = artifacts.checkpoint_step(tf.train.latest_checkpoint(checkpoint_dir))
+    assert killed_at >= seen  # nothing written before the kill was lost
 
-    result = run_cli(*args[:-4], "--train_steps", str(killed_at + 10), "--resume", timeout=180)
+    result = run_cli(*args[:-4], "--train_steps", str(killed_at + 10), "--resume", timeout=600)
     assert result.returncode == 0, result.stderr[-2000:]
     assert f"resumed from {os.path.join(checkpoint_dir, f'ckpt-{killed_at}')}" in result.stderr
     assert tf.train.latest_checkpoint(checkpoint_dir).endswith(f"ckpt-{killed_at + 10}")
+    straight = str(tmp_path / "straight")
+    train(tiny(corpus, train_steps=killed_at + 10, checkpoint_every=10), straight)
+    for expected, actual in zip(final_weights(straight), final_weights(run_dir), strict=True):
+        np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-6)
 
 
 # `python -c` program: training.train's CLI on two logical CPU devices, which must be set up

@@ -30,6 +30,9 @@ class TrainConfig:
     tie_embeddings: bool = True
     # Optimization.
     train_steps: int = 100_000
+    # Wall-clock budget of the training loop (dev evaluations included, setup not); the run ends
+    # at the first step past it, with a checkpoint, like a run that reached train_steps. 0: off.
+    train_minutes: float = 0.0
     batch_tokens: int = 25_000  # per step, across all replicas
     warmup_steps: int = 4000
     lr_scale: float = 1.0  # multiplies the paper's schedule
@@ -141,7 +144,7 @@ def validate(config):
     for name in ("train_steps", "checkpoint_every", "log_every", "vocab_size", "max_length"):
         if getattr(config, name) <= 0:
             raise ValueError(f"{name} must be positive, got {getattr(config, name)}")
-    for name in ("dev_bleu_sentences", "early_stopping_patience"):
+    for name in ("dev_bleu_sentences", "early_stopping_patience", "train_minutes"):
         if getattr(config, name) < 0:
             raise ValueError(f"{name} must be 0 (off) or positive, got {getattr(config, name)}")
     if config.early_stopping_patience and not config.dev_bleu_sentences:

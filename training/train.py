@@ -276,6 +276,7 @@ def train(config, run_dir, resume=False, preset=None):
     progress.update(start_step)
     window = {"loss": 0.0, "target": 0.0, "correct": 0.0, "tokens": 0.0, "time": time.time()}
     dev_loss = dev_accuracy = float("nan")
+    deadline = time.time() + 60 * config.train_minutes if config.train_minutes > 0 else math.inf
 
     for step in range(start_step + 1, config.train_steps + 1):
         loss_sum, target_tokens, correct, source_tokens = trainer.train_step(iterator)
@@ -290,7 +291,8 @@ def train(config, run_dir, resume=False, preset=None):
         window["target"] += float(target_tokens)
         window["correct"] += float(correct)
         window["tokens"] += float(target_tokens) + float(source_tokens)
-        if step % config.log_every == 0 or step == config.train_steps:
+        last_step = step == config.train_steps or time.time() >= deadline
+        if step % config.log_every == 0 or last_step:
             elapsed = max(time.time() - window["time"], 1e-9)
             values = {
                 "loss": window["loss"] / max(window["target"], 1.0),
@@ -303,7 +305,7 @@ def train(config, run_dir, resume=False, preset=None):
                 for name, value in values.items():
                     tf.summary.scalar(name.replace("/", "_per_"), value)
             window = {"loss": 0.0, "target": 0.0, "correct": 0.0, "tokens": 0.0, "time": time.time()}
-        if step % config.checkpoint_every == 0 or step == config.train_steps:
+        if step % config.checkpoint_every == 0 or last_step:
             # The step's loss was computed before its update: check the updated weights too.
             if not all(bool(tf.reduce_all(tf.math.is_finite(v))) for v in model.trainable_variables):
                 raise TrainingError(
@@ -338,6 +340,11 @@ def train(config, run_dir, resume=False, preset=None):
                           f"without a new best (best {best.state['bleu']:.2f} at step "
                           f"{best.state['step']})", flush=True)
                 break
+        if last_step:
+            if is_chief and step < config.train_steps:
+                print(f"time budget of {config.train_minutes:g} minutes reached at step {step}",
+                      flush=True)
+            break
 
     model.save(out.path(artifacts.MODEL_FILE))
     if is_chief:
