@@ -33,6 +33,9 @@ AVERAGED_DIR = "averaged"
 AVERAGE_INFO_FILE = "average.json"
 BEST_DIR = "best"
 BEST_INFO_FILE = "best.json"
+# The trained model committed to the repository (`training.bundle`, `make pretrained`), relative
+# to the repository root: `make demo` serves it and the notebooks fall back on it.
+PRETRAINED_RUN = os.path.join("pretrained", "bible-es-en")
 
 logger = logging.getLogger(__name__)
 
@@ -138,39 +141,46 @@ def _checkpoint_with_info(directory, info_file_name):
         return path, json.load(info_file)
 
 
-def load_trained(run_dir):
-    """Loads a trained translator.
+def select_weights(run_dir):
+    """The weights `load_trained` uses, in this order: the averaged checkpoint
+    (`training.average`) unless training went on after it; the weights of the best dev BLEU
+    (`training.dev_bleu`, kept during training); `model.keras` when training finished; the
+    latest checkpoint (a run stopped early can still be evaluated or exported).
 
-    Uses, in this order: the averaged checkpoint (`training.average`) unless training went on
-    after it; the weights of the best dev BLEU (`training.dev_bleu`, kept during training);
-    `model.keras` when training finished; the latest checkpoint (a run stopped early
-    can still be evaluated or exported).
+    Returns:
+        `(checkpoint_path, description)`; `checkpoint_path` is None for `model.keras`.
+    """
+    import tensorflow as tf
+
+    averaged = current_averaged_checkpoint(run_dir)
+    best = best_checkpoint(run_dir)
+    if averaged is not None:
+        checkpoint_path, info = averaged
+        return checkpoint_path, (
+            f"average of the checkpoints of steps {', '.join(map(str, info['steps']))}")
+    if best is not None:
+        checkpoint_path, info = best
+        return checkpoint_path, f"step {info['step']}, the best dev BLEU ({info['bleu']:.2f})"
+    if os.path.exists(os.path.join(run_dir, MODEL_FILE)):
+        return None, MODEL_FILE
+    checkpoint_path = tf.train.latest_checkpoint(os.path.join(run_dir, CHECKPOINT_DIR))
+    if checkpoint_path is None:
+        raise FileNotFoundError(f"{run_dir} has neither {MODEL_FILE} nor a checkpoint.")
+    return checkpoint_path, f"checkpoint {os.path.basename(checkpoint_path)}"
+
+
+def load_trained(run_dir):
+    """Loads a trained translator, from the weights `select_weights` picks.
 
     Returns:
         `(model, source_tokenizer, target_tokenizer, config)`; an INFO log says which weights.
     """
-    import tensorflow as tf
-
     config = read_config(run_dir)
     source_tokenizer, target_tokenizer = load_tokenizers(os.path.join(run_dir, TOKENIZER_DIR))
-    model_path = os.path.join(run_dir, MODEL_FILE)
-    averaged = current_averaged_checkpoint(run_dir)
-    best = best_checkpoint(run_dir)
-    if averaged is None and best is None and os.path.exists(model_path):
-        model = keras.models.load_model(model_path, compile=False)
-        loaded = MODEL_FILE
+    checkpoint_path, loaded = select_weights(run_dir)
+    if checkpoint_path is None:
+        model = keras.models.load_model(os.path.join(run_dir, MODEL_FILE), compile=False)
     else:
-        if averaged is not None:
-            checkpoint_path, info = averaged
-            loaded = f"average of the checkpoints of steps {', '.join(map(str, info['steps']))}"
-        elif best is not None:
-            checkpoint_path, info = best
-            loaded = f"step {info['step']}, the best dev BLEU ({info['bleu']:.2f})"
-        else:
-            checkpoint_path = tf.train.latest_checkpoint(os.path.join(run_dir, CHECKPOINT_DIR))
-            if checkpoint_path is None:
-                raise FileNotFoundError(f"{run_dir} has neither {MODEL_FILE} nor a checkpoint.")
-            loaded = f"checkpoint {os.path.basename(checkpoint_path)}"
         model = build_model(config, source_tokenizer.vocab_size, target_tokenizer.vocab_size)
         model.build(((None, None), (None, None)))
         restore_model(model, checkpoint_path)

@@ -7,8 +7,11 @@ import os
 from training import artifacts
 
 
-def read_scalars(log_dir):
-    """All scalar summaries under `log_dir`: `{tag: (steps, values)}`, in step order."""
+def read_scalars(log_dir, wall_time=False):
+    """All scalar summaries under `log_dir`: `{tag: (steps, values)}`, in step order.
+
+    With `wall_time`, `{tag: (steps, values, wall_times)}` (seconds since the epoch).
+    """
     import tensorflow as tf
 
     series = {}
@@ -17,12 +20,17 @@ def read_scalars(log_dir):
             for value in event.summary.value:
                 scalar = float(tf.make_ndarray(value.tensor)) if value.HasField("tensor") \
                     else value.simple_value
-                series.setdefault(value.tag, {})[event.step] = scalar
-    return {tag: tuple(zip(*sorted(points.items()))) for tag, points in series.items()}
+                series.setdefault(value.tag, {})[event.step] = (scalar, event.wall_time)
+    return {
+        tag: tuple(zip(*((step, scalar, wall) if wall_time else (step, scalar)
+                         for step, (scalar, wall) in sorted(points.items()))))
+        for tag, points in series.items()
+    }
 
 
 def plot_training_curves(run_dir, output=None):
-    """Loss and accuracy, train and dev, against steps; saved to `output` (PNG) when given.
+    """Loss and accuracy, train and dev, and dev BLEU/chrF when the run measured them, against
+    steps; saved to `output` (PNG) when given.
 
     Returns:
         the matplotlib figure.
@@ -35,7 +43,8 @@ def plot_training_curves(run_dir, output=None):
 
     logs = os.path.join(run_dir, artifacts.LOG_DIR)
     train, dev = read_scalars(os.path.join(logs, "train")), read_scalars(os.path.join(logs, "dev"))
-    figure, axes = plt.subplots(1, 2, figsize=(11, 4))
+    with_bleu = "bleu" in dev
+    figure, axes = plt.subplots(1, 3 if with_bleu else 2, figsize=(16 if with_bleu else 11, 4))
     for axis, tag, label in ((axes[0], "loss", "cross-entropy per token"),
                              (axes[1], "accuracy", "next-token accuracy")):
         for series, name, style in ((train, "train (label-smoothed)" if tag == "loss" else "train", "-"),
@@ -46,6 +55,14 @@ def plot_training_curves(run_dir, output=None):
         axis.set_ylabel(label)
         axis.grid(alpha=0.3)
         axis.legend()
+    if with_bleu:
+        for tag, name in (("bleu", "dev BLEU (greedy)"), ("chrf", "dev chrF")):
+            if tag in dev:
+                axes[2].plot(*dev[tag], "o-", label=name, markersize=4)
+        axes[2].set_xlabel("step")
+        axes[2].set_ylabel("sacreBLEU score")
+        axes[2].grid(alpha=0.3)
+        axes[2].legend()
     figure.suptitle(f"training curves: {os.path.basename(os.path.normpath(run_dir))}")
     figure.tight_layout()
     if output:

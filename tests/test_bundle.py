@@ -1,0 +1,96 @@
+"""Packaging a trained run as a pretrained model directory (`training.bundle`), on a real tiny run."""
+
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+from training import artifacts
+from training.average import average_run
+from training.bundle import bundle, main
+from training.evaluate import evaluate
+
+REPRODUCE = "make pretrained PRETRAINED_STEPS=60"
+
+
+@pytest.fixture(scope="module")
+def bundled(tiny_run, tmp_path_factory):
+    """`(run_dir, bundle_dir, reports)`: a copy of the tiny run, averaged over its last two
+    checkpoints, and its bundle."""
+    work = tmp_path_factory.mktemp("bundle")
+    run_dir = str(work / "run")
+    shutil.copytree(tiny_run["run_dir"], run_dir)
+    average_run(run_dir, 2)
+    bundle_dir = str(work / "pretrained" / "tiny-es-en")
+    reports = bundle(run_dir, bundle_dir, REPRODUCE, beam_width=2)
+    return run_dir, bundle_dir, reports
+
+
+def weights_of(run_dir):
+    model, *_ = artifacts.load_trained(run_dir)
+    return [weight.numpy() for weight in model.weights]
+
+
+def test_the_bundle_is_a_run_directory_without_checkpoints(bundled):
+    _, bundle_dir, _ = bundled
+    for name in ("config.json", "model.keras", "tokenizer/tokenizer_config.json", "logs/train",
+                 "logs/dev", "training_curves.png", "README.md", "eval/test.greedy.hyp.txt",
+                 "eval/test.beam2.report.json"):
+        assert os.path.exists(os.path.join(bundle_dir, name)), name
+    assert not os.path.exists(os.path.join(bundle_dir, artifacts.CHECKPOINT_DIR))
+    assert artifacts.select_weights(bundle_dir) == (None, artifacts.MODEL_FILE)
+    assert not [name for name in os.listdir(os.path.dirname(bundle_dir)) if name.startswith(".")]
+
+
+def test_the_bundle_holds_the_weights_the_run_would_use(bundled):
+    """The averaged checkpoint, not model.keras (the last step): the run's own choice."""
+    run_dir, bundle_dir, _ = bundled
+    assert artifacts.select_weights(run_dir)[1].startswith("average of the checkpoints of steps")
+    for from_run, from_bundle in zip(weights_of(run_dir), weights_of(bundle_dir), strict=True):
+        np.testing.assert_array_equal(from_bundle, from_run)
+
+
+def test_the_bundle_translates_as_the_run_does_and_its_card_reports_it(bundled, tmp_path):
+    run_dir, bundle_dir, reports = bundled
+    from_run = evaluate(run_dir, "test", output_dir=str(tmp_path))
+    with open(os.path.join(tmp_path, "test.greedy.hyp.txt"), encoding="utf-8") as handle:
+        run_hypotheses = handle.read()
+    with open(os.path.join(bundle_dir, "eval", "test.greedy.hyp.txt"), encoding="utf-8") as handle:
+        assert handle.read() == run_hypotheses
+    greedy, beam = reports
+    assert greedy["bleu"] == from_run["bleu"] and beam["decoding"] == "beam 2, alpha 0.6"
+    with open(os.path.join(bundle_dir, "README.md"), encoding="utf-8") as handle:
+        card = handle.read()
+    for report in reports:
+        assert f"| {report['decoding']} | {report['bleu']:.2f} | {report['chrf']:.2f} |" in card
+    assert REPRODUCE in card and "average of the checkpoints of steps 40, 60" in card
+
+
+def test_a_failed_bundle_leaves_the_previous_one_as_it_was(bundled, tmp_path):
+    run_dir, bundle_dir, _ = bundled
+    broken = str(tmp_path / "broken")
+    shutil.copytree(run_dir, broken)
+    config_path = os.path.join(broken, artifacts.CONFIG_FILE)
+    with open(config_path, encoding="utf-8") as handle:
+        config = json.load(handle)
+    config["data"] = str(tmp_path / "no-such-corpus")
+    with open(config_path, "w", encoding="utf-8") as handle:
+        json.dump(config, handle)
+    before = {name: os.path.getmtime(os.path.join(bundle_dir, name)) for name in os.listdir(bundle_dir)}
+    assert main(["--run_dir", broken, "--output_dir", bundle_dir, "--reproduce", "x"]) == 1
+    after = {name: os.path.getmtime(os.path.join(bundle_dir, name)) for name in os.listdir(bundle_dir)}
+    assert after == before
+    assert not [name for name in os.listdir(os.path.dirname(bundle_dir)) if name.startswith(".")]
+
+
+def test_the_notebooks_fall_back_on_the_pretrained_model_last():
+    import importlib.util
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    spec = importlib.util.spec_from_file_location(
+        "notebook_support", os.path.join(root, "notebooks", "_support.py"))
+    support = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(support)
+    assert support.TRAINED_RUN_DIRS[-1] == support.REPO_ROOT / artifacts.PRETRAINED_RUN
