@@ -1,0 +1,157 @@
+"""Training-recipe sweep at equal wall-clock budgets: `make bench-sweep` (into BENCHMARKS.md).
+
+Each point is the `small` preset with one or two settings changed, trained in its own run
+directory for the same number of minutes (`--train_minutes`), each in a fresh process, one after
+the other (optionally pinned to a CPU set with `taskset`, so that a long run elsewhere on the
+machine does not share its cores). Every point is then scored on the held-out test split with
+greedy decoding (the checkpoint `training.evaluate` picks: best dev BLEU). The table ranks
+points by test BLEU; the plot draws each point's dev BLEU against wall-clock minutes. A point
+whose run directory already holds a result is not run again, so an interrupted sweep resumes.
+"""
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+from benchmarks.report import machine_description, write_section
+from training.curves import read_scalars
+
+# name → (settings changed from the `small` preset, what the point asks)
+POINTS = {
+    "baseline": ({}, "the small preset"),
+    "lr_scale=1.0": ({"lr_scale": 1.0}, "learning rate ×2"),
+    "vocab=4000": ({"vocab_size": 4000}, "half the shared vocabulary"),
+    "2x128": ({"num_layers": 2, "d_model": 128, "dff": 512}, "narrower and shallower"),
+    "batch=2048": ({"batch_tokens": 2048}, "half the tokens per step"),
+    "warmup=400": ({"warmup_steps": 400}, "shorter warmup"),
+    "untied": ({"tie_embeddings": False}, "own output projection"),
+    "dropout=0": ({"dropout": 0.0}, "no dropout"),
+    "label_smoothing=0": ({"label_smoothing": 0.0}, "no label smoothing"),
+    "jit_compile": ({"jit_compile": True}, "XLA training step"),
+    "bfloat16": ({"mixed_precision": "mixed_bfloat16"}, "bfloat16 compute"),
+}
+RESULT_FILE = "sweep_result.json"
+
+
+def run_command(command, cpus, log_path):
+    prefix = ["taskset", "-c", cpus] if cpus else []
+    with open(log_path, "a", encoding="utf-8") as log:
+        subprocess.run(prefix + command, stdout=log, stderr=subprocess.STDOUT, check=True)
+
+
+def run_point(name, sweep_dir, minutes, cpus, settings, dev_sentences, checkpoint_every):
+    run_dir = os.path.join(sweep_dir, name)
+    result_path = os.path.join(run_dir, RESULT_FILE)
+    if os.path.exists(result_path):
+        with open(result_path, encoding="utf-8") as handle:
+            return json.load(handle)
+    shutil.rmtree(run_dir, ignore_errors=True)
+    os.makedirs(run_dir)
+    log_path = os.path.join(sweep_dir, f"{name}.log")
+    flags = {"train_minutes": minutes, "train_steps": 1_000_000, "dev_bleu_sentences": dev_sentences,
+             "checkpoint_every": checkpoint_every, **settings}
+    command = [sys.executable, "-m", "training.train", "--preset", "small", "--run_dir", run_dir]
+    for flag, value in flags.items():
+        command += [f"--{flag}", str(value).lower() if isinstance(value, bool) else str(value)]
+    started = time.time()
+    run_command(command, cpus, log_path)
+    train_seconds = time.time() - started
+    run_command([sys.executable, "-m", "training.evaluate", "--run_dir", run_dir,
+                 "--split", "test"], cpus, log_path)
+    with open(os.path.join(run_dir, "eval", "test.greedy.report.json"), encoding="utf-8") as handle:
+        report = json.load(handle)
+    steps, bleus, walls = read_scalars(os.path.join(run_dir, "logs", "dev"), wall_time=True)["bleu"]
+    dev_curve = [(round((wall - started) / 60, 2), step, bleu)
+                 for step, bleu, wall in zip(steps, bleus, walls)]
+    result = {
+        "name": name, "settings": settings, "minutes": minutes, "cpus": cpus or "all",
+        "train_seconds": round(train_seconds, 1), "steps": dev_curve[-1][1] if dev_curve else 0,
+        "dev_curve": dev_curve, "test_bleu": report["bleu"], "test_chrf": report["chrf"],
+        "bleu_signature": report["bleu_signature"],
+    }
+    with open(result_path, "w", encoding="utf-8") as handle:
+        json.dump(result, handle, indent=2)
+    return result
+
+
+def plot(results, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(8, 5))
+    for result in sorted(results, key=lambda r: -r["test_bleu"]):
+        curve = result["dev_curve"]
+        axes.plot([m for m, _, _ in curve], [b for _, _, b in curve], marker=".",
+                  label=f"{result['name']} (test {result['test_bleu']:.1f})")
+    axes.set_xlabel("wall-clock minutes (setup and dev evaluations included)")
+    axes.set_ylabel("dev BLEU (greedy)")
+    axes.set_title("Training recipes at equal time budgets (small preset)")
+    axes.grid(alpha=0.3)
+    axes.legend(fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+
+
+def markdown(results, command, plot_path):
+    lines = [
+        f"Machine: {machine_description()}.",
+        f"Command: `{command}`.",
+        "",
+        "Each point: the `small` preset with the listed change, trained in a fresh process for "
+        f"{results[0]['minutes']:g} minutes of wall clock (CPUs: {results[0]['cpus']}), then "
+        "scored on the 637 held-out test sentences with greedy decoding (sacreBLEU, "
+        f"`{results[0]['bleu_signature']}`), at its best dev-BLEU checkpoint.",
+        "",
+        "| point | change | steps | test BLEU | test chrF | best dev BLEU |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    for result in sorted(results, key=lambda r: -r["test_bleu"]):
+        change = ", ".join(f"{k}={v}" for k, v in result["settings"].items()) or "—"
+        best_dev = max((b for _, _, b in result["dev_curve"]), default=float("nan"))
+        lines.append(f"| {result['name']} | {change} | {result['steps']} | "
+                     f"{result['test_bleu']:.2f} | {result['test_chrf']:.2f} | {best_dev:.2f} |")
+    lines += ["", f"![dev BLEU against minutes]({plot_path})"]
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.sweep_recipe", description=__doc__)
+    parser.add_argument("--points", default=",".join(POINTS),
+                        help=f"comma-separated subset of: {', '.join(POINTS)}")
+    parser.add_argument("--minutes", type=float, default=12.0, help="training budget per point")
+    parser.add_argument("--cpus", help="taskset CPU list for every point, e.g. 1 (default: all)")
+    parser.add_argument("--sweep_dir", default=os.path.join("runs", "sweep"))
+    parser.add_argument("--dev_bleu_sentences", type=int, default=100)
+    parser.add_argument("--checkpoint_every", type=int, default=200)
+    parser.add_argument("--output", help="Markdown file to write the section into")
+    parser.add_argument("--plot", default=os.path.join("docs", "recipe_sweep.png"))
+    args = parser.parse_args(argv)
+    names = [name.strip() for name in args.points.split(",") if name.strip()]
+    unknown = [name for name in names if name not in POINTS]
+    if unknown:
+        parser.error(f"unknown point(s): {', '.join(unknown)}")
+    os.makedirs(args.sweep_dir, exist_ok=True)
+    results = []
+    for index, name in enumerate(names, 1):
+        print(f"[{index}/{len(names)}] {name}: {POINTS[name][1]}", flush=True)
+        result = run_point(name, args.sweep_dir, args.minutes, args.cpus, POINTS[name][0],
+                           args.dev_bleu_sentences, args.checkpoint_every)
+        results.append(result)
+        print(f"    {result['steps']} steps, test BLEU {result['test_bleu']:.2f}", flush=True)
+    plot(results, args.plot)
+    command = "python -m benchmarks.sweep_recipe " + " ".join(argv if argv is not None else sys.argv[1:])
+    text = markdown(results, command.strip(), args.plot)
+    print(text)
+    if args.output:
+        write_section(args.output, "Training recipe sweep", text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
