@@ -3,6 +3,10 @@
 Public API: every name below is importable as `from model import NAME`.
 """
 
+from model._startup import import_tensorflow_quietly
+
+import_tensorflow_quietly()  # before anything else imports TensorFlow
+
 from model.attention import scaled_dot_product_attention
 from model.decoder import Decoder
 from model.decoder_layer import DecoderLayer

@@ -1,0 +1,54 @@
+"""TensorFlow imported without its C++ start-up notices (called first by `model/__init__.py`).
+
+While it loads, TensorFlow's C++ runtime prints notices to the process's stderr before its
+logging is set up, so `TF_CPP_MIN_LOG_LEVEL` does not reach them: "All log messages before
+absl::InitializeLog()", "oneDNN custom operations are on", "Could not find cuda drivers", the
+CPU-instructions notice, and on a machine without a GPU driver "failed call to cuInit: ...
+UNKNOWN ERROR (303)", which reads as an error to a new user. Every CLI and notebook imports
+`model` (directly or through `training`/`serving`/`benchmarks`), so the import and the device
+set-up run here once, with file descriptor 2 captured; every captured line that is not one of
+those notices is written back to stderr afterwards, so real warnings and errors still show.
+`TF_CPP_MIN_LOG_LEVEL=0` asks for everything: nothing is filtered then.
+"""
+
+import os
+import re
+import sys
+import tempfile
+
+START_UP_NOTICES = re.compile(
+    rb"^(WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR"
+    rb"|[IW]\d{4} [\d:. ]+\d+ (port|cudart_stub|cpu_feature_guard)\.cc:\d+\] "
+    rb"|E\d{4} [\d:. ]+\d+ cuda_platform\.cc:\d+\] failed call to cuInit: .*"
+    rb"(UNKNOWN ERROR \(303\)|CUDA_ERROR_NO_DEVICE)"
+    rb"|To enable the following instructions: .* rebuild TensorFlow with the appropriate compiler)"
+)
+
+
+def filter_start_up_notices(captured):
+    """`captured` (bytes) without the lines that are start-up notices."""
+    return b"".join(line for line in captured.splitlines(keepends=True)
+                    if not START_UP_NOTICES.match(line))
+
+
+def import_tensorflow_quietly():
+    """Imports TensorFlow and sets up its devices, with the start-up notices filtered out."""
+    if "tensorflow" in sys.modules or os.environ.get("TF_CPP_MIN_LOG_LEVEL") == "0":
+        import tensorflow  # noqa: F401
+
+        return
+    sys.stderr.flush()
+    saved_stderr = os.dup(2)
+    with tempfile.TemporaryFile() as capture:
+        os.dup2(capture.fileno(), 2)
+        try:
+            import tensorflow as tf
+
+            tf.config.list_physical_devices()  # the cuInit notice comes from here
+        finally:
+            os.dup2(saved_stderr, 2)
+            os.close(saved_stderr)
+            capture.seek(0)
+            kept = filter_start_up_notices(capture.read())
+            if kept:
+                os.write(2, kept)

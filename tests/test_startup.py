@@ -1,0 +1,47 @@
+"""Quiet start-up: TensorFlow's C++ notices are filtered from the CLIs' stderr, real messages stay."""
+
+import os
+import subprocess
+import sys
+
+from model._startup import START_UP_NOTICES, filter_start_up_notices
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RAW_IMPORT = "import tensorflow as tf; tf.config.list_physical_devices()"
+
+
+def stderr_of(*args, **env):
+    result = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True,
+                            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **env}, check=True)
+    return result.stderr
+
+
+def test_tensorflow_prints_start_up_notices_that_the_cli_filters_out():
+    raw = stderr_of("-c", RAW_IMPORT).splitlines(keepends=True)
+    assert any(START_UP_NOTICES.match(line) for line in raw), "TensorFlow printed no notice here"
+    for module in ("training.train", "training.evaluate", "serving.client"):
+        assert stderr_of("-m", module, "--help") == b"", module
+
+
+def test_verbose_log_level_shows_everything():
+    shown = stderr_of("-c", "import model", TF_CPP_MIN_LOG_LEVEL="0")
+    assert any(START_UP_NOTICES.match(line) for line in shown.splitlines(keepends=True))
+
+
+def test_the_filter_keeps_real_warnings_and_errors():
+    notices = (
+        b"WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\n"
+        b"I0000 00:00:1795421525.186206   20892 port.cc:153] oneDNN custom operations are on.\n"
+        b"I0000 00:00:1795421525.186206   20892 cudart_stub.cc:31] Could not find cuda drivers\n"
+        b"E0000 00:00:1795421525.186206   20892 cuda_platform.cc:52] failed call to cuInit: "
+        b"INTERNAL: CUDA error: Failed call to cuInit: UNKNOWN ERROR (303)\n"
+    )
+    real = (
+        b"E0000 00:00:1795421525.186206   20892 cuda_platform.cc:52] failed call to cuInit: "
+        b"INTERNAL: CUDA error: CUDA_ERROR_SYSTEM_DRIVER_MISMATCH (803)\n"
+        b"W0000 00:00:1795421525.186206   20892 op_kernel.cc:1841] OP_REQUIRES failed\n"
+        b"Traceback (most recent call last):\n  File \"x.py\", line 1\n"
+        b"ValueError: port.cc:153] is not a notice outside TensorFlow's format\n"
+    )
+    assert filter_start_up_notices(notices + real) == real
+    assert filter_start_up_notices(notices) == b""
