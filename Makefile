@@ -24,15 +24,18 @@ SERVER_FLAGS := --port=$(PORT) --rest_api_port=$(REST_PORT) --model_name=$(MODEL
 	--model_base_path=$(abspath $(EXPORT_BASE))/$(MODEL_NAME) --enable_batching \
 	--batching_parameters_file=serving/batching.config
 
-.PHONY: setup test data train average evaluate export serve query demo notebooks \
-	bench-train bench-decode bench-serve bench-tokenizer export-ctranslate2 clean-venv
+.PHONY: setup test data train average evaluate export serve query demo demo-train pretrained notebooks \
+	bench-train bench-decode bench-serve bench-sweep bench-tokenizer export-ctranslate2 clean-venv
 
 setup: $(STAMP)
 
-$(STAMP): requirements.txt requirements-dev.txt
+# Pinned dependencies from the requirements files; then this project, editable, with its
+# console commands (translate-train, translate-serve, ...; see pyproject.toml).
+$(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	test -x $(PY) || $(PYTHON_BIN) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r requirements-dev.txt
+	$(PY) -m pip install --quiet --no-deps -e .
 	touch $(STAMP)
 
 # The tokenizer tests read every sentence of the embedded corpus: `data` builds it when missing.
@@ -69,14 +72,33 @@ serve: $(STAMP)  ## The real tensorflow_model_server when installed, else the lo
 query: $(STAMP)  ## make query TEXT="..."
 	$(PY) -m serving.client --server 127.0.0.1:$(PORT) --model_name $(MODEL_NAME) "$(TEXT)"
 
-demo: $(STAMP)  ## Corpus, quick training, export, server in the background, translations over gRPC.
+demo: $(STAMP)  ## The bundled pretrained model: export, server in the background, translations over gRPC.
 	$(PY) -m serving.demo --port $(PORT)
+
+demo-train: $(STAMP)  ## As demo, with a model trained on the spot (the demo preset, a few minutes).
+	$(PY) -m serving.demo --port $(PORT) --train demo --run_dir runs/demo
+
+# The bundled model (pretrained/bible-es-en): its recipe, trained from scratch, averaged, packaged.
+PRETRAINED_DIR ?= pretrained/bible-es-en
+PRETRAINED_RUN_DIR ?= runs/pretrained
+PRETRAINED_STEPS ?= 4000
+PRETRAINED_TRAIN_ARGS := --preset small --lr_scale 0.7 --keep_checkpoints 8 --checkpoint_every 250 \
+	--train_steps $(PRETRAINED_STEPS)
+PRETRAINED_AVERAGE ?= 5
+pretrained: $(STAMP) data  ## Reproduce pretrained/bible-es-en (about 2 hours on 2 cores).
+	$(PY) -m training.train --run_dir $(PRETRAINED_RUN_DIR) $(PRETRAINED_TRAIN_ARGS)
+	$(PY) -m training.average --run_dir $(PRETRAINED_RUN_DIR) --last $(PRETRAINED_AVERAGE)
+	$(PY) -m training.bundle --run_dir $(PRETRAINED_RUN_DIR) --output_dir $(PRETRAINED_DIR) \
+		--reproduce "make pretrained PRETRAINED_STEPS=$(PRETRAINED_STEPS) PRETRAINED_AVERAGE=$(PRETRAINED_AVERAGE)"
 
 notebooks: $(STAMP)
 	$(VENV)/bin/jupyter lab notebooks $(if $(filter 0,$(shell id -u)),--allow-root)
 
 bench-train: $(STAMP)
 	$(PY) -m benchmarks.bench_train --output BENCHMARKS.md
+
+bench-sweep: $(STAMP) data  ## Training recipes at equal time budgets (SWEEP_ARGS="--minutes 10 --cpus 1"), hours.
+	$(PY) -m benchmarks.sweep_recipe --output BENCHMARKS.md $(SWEEP_ARGS)
 
 bench-tokenizer: $(STAMP) data  ## Vocabulary learning time, in-graph throughput, losslessness.
 	$(PY) -m benchmarks.bench_tokenizer --output BENCHMARKS.md

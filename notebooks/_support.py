@@ -4,25 +4,25 @@ Where the repository is, which trained run a notebook shows (or a quick one trai
 in fast mode), subword pieces as readable labels, and attention heatmaps. (Training curves come from `training.curves`.)
 
 Fast mode: with the environment variable `NOTEBOOK_FAST=1` (the notebook tests set it), or when
-no trained run exists (a fresh checkout, CI), the training notebooks train the `tiny` preset for
+no trained run exists (not even the bundled pretrained model), the training notebooks train the `tiny` preset for
 a few seconds on a small word-for-word Spanish→English corpus written into a temporary directory,
-instead of reading `runs/small` or `runs/demo` and the Bible corpus.
+instead of reading `runs/small`, `runs/demo` or `pretrained/bible-es-en` and the Bible corpus.
 """
 
 import os
 import pathlib
-import sys
 import tempfile
 
 import numpy as np
 
+# The project is installed (`make setup`: `pip install -e .`), so no sys.path editing here.
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
 
 FAST_ENV = "NOTEBOOK_FAST"
-# Looked for in this order: the CPU default preset first, then the quick demo.
-TRAINED_RUN_DIRS = (REPO_ROOT / "runs" / "small", REPO_ROOT / "runs" / "demo")
+# Looked for in this order: the user's own runs (the CPU default preset, then the quick demo),
+# then the pretrained model committed to the repository (training.artifacts.PRETRAINED_RUN).
+TRAINED_RUN_DIRS = (REPO_ROOT / "runs" / "small", REPO_ROOT / "runs" / "demo",
+                    REPO_ROOT / "pretrained" / "bible-es-en")  # = artifacts.PRETRAINED_RUN
 BIBLE_DIR = REPO_ROOT / "data" / "bible"
 FAST_PRESET = "tiny"
 # Enough steps for the tiny preset to learn the word-for-word corpus (dev accuracy ~1.0).
@@ -73,7 +73,7 @@ def fast_mode_reason():
 def write_fast_corpus(directory):
     """Writes the word-for-word corpus of the training tests (train/dev/test.tsv) into
     `directory` and returns its path as a str."""
-    from tests.training_fixtures import write_corpus
+    from training.toy_corpus import write_corpus
 
     return str(write_corpus(pathlib.Path(directory)))
 

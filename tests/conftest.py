@@ -26,7 +26,7 @@ def trained_reverse_model():
 @pytest.fixture(scope="session")
 def tiny_corpus(tmp_path_factory):
     """A word-for-word Spanish→English corpus directory (train/dev/test.tsv)."""
-    from tests.training_fixtures import write_corpus
+    from training.toy_corpus import write_corpus
 
     return str(write_corpus(tmp_path_factory.mktemp("corpus")))
 
