@@ -1,13 +1,14 @@
-"""The whole job in one command (`make demo`): corpus, training, export, serving, translation.
+"""The whole job in one command (`make demo`): a trained model, export, serving, translation.
 
-1. builds the embedded Spanish→English corpus if missing (`make data`);
-2. trains the `demo` preset (a few minutes on 2 cores) into `runs/demo`, or reuses it;
-3. exports it to `exports/demo/translator/<version>` (its own base, so it never shadows the
+1. takes the bundled pretrained model (`pretrained/bible-es-en`, see its README.md), or with
+   `--train PRESET` (`make demo-train`) builds the embedded corpus if missing and trains that
+   preset (`demo`: a few minutes on 2 cores) into `--run_dir`, or reuses it;
+2. exports it to `exports/demo/translator/<version>` (its own base, so it never shadows the
    versions `make export` writes to `exports/translator`);
-4. starts the serving stack (`tensorflow_model_server` if installed, else `serving.server`) in
+3. starts the serving stack (`tensorflow_model_server` if installed, else `serving.server`) in
    the background on 127.0.0.1, waits until it is healthy;
-5. translates a few Spanish sentences over gRPC with `TranslationClient` and prints them;
-6. stops the server.
+4. translates a few Spanish sentences over gRPC with `TranslationClient` and prints them;
+5. stops the server.
 """
 
 import argparse
@@ -22,6 +23,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from serving.client import TranslationClient
+from training import artifacts
 
 SENTENCES = [
     "En el principio creó Dios los cielos y la tierra.",
@@ -57,21 +59,27 @@ def wait_until_serving(address, model_name, process, timeout=180):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m serving.demo", description=__doc__.split("\n")[0])
-    parser.add_argument("--run_dir", default="runs/demo")
-    parser.add_argument("--preset", default="demo")
+    parser.add_argument("--run_dir", default=artifacts.PRETRAINED_RUN,
+                        help="the trained run to serve (default: the bundled pretrained model)")
+    parser.add_argument("--train", metavar="PRESET",
+                        help="train this preset into --run_dir first, unless it is trained")
     parser.add_argument("--export_base", default=os.path.join("exports", "demo"))
     parser.add_argument("--model_name", default="translator")
     parser.add_argument("--port", type=int, default=8500)
     args = parser.parse_args(argv)
     python = sys.executable
 
-    run([python, "-m", "training.prepare_data", "--out", os.path.join("data", "bible")])
-    if os.path.exists(os.path.join(args.run_dir, "model.keras")):
-        print(f"reusing the trained model in {args.run_dir}", flush=True)
-    else:
-        resume = ["--resume"] if os.path.isdir(os.path.join(args.run_dir, "checkpoints")) else []
-        run([python, "-m", "training.train", "--preset", args.preset, "--data", "bible",
+    if os.path.exists(os.path.join(args.run_dir, artifacts.MODEL_FILE)):
+        print(f"serving the trained model in {args.run_dir}", flush=True)
+    elif args.train:
+        run([python, "-m", "training.prepare_data", "--out", os.path.join("data", "bible")])
+        resume = (["--resume"] if os.path.isdir(os.path.join(args.run_dir, artifacts.CHECKPOINT_DIR))
+                  else [])
+        run([python, "-m", "training.train", "--preset", args.train, "--data", "bible",
              "--run_dir", args.run_dir, *resume])
+    else:
+        parser.error(f"{args.run_dir} holds no trained model ({artifacts.MODEL_FILE}); give "
+                     "--train PRESET to train one (make demo-train)")
     run([python, "-m", "serving.export", "--run_dir", args.run_dir, "--export_base",
          args.export_base, "--model_name", args.model_name])
 
