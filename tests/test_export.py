@@ -566,30 +566,20 @@ def test_local_server_serves_the_export_to_the_grpc_client(exported, loaded):
     """The real export through `python -m serving.server` (a fresh process, as `make serve`
     starts it) and `TranslationClient`: the server must register tensorflow-text's ops as
     tensorflow_model_server does, or loading the translator fails."""
-    import socket
-
     from serving.client import TranslationClient
     from serving.demo import wait_until_serving
+    from tests.serving_fixtures import ServerProcess
 
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    server = subprocess.Popen(
-        [sys.executable, "-m", "serving.server", f"--port={port}", f"--model_name={MODEL_NAME}",
-         f"--model_base_path={os.path.dirname(exported.path)}"],
-        env=_subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
+    flags = [f"--model_name={MODEL_NAME}", f"--model_base_path={os.path.dirname(exported.path)}"]
+    with ServerProcess(flags, startup_timeout=240) as server:
+        address = f"127.0.0.1:{server.grpc_port}"
         try:
-            wait_until_serving(f"127.0.0.1:{port}", MODEL_NAME, server, timeout=240)
+            wait_until_serving(address, MODEL_NAME, server.process, timeout=240)
         except RuntimeError:
-            pytest.fail(f"the server exited:\n{server.communicate()[0][-3000:]}")
-        client = TranslationClient(f"127.0.0.1:{port}", MODEL_NAME, timeout=120)
-        for signature in ("serving_default", "beam_search"):
-            expected = _decoded(_run_signature(loaded, signature, MIXED_TEXTS)["translation"])
-            assert client.translate(MIXED_TEXTS, signature) == expected
-        details = client.translate_with_details(MIXED_TEXTS[:2], signature_name="alignments")
-        assert len(details) == 2
-        client.close()
-    finally:
-        server.terminate()
-        server.communicate(timeout=60)
+            pytest.fail(f"the server exited:\n{server.output()[-3000:]}")
+        with TranslationClient(address, MODEL_NAME, timeout=120) as client:
+            for signature in ("serving_default", "beam_search"):
+                expected = _decoded(_run_signature(loaded, signature, MIXED_TEXTS)["translation"])
+                assert client.translate(MIXED_TEXTS, signature) == expected
+            details = client.translate_with_details(MIXED_TEXTS[:2], signature_name="alignments")
+            assert len(details) == 2
