@@ -335,3 +335,48 @@ def test_a_run_from_before_tying_stays_untied(corpus, tmp_path):
                      timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     assert not artifacts.load_trained(run_dir)[0].tie_embeddings
+
+
+def test_config_file_sits_between_the_preset_and_the_flags(corpus, tmp_path, capsys):
+    config_file = tmp_path / "settings.json"
+    config_file.write_text(json.dumps({"d_model": 48, "dropout": 0.2, "data": corpus}))
+    config = resolve_config("tiny", str(config_file), {"dropout": 0.3})
+    tiny_preset = resolve_config("tiny")
+    assert (config.d_model, config.dropout, config.num_layers) == (48, 0.3, tiny_preset.num_layers)
+    assert config.data == corpus
+
+    config_file.write_text(json.dumps({"d_model": 48, "dmodel": 64, "warmup": 3}))
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--preset", "tiny", "--config", str(config_file), "--run_dir", str(tmp_path / "r")])
+    assert exit_info.value.code == 2
+    assert f"{config_file}: unknown setting(s) dmodel, warmup" in capsys.readouterr().err
+    assert not os.path.exists(tmp_path / "r")
+
+
+def test_long_examples_truncate_keeps_what_drop_would_discard(corpus, tmp_path):
+    """Every toy sentence is at least 5 tokens with [START]/[END]: max_length 4 drops them all,
+    and truncation keeps them all."""
+    with pytest.raises(TrainingError, match="the train split has no pair within max_length=4"):
+        train(tiny(corpus, max_length=4, batch_tokens=64, train_steps=3), str(tmp_path / "drop"))
+    run_dir = str(tmp_path / "truncate")
+    train(tiny(corpus, max_length=4, batch_tokens=64, train_steps=3, long_examples="truncate"),
+          run_dir)
+    assert os.path.exists(os.path.join(run_dir, "model.keras"))
+
+
+def test_separate_lower_cased_vocabularies_through_train(corpus, tmp_path):
+    from model.tokenizer import load_tokenizers
+
+    run_dir = str(tmp_path / "run")
+    train(tiny(corpus, shared_vocab=False, lower_case=True, train_steps=3), run_dir)
+    source, target = load_tokenizers(os.path.join(run_dir, artifacts.TOKENIZER_DIR))
+    assert set(source.vocab) != set(target.vocab)
+    assert "perro" in "".join(source.vocab) and "perro" not in "".join(target.vocab)
+
+    def round_trip(tokenizer, text):
+        return tokenizer.detokenize(tokenizer.tokenize([text])).numpy()[0].decode()
+
+    assert round_trip(source, "El PERRO come") == "el perro come"
+    assert round_trip(target, "The DOG eats") == "the dog eats"
+    model, *_ = artifacts.load_trained(run_dir)
+    assert model.get_config()["input_vocab_size"] == source.vocab_size
