@@ -181,8 +181,8 @@ def in_process_caller(base_path: str, signature: str, batches: List[List[str]],
                       server_flags: Sequence[str] = ()):
     """A function running batch i % len(batches) through the SavedModel in this process,
     with the TensorFlow thread settings that `server_flags` give the servers."""
-    from serving import server
-    from serving.servable import load_servable
+    from serving.model_server import server
+    from serving.model_server.servable import load_servable
 
     server.configure_tensorflow_threads(
         server.parse_flags([f"--model_base_path={base_path}", *server_flags]))
