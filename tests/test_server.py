@@ -344,7 +344,7 @@ def test_bench_serve_counts_each_sentences_greedy_output_tokens(main_server):
     """bench-serve's output lengths come from the `alignments` signature over gRPC (the toy
     model gives one target token per source word), and are None when the server cannot
     answer that request."""
-    from serving.bench_serve import greedy_output_lengths
+    from benchmarks.bench_serve import greedy_output_lengths
 
     address = f"127.0.0.1:{main_server.server.grpc_port}"
     texts = ["one", "three words here", "a b c d e"]
