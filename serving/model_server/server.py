@@ -42,6 +42,7 @@ from serving.model_server.grpc_service import add_services
 from serving.model_server.manager import ManagerOptions, ServableManager
 from serving.model_server.predict import run_warmup
 from serving.model_server.rest import RestApi, RestServer
+from training.config import parse_bool
 
 logger = logging.getLogger("serving.server")
 
@@ -324,15 +325,6 @@ class ModelServer:
 
 # -------------------------------------------------------------------- command line
 
-def _parse_bool(text: str) -> bool:
-    lowered = text.lower()
-    if lowered in ("true", "1", "yes"):
-        return True
-    if lowered in ("false", "0", "no"):
-        return False
-    raise argparse.ArgumentTypeError(f"expected true or false, got '{text}'")
-
-
 def build_arg_parser() -> argparse.ArgumentParser:
     defaults = ServerOptions()
     parser = argparse.ArgumentParser(
@@ -343,7 +335,7 @@ def build_arg_parser() -> argparse.ArgumentParser:
     def flag(name, kind, help_text, default=None):
         default = getattr(defaults, name) if default is None else default
         if kind is bool:
-            parser.add_argument(f"--{name}", type=_parse_bool, nargs="?", const=True,
+            parser.add_argument(f"--{name}", type=parse_bool, nargs="?", const=True,
                                 default=default, metavar="true|false",
                                 help=f"{help_text} (default {str(default).lower()})")
         else:
