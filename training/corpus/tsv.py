@@ -167,11 +167,12 @@ def write_tsv(path: str | os.PathLike, pairs: Iterable[Pair], overwrite: bool = 
                     f"pair {index}: {side} contains a tab or newline, cannot write {path}: {text[:60]!r}"
                 )
         lines.append(f"{source}\t{target}\n")
+    # Imported here: model/ brings TensorFlow, which reading a corpus does not need.
+    from model.files import write_atomically
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    # Write to a side file first so an interrupted run never leaves half a corpus.
-    partial = path.with_name(path.name + ".partial")
-    partial.write_text("".join(lines), encoding="utf-8")
-    partial.replace(path)
+    # Through a side file, so an interrupted run never leaves half a corpus.
+    write_atomically(path, "".join(lines))
     return len(lines)
 
 
