@@ -107,8 +107,8 @@ bench-decode: $(STAMP)
 	$(PY) -m benchmarks.bench_decode --output BENCHMARKS.md
 
 bench-serve: $(STAMP)  ## Serving throughput/latency at default TF threads, then with one intra-op thread.
-	$(PY) -m serving.bench_serve --model_base_path $(EXPORT_BASE)/$(MODEL_NAME) --output BENCHMARKS.md
-	$(PY) -m serving.bench_serve --model_base_path $(EXPORT_BASE)/$(MODEL_NAME) \
+	$(PY) -m benchmarks.bench_serve --model_base_path $(EXPORT_BASE)/$(MODEL_NAME) --output BENCHMARKS.md
+	$(PY) -m benchmarks.bench_serve --model_base_path $(EXPORT_BASE)/$(MODEL_NAME) \
 		--concurrency 1 32 --soak_requests 1000 \
 		--server_flags=--tensorflow_intra_op_parallelism=1 \
 		--section 'Serving, one TensorFlow intra-op thread' --output BENCHMARKS.md

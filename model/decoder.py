@@ -36,9 +36,12 @@ class Decoder(LayerStack):
     def __init__(self, num_layers, d_model, num_heads, dff, target_vocab_size,
                  maximum_position_encoding, rate=0.1, norm_first=False, token_embedding=None,
                  **kwargs):
-        super().__init__(DecoderLayer, "decoder_layer", "dec_layers", num_layers, d_model, num_heads, dff,
-                         target_vocab_size, maximum_position_encoding, rate, norm_first,
-                         token_embedding=token_embedding, **kwargs)
+        super().__init__(
+            layer_class=DecoderLayer, layer_prefix="decoder_layer", layers_attribute="dec_layers",
+            num_layers=num_layers, d_model=d_model, num_heads=num_heads, dff=dff,
+            vocab_size=target_vocab_size, maximum_position_encoding=maximum_position_encoding,
+            rate=rate, norm_first=norm_first, token_embedding=token_embedding, **kwargs,
+        )
         self.target_vocab_size = target_vocab_size
 
     def build(self, x_shape, enc_output_shape=None):

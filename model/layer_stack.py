@@ -10,6 +10,9 @@ from model.sublayer import STACK_ARGS
 class LayerStack(keras.layers.Layer):
     """Base of `Encoder` and `Decoder`: embedded tokens through `num_layers` layers.
 
+    Every argument is keyword-only: eleven positional ones (`num_heads` next to `dff`, both
+    ints) would let a swapped pair build a wrong model without an error.
+
     Args:
         layer_class: `EncoderLayer` or `DecoderLayer`.
         layer_prefix: layer names, `{prefix}{i}` from 1 (the keys of the attention weights).
@@ -22,8 +25,8 @@ class LayerStack(keras.layers.Layer):
             by default the stack's embedding makes its own.
     """
 
-    def __init__(self, layer_class, layer_prefix, layers_attribute, num_layers, d_model, num_heads,
-                 dff, vocab_size, maximum_position_encoding, rate=0.1, norm_first=False,
+    def __init__(self, *, layer_class, layer_prefix, layers_attribute, num_layers, d_model,
+                 num_heads, dff, vocab_size, maximum_position_encoding, rate=0.1, norm_first=False,
                  token_embedding=None, **kwargs):
         super().__init__(**kwargs)
         self.num_layers = num_layers
@@ -40,8 +43,8 @@ class LayerStack(keras.layers.Layer):
         )
         self._layers_attribute = layers_attribute
         setattr(self, layers_attribute, [
-            layer_class(d_model, num_heads, dff, rate, norm_first, name=f"{layer_prefix}{i + 1}",
-                        dtype=policy)
+            layer_class(d_model=d_model, num_heads=num_heads, dff=dff, rate=rate,
+                        norm_first=norm_first, name=f"{layer_prefix}{i + 1}", dtype=policy)
             for i in range(num_layers)
         ])
         self.dropout = keras.layers.Dropout(rate, dtype=policy)

@@ -37,6 +37,7 @@ import keras_hub
 import tensorflow as tf
 from tensorflow_text.python.ops.sentencepiece_tokenizer import gen_sentencepiece_tokenizer
 
+from model.files import write_atomically
 from model.special_tokens import END_ID, PAD_ID, RESERVED_TOKENS, START_ID, UNK_ID
 
 
@@ -209,7 +210,7 @@ class SentencePieceTokenizer(Tokenizer):
             return cls(model_file.read(), lower_case=lower_case)
 
     def save(self, path):
-        _write_atomically(path, self.proto)
+        write_atomically(path, self.proto)
 
     def _join(self, ids):
         # tensorflow-text's SentencePiece ops take int32 ids.
@@ -268,7 +269,7 @@ class WordPieceTokenizer(Tokenizer):
         return cls(vocab, lower_case=lower_case)
 
     def save(self, path):
-        _write_atomically(path, "".join(token + "\n" for token in self._vocab).encode("utf-8"))
+        write_atomically(path, "".join(token + "\n" for token in self._vocab).encode("utf-8"))
 
 
 def read_tokenizer_config(directory):
@@ -334,11 +335,3 @@ def _dense_ids(ids):
     if ids.shape.rank != 2:
         raise ValueError(f"ids must have shape [batch, length], got {ids.shape}.")
     return tf.cast(ids, tf.int64)
-
-
-def _write_atomically(path, data):
-    """Writes bytes to `path` through a temporary file, so a crash never leaves half a file."""
-    temporary = f"{path}.tmp"
-    with open(temporary, "wb") as out_file:
-        out_file.write(data)
-    os.replace(temporary, path)

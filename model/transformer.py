@@ -103,13 +103,15 @@ class Transformer(keras.Model):
         # One layer, hence one variable, for every use of the target embedding matrix.
         target_embedding = make_token_embedding(target_vocab_size, d_model, policy)
         self.encoder = Encoder(
-            num_layers, d_model, num_heads, dff, input_vocab_size, pe_input, rate, norm_first,
-            token_embedding=target_embedding if share_embeddings else None,
+            num_layers=num_layers, d_model=d_model, num_heads=num_heads, dff=dff,
+            input_vocab_size=input_vocab_size, maximum_position_encoding=pe_input, rate=rate,
+            norm_first=norm_first, token_embedding=target_embedding if share_embeddings else None,
             name="encoder", dtype=policy,
         )
         self.decoder = Decoder(
-            num_layers, d_model, num_heads, dff, target_vocab_size, pe_target, rate, norm_first,
-            token_embedding=target_embedding, name="decoder", dtype=policy,
+            num_layers=num_layers, d_model=d_model, num_heads=num_heads, dff=dff,
+            target_vocab_size=target_vocab_size, maximum_position_encoding=pe_target, rate=rate,
+            norm_first=norm_first, token_embedding=target_embedding, name="decoder", dtype=policy,
         )
         # The logits stay float32 under mixed precision: softmax and the loss need the range.
         if tie_embeddings:

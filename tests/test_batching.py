@@ -1,4 +1,4 @@
-"""The batch scheduler (serving/batching.py) on a NumPy model: merging, splitting, reassembly."""
+"""The batch scheduler (serving/model_server/batching.py) on a NumPy model: merging, splitting, reassembly."""
 
 import concurrent.futures
 import threading
@@ -6,9 +6,9 @@ import threading
 import numpy as np
 import pytest
 
-from serving import errors
-from serving.batching import BatchScheduler, concatenate_rows
-from serving.config import BatchingOptions, ConfigError, load_batching_options
+from serving.model_server import errors
+from serving.model_server.batching import BatchScheduler, concatenate_rows
+from serving.model_server.config import BatchingOptions, ConfigError, load_batching_options
 
 
 class RowModel:

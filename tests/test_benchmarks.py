@@ -8,9 +8,9 @@ import pytest
 import tensorflow as tf
 
 from benchmarks import bench_decode
+from benchmarks import bench_serve
 from benchmarks.bench_decode import matmul_floor, step_kernels
 from model import Transformer
-from serving import bench_serve
 
 
 def small_model():

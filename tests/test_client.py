@@ -9,7 +9,7 @@ import pytest
 
 from serving import client as client_lib
 from serving.client import TranslationClient, TranslationError
-from serving.server import ModelServer, ServerOptions
+from serving.model_server.server import ModelServer, ServerOptions
 from tests.serving_fixtures import (MODEL_NAME, expected_alignment, expected_beam,
                                     expected_beam_score, expected_greedy, expected_greedy_score,
                                     make_model_base, reserved_port, toy_exports)

@@ -1,4 +1,4 @@
-"""Tests for training/corpus.py and the Bible pipeline in training/prepare_data.py.
+"""Tests for training/corpus/ (sources, TSV, splits, the Bible pipeline) and training/prepare_data.py.
 
 Nothing here needs the Bible packages or the network: corpora are written by the
 tests, Bible quirks are imitated with strings observed in the real modules
@@ -23,9 +23,10 @@ from tests.corpus_fixtures import (
     JONAH,
     ORDINARY_PAIR,
 )
-from training import corpus
-from training import prepare_data as bible
-from training.corpus import CorpusError, LineProblem
+from training import prepare_data
+from training.corpus import alignment, bible, loading, splitting, tsv
+from training.corpus.osis import build_casing_table, fix_caps_opening, strip_markup, strip_subscription
+from training.corpus.tsv import CorpusError, LineProblem
 
 GOOD_PAIRS = [
     ("¿Dónde está la estación?", "Where is the station?"),
@@ -46,7 +47,7 @@ def test_read_tsv_reads_accented_pairs_with_bom_and_crlf(tmp_path):
     lines = [f"{s}\t{t}".encode("utf-8") for s, t in GOOD_PAIRS]
     lines[0] = b"\xef\xbb\xbf" + lines[0]
     path = write_bytes(tmp_path / "c.tsv", *lines, newline=b"\r\n")
-    assert corpus.read_tsv(path) == GOOD_PAIRS
+    assert tsv.read_tsv(path) == GOOD_PAIRS
 
 
 def test_read_tsv_skips_and_reports_each_malformed_line(tmp_path, caplog):
@@ -63,7 +64,7 @@ def test_read_tsv_skips_and_reports_each_malformed_line(tmp_path, caplog):
     )
     problems: list[LineProblem] = []
     with caplog.at_level(logging.WARNING, logger="training.corpus"):
-        pairs = corpus.read_tsv(path, problems=problems)
+        pairs = tsv.read_tsv(path, problems=problems)
 
     assert pairs == [("Hola", "Hello"), ("Adiós", "Goodbye")]
     assert [p.line_number for p in problems] == [2, 3, 4, 5, 6]
@@ -81,13 +82,13 @@ def test_read_tsv_skips_and_reports_each_malformed_line(tmp_path, caplog):
 def test_read_tsv_strict_raises_on_first_bad_line(tmp_path):
     path = write_bytes(tmp_path / "c.tsv", "Hola\tHello".encode(), "Adiós".encode(), "a\tb\tc".encode())
     with pytest.raises(CorpusError, match=rf"{path}:2: no tab"):
-        corpus.read_tsv(path, strict=True)
+        tsv.read_tsv(path, strict=True)
     assert issubclass(CorpusError, ValueError)
 
 
 def test_read_tsv_strict_accepts_a_clean_file(tmp_path):
     path = write_bytes(tmp_path / "c.tsv", *[f"{s}\t{t}".encode() for s, t in GOOD_PAIRS])
-    assert corpus.read_tsv(path, strict=True) == GOOD_PAIRS
+    assert tsv.read_tsv(path, strict=True) == GOOD_PAIRS
 
 
 @pytest.mark.parametrize(
@@ -97,12 +98,12 @@ def test_read_tsv_without_any_valid_pair_always_raises(tmp_path, content):
     path = tmp_path / "c.tsv"
     path.write_bytes(content)
     with pytest.raises(CorpusError, match="no valid 'source<TAB>target' pair"):
-        corpus.read_tsv(path)
+        tsv.read_tsv(path)
 
 
 def test_read_tsv_missing_file_names_it(tmp_path):
     with pytest.raises(CorpusError, match="nope.tsv"):
-        corpus.read_tsv(tmp_path / "nope.tsv")
+        tsv.read_tsv(tmp_path / "nope.tsv")
 
 
 # ---------------------------------------------------------------------- write_tsv
@@ -110,33 +111,33 @@ def test_read_tsv_missing_file_names_it(tmp_path):
 
 def test_write_tsv_round_trips_and_refuses_to_overwrite(tmp_path):
     path = tmp_path / "sub" / "out.tsv"
-    assert corpus.write_tsv(path, GOOD_PAIRS) == len(GOOD_PAIRS)
-    assert corpus.read_tsv(path) == GOOD_PAIRS
+    assert tsv.write_tsv(path, GOOD_PAIRS) == len(GOOD_PAIRS)
+    assert tsv.read_tsv(path) == GOOD_PAIRS
 
     with pytest.raises(FileExistsError, match="overwrite=True"):
-        corpus.write_tsv(path, [("otro", "other")])
-    assert corpus.read_tsv(path) == GOOD_PAIRS  # untouched
+        tsv.write_tsv(path, [("otro", "other")])
+    assert tsv.read_tsv(path) == GOOD_PAIRS  # untouched
 
-    corpus.write_tsv(path, [("otro", "other")], overwrite=True)
-    assert corpus.read_tsv(path) == [("otro", "other")]
+    tsv.write_tsv(path, [("otro", "other")], overwrite=True)
+    assert tsv.read_tsv(path) == [("otro", "other")]
 
 
 @pytest.mark.parametrize("bad", [("a\tb", "x"), ("a", "line\nbreak"), ("", "x"), ("a", "  ")])
 def test_write_tsv_rejects_pairs_that_would_corrupt_the_file(tmp_path, bad):
     path = tmp_path / "out.tsv"
     with pytest.raises(CorpusError, match="pair 1"):
-        corpus.write_tsv(path, [GOOD_PAIRS[0], bad])
+        tsv.write_tsv(path, [GOOD_PAIRS[0], bad])
     assert not path.exists()
 
 
 def test_load_corpus_reads_all_splits_and_names_missing_files(tmp_path):
-    for split, pairs in zip(corpus.SPLITS, (GOOD_PAIRS, GOOD_PAIRS[:1], GOOD_PAIRS[1:])):
-        corpus.write_tsv(tmp_path / f"{split}.tsv", pairs)
-    assert corpus.load_corpus(tmp_path) == {"train": GOOD_PAIRS, "dev": GOOD_PAIRS[:1], "test": GOOD_PAIRS[1:]}
+    for split, pairs in zip(tsv.SPLITS, (GOOD_PAIRS, GOOD_PAIRS[:1], GOOD_PAIRS[1:])):
+        tsv.write_tsv(tmp_path / f"{split}.tsv", pairs)
+    assert tsv.load_corpus(tmp_path) == {"train": GOOD_PAIRS, "dev": GOOD_PAIRS[:1], "test": GOOD_PAIRS[1:]}
 
     (tmp_path / "dev.tsv").unlink()
     with pytest.raises(CorpusError, match="lacks dev.tsv"):
-        corpus.load_corpus(tmp_path)
+        tsv.load_corpus(tmp_path)
 
 
 # ----------------------------------------------------------------- split and dedup
@@ -145,20 +146,20 @@ def test_load_corpus_reads_all_splits_and_names_missing_files(tmp_path):
 def test_stable_fraction_is_the_sha256_prefix():
     key = "Gen.1"
     expected = int(hashlib.sha256(key.encode()).hexdigest()[:16], 16) / 2**64
-    assert corpus.stable_fraction(key) == expected
-    assert 0 <= corpus.stable_fraction("") < 1
+    assert splitting.stable_fraction(key) == expected
+    assert 0 <= splitting.stable_fraction("") < 1
 
 
 def test_split_for_key_fractions_match_within_binomial_noise():
     n = 20_000
-    counts = {split: 0 for split in corpus.SPLITS}
+    counts = {split: 0 for split in tsv.SPLITS}
     for i in range(n):
-        counts[corpus.split_for_key(f"key-{i}", 0.02, 0.03)] += 1
+        counts[splitting.split_for_key(f"key-{i}", 0.02, 0.03)] += 1
     for split, share in (("dev", 0.02), ("test", 0.03)):
         sigma = (n * share * (1 - share)) ** 0.5
         assert abs(counts[split] - n * share) < 5 * sigma, counts
     with pytest.raises(ValueError):
-        corpus.split_for_key("x", 0.6, 0.5)
+        splitting.split_for_key("x", 0.6, 0.5)
 
 
 def _synthetic_verses(n_books=12, n_chapters=30, n_verses=20):
@@ -179,7 +180,7 @@ def test_split_by_chapter_never_splits_a_chapter_and_is_order_independent():
         for (book, chapter, _), _pair in items:
             assert chapter_split.setdefault((book, chapter), split) == split  # no chapter leaks
     assert sum(len(items) for items in splits.values()) == len(pairs)
-    assert all(splits[split] for split in corpus.SPLITS)
+    assert all(splits[split] for split in tsv.SPLITS)
 
     shuffled = list(pairs.items())
     random.Random(0).shuffle(shuffled)
@@ -204,20 +205,20 @@ def test_dedup_against_removes_case_and_space_variants_and_keeps_order():
         ("nueva frase.", "New sentence again."),  # repeats an earlier eval source
         ("Amén!", "Amen!"),                    # different punctuation: kept
     ]
-    kept, removed = corpus.dedup_against(evaluation, train)
+    kept, removed = splitting.dedup_against(evaluation, train)
     assert kept == [evaluation[0], evaluation[2], evaluation[4]]
     assert removed == 2
 
 
 def test_split_single_file_keeps_duplicate_sources_together():
     pairs = [(f"frase número {i % 500}", f"sentence {i}") for i in range(3000)]
-    splits = corpus.split_single_file(pairs, heldout_fraction=0.1)
-    sources = {split: {corpus.normalize_for_dedup(s) for s, _ in items} for split, items in splits.items()}
+    splits = splitting.split_single_file(pairs, heldout_fraction=0.1)
+    sources = {split: {splitting.normalize_for_dedup(s) for s, _ in items} for split, items in splits.items()}
     assert not sources["train"] & sources["dev"]
     assert not sources["train"] & sources["test"]
     assert not sources["dev"] & sources["test"]
     assert len(splits["dev"]) == len(sources["dev"])  # dev/test deduplicated
-    assert splits == corpus.split_single_file(pairs, heldout_fraction=0.1)
+    assert splits == splitting.split_single_file(pairs, heldout_fraction=0.1)
 
 
 # ------------------------------------------------------------ Bible: markup cleaning
@@ -230,7 +231,7 @@ def test_strip_markup_removes_strongs_numbers_and_notes_without_gluing_words():
         "</reference>The Hebrew word rendered “God” is “אֱלֹהִ֑ים” (Elohim).</note>"
         '<w lemma="strong:H1254">created</w> <w lemma="strong:H0776">earth</w>. <div eID="gen25" type="x-p"/>'
     )
-    assert bible.strip_markup(osis) == "In beginning, God created earth."
+    assert strip_markup(osis) == "In beginning, God created earth."
 
 
 def test_strip_markup_puts_no_space_before_punctuation_after_a_note():
@@ -239,12 +240,12 @@ def test_strip_markup_puts_no_space_before_punctuation_after_a_note():
         "An assarion was a small copper coin.</note> <q marker=\"\" who=\"Jesus\">? "
         '<w lemma="strong:G3756">Not</w> one'
     )
-    assert bible.strip_markup(osis) == "two assaria coins? Not one"
+    assert strip_markup(osis) == "two assaria coins? Not one"
 
 
 def test_strip_markup_separates_a_quote_closed_against_the_next_word():
     osis = '<w lemma="strong:G1343">righteousness</w>.”</q><w lemma="strong:G5119">Then</w> he allowed him.'
-    assert bible.strip_markup(osis) == "righteousness.” Then he allowed him."
+    assert strip_markup(osis) == "righteousness.” Then he allowed him."
 
 
 def test_strip_markup_spaces_added_words_but_joins_added_enclitics():
@@ -255,7 +256,7 @@ def test_strip_markup_spaces_added_words_but_joins_added_enclitics():
         '<w lemma="x">no quiso beber</w><transChange type="added">lo</transChange>. '
         'preguntándo<transChange type="added">le</transChange>'
     )
-    assert bible.strip_markup(osis) == "hay allí también bdelio: sácalo y Josué los no quiso beberlo. preguntándole"
+    assert strip_markup(osis) == "hay allí también bdelio: sácalo y Josué los no quiso beberlo. preguntándole"
 
 
 def test_strip_markup_keeps_psalm_titles_and_drops_other_headings():
@@ -266,7 +267,7 @@ def test_strip_markup_keeps_psalm_titles_and_drops_other_headings():
         '<title type="section">Not part of the verse</title><speaker>Beloved</speaker> '
         '<l level="2" sID="gen8526"/>I shall lack nothing. <l eID="gen8526" level="2"/>'
     )
-    assert bible.strip_markup(osis) == "A Psalm by David. Yahweh is my shepherd; I shall lack nothing."
+    assert strip_markup(osis) == "A Psalm by David. Yahweh is my shepherd; I shall lack nothing."
 
 
 def test_strip_markup_cuts_the_glossary_after_the_end_of_revelation():
@@ -276,14 +277,14 @@ def test_strip_markup_cuts_the_glossary_after_the_end_of_revelation():
         '<div sID="gen35837" type="glossary"/> <title level="1" type="main">World English Bible Glossary</title> '
         "<list> <item><seg type=\"keyword\">Abaddon</seg> Abaddon is Hebrew for destruction.</item></list>"
     )
-    assert bible.strip_markup(osis) == "The grace of the Lord be with all the saints. Amen."
+    assert strip_markup(osis) == "The grace of the Lord be with all the saints. Amen."
 
 
 def test_strip_markup_removes_bare_strongs_tags_and_unescapes_entities():
-    assert bible.strip_markup("Jesu<G2424>cristo &amp; <H7225>Pedro") == "Jesucristo & Pedro"
+    assert strip_markup("Jesu<G2424>cristo &amp; <H7225>Pedro") == "Jesucristo & Pedro"
 
 
-CASING = bible.build_casing_table(
+CASING = build_casing_table(
     [
         "Y dijo Jehová á Moisés que fueron a ti y a Dios.",
         "Porque Jehová es bueno, y fueron acabados; oh Dios, a ti clamo.",
@@ -315,14 +316,14 @@ def test_build_casing_table_prefers_running_text_casing():
     ],
 )
 def test_fix_caps_opening(text, expected):
-    assert bible.fix_caps_opening(text, CASING) == expected
+    assert fix_caps_opening(text, CASING) == expected
 
 
 def test_strip_subscription_cuts_the_colophon_only():
     verse = "La gracia sea con todos vosotros. Amén. Fué escrita á los Hebreos desde Italia con Timoteo."
-    assert bible.strip_subscription(verse) == "La gracia sea con todos vosotros. Amén."
+    assert strip_subscription(verse) == "La gracia sea con todos vosotros. Amén."
     plain = "Hijitos, guardaos de los ídolos. Amén."
-    assert bible.strip_subscription(plain) == plain
+    assert strip_subscription(plain) == plain
 
 
 def test_clean_source_verses_applies_caps_fix_to_chapter_openings_only():
@@ -358,8 +359,8 @@ def test_pair_verses_drops_empty_slots_and_ignores_books_one_side_lacks():
 
 def test_detect_misaligned_chapters_finds_the_shifted_jonah_2_only():
     source, target = _jonah_modules()
-    model = bible.LengthRatioModel(FULL_CORPUS_LENGTH_RATIO, FULL_CORPUS_LENGTH_SCALE)
-    flagged = bible.detect_misaligned_chapters(source, target, model)
+    model = alignment.LengthRatioModel(FULL_CORPUS_LENGTH_RATIO, FULL_CORPUS_LENGTH_SCALE)
+    flagged = alignment.detect_misaligned_chapters(source, target, model)
 
     assert set(flagged) == {("Jonah", 2)}
     jonah2 = flagged[("Jonah", 2)]
@@ -370,39 +371,39 @@ def test_detect_misaligned_chapters_finds_the_shifted_jonah_2_only():
 
 
 def test_align_chapter_recovers_a_one_verse_shift_and_a_merge():
-    model = bible.LengthRatioModel(FULL_CORPUS_LENGTH_RATIO, FULL_CORPUS_LENGTH_SCALE)
+    model = alignment.LengthRatioModel(FULL_CORPUS_LENGTH_RATIO, FULL_CORPUS_LENGTH_SCALE)
     english = [(v, JONAH[(3, v)][1]) for v in range(1, 11)]
     spanish = [(v, JONAH[(3, v)][0]) for v in range(1, 11)]
-    beads, _ = bible.align_chapter(spanish, english, model)
-    assert beads == bible.identity_beads(spanish, english)
+    beads, _ = alignment.align_chapter(spanish, english, model)
+    assert beads == alignment.identity_beads(spanish, english)
 
     # The Spanish merges verses 5 and 6 into 5 and leaves slot 6 empty.
     merged = spanish[:4] + [(5, spanish[4][1] + " " + spanish[5][1])] + spanish[6:]
-    beads, _ = bible.align_chapter(merged, english, model)
+    beads, _ = alignment.align_chapter(merged, english, model)
     assert ((5,), (5, 6)) in beads
-    assert [bead for bead in beads if bead not in bible.identity_beads(merged, english)] == [((5,), (5, 6))]
+    assert [bead for bead in beads if bead not in alignment.identity_beads(merged, english)] == [((5,), (5, 6))]
 
 
 def test_length_ratio_model_fit_and_outliers():
     source, target = _jonah_modules()
     pairs, _ = bible.pair_verses(source, target)
     aligned = [pair for ref, pair in pairs.items() if ref[1] != 2]
-    model = bible.LengthRatioModel.fit(aligned)
+    model = alignment.LengthRatioModel.fit(aligned)
     expected_ratio = sum(len(t) for _, t in aligned) / sum(len(s) for s, _ in aligned)
     assert model.ratio == pytest.approx(expected_ratio)
     assert model.scale > 0
 
-    full = bible.LengthRatioModel(FULL_CORPUS_LENGTH_RATIO, FULL_CORPUS_LENGTH_SCALE)
+    full = alignment.LengthRatioModel(FULL_CORPUS_LENGTH_RATIO, FULL_CORPUS_LENGTH_SCALE)
     candidates = {("1John", 5, 7): COMMA_JOHANNEUM, ("1John", 5, 6): ORDINARY_PAIR}
-    assert bible.length_ratio_outliers(candidates, full) == {("1John", 5, 7)}
+    assert alignment.length_ratio_outliers(candidates, full) == {("1John", 5, 7)}
 
 
 # --------------------------------------------------------------- Bible: build CLI
 
 
 def _fake_built_corpus(out_dir):
-    for split in corpus.SPLITS:
-        corpus.write_tsv(out_dir / f"{split}.tsv", GOOD_PAIRS)
+    for split in tsv.SPLITS:
+        tsv.write_tsv(out_dir / f"{split}.tsv", GOOD_PAIRS)
     (out_dir / "stats.json").write_text("{}\n")
 
 
@@ -410,17 +411,17 @@ def test_build_is_a_noop_when_the_corpus_exists(tmp_path, caplog):
     _fake_built_corpus(tmp_path)
     before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
     with caplog.at_level(logging.INFO):
-        assert bible.main(["--out", str(tmp_path), "--cache", str(tmp_path / "debs")]) == 0
+        assert prepare_data.main(["--out", str(tmp_path), "--cache", str(tmp_path / "debs")]) == 0
     assert "nothing to do" in caplog.text and "--force" in caplog.text
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
     assert not (tmp_path / "debs").exists()  # did not even try to download
 
 
 def test_build_refuses_to_overwrite_a_partial_corpus(tmp_path):
-    corpus.write_tsv(tmp_path / "train.tsv", GOOD_PAIRS)
+    tsv.write_tsv(tmp_path / "train.tsv", GOOD_PAIRS)
     with pytest.raises(FileExistsError, match="partial corpus"):
         bible.build_bible_corpus(tmp_path, cache_dir=tmp_path / "debs")
-    assert corpus.read_tsv(tmp_path / "train.tsv") == GOOD_PAIRS
+    assert tsv.read_tsv(tmp_path / "train.tsv") == GOOD_PAIRS
 
 
 # --------------------------------------------------------------------------- TFDS
@@ -480,11 +481,11 @@ class CorpusTestUnreachableTranslate(tfds.core.GeneratorBasedBuilder):
 
 def test_load_tfds_pairs_maps_supervised_keys_and_dev_split(tmp_path):
     for split, tfds_split in (("train", "train"), ("dev", "validation"), ("test", "test")):
-        pairs = corpus.load_tfds_pairs("corpus_test_tiny_translate", split, data_dir=tmp_path)
+        pairs = loading.load_tfds_pairs("corpus_test_tiny_translate", split, data_dir=tmp_path)
         assert sorted(pairs) == sorted(SPANISH_ENGLISH[tfds_split])
     # Once prepared, it loads without downloading, also through load_pairs.
     assert sorted(
-        corpus.load_pairs("tfds:corpus_test_tiny_translate", "train", tfds_data_dir=tmp_path, tfds_download=False)
+        loading.load_pairs("tfds:corpus_test_tiny_translate", "train", tfds_data_dir=tmp_path, tfds_download=False)
     ) == sorted(SPANISH_ENGLISH["train"])
 
 
@@ -503,7 +504,7 @@ def test_load_tfds_pairs_turns_a_failed_download_into_corpus_error(tmp_path):
     try:
         CorpusTestUnreachableTranslate.URL = f"http://127.0.0.1:{server.server_address[1]}/corpus.tsv"
         with pytest.raises(CorpusError) as error:
-            corpus.load_tfds_pairs("corpus_test_unreachable_translate", "train", data_dir=tmp_path)
+            loading.load_tfds_pairs("corpus_test_unreachable_translate", "train", data_dir=tmp_path)
     finally:
         server.shutdown()
         server.server_close()
@@ -514,7 +515,7 @@ def test_load_tfds_pairs_turns_a_failed_download_into_corpus_error(tmp_path):
 
 def test_load_tfds_pairs_real_dataset_not_downloaded_is_a_clear_error(tmp_path):
     with pytest.raises(CorpusError) as error:
-        corpus.load_tfds_pairs("ted_hrlr_translate/pt_to_en", "train", data_dir=tmp_path, download=False)
+        loading.load_tfds_pairs("ted_hrlr_translate/pt_to_en", "train", data_dir=tmp_path, download=False)
     message = str(error.value)
     assert "'ted_hrlr_translate/pt_to_en'" in message and "not available locally" in message
     assert "--data" in message and "--tfds_data_dir" in message
@@ -526,7 +527,7 @@ def test_ted_hrlr_supervised_keys_are_pt_to_en(tmp_path):
 
 def test_load_tfds_pairs_unknown_name(tmp_path):
     with pytest.raises(CorpusError, match="unknown TFDS dataset 'no_such_dataset_xyz'"):
-        corpus.load_tfds_pairs("no_such_dataset_xyz", "train", data_dir=tmp_path, download=False)
+        loading.load_tfds_pairs("no_such_dataset_xyz", "train", data_dir=tmp_path, download=False)
 
 
 # --------------------------------------------------------------------- load_pairs
@@ -534,17 +535,17 @@ def test_load_tfds_pairs_unknown_name(tmp_path):
 
 def test_load_pairs_from_directory_single_file_and_bible_dir(tmp_path):
     data_dir = tmp_path / "corpus"
-    for split in corpus.SPLITS:
-        corpus.write_tsv(data_dir / f"{split}.tsv", [(f"{split} fuente", f"{split} target")])
-    assert corpus.load_pairs(str(data_dir), "dev") == [("dev fuente", "dev target")]
-    assert corpus.load_pairs("bible", "test", bible_dir=data_dir) == [("test fuente", "test target")]
+    for split in tsv.SPLITS:
+        tsv.write_tsv(data_dir / f"{split}.tsv", [(f"{split} fuente", f"{split} target")])
+    assert loading.load_pairs(str(data_dir), "dev") == [("dev fuente", "dev target")]
+    assert loading.load_pairs("bible", "test", bible_dir=data_dir) == [("test fuente", "test target")]
 
     single = tmp_path / "all.tsv"
     pairs = [(f"oración {i}", f"sentence {i}") for i in range(400)]
-    corpus.write_tsv(single, pairs)
-    parts = {split: corpus.load_pairs(str(single), split) for split in corpus.SPLITS}
+    tsv.write_tsv(single, pairs)
+    parts = {split: loading.load_pairs(str(single), split) for split in tsv.SPLITS}
     assert sorted(p for part in parts.values() for p in part) == sorted(pairs)
-    assert parts == corpus.split_single_file(pairs)
+    assert parts == splitting.split_single_file(pairs)
 
 
 def test_load_pairs_unknown_spec_names_it(tmp_path):
@@ -552,11 +553,11 @@ def test_load_pairs_unknown_spec_names_it(tmp_path):
     not_tsv.write_text("Hola\tHello\n")
     for spec in ("no/such/place", str(not_tsv)):
         with pytest.raises(CorpusError, match=rf"unknown corpus source '{re.escape(spec)}'"):
-            corpus.load_pairs(spec, "train")
+            loading.load_pairs(spec, "train")
     with pytest.raises(CorpusError, match="empty TFDS name"):
-        corpus.load_pairs("tfds:", "train")
+        loading.load_pairs("tfds:", "train")
 
 
 def test_load_pairs_rejects_unknown_split(tmp_path):
     with pytest.raises(CorpusError, match="unknown split 'validation'"):
-        corpus.load_pairs("bible", "validation", bible_dir=tmp_path)
+        loading.load_pairs("bible", "validation", bible_dir=tmp_path)

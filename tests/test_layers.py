@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from model import DecoderLayer, EncoderLayer, create_look_ahead_mask, create_padding_mask
+from model.layer_stack import LayerStack
 from tests.keras_reference import keras_attention_mask, keras_mha_like, layer_norm_like
 
 D_MODEL, HEADS, DFF = 16, 4, 32
@@ -82,3 +83,14 @@ def test_config_round_trip(cls):
     config = cls.from_config(layer.get_config()).get_config()
     assert config == layer.get_config()
     assert (config["dff"], config["rate"], config["norm_first"]) == (DFF, 0.2, True)
+
+
+def test_layer_stack_takes_keywords_only():
+    # Positional, a swapped num_heads and dff would build a wrong model without an error.
+    with pytest.raises(TypeError):
+        LayerStack(EncoderLayer, "encoder_layer", "enc_layers", 1, D_MODEL, HEADS, DFF, 50, 16)
+    stack = LayerStack(layer_class=EncoderLayer, layer_prefix="encoder_layer",
+                       layers_attribute="enc_layers", num_layers=1, d_model=D_MODEL,
+                       num_heads=HEADS, dff=DFF, vocab_size=50, maximum_position_encoding=16)
+    assert (stack.num_heads, stack.dff) == (HEADS, DFF)
+    assert [layer.name for layer in stack.stack] == ["encoder_layer1"]

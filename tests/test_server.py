@@ -1,4 +1,4 @@
-"""Tests of serving/server.py over real gRPC and HTTP on 127.0.0.1.
+"""Tests of serving/model_server/ (the local model server) over real gRPC and HTTP on 127.0.0.1.
 
 Servers run in-process (one module-wide instance per configuration) except the
 SIGTERM tests, which run `python -m serving.server` as a subprocess. Every server
@@ -37,9 +37,9 @@ from tensorflow_serving.apis import model_service_pb2_grpc
 from tensorflow_serving.apis import prediction_service_pb2_grpc
 from tensorflow_serving.apis import regression_pb2
 
-from serving import config as config_lib
-from serving.server import ModelServer, ServerOptions, parse_flags
-from serving.session_bundle_config_pb2 import BatchingParameters
+from serving.model_server import config as config_lib
+from serving.model_server.server import ModelServer, ServerOptions, parse_flags
+from serving.model_server.session_bundle_config_pb2 import BatchingParameters
 from tests.serving_fixtures import (MODEL_NAME, REPO_ROOT, ServerProcess, expected_alignment,
                                     expected_beam, expected_beam_score, expected_greedy,
                                     expected_greedy_score, install_version, make_model_base,
@@ -344,7 +344,7 @@ def test_bench_serve_counts_each_sentences_greedy_output_tokens(main_server):
     """bench-serve's output lengths come from the `alignments` signature over gRPC (the toy
     model gives one target token per source word), and are None when the server cannot
     answer that request."""
-    from serving.bench_serve import greedy_output_lengths
+    from benchmarks.bench_serve import greedy_output_lengths
 
     address = f"127.0.0.1:{main_server.server.grpc_port}"
     texts = ["one", "three words here", "a b c d e"]

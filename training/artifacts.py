@@ -39,9 +39,6 @@ PRETRAINED_RUN = os.path.join("pretrained", "bible-es-en")
 
 logger = logging.getLogger(__name__)
 
-MODEL_ARGS = ("num_layers", "d_model", "num_heads", "dff", "dropout", "norm_first")
-
-
 # Settings added after runs were first written, with the value those older runs had.
 SETTINGS_OF_OLDER_RUNS = {"tie_embeddings": False}
 

@@ -84,20 +84,24 @@ CHOICES = {
 }
 
 
-def _parse_bool(text):
+def parse_bool(text):
+    """A boolean command-line value: true/false, 1/0, yes/no, on/off (any case).
+
+    The one parser of boolean flags, for the training CLIs and the model server's.
+    """
     lowered = str(text).lower()
     if lowered in ("1", "true", "yes", "on"):
         return True
     if lowered in ("0", "false", "no", "off"):
         return False
-    raise argparse.ArgumentTypeError(f"expected true/false, got {text!r}")
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
 
 
 def add_config_arguments(parser):
     """One `--name` option per TrainConfig field (default None = not given)."""
     group = parser.add_argument_group("training settings (override the preset and --config)")
     for field in dataclasses.fields(TrainConfig):
-        kind = _parse_bool if field.type is bool else field.type
+        kind = parse_bool if field.type is bool else field.type
         group.add_argument(
             f"--{field.name}", type=kind, default=None, choices=CHOICES.get(field.name),
             metavar=field.name.upper() if field.name not in CHOICES else None,

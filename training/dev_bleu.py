@@ -15,6 +15,7 @@ import os
 
 import tensorflow as tf
 
+from model.files import write_atomically
 from model.translator import Translator
 from training.artifacts import BEST_DIR, BEST_INFO_FILE
 from training.evaluate import BATCH_SIZE, score, translate
@@ -86,10 +87,7 @@ class BestCheckpoint:
                           "evaluations_without_improvement": 0}
         else:
             self.state["evaluations_without_improvement"] += 1
-        temporary = self.info_path + ".tmp"
-        with open(temporary, "w", encoding="utf-8") as info_file:
-            json.dump(self.state, info_file, indent=2)
-        os.replace(temporary, self.info_path)
+        write_atomically(self.info_path, json.dumps(self.state, indent=2))
         return improved
 
     def should_stop(self, patience):

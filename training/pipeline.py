@@ -151,29 +151,3 @@ def make_dataset(source_ids, target_ids, max_length, batch_tokens, shuffle=True,
         tf.data.AUTOTUNE
     )
 
-
-def make_padded_dataset(source_ids, target_ids, batch_size, shuffle=True, seed=0,
-                        shuffle_buffer=20_000, repeat=True):
-    """The classic tutorial's pipeline: random fixed-size batches padded to their longest member.
-
-    Kept as the baseline for `make bench-train`.
-    """
-    dataset, lookup = _example_indices(source_ids, target_ids)
-    if shuffle:
-        dataset = dataset.shuffle(min(shuffle_buffer, len(source_ids)), seed=seed)
-    if repeat:
-        dataset = dataset.repeat()
-    dataset = dataset.map(lookup).padded_batch(batch_size)
-    return dataset.map(_shift_target, num_parallel_calls=tf.data.AUTOTUNE).prefetch(
-        tf.data.AUTOTUNE
-    )
-
-
-def padding_fraction(dataset, batches):
-    """Share of pad positions among all positions over `batches` batches (both sides)."""
-    pads = total = 0
-    for (source, decoder_input), _ in dataset.take(batches):
-        for ids in (source, decoder_input):
-            pads += int(tf.reduce_sum(tf.cast(tf.equal(ids, 0), tf.int64)))
-            total += int(tf.size(ids))
-    return pads / max(total, 1)

@@ -207,7 +207,7 @@ def build_run_tokenizers(pairs, config, out_dir):
 
 
 def main(argv=None):
-    from training.corpus import read_tsv
+    from training.corpus.tsv import read_tsv
 
     parser = argparse.ArgumentParser(
         description=(

@@ -14,11 +14,11 @@ from tensorflow_serving.apis import get_model_status_pb2
 from tensorflow_serving.apis import model_management_pb2
 from tensorflow_serving.apis import predict_pb2
 
-from serving import config as config_lib
-from serving import errors
-from serving.batching import BatchScheduler
-from serving.manager import ServableManager
-from serving.predict import check_deadline, make_predict_response, prepare_predict
+from serving.model_server import config as config_lib
+from serving.model_server import errors
+from serving.model_server.batching import BatchScheduler
+from serving.model_server.manager import ServableManager
+from serving.model_server.predict import check_deadline, make_predict_response, prepare_predict
 
 logger = logging.getLogger("serving.core")
 

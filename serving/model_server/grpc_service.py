@@ -8,8 +8,8 @@ import grpc
 from tensorflow_serving.apis import model_service_pb2_grpc
 from tensorflow_serving.apis import prediction_service_pb2_grpc
 
-from serving import errors
-from serving.core import ServingCore
+from serving.model_server import errors
+from serving.model_server.core import ServingCore
 
 logger = logging.getLogger("serving.grpc")
 

@@ -31,9 +31,9 @@ from tensorflow_serving.apis import get_model_status_pb2
 from tensorflow_serving.apis import model_pb2
 from tensorflow_serving.config import model_server_config_pb2
 
-from serving import config as config_lib
-from serving import errors
-from serving.servable import Servable, is_complete_version_dir, load_servable
+from serving.model_server import config as config_lib
+from serving.model_server import errors
+from serving.model_server.servable import Servable, is_complete_version_dir, load_servable
 
 logger = logging.getLogger("serving.manager")
 

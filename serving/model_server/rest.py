@@ -37,10 +37,10 @@ from tensorflow_serving.apis import get_model_status_pb2
 from tensorflow_serving.apis import model_pb2
 from tensorflow_serving.apis import predict_pb2
 
-from serving import errors
-from serving.core import SIGNATURE_DEF_FIELD, ServingCore
-from serving.predict import DEFAULT_SERVING_SIGNATURE_DEF_KEY
-from serving.tensors import dtype_name, ndarray_to_tensor_proto, tensor_proto_to_ndarray
+from serving.model_server import errors
+from serving.model_server.core import SIGNATURE_DEF_FIELD, ServingCore
+from serving.model_server.predict import DEFAULT_SERVING_SIGNATURE_DEF_KEY
+from serving.model_server.tensors import dtype_name, ndarray_to_tensor_proto, tensor_proto_to_ndarray
 
 logger = logging.getLogger("serving.rest")
 

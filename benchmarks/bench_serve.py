@@ -1,6 +1,6 @@
 """Throughput/latency benchmark of the model server against the in-process SavedModel call.
 
-    python -m serving.bench_serve --model_base_path exports/translator
+    python -m benchmarks.bench_serve --model_base_path exports/translator
 
 For concurrency 1, 8 and 32 it measures requests/s and p50/p99 latency of
   * the in-process call of the SavedModel signature (no server, same inputs),
@@ -39,8 +39,8 @@ from tqdm import tqdm
 
 from benchmarks.sentences import SPANISH_SENTENCES
 
-SERVING_DIR = os.path.dirname(os.path.abspath(__file__))
-REPO_ROOT = os.path.dirname(SERVING_DIR)
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SERVING_DIR = os.path.join(REPO_ROOT, "serving")  # the committed batching.config
 IN_PROCESS, NO_BATCHING, BATCHING = "in-process SavedModel", "gRPC, no batching", "gRPC, batching"
 
 
@@ -181,8 +181,8 @@ def in_process_caller(base_path: str, signature: str, batches: List[List[str]],
                       server_flags: Sequence[str] = ()):
     """A function running batch i % len(batches) through the SavedModel in this process,
     with the TensorFlow thread settings that `server_flags` give the servers."""
-    from serving import server
-    from serving.servable import load_servable
+    from serving.model_server import server
+    from serving.model_server.servable import load_servable
 
     server.configure_tensorflow_threads(
         server.parse_flags([f"--model_base_path={base_path}", *server_flags]))
@@ -262,7 +262,7 @@ Model: `{args.model_base_path}` (latest version), signature `{args.signature_nam
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m serving.bench_serve", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.bench_serve", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model_base_path", required=True, help="directory of numbered versions")
     parser.add_argument("--model_name", default="translator", help="served model name")
@@ -286,7 +286,7 @@ def main(argv=None) -> int:
     parser.add_argument("--output", help="write the results as the '## <--section>' section of "
                                          "this Markdown file (created if missing)")
     args = parser.parse_args(argv)
-    command = shlex.join(["python", "-m", "serving.bench_serve",
+    command = shlex.join(["python", "-m", "benchmarks.bench_serve",
                           *(argv if argv is not None else sys.argv[1:])])
     load_before = os.getloadavg()
 

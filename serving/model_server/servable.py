@@ -24,7 +24,7 @@ from tensorflow.core.protobuf import saved_model_pb2
 from tensorflow_serving.apis import predict_pb2
 from tensorflow_serving.apis import prediction_log_pb2
 
-from serving import errors
+from serving.model_server import errors
 
 logger = logging.getLogger("serving.servable")
 

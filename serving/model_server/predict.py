@@ -15,9 +15,9 @@ from typing import Dict, List, Optional
 import numpy as np
 from tensorflow_serving.apis import predict_pb2
 
-from serving import errors
-from serving.servable import Servable, read_warmup_requests
-from serving.tensors import dtype_name, ndarray_to_tensor_proto, tensor_proto_to_ndarray
+from serving.model_server import errors
+from serving.model_server.servable import Servable, read_warmup_requests
+from serving.model_server.tensors import dtype_name, ndarray_to_tensor_proto, tensor_proto_to_ndarray
 
 logger = logging.getLogger("serving.predict")
 

@@ -27,8 +27,8 @@ from typing import Callable, Dict, Hashable, List, Mapping, Optional
 
 import numpy as np
 
-from serving import errors
-from serving.config import BatchingOptions
+from serving.model_server import errors
+from serving.model_server.config import BatchingOptions
 
 logger = logging.getLogger("serving.batching")
 

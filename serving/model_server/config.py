@@ -13,7 +13,7 @@ from typing import Optional, Tuple
 from google.protobuf import text_format
 from tensorflow_serving.config import model_server_config_pb2
 
-from serving.session_bundle_config_pb2 import BatchingParameters
+from serving.model_server.session_bundle_config_pb2 import BatchingParameters
 
 TENSORFLOW_PLATFORM = "tensorflow"
 

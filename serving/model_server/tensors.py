@@ -17,7 +17,7 @@ from tensorflow.core.framework import tensor_pb2
 from tensorflow.core.framework import tensor_shape_pb2
 from tensorflow.core.framework import types_pb2
 
-from serving import errors
+from serving.model_server import errors
 
 # numpy dtype -> (DataType, TensorProto field that AsProtoField writes).
 _FIELD_FOR_NUMPY_DTYPE = {

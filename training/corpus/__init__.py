@@ -1,0 +1,20 @@
+"""Parallel corpora: where the training pairs come from.
+
+One concern per module, each importing only the ones listed before it:
+
+* `tsv`: the `source<TAB>target` file format, and `CorpusError`.
+* `splitting`: deterministic train/dev/test splits by hash; deduplication.
+* `osis`: OSIS markup of a SWORD Bible module to plain text (and the RV1909's quirks).
+* `alignment`: length-based verse alignment (Gale & Church) and the mismatches it finds.
+* `bible`: downloads and builds the embedded Spanish->English Bible corpus
+  (command line: `python -m training.prepare_data`).
+* `loading`: `load_pairs(source_spec, split)`, the one entry point of the trainer.
+
+The entry point and its error are importable from the package itself:
+`from training.corpus import CorpusError, load_pairs`.
+"""
+
+from training.corpus.loading import load_pairs
+from training.corpus.tsv import CorpusError
+
+__all__ = ["CorpusError", "load_pairs"]

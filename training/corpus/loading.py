@@ -1,0 +1,180 @@
+"""Parallel-corpus sources for the translation pipeline.
+
+Everything the trainer reads goes through `load_pairs(source_spec, split)`, which
+returns a list of `(source, target)` string pairs. Four kinds of source exist:
+
+* `bible`: the embedded Spanish->English Bible corpus in `data/bible`, built on
+  first use by `training.corpus.bible` (see training/CORPUS.md).
+* a directory holding `train.tsv`, `dev.tsv` and `test.tsv`.
+* a single `.tsv` file: all of it is the user's corpus; `dev` and `test` are split
+  off deterministically by a hash of the source sentence (`HELDOUT_FRACTION` each),
+  so a source sentence and its duplicates always land in the same split.
+* `tfds:NAME`, e.g. `tfds:ted_hrlr_translate/pt_to_en`: a TensorFlow Datasets
+  translation dataset, source/target taken from `info.supervised_keys`.
+
+TFDS datasets are returned as Python pairs too (not as a `tf.data.Dataset`), so
+every source looks the same to the caller: tokenizer training, batching and
+BLEU scoring all work on one in-memory representation. The TED talk datasets
+are ~50k pairs, far below what fits in memory.
+
+The TSV format and `CorpusError` are in `training.corpus.tsv`; the hash splits
+and deduplication in `training.corpus.splitting`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+from training.corpus import bible
+from training.corpus.splitting import HELDOUT_FRACTION, split_single_file
+from training.corpus.tsv import SPLITS, CorpusError, Pair, read_tsv
+
+logger = logging.getLogger(__name__)
+
+BIBLE_SPEC = "bible"
+TFDS_PREFIX = "tfds:"
+# Project-relative home of the embedded corpus; `load_pairs` builds it when missing.
+DEFAULT_BIBLE_DIR = Path(__file__).resolve().parent.parent.parent / "data" / "bible"
+# TFDS names its held-out split `validation`; the project calls it `dev`.
+_TFDS_SPLIT_ALIASES = {"dev": ("validation", "dev"), "train": ("train",), "test": ("test",)}
+
+
+# --------------------------------------------------------------------------- TFDS
+
+
+def _tfds_split_name(builder, split: str, name: str) -> str:
+    """Maps the project's split name to the one the TFDS dataset uses."""
+    available = list(builder.info.splits.keys())
+    for candidate in _TFDS_SPLIT_ALIASES.get(split, (split,)):
+        if candidate in available:
+            return candidate
+    raise CorpusError(f"TFDS dataset {name!r} has no {split!r} split (it has {', '.join(available)})")
+
+
+def load_tfds_pairs(
+    name: str,
+    split: str,
+    data_dir: str | os.PathLike | None = None,
+    download: bool = True,
+) -> list[Pair]:
+    """Loads a TFDS translation dataset as `(source, target)` string pairs.
+
+    Source and target are the dataset's `supervised_keys`
+    (`ted_hrlr_translate/pt_to_en`: source 'pt', target 'en').
+
+    Args:
+      name: TFDS name with config, e.g. `ted_hrlr_translate/pt_to_en`.
+      split: `train`, `dev` (TFDS `validation`) or `test`.
+      data_dir: TFDS data directory; None means the TFDS default (~/tensorflow_datasets).
+      download: download and prepare the dataset if it is not in `data_dir` yet.
+
+    Returns:
+      The split's pairs, decoded to str, in TFDS order.
+
+    Raises:
+      CorpusError: unknown dataset, no supervised keys, missing split, the
+        dataset is not prepared locally and `download` is off, or the download failed.
+    """
+    import tensorflow_datasets as tfds  # heavy: imported only for this source kind
+
+    kwargs = {"data_dir": os.fspath(data_dir)} if data_dir is not None else {}
+    try:
+        builder = tfds.builder(name, **kwargs)
+    except tfds.core.registered.DatasetNotFoundError as exc:
+        raise CorpusError(f"unknown TFDS dataset {name!r}: {exc}") from exc
+    except Exception as exc:  # a bad config name, a broken builder
+        raise CorpusError(f"cannot construct TFDS dataset {name!r}: {exc}") from exc
+
+    hint = (
+        "pass a TSV corpus with --data instead, or pre-download the dataset on a machine "
+        "with network access and point --tfds_data_dir at its TFDS data directory"
+    )
+    if not builder.is_prepared():
+        if not download:
+            raise CorpusError(
+                f"TFDS dataset {name!r} is not available locally in {builder.data_dir_root} "
+                f"and downloading is disabled; {hint}"
+            )
+        logger.info(
+            "TFDS dataset %r is not in %s yet: downloading and preparing it "
+            "(offline, this fails only after TFDS's download retries, a few minutes)",
+            name, builder.data_dir_root,
+        )
+        try:
+            builder.download_and_prepare()
+        except Exception as exc:  # network errors surface as many different types
+            raise CorpusError(
+                f"downloading TFDS dataset {name!r} failed ({type(exc).__name__}: {exc}); {hint}"
+            ) from exc
+
+    keys = builder.info.supervised_keys
+    if not keys or len(keys) != 2:
+        raise CorpusError(f"TFDS dataset {name!r} has no (source, target) supervised_keys")
+    dataset = builder.as_dataset(split=_tfds_split_name(builder, split, name), as_supervised=True)
+    return [
+        (source.decode("utf-8"), target.decode("utf-8"))
+        for source, target in tfds.as_numpy(dataset)
+    ]
+
+
+# --------------------------------------------------------------------- entry point
+
+
+def load_pairs(
+    source_spec: str,
+    split: str,
+    bible_dir: str | os.PathLike = DEFAULT_BIBLE_DIR,
+    tfds_data_dir: str | os.PathLike | None = None,
+    tfds_download: bool = True,
+) -> list[Pair]:
+    """The one entry point the trainer uses to get a split of a corpus.
+
+    Args:
+      source_spec: `bible`; a directory with train/dev/test.tsv; a `.tsv` file
+        (dev/test split off by `split_single_file`); or `tfds:NAME`.
+      split: `train`, `dev` or `test`.
+      bible_dir: where the embedded corpus lives (built there if missing).
+      tfds_data_dir, tfds_download: passed to `load_tfds_pairs`.
+
+    Returns:
+      The split as `(source, target)` pairs.
+
+    Raises:
+      CorpusError: unknown split or spec, or the source cannot be read.
+    """
+    if split not in SPLITS:
+        raise CorpusError(f"unknown split {split!r}; expected one of {', '.join(SPLITS)}")
+
+    if source_spec.startswith(TFDS_PREFIX):
+        name = source_spec[len(TFDS_PREFIX):]
+        if not name:
+            raise CorpusError("empty TFDS name in source spec 'tfds:'; e.g. tfds:ted_hrlr_translate/pt_to_en")
+        return load_tfds_pairs(name, split, data_dir=tfds_data_dir, download=tfds_download)
+
+    if source_spec == BIBLE_SPEC:
+        bible_dir = Path(bible_dir)
+        if not all((bible_dir / f"{s}.tsv").is_file() for s in SPLITS):
+            logger.info("embedded corpus missing in %s: building it", bible_dir)
+            bible.build_bible_corpus(bible_dir)
+        return read_tsv(bible_dir / f"{split}.tsv")
+
+    path = Path(source_spec)
+    if path.is_dir():
+        split_file = path / f"{split}.tsv"
+        if not split_file.is_file():
+            raise CorpusError(f"corpus directory {path} has no {split}.tsv")
+        return read_tsv(split_file)
+    if path.is_file() and path.suffix.lower() == ".tsv":
+        pairs = split_single_file(read_tsv(path))[split]
+        if not pairs:
+            raise CorpusError(
+                f"the {split} part split off {path} is empty (corpus too small for a "
+                f"{HELDOUT_FRACTION:.0%} hold-out); give a directory with train/dev/test.tsv instead"
+            )
+        return pairs
+    raise CorpusError(
+        f"unknown corpus source {source_spec!r}: expected 'bible', a directory with "
+        "train/dev/test.tsv, an existing .tsv file, or 'tfds:NAME'"
+    )
