@@ -50,9 +50,9 @@ from benchmarks.report import machine_description, write_section
 from benchmarks.sentences import SPANISH_SENTENCES
 from model import Transformer
 from model.decoding import beam_search_decode, greedy_decode, naive_greedy_decode
-from serving import export
 from model.special_tokens import END_ID, RESERVED_TOKENS, START_ID
 from model.tokenizer import WordPieceTokenizer
+from serving import export
 from serving.export_ctranslate2 import TransformerConverter, decoding_options, source_pieces
 
 SECTION_TITLE = "Decoding"
@@ -71,8 +71,11 @@ def synthetic_vocab(size):
     made-up lowercase words ("aa", "ab", ..., "aaa", ...), so every word of it is one token."""
     letters = "abcdefghijklmnopqrstuvwxyz"
     vocab = list(RESERVED_TOKENS) + list(letters) + ["##" + letter for letter in letters]
-    words = ("".join(chars) for length in itertools.count(2)
-             for chars in itertools.product(letters, repeat=length))
+    words = (
+        "".join(chars)
+        for length in itertools.count(2)
+        for chars in itertools.product(letters, repeat=length)
+    )
     while len(vocab) < size:
         vocab.append(next(words))
     return vocab
@@ -81,9 +84,15 @@ def synthetic_vocab(size):
 def build_model(args):
     """The benchmarked Transformer, built, with [END] made (practically) impossible."""
     model = Transformer(
-        num_layers=args.num_layers, d_model=args.d_model, num_heads=args.num_heads, dff=args.dff,
-        input_vocab_size=args.vocab_size, target_vocab_size=args.vocab_size,
-        pe_input=args.max_positions, pe_target=args.max_positions, rate=0.0,
+        num_layers=args.num_layers,
+        d_model=args.d_model,
+        num_heads=args.num_heads,
+        dff=args.dff,
+        input_vocab_size=args.vocab_size,
+        target_vocab_size=args.vocab_size,
+        pe_input=args.max_positions,
+        pe_target=args.max_positions,
+        rate=0.0,
         tie_embeddings=False,  # the matmul floor reads the output layer's own (d_model, vocab) kernel
     )
     model.build(((None, None), (None, None)))
@@ -97,7 +106,7 @@ def build_model(args):
 def random_sentences(vocab, count, words, seed):
     """`count` sentences of `words` made-up words (one token each)."""
     rng = np.random.default_rng(seed)
-    word_pool = [token for token in vocab[len(RESERVED_TOKENS):] if not token.startswith("##")]
+    word_pool = [token for token in vocab[len(RESERVED_TOKENS) :] if not token.startswith("##")]
     return [" ".join(rng.choice(word_pool, words)) for _ in range(count)]
 
 
@@ -107,13 +116,14 @@ def time_cases(cases, repeats, warmup):
     The timed calls go round-robin (one call of every case per round) after every case is
     warmed up, so a slow spell of this shared machine hits all cases alike instead of one.
     """
+
     def call(function, argument):
         # Eager tensors are fetched; Session and CTranslate2 results arrive as host values.
         for value in tf.nest.flatten(function(argument)):
             if isinstance(value, tf.Tensor):
                 value.numpy()
 
-    for name, function, batch, argument in tqdm(cases, desc="warm-up", unit=" case"):
+    for _name, function, _batch, argument in tqdm(cases, desc="warm-up", unit=" case"):
         for _ in range(warmup):
             call(function, argument)
     durations = {(name, batch): [] for name, _, batch, _ in cases}
@@ -132,18 +142,24 @@ def python_decoders(model, args):
     return {
         NAIVE: tf.function(
             lambda ids: naive_greedy_decode(model, ids, START_ID, END_ID, **forced)["tokens"],
-            input_signature=ids_spec),
+            input_signature=ids_spec,
+        ),
         CACHED: tf.function(
             lambda ids: greedy_decode(model, ids, START_ID, END_ID, **forced)["tokens"],
-            input_signature=ids_spec),
+            input_signature=ids_spec,
+        ),
         CACHED_XLA: tf.function(
-            lambda ids: greedy_decode(model, ids, START_ID, END_ID, jit_compile=True,
-                                      **forced)["tokens"],
-            input_signature=ids_spec),
+            lambda ids: greedy_decode(model, ids, START_ID, END_ID, jit_compile=True, **forced)[
+                "tokens"
+            ],
+            input_signature=ids_spec,
+        ),
         BEAM.format(beam=args.beam_width): tf.function(
-            lambda ids: beam_search_decode(model, ids, START_ID, END_ID,
-                                           beam_width=args.beam_width, **forced)["tokens"],
-            input_signature=ids_spec),
+            lambda ids: beam_search_decode(
+                model, ids, START_ID, END_ID, beam_width=args.beam_width, **forced
+            )["tokens"],
+            input_signature=ids_spec,
+        ),
     }
 
 
@@ -188,8 +204,9 @@ def matmul_floor(model, steps):
 
 
 def export_benchmark_model(model, tokenizer, args, export_base):
-    options = export.DecodingOptions(beam_width=args.beam_width, max_length_ratio=0.0,
-                                     max_length_offset=args.output_tokens)
+    options = export.DecodingOptions(
+        beam_width=args.beam_width, max_length_ratio=0.0, max_length_offset=args.output_tokens
+    )
     return export.export_translator(model, tokenizer, tokenizer, export_base, "bench", options)
 
 
@@ -207,12 +224,14 @@ class SessionSignatures:
         import tensorflow_text  # noqa: F401  (the exported tokenizer's ops)
 
         self._graph = tf.Graph()
-        config = tf.compat.v1.ConfigProto(intra_op_parallelism_threads=threads,
-                                          inter_op_parallelism_threads=threads)
+        config = tf.compat.v1.ConfigProto(
+            intra_op_parallelism_threads=threads, inter_op_parallelism_threads=threads
+        )
         self._session = tf.compat.v1.Session(graph=self._graph, config=config)
         with self._graph.as_default():
             meta_graph = tf.compat.v1.saved_model.loader.load(
-                self._session, [tf.saved_model.SERVING], export_dir)
+                self._session, [tf.saved_model.SERVING], export_dir
+            )
         self._signatures = meta_graph.signature_def
 
     def __call__(self, signature_name, texts):
@@ -238,18 +257,25 @@ def ctranslate2_decoders(model, vocab, args, directory):
         cores when 0, as TensorFlow's default).
     """
     threads = args.threads or os.cpu_count()
-    forced = dict(min_decoding_length=args.output_tokens, max_decoding_length=args.output_tokens,
-                  length_penalty=export.DecodingOptions().alpha, **decoding_options(vocab))
+    forced = dict(
+        min_decoding_length=args.output_tokens,
+        max_decoding_length=args.output_tokens,
+        length_penalty=export.DecodingOptions().alpha,
+        **decoding_options(vocab),
+    )
     decoders = {}
     for precision in CT2_PRECISIONS:
         path = os.path.join(directory, precision)
         TransformerConverter(model, vocab, vocab).convert(path, quantization=precision)
-        translator = ctranslate2.Translator(path, device="cpu", compute_type=precision,
-                                            inter_threads=1, intra_threads=threads)
+        translator = ctranslate2.Translator(
+            path, device="cpu", compute_type=precision, inter_threads=1, intra_threads=threads
+        )
         decoders[CT2_GREEDY.format(precision=precision)] = functools.partial(
-            translator.translate_batch, beam_size=1, **forced)
+            translator.translate_batch, beam_size=1, **forced
+        )
         decoders[CT2_BEAM.format(precision=precision, beam=args.beam_width)] = functools.partial(
-            translator.translate_batch, beam_size=args.beam_width, **forced)
+            translator.translate_batch, beam_size=args.beam_width, **forced
+        )
     return decoders
 
 
@@ -257,32 +283,49 @@ def main(argv=None):
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.bench_decode",
         description="Time naive vs cached greedy vs beam decoding, the exported SavedModel and "
-                    "CTranslate2 on the same weights at batch 1 and 32 (see the module "
-                    "docstring).",
+        "CTranslate2 on the same weights at batch 1 and 32 (see the module "
+        "docstring).",
     )
     parser.add_argument("--num_layers", type=int, default=3, help="encoder and decoder layers")
     parser.add_argument("--d_model", type=int, default=256)
     parser.add_argument("--num_heads", type=int, default=4)
     parser.add_argument("--dff", type=int, default=1024)
     parser.add_argument("--vocab_size", type=int, default=8000, help="source and target vocab")
-    parser.add_argument("--max_positions", type=int, default=128,
-                        help="positional encodings (must exceed --output_tokens)")
-    parser.add_argument("--source_words", type=int, default=20,
-                        help="words per source sentence (one token each, plus [START]/[END])")
+    parser.add_argument(
+        "--max_positions",
+        type=int,
+        default=128,
+        help="positional encodings (must exceed --output_tokens)",
+    )
+    parser.add_argument(
+        "--source_words",
+        type=int,
+        default=20,
+        help="words per source sentence (one token each, plus [START]/[END])",
+    )
     parser.add_argument("--output_tokens", type=int, default=64, help="forced output length")
     parser.add_argument("--beam_width", type=int, default=4)
     parser.add_argument("--batch_sizes", type=int, nargs="+", default=[1, 32])
     parser.add_argument("--repeats", type=int, default=5, help="timed calls per case (median)")
     parser.add_argument("--warmup", type=int, default=2, help="untimed calls per case first")
-    parser.add_argument("--export_dir",
-                        help="time this exported version directory instead of exporting the "
-                             "random-weight model (its output lengths are reported as they come)")
-    parser.add_argument("--output", help="write the results as the '## Decoding' section of "
-                                         "this Markdown file (created if missing)")
-    parser.add_argument("--threads", type=int, default=0,
-                        help="TensorFlow intra-op and inter-op threads (default 0: TensorFlow's "
-                             "choice, one per core); 1 steadies timings on a machine whose "
-                             "cores other processes keep busy")
+    parser.add_argument(
+        "--export_dir",
+        help="time this exported version directory instead of exporting the "
+        "random-weight model (its output lengths are reported as they come)",
+    )
+    parser.add_argument(
+        "--output",
+        help="write the results as the '## Decoding' section of "
+        "this Markdown file (created if missing)",
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        help="TensorFlow intra-op and inter-op threads (default 0: TensorFlow's "
+        "choice, one per core); 1 steadies timings on a machine whose "
+        "cores other processes keep busy",
+    )
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     if args.threads:
@@ -290,8 +333,9 @@ def main(argv=None):
         tf.config.threading.set_inter_op_parallelism_threads(args.threads)
     if args.max_positions <= args.output_tokens:
         parser.error("--max_positions must be larger than --output_tokens.")
-    command = shlex.join(["python", "-m", "benchmarks.bench_decode",
-                          *(argv if argv is not None else sys.argv[1:])])
+    command = shlex.join(
+        ["python", "-m", "benchmarks.bench_decode", *(argv if argv is not None else sys.argv[1:])]
+    )
     load_before = os.getloadavg()
     keras.utils.set_random_seed(args.seed)
 
@@ -306,8 +350,11 @@ def main(argv=None):
     # text, CTranslate2 subword pieces.
     decoders = python_decoders(model, args)
     decoders[FLOOR] = matmul_floor(model, args.output_tokens)
-    cases = [(name, decoder, batch, source_ids[:batch])
-             for name, decoder in decoders.items() for batch in args.batch_sizes]
+    cases = [
+        (name, decoder, batch, source_ids[:batch])
+        for name, decoder in decoders.items()
+        for batch in args.batch_sizes
+    ]
     with tempfile.TemporaryDirectory() as work_dir:
         if args.export_dir:
             export_dir, served_texts = args.export_dir, list(SPANISH_SENTENCES)
@@ -319,28 +366,44 @@ def main(argv=None):
             for name, decoder in ctranslate2_decoders(model, vocab, args, work_dir).items():
                 lengths = {len(result.hypotheses[0]) for result in decoder(pieces)}
                 if lengths != {args.output_tokens}:
-                    raise RuntimeError(f"{name} produced {sorted(lengths)} tokens per sentence, "
-                                       f"not the forced {args.output_tokens}.")
+                    raise RuntimeError(
+                        f"{name} produced {sorted(lengths)} tokens per sentence, "
+                        f"not the forced {args.output_tokens}."
+                    )
                 cases += [(name, decoder, batch, pieces[:batch]) for batch in args.batch_sizes]
 
         signatures = SessionSignatures(export_dir, args.threads)
         served_texts = [served_texts[i % len(served_texts)] for i in range(max_batch)]
         output_tokens = mean_output_tokens(signatures, served_texts)
         if not args.export_dir and output_tokens != args.output_tokens:
-            raise RuntimeError(f"The export produced {output_tokens} tokens per sentence, "
-                               f"not the forced {args.output_tokens}.")
-        for signature, label in ((export.GREEDY_SIGNATURE, SAVED_GREEDY),
-                                 (export.BEAM_SIGNATURE, SAVED_BEAM)):
-            cases += [(label.format(beam=args.beam_width),
-                       functools.partial(signatures, signature), batch, served_texts[:batch])
-                      for batch in args.batch_sizes]
+            raise RuntimeError(
+                f"The export produced {output_tokens} tokens per sentence, "
+                f"not the forced {args.output_tokens}."
+            )
+        for signature, label in (
+            (export.GREEDY_SIGNATURE, SAVED_GREEDY),
+            (export.BEAM_SIGNATURE, SAVED_BEAM),
+        ):
+            cases += [
+                (
+                    label.format(beam=args.beam_width),
+                    functools.partial(signatures, signature),
+                    batch,
+                    served_texts[:batch],
+                )
+                for batch in args.batch_sizes
+            ]
 
         results = time_cases(cases, args.repeats, args.warmup)
 
-    step_weight_bytes = sum(int(np.prod(kernel.shape)) * np.dtype(kernel.dtype).itemsize
-                            for group in step_kernels(model) for kernel in group)
-    body = report(args, command, results, output_tokens, step_weight_bytes, load_before,
-                  os.getloadavg())
+    step_weight_bytes = sum(
+        int(np.prod(kernel.shape)) * np.dtype(kernel.dtype).itemsize
+        for group in step_kernels(model)
+        for kernel in group
+    )
+    body = report(
+        args, command, results, output_tokens, step_weight_bytes, load_before, os.getloadavg()
+    )
     print(body)
     if args.output:
         write_section(args.output, SECTION_TITLE, body)
@@ -351,14 +414,22 @@ def side_by_side(args, results):
     each project decoder's time and its multiple of CTranslate2 float32's and int8's."""
     beam = args.beam_width
     columns = [(kind, batch) for kind in ("greedy", "beam") for batch in args.batch_sizes]
-    ct2 = {precision: {"greedy": CT2_GREEDY.format(precision=precision),
-                       "beam": CT2_BEAM.format(precision=precision, beam=beam)}
-           for precision in CT2_PRECISIONS}
-    rows = [(f"CTranslate2 {ctranslate2.__version__}, {precision}", names)
-            for precision, names in ct2.items()]
+    ct2 = {
+        precision: {
+            "greedy": CT2_GREEDY.format(precision=precision),
+            "beam": CT2_BEAM.format(precision=precision, beam=beam),
+        }
+        for precision in CT2_PRECISIONS
+    }
+    rows = [
+        (f"CTranslate2 {ctranslate2.__version__}, {precision}", names)
+        for precision, names in ct2.items()
+    ]
     rows += [
-        ("exported SavedModel, TF1 Session (what TF Serving runs)",
-         {"greedy": SAVED_GREEDY, "beam": SAVED_BEAM.format(beam=beam)}),
+        (
+            "exported SavedModel, TF1 Session (what TF Serving runs)",
+            {"greedy": SAVED_GREEDY, "beam": SAVED_BEAM.format(beam=beam)},
+        ),
         ("in-process, plain graph", {"greedy": CACHED, "beam": BEAM.format(beam=beam)}),
         ("in-process, XLA", {"greedy": CACHED_XLA}),
     ]
@@ -366,10 +437,15 @@ def side_by_side(args, results):
     def milliseconds(name, batch):
         return 1000 * results[(name, batch)][0]
 
-    lines = ["| decoder | " + " | ".join(
-        f"{'greedy' if kind == 'greedy' else f'beam {beam}'} b={batch}"
-        for kind, batch in columns) + " |",
-        "| --- |" + " ---: |" * len(columns)]
+    lines = [
+        "| decoder | "
+        + " | ".join(
+            f"{'greedy' if kind == 'greedy' else f'beam {beam}'} b={batch}"
+            for kind, batch in columns
+        )
+        + " |",
+        "| --- |" + " ---: |" * len(columns),
+    ]
     for label, names in rows:
         cells = []
         for kind, batch in columns:
@@ -380,8 +456,10 @@ def side_by_side(args, results):
             if label.startswith("CTranslate2"):
                 cells.append(f"{ours:,.0f} ms")
             else:
-                multiples = " / ".join(f"{ours / milliseconds(ct2[precision][kind], batch):.2f}×"
-                                       for precision in CT2_PRECISIONS)
+                multiples = " / ".join(
+                    f"{ours / milliseconds(ct2[precision][kind], batch):.2f}×"
+                    for precision in CT2_PRECISIONS
+                )
                 cells.append(f"{ours:,.0f} ms ({multiples})")
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
 
@@ -394,7 +472,8 @@ def side_by_side(args, results):
         goals.append(
             f"- {saved}: throughput at batch {large} **{throughput:.2f}×** CTranslate2 float32's "
             f"(goal ≥ 1: {'met' if throughput >= 1 else 'not met'}); latency at batch {small} "
-            f"**{latency:.2f}×** its (goal ≤ 1: {'met' if latency <= 1 else 'not met'}).")
+            f"**{latency:.2f}×** its (goal ≤ 1: {'met' if latency <= 1 else 'not met'})."
+        )
     return "\n".join(lines), "\n".join(goals)
 
 
@@ -410,27 +489,32 @@ def report(args, command, results, served_tokens, step_weight_bytes, load_before
     rows = []
     for (name, batch), (median, fastest) in results.items():
         tokens = served_tokens if name in saved_names else args.output_tokens
-        rows.append(f"| {name} | {batch} | {batch / median:,.2f} | {1000 * median / batch:,.1f} "
-                    f"| {batch * tokens / median:,.0f} | {1000 * median:,.0f} "
-                    f"({1000 * fastest:,.0f}) |")
+        rows.append(
+            f"| {name} | {batch} | {batch / median:,.2f} | {1000 * median / batch:,.1f} "
+            f"| {batch * tokens / median:,.0f} | {1000 * median:,.0f} "
+            f"({1000 * fastest:,.0f}) |"
+        )
 
     def sentences_per_second(name, batch):
         median, _ = results[(name, batch)]
         return batch / median
 
     small, large = min(args.batch_sizes), max(args.batch_sizes)
-    step_ms = {name: 1000 * results[(name, small)][0] / args.output_tokens
-               for name in (CACHED_XLA, FLOOR)}
+    step_ms = {
+        name: 1000 * results[(name, small)][0] / args.output_tokens for name in (CACHED_XLA, FLOOR)
+    }
     notes = [
         f"- {FLOOR} at batch {small}: {step_ms[FLOOR]:.2f} ms per step, so the cached XLA step "
         f"is {step_ms[CACHED_XLA] / step_ms[FLOOR]:.2f}× its matmuls, which read "
-        f"{step_weight_bytes / 1e6:.0f} MB of float32 weights per step."]
+        f"{step_weight_bytes / 1e6:.0f} MB of float32 weights per step."
+    ]
     if large != small:
         for name in (CACHED, CACHED_XLA, BEAM.format(beam=args.beam_width), NAIVE, SAVED_GREEDY):
             ratio = sentences_per_second(name, large) / sentences_per_second(name, small)
             goal = " (goal ≥ 8× for 32 vs 1)" if name == CACHED else ""
-            notes.append(f"- {name}: batch {large} vs batch {small}: **{ratio:.1f}×** "
-                         f"sentences/s{goal}.")
+            notes.append(
+                f"- {name}: batch {large} vs batch {small}: **{ratio:.1f}×** sentences/s{goal}."
+            )
     comparison = ""
     if (CT2_GREEDY.format(precision=CT2_PRECISIONS[0]), small) in results:
         table, goals = side_by_side(args, results)
@@ -442,10 +526,17 @@ float32's / int8's, so below 1× is faster):
 
 {goals}
 """
-    exported = (f"the export at `{args.export_dir}` ({served_tokens:.1f} output tokens per "
-                "sentence on average)") if args.export_dir else (
-        f"the same weights exported by `serving.export` (tokenization and detokenization in the "
-        f"graph; {served_tokens:.0f} tokens forced through the [END] bias and max_length)")
+    exported = (
+        (
+            f"the export at `{args.export_dir}` ({served_tokens:.1f} output tokens per "
+            "sentence on average)"
+        )
+        if args.export_dir
+        else (
+            f"the same weights exported by `serving.export` (tokenization and detokenization in the "
+            f"graph; {served_tokens:.0f} tokens forced through the [END] bias and max_length)"
+        )
+    )
     threads = args.threads or os.cpu_count()
     return f"""Command: `{command}`
 Machine: {machine_description()}; CTranslate2 {ctranslate2.__version__}; load average {load_before[0]:.2f} before, {load_after[0]:.2f} after (other processes share the cores).

@@ -30,7 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Callable, Dict, Iterator, List, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import grpc
 import numpy as np
@@ -52,24 +52,31 @@ def percentile_ms(latencies: Sequence[float], q: float) -> float:
 class Load:
     """What a load run saw: each successful call's latency (s), the wall time (s), the failures."""
 
-    latencies: List[float] = dataclasses.field(default_factory=list)
+    latencies: list[float] = dataclasses.field(default_factory=list)
     elapsed: float = 0.0
     errors: int = 0
 
     def __add__(self, other: "Load") -> "Load":
-        return Load(self.latencies + other.latencies, self.elapsed + other.elapsed,
-                    self.errors + other.errors)
+        return Load(
+            self.latencies + other.latencies,
+            self.elapsed + other.elapsed,
+            self.errors + other.errors,
+        )
 
-    def summary(self) -> Dict[str, float]:
+    def summary(self) -> dict[str, float]:
         """{"rps", "p50_ms", "p99_ms", "errors"}."""
         latencies = self.latencies or [float("nan")]
-        return {"rps": len(self.latencies) / self.elapsed, "p50_ms": percentile_ms(latencies, 50),
-                "p99_ms": percentile_ms(latencies, 99), "errors": self.errors}
+        return {
+            "rps": len(self.latencies) / self.elapsed,
+            "p50_ms": percentile_ms(latencies, 50),
+            "p99_ms": percentile_ms(latencies, 99),
+            "errors": self.errors,
+        }
 
 
 def run_load(call: Callable[[int], None], total: int, concurrency: int, label: str) -> Load:
     """Runs `call(i)` for i < total from `concurrency` threads."""
-    latencies: List[float] = []
+    latencies: list[float] = []
     errors = 0
 
     def timed(index: int) -> float:
@@ -80,8 +87,13 @@ def run_load(call: Callable[[int], None], total: int, concurrency: int, label: s
     start = time.perf_counter()
     with concurrent.futures.ThreadPoolExecutor(concurrency) as pool:
         futures = [pool.submit(timed, i) for i in range(total)]
-        for future in tqdm(concurrent.futures.as_completed(futures), total=total, desc=label,
-                           leave=False, file=sys.stderr):
+        for future in tqdm(
+            concurrent.futures.as_completed(futures),
+            total=total,
+            desc=label,
+            leave=False,
+            file=sys.stderr,
+        ):
             try:
                 latencies.append(future.result())
             except Exception:  # Counted, not fatal: the table reports errors.
@@ -89,22 +101,34 @@ def run_load(call: Callable[[int], None], total: int, concurrency: int, label: s
     return Load(latencies, time.perf_counter() - start, errors)
 
 
-def measure_interleaved(callers: Dict[str, Callable[[int], None]], concurrency_levels: Sequence[int],
-                        requests: int, rounds: int) -> List[tuple]:
+def measure_interleaved(
+    callers: dict[str, Callable[[int], None]],
+    concurrency_levels: Sequence[int],
+    requests: int,
+    rounds: int,
+) -> list[tuple]:
     """(setup, concurrency, summary, per-round requests/s) rows; at each concurrency the setups
     take turns, `rounds` times, `requests / rounds` calls each, so a slow spell of a shared
     machine hits all alike. The summary is over all rounds."""
     rows = []
     for concurrency in concurrency_levels:
-        loads: Dict[str, List[Load]] = {setup: [] for setup in callers}
-        for setup, call in callers.items():
+        loads: dict[str, list[Load]] = {setup: [] for setup in callers}
+        for call in callers.values():
             call(0)  # Warm the path before timing.
         for _ in range(rounds):
             for setup, call in callers.items():
-                loads[setup].append(run_load(call, requests // rounds, concurrency,
-                                             f"{setup} c={concurrency}"))
-        rows.extend((setup, concurrency, sum(runs, Load()).summary(),
-                     [run.summary()["rps"] for run in runs]) for setup, runs in loads.items())
+                loads[setup].append(
+                    run_load(call, requests // rounds, concurrency, f"{setup} c={concurrency}")
+                )
+        rows.extend(
+            (
+                setup,
+                concurrency,
+                sum(runs, Load()).summary(),
+                [run.summary()["rps"] for run in runs],
+            )
+            for setup, runs in loads.items()
+        )
     return sorted(rows, key=lambda row: list(callers).index(row[0]))
 
 
@@ -118,18 +142,33 @@ def free_port() -> int:
 def server_process(model_name: str, base_path: str, extra_flags: Sequence[str]) -> Iterator[tuple]:
     """Starts `python -m serving.server` and yields (address, psutil.Process) once it answers."""
     port = free_port()
-    command = [sys.executable, "-m", "serving.server", f"--port={port}", f"--model_name={model_name}",
-               f"--model_base_path={base_path}", "--file_system_poll_wait_seconds=0", *extra_flags]
+    command = [
+        sys.executable,
+        "-m",
+        "serving.server",
+        f"--port={port}",
+        f"--model_name={model_name}",
+        f"--model_base_path={base_path}",
+        "--file_system_poll_wait_seconds=0",
+        *extra_flags,
+    ]
     log = tempfile.TemporaryFile()
-    process = subprocess.Popen(command, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT,
-                               env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    process = subprocess.Popen(
+        command,
+        cwd=REPO_ROOT,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
+    )
     try:
         channel = grpc.insecure_channel(f"127.0.0.1:{port}")
         try:
             grpc.channel_ready_future(channel).result(timeout=180)
         except grpc.FutureTimeoutError:
             log.seek(0)
-            raise RuntimeError("server did not start:\n" + log.read().decode(errors="replace")) from None
+            raise RuntimeError(
+                "server did not start:\n" + log.read().decode(errors="replace")
+            ) from None
         channel.close()
         yield f"127.0.0.1:{port}", psutil.Process(process.pid)
     finally:
@@ -141,7 +180,7 @@ def server_process(model_name: str, base_path: str, extra_flags: Sequence[str]) 
         log.close()
 
 
-def grpc_caller(address: str, model_name: str, signature: str, batches: List[List[str]]):
+def grpc_caller(address: str, model_name: str, signature: str, batches: list[list[str]]):
     """A function sending batch i % len(batches) as one Predict request."""
     import tensorflow as tf
     from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
@@ -162,7 +201,7 @@ def grpc_caller(address: str, model_name: str, signature: str, batches: List[Lis
     return call
 
 
-def greedy_output_lengths(address: str, model_name: str, sentences: List[str]):
+def greedy_output_lengths(address: str, model_name: str, sentences: list[str]):
     """Output tokens ([END] included) the served model's greedy decoder gives each sentence,
     from its `alignments` signature; None if the server cannot answer that (a model without
     the signature)."""
@@ -177,15 +216,17 @@ def greedy_output_lengths(address: str, model_name: str, sentences: List[str]):
     return [len(result.target_tokens) for result in results]
 
 
-def in_process_caller(base_path: str, signature: str, batches: List[List[str]],
-                      server_flags: Sequence[str] = ()):
+def in_process_caller(
+    base_path: str, signature: str, batches: list[list[str]], server_flags: Sequence[str] = ()
+):
     """A function running batch i % len(batches) through the SavedModel in this process,
     with the TensorFlow thread settings that `server_flags` give the servers."""
     from serving.model_server import server
     from serving.model_server.servable import load_servable
 
     server.configure_tensorflow_threads(
-        server.parse_flags([f"--model_base_path={base_path}", *server_flags]))
+        server.parse_flags([f"--model_base_path={base_path}", *server_flags])
+    )
 
     version = max(int(name) for name in os.listdir(base_path) if name.isdigit())
     servable = load_servable("bench", version, os.path.join(base_path, str(version)))
@@ -208,7 +249,9 @@ def report(args, command, rows, soak: Load, rss, load_before, output_lengths=Non
     round_rps = {(setup, concurrency): rps for setup, concurrency, _, rps in rows}
     table = "\n".join(
         f"| {setup} | {concurrency} | {result['rps']:.1f} | {result['p50_ms']:.0f} | "
-        f"{result['p99_ms']:.0f} | {result['errors']} |" for setup, concurrency, result, _ in rows)
+        f"{result['p99_ms']:.0f} | {result['errors']} |"
+        for setup, concurrency, result, _ in rows
+    )
     goals = []
     low, high = min(args.concurrency), max(args.concurrency)
     in_process, plain = by_setup[(IN_PROCESS, low)], by_setup[(NO_BATCHING, low)]
@@ -217,23 +260,29 @@ def report(args, command, rows, soak: Load, rss, load_before, output_lengths=Non
         f"- gRPC server overhead at concurrency {low}: **{overhead:+.1f}%** requests/s "
         f"({plain['rps']:.1f} through gRPC vs {in_process['rps']:.1f} in process; p50 "
         f"{plain['p50_ms']:.0f} vs {in_process['p50_ms']:.0f} ms). Goal ≤ 10%: "
-        f"{'met' if overhead <= 10 else 'not met'}.")
+        f"{'met' if overhead <= 10 else 'not met'}."
+    )
     batched, unbatched = by_setup[(BATCHING, high)], by_setup[(NO_BATCHING, high)]
     speedup = batched["rps"] / unbatched["rps"]
     # The rounds ran back to back, so their ratios show how much a shared machine moves it.
     round_speedups = ", ".join(
-        f"{with_batching / without:.1f}×" for with_batching, without in
-        zip(round_rps[(BATCHING, high)], round_rps[(NO_BATCHING, high)]))
+        f"{with_batching / without:.1f}×"
+        for with_batching, without in zip(
+            round_rps[(BATCHING, high)], round_rps[(NO_BATCHING, high)]
+        )
+    )
     goals.append(
         f"- Batching vs no batching at concurrency {high}: **{speedup:.1f}×** requests/s "
         f"({batched['rps']:.1f} vs {unbatched['rps']:.1f}; round by round {round_speedups}). "
-        f"Goal ≥ 3×: {'met' if speedup >= 3 else 'not met'}.")
+        f"Goal ≥ 3×: {'met' if speedup >= 3 else 'not met'}."
+    )
     if output_lengths:
         mean, longest = float(np.mean(output_lengths)), max(output_lengths)
         goals.append(
             f"- Greedy output tokens per sentence ([END] included): mean {mean:.1f}, longest "
             f"{longest}. A merged batch steps until its longest sentence ends; sentences that "
-            f"have ended leave it, so its later steps run on fewer rows.")
+            f"have ended leave it, so its later steps run on fewer rows."
+        )
     rss_before, rss_after = rss
     growth = 100.0 * (rss_after - rss_before) / rss_before
     if not args.soak_requests:
@@ -245,10 +294,12 @@ def report(args, command, rows, soak: Load, rss, load_before, output_lengths=Non
             f"{args.soak_concurrency}): {soaked['rps']:.1f} requests/s, p99 "
             f"{soaked['p99_ms']:.0f} ms, {soaked['errors']} errors; resident memory "
             f"{rss_before / 2**20:,.0f} → {rss_after / 2**20:,.0f} MiB (**{growth:+.1f}%**; "
-            f"goal < 10%: {'met' if growth < 10 else 'not met'}).")
+            f"goal < 10%: {'met' if growth < 10 else 'not met'})."
+        )
     with open(args.batching_parameters_file, encoding="utf-8") as config:
-        batching = "; ".join(line.strip() for line in config
-                             if line.strip() and not line.startswith("#"))
+        batching = "; ".join(
+            line.strip() for line in config if line.strip() and not line.startswith("#")
+        )
     return f"""Command: `{command}`
 Machine: {machine_description()}; load average {load_before[0]:.2f} before, {os.getloadavg()[0]:.2f} after; client, servers and model share the cores.
 Model: `{args.model_base_path}` (latest version), signature `{args.signature_name}`, inputs {f"from `{args.sentences_file}`" if args.sentences_file else f"the {len(SPANISH_SENTENCES)} Spanish sentences of `benchmarks/sentences.py`"}, {args.sentences_per_request} sentence(s) per request, {args.requests} requests per row, the three setups taking turns in {args.rounds} rounds; server flags: `{" ".join(args.server_flags) or "defaults"}`; batching parameters: `{batching}`.
@@ -262,32 +313,51 @@ Model: `{args.model_base_path}` (latest version), signature `{args.signature_nam
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.bench_serve", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.bench_serve",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--model_base_path", required=True, help="directory of numbered versions")
     parser.add_argument("--model_name", default="translator", help="served model name")
     parser.add_argument("--signature_name", default="serving_default")
-    parser.add_argument("--sentences_file", help="one sentence per line (default: the Spanish "
-                                                 "sentences of benchmarks/sentences.py)")
+    parser.add_argument(
+        "--sentences_file",
+        help="one sentence per line (default: the Spanish sentences of benchmarks/sentences.py)",
+    )
     parser.add_argument("--sentences_per_request", type=int, default=1)
     parser.add_argument("--requests", type=int, default=400, help="requests per measurement")
-    parser.add_argument("--rounds", type=int, default=4,
-                        help="the setups take turns this many times per concurrency")
-    parser.add_argument("--server_flags", nargs="*", default=[],
-                        help="extra flags for both servers, e.g. "
-                             "--server_flags=--tensorflow_intra_op_parallelism=1")
-    parser.add_argument("--section", default="Serving",
-                        help="title of the section written into --output")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=4,
+        help="the setups take turns this many times per concurrency",
+    )
+    parser.add_argument(
+        "--server_flags",
+        nargs="*",
+        default=[],
+        help="extra flags for both servers, e.g. "
+        "--server_flags=--tensorflow_intra_op_parallelism=1",
+    )
+    parser.add_argument(
+        "--section", default="Serving", help="title of the section written into --output"
+    )
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32])
     parser.add_argument("--soak_requests", type=int, default=10_000)
     parser.add_argument("--soak_concurrency", type=int, default=32)
-    parser.add_argument("--batching_parameters_file",
-                        default=os.path.join(SERVING_DIR, "batching.config"))
-    parser.add_argument("--output", help="write the results as the '## <--section>' section of "
-                                         "this Markdown file (created if missing)")
+    parser.add_argument(
+        "--batching_parameters_file", default=os.path.join(SERVING_DIR, "batching.config")
+    )
+    parser.add_argument(
+        "--output",
+        help="write the results as the '## <--section>' section of "
+        "this Markdown file (created if missing)",
+    )
     args = parser.parse_args(argv)
-    command = shlex.join(["python", "-m", "benchmarks.bench_serve",
-                          *(argv if argv is not None else sys.argv[1:])])
+    command = shlex.join(
+        ["python", "-m", "benchmarks.bench_serve", *(argv if argv is not None else sys.argv[1:])]
+    )
     load_before = os.getloadavg()
 
     sentences = list(SPANISH_SENTENCES)
@@ -295,26 +365,36 @@ def main(argv=None) -> int:
         with open(args.sentences_file, encoding="utf-8") as sentences_file:
             sentences = [line.strip() for line in sentences_file if line.strip()]
     size = args.sentences_per_request
-    batches = [[sentences[(i + j) % len(sentences)] for j in range(size)] for i in range(len(sentences))]
+    batches = [
+        [sentences[(i + j) % len(sentences)] for j in range(size)] for i in range(len(sentences))
+    ]
     base_path = os.path.abspath(args.model_base_path)
-    batching_flags = ["--enable_batching=true",
-                      f"--batching_parameters_file={args.batching_parameters_file}"]
+    batching_flags = [
+        "--enable_batching=true",
+        f"--batching_parameters_file={args.batching_parameters_file}",
+    ]
     with contextlib.ExitStack() as servers:
         plain_address, _ = servers.enter_context(
-            server_process(args.model_name, base_path, args.server_flags))
+            server_process(args.model_name, base_path, args.server_flags)
+        )
         batching_address, batching_process = servers.enter_context(
-            server_process(args.model_name, base_path, [*args.server_flags, *batching_flags]))
+            server_process(args.model_name, base_path, [*args.server_flags, *batching_flags])
+        )
         callers = {
-            IN_PROCESS: in_process_caller(base_path, args.signature_name, batches,
-                                          args.server_flags),
+            IN_PROCESS: in_process_caller(
+                base_path, args.signature_name, batches, args.server_flags
+            ),
             NO_BATCHING: grpc_caller(plain_address, args.model_name, args.signature_name, batches),
             BATCHING: grpc_caller(batching_address, args.model_name, args.signature_name, batches),
         }
         output_lengths = greedy_output_lengths(plain_address, args.model_name, sentences)
         rows = measure_interleaved(callers, args.concurrency, args.requests, args.rounds)
         rss_before = batching_process.memory_info().rss
-        soak = (run_load(callers[BATCHING], args.soak_requests, args.soak_concurrency, "soak")
-                if args.soak_requests else Load())
+        soak = (
+            run_load(callers[BATCHING], args.soak_requests, args.soak_concurrency, "soak")
+            if args.soak_requests
+            else Load()
+        )
         rss_after = batching_process.memory_info().rss
 
     body = report(args, command, rows, soak, (rss_before, rss_after), load_before, output_lengths)

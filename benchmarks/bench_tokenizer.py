@@ -55,14 +55,17 @@ def throughput(function, chunks):
 
 
 def measure(tokenizer, train_texts, references, lower_case):
-    chunks = [tf.constant(train_texts[i: i + CHUNK]) for i in range(0, len(train_texts), CHUNK)]
+    chunks = [tf.constant(train_texts[i : i + CHUNK]) for i in range(0, len(train_texts), CHUNK)]
     tokenize_rate, ids = throughput(tokenizer.tokenize, chunks)
     detokenize_rate, texts = throughput(tokenizer.detokenize, ids)
     round_trips = [text.decode("utf-8") for chunk in texts for text in chunk.numpy()]
-    exact = sum(back == normalize(text, lower_case)
-                for back, text in zip(round_trips, train_texts)) / len(train_texts)
-    restored = [text.decode("utf-8") for text in
-                tokenizer.detokenize(tokenizer.tokenize(tf.constant(references))).numpy()]
+    exact = sum(
+        back == normalize(text, lower_case) for back, text in zip(round_trips, train_texts)
+    ) / len(train_texts)
+    restored = [
+        text.decode("utf-8")
+        for text in tokenizer.detokenize(tokenizer.tokenize(tf.constant(references))).numpy()
+    ]
     return {
         "tokens per sentence": sum(int(chunk.row_lengths().numpy().sum()) for chunk in ids)
         / len(train_texts),
@@ -75,16 +78,27 @@ def measure(tokenizer, train_texts, references, lower_case):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.bench_tokenizer",
-                                     description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.bench_tokenizer", description=__doc__
+    )
     parser.add_argument("--preset", default="small", help="vocabulary settings of this preset")
     parser.add_argument("--data", default="bible")
-    parser.add_argument("--kinds", nargs="+", default=["unigram", "bpe", "wordpiece"],
-                        choices=["unigram", "bpe", "wordpiece"])
+    parser.add_argument(
+        "--kinds",
+        nargs="+",
+        default=["unigram", "bpe", "wordpiece"],
+        choices=["unigram", "bpe", "wordpiece"],
+    )
     parser.add_argument("--output", help="write the results into this Markdown file")
     args = parser.parse_args(argv)
-    command = shlex.join(["python", "-m", "benchmarks.bench_tokenizer",
-                          *(argv if argv is not None else sys.argv[1:])])
+    command = shlex.join(
+        [
+            "python",
+            "-m",
+            "benchmarks.bench_tokenizer",
+            *(argv if argv is not None else sys.argv[1:]),
+        ]
+    )
     config = resolve_config(args.preset, overrides={"data": args.data})
     train_pairs = load_pairs(args.data, "train")
     train_texts = [text for pair in train_pairs for text in pair]
@@ -96,10 +110,13 @@ def main(argv=None):
         tokenizer, seconds = learn(kind, train_texts, config.vocab_size, config.lower_case)
         result = measure(tokenizer, train_texts, references, config.lower_case)
         rows.append((kind, tokenizer.vocab_size, seconds, result))
-        print(f"{kind}: {tokenizer.vocab_size} pieces learned in {seconds:.1f} s; "
-              f"{result['tokenize']:,.0f} sentences/s tokenized, "
-              f"{result['detokenize']:,.0f} detokenized; {100 * result['exact']:.2f}% exact; "
-              f"round-tripped references BLEU {result['bleu']:.2f}", flush=True)
+        print(
+            f"{kind}: {tokenizer.vocab_size} pieces learned in {seconds:.1f} s; "
+            f"{result['tokenize']:,.0f} sentences/s tokenized, "
+            f"{result['detokenize']:,.0f} detokenized; {100 * result['exact']:.2f}% exact; "
+            f"round-tripped references BLEU {result['bleu']:.2f}",
+            flush=True,
+        )
     load_after = os.getloadavg()
 
     table = "\n".join(

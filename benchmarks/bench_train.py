@@ -10,10 +10,8 @@ in the same run.
 """
 
 import argparse
-import os
 import time
 
-import numpy as np
 import tensorflow as tf
 
 from benchmarks.report import machine_description, write_section
@@ -21,8 +19,8 @@ from training import artifacts
 from training.config import resolve_config
 from training.corpus import load_pairs
 from training.pipeline import bound_lengths, make_dataset, tokenize_pairs
-from training.vocabulary import build_run_tokenizers
 from training.train import Trainer, make_optimizer
+from training.vocabulary import build_run_tokenizers
 
 
 def step_flops(config, source_len, target_len, batch, source_vocab, target_vocab):
@@ -33,10 +31,13 @@ def step_flops(config, source_len, target_len, batch, source_vocab, target_vocab
     """
     d, dff, layers = config.d_model, config.dff, config.num_layers
     encoder = source_len * (4 * d * d + 2 * source_len * d + 2 * d * dff)
-    decoder = (target_len * (4 * d * d + 2 * target_len * d)         # masked self-attention
-               + target_len * 2 * d * d + source_len * 2 * d * d     # cross-attention projections
-               + 2 * target_len * source_len * d                     # cross-attention
-               + target_len * 2 * d * dff)                           # feed-forward
+    decoder = (
+        target_len * (4 * d * d + 2 * target_len * d)  # masked self-attention
+        + target_len * 2 * d * d
+        + source_len * 2 * d * d  # cross-attention projections
+        + 2 * target_len * source_len * d  # cross-attention
+        + target_len * 2 * d * dff
+    )  # feed-forward
     output_layer = target_len * d * target_vocab
     forward_macs = batch * (layers * (encoder + decoder) + output_layer)
     return 3 * 2 * forward_macs
@@ -56,15 +57,23 @@ def dense_matmul_flops_per_second(size=1024, repeats=30):
 
 def tutorial_dataset(pairs, source_tokenizer, target_tokenizer, max_length, batch_size=64, seed=0):
     """The classic tutorial's pipeline, tokenizing each batch as it goes."""
+
     def prepare_batch(source, target):
         source_ids = source_tokenizer.tokenize(source)[:, :max_length].to_tensor()
         target_ids = target_tokenizer.tokenize(target)[:, : max_length + 1].to_tensor()
-        return ((tf.cast(source_ids, tf.int32), tf.cast(target_ids[:, :-1], tf.int32)),
-                tf.cast(target_ids[:, 1:], tf.int32))
+        return (
+            (tf.cast(source_ids, tf.int32), tf.cast(target_ids[:, :-1], tf.int32)),
+            tf.cast(target_ids[:, 1:], tf.int32),
+        )
 
     dataset = tf.data.Dataset.from_tensor_slices(([s for s, _ in pairs], [t for _, t in pairs]))
-    return (dataset.shuffle(20_000, seed=seed).repeat().batch(batch_size)
-            .map(prepare_batch, tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE))
+    return (
+        dataset.shuffle(20_000, seed=seed)
+        .repeat()
+        .batch(batch_size)
+        .map(prepare_batch, tf.data.AUTOTUNE)
+        .prefetch(tf.data.AUTOTUNE)
+    )
 
 
 def measure(trainer, dataset, config, source_vocab, target_vocab, steps, warmup_steps):
@@ -86,19 +95,27 @@ def measure(trainer, dataset, config, source_vocab, target_vocab, steps, warmup_
         for ids in (source, labels):
             real_tokens += float(tf.math.count_nonzero(ids))
             positions += float(tf.size(ids))
-        flops += step_flops(config, source.shape[1], labels.shape[1], source.shape[0],
-                            source_vocab, target_vocab)
-    return {"tokens_per_second": real_tokens / seconds, "padding": 1 - real_tokens / positions,
-            "flops_per_second": flops / seconds, "flops_per_token": flops / real_tokens,
-            "seconds": seconds}
+        flops += step_flops(
+            config, source.shape[1], labels.shape[1], source.shape[0], source_vocab, target_vocab
+        )
+    return {
+        "tokens_per_second": real_tokens / seconds,
+        "padding": 1 - real_tokens / positions,
+        "flops_per_second": flops / seconds,
+        "flops_per_token": flops / real_tokens,
+        "seconds": seconds,
+    }
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m benchmarks.bench_train", description=__doc__)
     parser.add_argument("--preset", default="small")
     parser.add_argument("--data", default="bible")
-    parser.add_argument("--vocab_dir", default="runs/small/tokenizer",
-                        help="reuse these vocabularies (built there from the data when missing)")
+    parser.add_argument(
+        "--vocab_dir",
+        default="runs/small/tokenizer",
+        help="reuse these vocabularies (built there from the data when missing)",
+    )
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--warmup_steps", type=int, default=8)
     parser.add_argument("--output", help="write the results into this Markdown file")
@@ -108,23 +125,27 @@ def main(argv=None):
     pairs = load_pairs(args.data, "train")
     source_tokenizer, target_tokenizer = build_run_tokenizers(pairs, config, args.vocab_dir)
     source_ids, target_ids, _ = bound_lengths(
-        *tokenize_pairs(pairs, source_tokenizer, target_tokenizer), config.max_length)
+        *tokenize_pairs(pairs, source_tokenizer, target_tokenizer), config.max_length
+    )
     source_vocab, target_vocab = source_tokenizer.vocab_size, target_tokenizer.vocab_size
 
     results = {}
     pipelines = {
-        "this project (bucketed, batch_tokens=%d)" % config.batch_tokens: make_dataset(
-            source_ids, target_ids, config.max_length, config.batch_tokens),
+        f"this project (bucketed, batch_tokens={config.batch_tokens})": make_dataset(
+            source_ids, target_ids, config.max_length, config.batch_tokens
+        ),
         "classic tutorial (padded batches of 64)": tutorial_dataset(
-            pairs, source_tokenizer, target_tokenizer, config.max_length),
+            pairs, source_tokenizer, target_tokenizer, config.max_length
+        ),
     }
     for name, dataset in pipelines.items():
         model = artifacts.build_model(vars(config), source_vocab, target_vocab)
         model.build(((None, None), (None, None)))
         optimizer, _ = make_optimizer(config)
         trainer = Trainer(config, tf.distribute.get_strategy(), model, optimizer)
-        results[name] = measure(trainer, dataset, config, source_vocab, target_vocab, args.steps,
-                                args.warmup_steps)
+        results[name] = measure(
+            trainer, dataset, config, source_vocab, target_vocab, args.steps, args.warmup_steps
+        )
         print(name, {key: round(value, 3) for key, value in results[name].items()}, flush=True)
     matmul = dense_matmul_flops_per_second()
 
@@ -144,7 +165,7 @@ Model: preset `{args.preset}` ({config.num_layers}+{config.num_layers} layers, d
 {rows}
 
 Dense float32 matmul (1024×1024) in the same run: {matmul / 1e9:.1f} GFLOP/s.
-Speed-up of this project's pipeline over the tutorial's: **{ours['tokens_per_second'] / tutorial['tokens_per_second']:.2f}×** real tokens/s (goal ≥ 1.5×).
+Speed-up of this project's pipeline over the tutorial's: **{ours["tokens_per_second"] / tutorial["tokens_per_second"]:.2f}×** real tokens/s (goal ≥ 1.5×).
 """
     print(body)
     if args.output:

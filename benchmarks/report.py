@@ -12,7 +12,9 @@ def machine_description():
     cpu = platform.processor() or "unknown CPU"
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as handle:
-            names = [line.split(":", 1)[1].strip() for line in handle if line.startswith("model name")]
+            names = [
+                line.split(":", 1)[1].strip() for line in handle if line.startswith("model name")
+            ]
         if names:
             cpu = names[0]
     except OSError:
@@ -29,9 +31,16 @@ def write_section(path, title, body):
         with open(path, encoding="utf-8") as handle:
             text = handle.read()
     if not text.startswith("# Benchmarks"):
-        text = "# Benchmarks\n\nEvery number here was measured by the command shown with it.\n\n" + text
+        text = (
+            "# Benchmarks\n\nEvery number here was measured by the command shown with it.\n\n"
+            + text
+        )
     section = f"## {title}\n\n{body.strip()}\n\n"
     pattern = re.compile(rf"^## {re.escape(title)}\n.*?(?=^## |\Z)", re.S | re.M)
-    text = pattern.sub(lambda _: section, text) if pattern.search(text) else text.rstrip() + "\n\n" + section
+    text = (
+        pattern.sub(lambda _: section, text)
+        if pattern.search(text)
+        else text.rstrip() + "\n\n" + section
+    )
     with open(path, "w", encoding="utf-8") as handle:
         handle.write(text.rstrip() + "\n")

@@ -52,25 +52,41 @@ def run_point(name, sweep_dir, minutes, cpus, settings, dev_sentences, checkpoin
     shutil.rmtree(run_dir, ignore_errors=True)
     os.makedirs(run_dir)
     log_path = os.path.join(sweep_dir, f"{name}.log")
-    flags = {"train_minutes": minutes, "train_steps": 1_000_000, "dev_bleu_sentences": dev_sentences,
-             "checkpoint_every": checkpoint_every, **settings}
+    flags = {
+        "train_minutes": minutes,
+        "train_steps": 1_000_000,
+        "dev_bleu_sentences": dev_sentences,
+        "checkpoint_every": checkpoint_every,
+        **settings,
+    }
     command = [sys.executable, "-m", "training.train", "--preset", "small", "--run_dir", run_dir]
     for flag, value in flags.items():
         command += [f"--{flag}", str(value).lower() if isinstance(value, bool) else str(value)]
     started = time.time()
     run_command(command, cpus, log_path)
     train_seconds = time.time() - started
-    run_command([sys.executable, "-m", "training.evaluate", "--run_dir", run_dir,
-                 "--split", "test"], cpus, log_path)
+    run_command(
+        [sys.executable, "-m", "training.evaluate", "--run_dir", run_dir, "--split", "test"],
+        cpus,
+        log_path,
+    )
     with open(os.path.join(run_dir, "eval", "test.greedy.report.json"), encoding="utf-8") as handle:
         report = json.load(handle)
     steps, bleus, walls = read_scalars(os.path.join(run_dir, "logs", "dev"), wall_time=True)["bleu"]
-    dev_curve = [(round((wall - started) / 60, 2), step, bleu)
-                 for step, bleu, wall in zip(steps, bleus, walls)]
+    dev_curve = [
+        (round((wall - started) / 60, 2), step, bleu)
+        for step, bleu, wall in zip(steps, bleus, walls)
+    ]
     result = {
-        "name": name, "settings": settings, "minutes": minutes, "cpus": cpus or "all",
-        "train_seconds": round(train_seconds, 1), "steps": dev_curve[-1][1] if dev_curve else 0,
-        "dev_curve": dev_curve, "test_bleu": report["bleu"], "test_chrf": report["chrf"],
+        "name": name,
+        "settings": settings,
+        "minutes": minutes,
+        "cpus": cpus or "all",
+        "train_seconds": round(train_seconds, 1),
+        "steps": dev_curve[-1][1] if dev_curve else 0,
+        "dev_curve": dev_curve,
+        "test_bleu": report["bleu"],
+        "test_chrf": report["chrf"],
         "bleu_signature": report["bleu_signature"],
     }
     with open(result_path, "w", encoding="utf-8") as handle:
@@ -87,8 +103,12 @@ def plot(results, path):
     figure, axes = plt.subplots(figsize=(8, 5))
     for result in sorted(results, key=lambda r: -r["test_bleu"]):
         curve = result["dev_curve"]
-        axes.plot([m for m, _, _ in curve], [b for _, _, b in curve], marker=".",
-                  label=f"{result['name']} (test {result['test_bleu']:.1f})")
+        axes.plot(
+            [m for m, _, _ in curve],
+            [b for _, _, b in curve],
+            marker=".",
+            label=f"{result['name']} (test {result['test_bleu']:.1f})",
+        )
     axes.set_xlabel("wall-clock minutes (setup and dev evaluations included)")
     axes.set_ylabel("dev BLEU (greedy)")
     axes.set_title("Training recipes at equal time budgets (small preset)")
@@ -114,16 +134,19 @@ def markdown(results, command, plot_path):
     for result in sorted(results, key=lambda r: -r["test_bleu"]):
         change = ", ".join(f"{k}={v}" for k, v in result["settings"].items()) or "—"
         best_dev = max((b for _, _, b in result["dev_curve"]), default=float("nan"))
-        lines.append(f"| {result['name']} | {change} | {result['steps']} | "
-                     f"{result['test_bleu']:.2f} | {result['test_chrf']:.2f} | {best_dev:.2f} |")
+        lines.append(
+            f"| {result['name']} | {change} | {result['steps']} | "
+            f"{result['test_bleu']:.2f} | {result['test_chrf']:.2f} | {best_dev:.2f} |"
+        )
     lines += ["", f"![dev BLEU against minutes]({plot_path})"]
     return "\n".join(lines)
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m benchmarks.sweep_recipe", description=__doc__)
-    parser.add_argument("--points", default=",".join(POINTS),
-                        help=f"comma-separated subset of: {', '.join(POINTS)}")
+    parser.add_argument(
+        "--points", default=",".join(POINTS), help=f"comma-separated subset of: {', '.join(POINTS)}"
+    )
     parser.add_argument("--minutes", type=float, default=12.0, help="training budget per point")
     parser.add_argument("--cpus", help="taskset CPU list for every point, e.g. 1 (default: all)")
     parser.add_argument("--sweep_dir", default=os.path.join("runs", "sweep"))
@@ -140,12 +163,21 @@ def main(argv=None):
     results = []
     for index, name in enumerate(names, 1):
         print(f"[{index}/{len(names)}] {name}: {POINTS[name][1]}", flush=True)
-        result = run_point(name, args.sweep_dir, args.minutes, args.cpus, POINTS[name][0],
-                           args.dev_bleu_sentences, args.checkpoint_every)
+        result = run_point(
+            name,
+            args.sweep_dir,
+            args.minutes,
+            args.cpus,
+            POINTS[name][0],
+            args.dev_bleu_sentences,
+            args.checkpoint_every,
+        )
         results.append(result)
         print(f"    {result['steps']} steps, test BLEU {result['test_bleu']:.2f}", flush=True)
     plot(results, args.plot)
-    command = "python -m benchmarks.sweep_recipe " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "python -m benchmarks.sweep_recipe " + " ".join(
+        argv if argv is not None else sys.argv[1:]
+    )
     text = markdown(results, command.strip(), args.plot)
     print(text)
     if args.output:

@@ -27,8 +27,9 @@ START_UP_NOTICES = re.compile(
 
 def filter_start_up_notices(captured):
     """`captured` (bytes) without the lines that are start-up notices."""
-    return b"".join(line for line in captured.splitlines(keepends=True)
-                    if not START_UP_NOTICES.match(line))
+    return b"".join(
+        line for line in captured.splitlines(keepends=True) if not START_UP_NOTICES.match(line)
+    )
 
 
 def import_tensorflow_quietly():

@@ -1,6 +1,6 @@
 """Scaled dot-product attention, the core formula of "Attention Is All You Need" (§3.2.1).
 
-    Attention(Q, K, V) = softmax(Q·Kᵀ / √d_k) · V
+Attention(Q, K, V) = softmax(Q·Kᵀ / √d_k) · V
 """
 
 import tensorflow as tf

@@ -40,5 +40,11 @@ def write_slot(buffer, new, index, axis):
     length = tf.one_hot(axis, rank, on_value=tf.shape(new)[axis], off_value=0, dtype=tf.int32)
     whole_other_axes = (1 << rank) - 1 - (1 << axis)  # begin/end mask bits: take the axis whole.
     return tf.raw_ops.TensorStridedSliceUpdate(
-        input=buffer, begin=start, end=start + length, strides=tf.ones([rank], tf.int32),
-        value=new, begin_mask=whole_other_axes, end_mask=whole_other_axes)
+        input=buffer,
+        begin=start,
+        end=start + length,
+        strides=tf.ones([rank], tf.int32),
+        value=new,
+        begin_mask=whole_other_axes,
+        end_mask=whole_other_axes,
+    )

@@ -33,14 +33,33 @@ class Decoder(LayerStack):
     Incremental decoding: `init_cache`, then `decode_step`; `reorder_cache` for beam search.
     """
 
-    def __init__(self, num_layers, d_model, num_heads, dff, target_vocab_size,
-                 maximum_position_encoding, rate=0.1, norm_first=False, token_embedding=None,
-                 **kwargs):
+    def __init__(
+        self,
+        num_layers,
+        d_model,
+        num_heads,
+        dff,
+        target_vocab_size,
+        maximum_position_encoding,
+        rate=0.1,
+        norm_first=False,
+        token_embedding=None,
+        **kwargs,
+    ):
         super().__init__(
-            layer_class=DecoderLayer, layer_prefix="decoder_layer", layers_attribute="dec_layers",
-            num_layers=num_layers, d_model=d_model, num_heads=num_heads, dff=dff,
-            vocab_size=target_vocab_size, maximum_position_encoding=maximum_position_encoding,
-            rate=rate, norm_first=norm_first, token_embedding=token_embedding, **kwargs,
+            layer_class=DecoderLayer,
+            layer_prefix="decoder_layer",
+            layers_attribute="dec_layers",
+            num_layers=num_layers,
+            d_model=d_model,
+            num_heads=num_heads,
+            dff=dff,
+            vocab_size=target_vocab_size,
+            maximum_position_encoding=maximum_position_encoding,
+            rate=rate,
+            norm_first=norm_first,
+            token_embedding=token_embedding,
+            **kwargs,
         )
         self.target_vocab_size = target_vocab_size
 
@@ -53,8 +72,9 @@ class Decoder(LayerStack):
 
     def reorder_cache(self, cache, indices):
         """Each layer's cache at the rows `indices` (see `DecoderLayer.reorder_cache`)."""
-        return {layer.name: layer.reorder_cache(cache[layer.name], indices)
-                for layer in self.dec_layers}
+        return {
+            layer.name: layer.reorder_cache(cache[layer.name], indices) for layer in self.dec_layers
+        }
 
     def call(self, x, enc_output, training=None, look_ahead_mask=None, padding_mask=None):
         x = self.embed(x, training)

@@ -84,8 +84,10 @@ class DecoderLayer(keras.layers.Layer):
         """The cache of the rows `indices` `(batch,)` (beam search: each hypothesis takes its
         parent's history). Only the self-attention keys/values move: `indices` stay within the
         rows of one source sentence, whose cross-attention keys/values are the same."""
-        return {**cache, "self": {name: tf.gather(tensor, indices)
-                                  for name, tensor in cache["self"].items()}}
+        return {
+            **cache,
+            "self": {name: tf.gather(tensor, indices) for name, tensor in cache["self"].items()},
+        }
 
     def call(self, x, enc_output, training=None, look_ahead_mask=None, padding_mask=None):
         normed = self.self_attention_block.normalize_input(x)

@@ -83,13 +83,17 @@ def _next_token_log_probs(logits, step, min_length, end_id):
     vocab_size = tf.shape(log_probs)[-1]
     forbidden = tf.one_hot(PAD_ID, vocab_size, on_value=NEG_INF, off_value=0.0)
     end_forbidden = tf.one_hot(end_id, vocab_size, on_value=NEG_INF, off_value=0.0)
-    forbidden += tf.where(tf.less(step + 1, min_length), end_forbidden, tf.zeros_like(end_forbidden))
+    forbidden += tf.where(
+        tf.less(step + 1, min_length), end_forbidden, tf.zeros_like(end_forbidden)
+    )
     return log_probs + forbidden
 
 
 def _unknown_shapes(structure):
     """`tf.while_loop` shape invariants that only fix the rank (batch and lengths vary by call)."""
-    return tf.nest.map_structure(lambda tensor: tf.TensorShape([None] * tensor.shape.rank), structure)
+    return tf.nest.map_structure(
+        lambda tensor: tf.TensorShape([None] * tensor.shape.rank), structure
+    )
 
 
 def _take_rows(structure, rows):
@@ -109,12 +113,24 @@ def _empty_outputs(batch_size, slots, alignment_width):
 def _trim(outputs):
     """Search outputs cut to the positions the loop ran (`length`)."""
     length = outputs["length"]
-    return {"tokens": outputs["tokens"][:, :length], "scores": outputs["scores"],
-            "alignment": outputs["alignment"][:, :length]}
+    return {
+        "tokens": outputs["tokens"][:, :length],
+        "scores": outputs["scores"],
+        "alignment": outputs["alignment"][:, :length],
+    }
 
 
-def greedy_search(step_fn, start_ids, end_id, state, max_length, alignment_width, min_length=0,
-                  fixed_shape=False, slots=None):
+def greedy_search(
+    step_fn,
+    start_ids,
+    end_id,
+    state,
+    max_length,
+    alignment_width,
+    min_length=0,
+    fixed_shape=False,
+    slots=None,
+):
     """Greedy search: each row takes its most probable next token until it produces `end_id`.
 
     Args:
@@ -136,8 +152,15 @@ def greedy_search(step_fn, start_ids, end_id, state, max_length, alignment_width
     """
     slots = max_length if slots is None else slots
     loop = _greedy_fixed_shape if fixed_shape else _greedy_dropping_finished
-    return loop(step_fn, start_ids, end_id, state, max_length, min_length,
-                _empty_outputs(tf.shape(start_ids)[0], slots, alignment_width))
+    return loop(
+        step_fn,
+        start_ids,
+        end_id,
+        state,
+        max_length,
+        min_length,
+        _empty_outputs(tf.shape(start_ids)[0], slots, alignment_width),
+    )
 
 
 def _greedy_step(step_fn, ids, step, state, end_id, min_length):
@@ -154,7 +177,8 @@ def _greedy_fixed_shape(step_fn, start_ids, end_id, state, max_length, min_lengt
 
     def body(step, ids, finished, state, outputs):
         next_ids, log_probs, alignment, state = _greedy_step(
-            step_fn, ids, step, state, end_id, min_length)
+            step_fn, ids, step, state, end_id, min_length
+        )
         next_ids = tf.where(finished, PAD_ID, next_ids)
         alignment = tf.where(finished[:, tf.newaxis], 0.0, alignment)
         outputs = {
@@ -168,7 +192,8 @@ def _greedy_fixed_shape(step_fn, start_ids, end_id, state, max_length, min_lengt
         return tf.logical_not(tf.reduce_all(finished))
 
     steps, _, _, _, outputs = tf.while_loop(
-        cond, body,
+        cond,
+        body,
         (tf.constant(0), start_ids, tf.zeros(tf.shape(start_ids), tf.bool), state, outputs),
         maximum_iterations=max_length,
     )
@@ -182,7 +207,8 @@ def _greedy_dropping_finished(step_fn, start_ids, end_id, state, max_length, min
 
     def body(step, alive, outputs):
         next_ids, log_probs, alignment, state = _greedy_step(
-            step_fn, alive["ids"], step, alive["state"], end_id, min_length)
+            step_fn, alive["ids"], step, alive["state"], end_id, min_length
+        )
         # No row here has ended: each writes at its batch index.
         rows = alive["rows"]
         at_step = tf.stack([rows, tf.fill(tf.shape(rows), step)], axis=1)
@@ -200,7 +226,10 @@ def _greedy_dropping_finished(step_fn, start_ids, end_id, state, max_length, min
     alive = {"ids": start_ids, "rows": tf.range(tf.shape(start_ids)[0]), "state": state}
     loop_vars = (tf.constant(0), alive, outputs)
     steps, _, outputs = tf.while_loop(
-        cond, body, loop_vars, maximum_iterations=max_length,
+        cond,
+        body,
+        loop_vars,
+        maximum_iterations=max_length,
         shape_invariants=_unknown_shapes(loop_vars),
     )
     return {**outputs, "length": steps}
@@ -213,9 +242,11 @@ def _drop_finished_rows(alive, finished):
     Gathering the rest costs one copy of their state, so it happens only on the steps where
     some row ends.
     """
-    return tf.cond(tf.reduce_any(finished),
-                   lambda: _take_rows(alive, tf.where(tf.logical_not(finished))[:, 0]),
-                   lambda: alive)
+    return tf.cond(
+        tf.reduce_any(finished),
+        lambda: _take_rows(alive, tf.where(tf.logical_not(finished))[:, 0]),
+        lambda: alive,
+    )
 
 
 def greedy_decode(model, inp, start_id, end_id, max_length=None, min_length=0, jit_compile=False):
@@ -249,8 +280,14 @@ def greedy_decode(model, inp, start_id, end_id, max_length=None, min_length=0, j
         cache = model.init_cache(*model.encode(inp, training=False), slots)
         start_ids = tf.fill([tf.shape(inp)[0]], tf.cast(start_id, tf.int32))
         return greedy_search(
-            transformer_step_fn(model), start_ids, end_id, cache, max_length,
-            alignment_width=tf.shape(inp)[1], min_length=min_length, fixed_shape=jit_compile,
+            transformer_step_fn(model),
+            start_ids,
+            end_id,
+            cache,
+            max_length,
+            alignment_width=tf.shape(inp)[1],
+            min_length=min_length,
+            fixed_shape=jit_compile,
             slots=slots,
         )
 
@@ -288,7 +325,8 @@ def _eager_xla_greedy(model):
         model_ref = weakref.ref(model)
         _EAGER_XLA_GREEDY[model] = tf.function(
             lambda inp, start_id, end_id, max_length, min_length: greedy_decode(
-                model_ref(), inp, start_id, end_id, max_length, min_length, jit_compile=True),
+                model_ref(), inp, start_id, end_id, max_length, min_length, jit_compile=True
+            ),
             reduce_retracing=True,
         )
     return _EAGER_XLA_GREEDY[model]
@@ -326,10 +364,18 @@ def naive_greedy_decode(model, inp, start_id, end_id, max_length=None, min_lengt
     _, prefix, scores, _ = tf.while_loop(
         cond,
         body,
-        (tf.constant(0), tf.fill([batch_size, 1], tf.cast(start_id, tf.int32)),
-         tf.zeros([batch_size], tf.float32), tf.zeros([batch_size], tf.bool)),
-        shape_invariants=(tf.TensorShape([]), tf.TensorShape([None, None]),
-                          tf.TensorShape([None]), tf.TensorShape([None])),
+        (
+            tf.constant(0),
+            tf.fill([batch_size, 1], tf.cast(start_id, tf.int32)),
+            tf.zeros([batch_size], tf.float32),
+            tf.zeros([batch_size], tf.bool),
+        ),
+        shape_invariants=(
+            tf.TensorShape([]),
+            tf.TensorShape([None, None]),
+            tf.TensorShape([None]),
+            tf.TensorShape([None]),
+        ),
         maximum_iterations=max_length,
     )
     return {"tokens": mask_after_end(prefix[:, 1:], end_id), "scores": scores}
@@ -389,8 +435,18 @@ class BeamState(NamedTuple):
     step_state: object
 
 
-def beam_search(step_fn, start_ids, end_id, state, max_length, alignment_width, beam_width=4,
-                alpha=0.6, min_length=0, reorder_state=_take_rows):
+def beam_search(
+    step_fn,
+    start_ids,
+    end_id,
+    state,
+    max_length,
+    alignment_width,
+    beam_width=4,
+    alpha=0.6,
+    min_length=0,
+    reorder_state=_take_rows,
+):
     """Beam search with the GNMT length penalty.
 
     Each step expands the `beam_width` alive hypotheses, keeps the 2·beam_width best
@@ -419,17 +475,21 @@ def beam_search(step_fn, start_ids, end_id, state, max_length, alignment_width, 
     batch_size = tf.shape(start_ids)[0]
 
     def body(step, beams, outputs):
-        beams = _beam_step(step_fn, reorder_state, beams, step, beam_width, end_id, min_length,
-                           alpha)
+        beams = _beam_step(
+            step_fn, reorder_state, beams, step, beam_width, end_id, min_length, alpha
+        )
         over = _search_is_over(beams, max_length, alpha)
 
         def store_and_drop_finished_searches():
             done = _take_rows(_best_hypotheses(beams, alpha), tf.where(over)[:, 0])
-            return (_keep_searches(beams, tf.where(tf.logical_not(over))[:, 0], beam_width),
-                    _store(outputs, done, max_length))
+            return (
+                _keep_searches(beams, tf.where(tf.logical_not(over))[:, 0], beam_width),
+                _store(outputs, done, max_length),
+            )
 
-        return (step + 1,) + tf.cond(tf.reduce_any(over), store_and_drop_finished_searches,
-                                     lambda: (beams, outputs))
+        return (step + 1,) + tf.cond(
+            tf.reduce_any(over), store_and_drop_finished_searches, lambda: (beams, outputs)
+        )
 
     def cond(step, beams, outputs):
         return tf.size(beams.rows) > 0
@@ -440,7 +500,10 @@ def beam_search(step_fn, start_ids, end_id, state, max_length, alignment_width, 
         _empty_outputs(batch_size, max_length, alignment_width),
     )
     steps, beams, outputs = tf.while_loop(
-        cond, body, loop_vars, shape_invariants=_unknown_shapes(loop_vars),
+        cond,
+        body,
+        loop_vars,
+        shape_invariants=_unknown_shapes(loop_vars),
         maximum_iterations=max_length,
     )
     # Sentences still searching when max_length cut the loop short.
@@ -458,7 +521,8 @@ def _initial_beams(start_ids, state, beam_width, alignment_width):
         alive_seq=empty_seq,
         alive_log_probs=tf.tile(
             tf.concat([[0.0], tf.fill([beam_width - 1], NEG_INF)], axis=0)[tf.newaxis],
-            [batch_size, 1]),
+            [batch_size, 1],
+        ),
         alive_alignment=empty_alignment,
         finished_seq=empty_seq,
         finished_scores=tf.fill([batch_size, beam_width], NEG_INF),
@@ -488,10 +552,15 @@ def _beam_step(step_fn, reorder_state, beams, step, beam_width, end_id, min_leng
     top_origins = top_indices // vocab_size
     top_tokens = top_indices % vocab_size
     top_seq = tf.concat(
-        [_gather_beams(beams.alive_seq, top_origins), top_tokens[:, :, tf.newaxis]], axis=2)
+        [_gather_beams(beams.alive_seq, top_origins), top_tokens[:, :, tf.newaxis]], axis=2
+    )
     top_alignment = tf.concat(
-        [_gather_beams(beams.alive_alignment, top_origins),
-         _gather_beams(step_alignment, top_origins)], axis=2)
+        [
+            _gather_beams(beams.alive_alignment, top_origins),
+            _gather_beams(step_alignment, top_origins),
+        ],
+        axis=2,
+    )
     top_ended = tf.cast(tf.equal(top_tokens, end_id), tf.float32)
 
     # Alive: the k best continuations that did not end.
@@ -503,7 +572,8 @@ def _beam_step(step_fn, reorder_state, beams, step, beam_width, end_id, min_leng
     padded_finished = tf.pad(beams.finished_seq, [[0, 0], [0, 0], [0, 1]])
     padded_alignment = tf.pad(beams.finished_alignment, [[0, 0], [0, 0], [0, 1], [0, 0]])
     finished_scores, finished_choice = tf.math.top_k(
-        tf.concat([beams.finished_scores, new_scores], axis=1), k=beam_width)
+        tf.concat([beams.finished_scores, new_scores], axis=1), k=beam_width
+    )
 
     # Each alive hypothesis continues the step state of its parent beam.
     parents = _gather_beams(top_origins, alive_choice)
@@ -516,7 +586,8 @@ def _beam_step(step_fn, reorder_state, beams, step, beam_width, end_id, min_leng
         finished_seq=_gather_beams(tf.concat([padded_finished, top_seq], axis=1), finished_choice),
         finished_scores=finished_scores,
         finished_alignment=_gather_beams(
-            tf.concat([padded_alignment, top_alignment], axis=1), finished_choice),
+            tf.concat([padded_alignment, top_alignment], axis=1), finished_choice
+        ),
         last_ids=tf.reshape(alive_seq[:, :, -1], [-1]),
         step_state=reorder_state(step_state, parent_rows),
     )
@@ -537,8 +608,10 @@ def _keep_searches(beams, keep, beam_width):
     keep = tf.cast(keep, tf.int32)
     keep_beams = tf.reshape(keep[:, tf.newaxis] * beam_width + tf.range(beam_width), [-1])
     per_sentence = _take_rows(beams._replace(last_ids=(), step_state=()), keep)
-    return per_sentence._replace(last_ids=tf.gather(beams.last_ids, keep_beams),
-                                 step_state=_take_rows(beams.step_state, keep_beams))
+    return per_sentence._replace(
+        last_ids=tf.gather(beams.last_ids, keep_beams),
+        step_state=_take_rows(beams.step_state, keep_beams),
+    )
 
 
 def _best_hypotheses(beams, alpha):
@@ -550,11 +623,15 @@ def _best_hypotheses(beams, alpha):
     alive_scores = beams.alive_log_probs[:, 0] / length_penalty(alive_length, alpha)
     return {
         "rows": beams.rows,
-        "tokens": tf.where(has_finished[:, tf.newaxis], beams.finished_seq[:, 0],
-                           beams.alive_seq[:, 0]),
+        "tokens": tf.where(
+            has_finished[:, tf.newaxis], beams.finished_seq[:, 0], beams.alive_seq[:, 0]
+        ),
         "scores": tf.where(has_finished, beams.finished_scores[:, 0], alive_scores),
-        "alignment": tf.where(has_finished[:, tf.newaxis, tf.newaxis],
-                              beams.finished_alignment[:, 0], beams.alive_alignment[:, 0]),
+        "alignment": tf.where(
+            has_finished[:, tf.newaxis, tf.newaxis],
+            beams.finished_alignment[:, 0],
+            beams.alive_alignment[:, 0],
+        ),
     }
 
 
@@ -564,9 +641,11 @@ def _store(outputs, best, max_length):
     room = max_length - tf.shape(best["tokens"])[1]
     return {
         "tokens": tf.tensor_scatter_nd_update(
-            outputs["tokens"], rows, tf.pad(best["tokens"], [[0, 0], [0, room]])),
+            outputs["tokens"], rows, tf.pad(best["tokens"], [[0, 0], [0, room]])
+        ),
         "alignment": tf.tensor_scatter_nd_update(
-            outputs["alignment"], rows, tf.pad(best["alignment"], [[0, 0], [0, room], [0, 0]])),
+            outputs["alignment"], rows, tf.pad(best["alignment"], [[0, 0], [0, room], [0, 0]])
+        ),
         "scores": tf.tensor_scatter_nd_update(outputs["scores"], rows, best["scores"]),
     }
 
@@ -592,8 +671,17 @@ def beam_search_decode(
         max_length = max_output_length(inp, limit=model.pe_target - 1)
     cache = model.init_cache(*model.encode(inp, training=False), max_length)
     start_ids = tf.fill([tf.shape(inp)[0]], tf.cast(start_id, tf.int32))
-    return _trim(beam_search(
-        transformer_step_fn(model), start_ids, end_id, cache, max_length,
-        alignment_width=tf.shape(inp)[1], beam_width=beam_width, alpha=alpha,
-        min_length=min_length, reorder_state=model.reorder_cache,
-    ))
+    return _trim(
+        beam_search(
+            transformer_step_fn(model),
+            start_ids,
+            end_id,
+            cache,
+            max_length,
+            alignment_width=tf.shape(inp)[1],
+            beam_width=beam_width,
+            alpha=alpha,
+            min_length=min_length,
+            reorder_state=model.reorder_cache,
+        )
+    )

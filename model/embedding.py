@@ -16,9 +16,13 @@ def make_token_embedding(vocab_size, d_model, dtype=None, name="embedding"):
     added to, and the logits of the tied projection start with unit variance too.
     """
     return keras.layers.ReversibleEmbedding(
-        vocab_size, d_model, tie_weights=True,
+        vocab_size,
+        d_model,
+        tie_weights=True,
         embeddings_initializer=keras.initializers.RandomNormal(stddev=d_model**-0.5),
-        reverse_dtype="float32", name=name, dtype=dtype,
+        reverse_dtype="float32",
+        name=name,
+        dtype=dtype,
     )
 
 
@@ -42,8 +46,9 @@ class PositionalEmbedding(keras.layers.Layer):
         `(batch, seq_len, d_model)` in the layer's compute dtype.
     """
 
-    def __init__(self, vocab_size, d_model, maximum_position_encoding, token_embedding=None,
-                 **kwargs):
+    def __init__(
+        self, vocab_size, d_model, maximum_position_encoding, token_embedding=None, **kwargs
+    ):
         super().__init__(**kwargs)
         self.vocab_size = vocab_size
         self.d_model = d_model

@@ -31,14 +31,33 @@ class Encoder(AttentionMaskArgument, LayerStack):
         `{"encoder_layer{i}": (batch, num_heads, inp_len, inp_len)}` as a second element.
     """
 
-    def __init__(self, num_layers, d_model, num_heads, dff, input_vocab_size,
-                 maximum_position_encoding, rate=0.1, norm_first=False, token_embedding=None,
-                 **kwargs):
+    def __init__(
+        self,
+        num_layers,
+        d_model,
+        num_heads,
+        dff,
+        input_vocab_size,
+        maximum_position_encoding,
+        rate=0.1,
+        norm_first=False,
+        token_embedding=None,
+        **kwargs,
+    ):
         super().__init__(
-            layer_class=EncoderLayer, layer_prefix="encoder_layer", layers_attribute="enc_layers",
-            num_layers=num_layers, d_model=d_model, num_heads=num_heads, dff=dff,
-            vocab_size=input_vocab_size, maximum_position_encoding=maximum_position_encoding,
-            rate=rate, norm_first=norm_first, token_embedding=token_embedding, **kwargs,
+            layer_class=EncoderLayer,
+            layer_prefix="encoder_layer",
+            layers_attribute="enc_layers",
+            num_layers=num_layers,
+            d_model=d_model,
+            num_heads=num_heads,
+            dff=dff,
+            vocab_size=input_vocab_size,
+            maximum_position_encoding=maximum_position_encoding,
+            rate=rate,
+            norm_first=norm_first,
+            token_embedding=token_embedding,
+            **kwargs,
         )
         self.input_vocab_size = input_vocab_size
 

@@ -3,9 +3,9 @@
 import keras
 
 from model.feed_forward import point_wise_feed_forward_network
+from model.masks import AttentionMaskArgument
 from model.multi_head_attention import MultiHeadAttention
 from model.sublayer import LAYER_ARGS, ResidualNorm
-from model.masks import AttentionMaskArgument
 
 
 @keras.saving.register_keras_serializable(package="transformer")

@@ -25,9 +25,23 @@ class LayerStack(keras.layers.Layer):
             by default the stack's embedding makes its own.
     """
 
-    def __init__(self, *, layer_class, layer_prefix, layers_attribute, num_layers, d_model,
-                 num_heads, dff, vocab_size, maximum_position_encoding, rate=0.1, norm_first=False,
-                 token_embedding=None, **kwargs):
+    def __init__(
+        self,
+        *,
+        layer_class,
+        layer_prefix,
+        layers_attribute,
+        num_layers,
+        d_model,
+        num_heads,
+        dff,
+        vocab_size,
+        maximum_position_encoding,
+        rate=0.1,
+        norm_first=False,
+        token_embedding=None,
+        **kwargs,
+    ):
         super().__init__(**kwargs)
         self.num_layers = num_layers
         self.d_model = d_model
@@ -38,15 +52,30 @@ class LayerStack(keras.layers.Layer):
         self.norm_first = norm_first
         policy = self.dtype_policy
         self.embedding = PositionalEmbedding(
-            vocab_size, d_model, maximum_position_encoding, token_embedding=token_embedding,
-            name="embedding", dtype=policy,
+            vocab_size,
+            d_model,
+            maximum_position_encoding,
+            token_embedding=token_embedding,
+            name="embedding",
+            dtype=policy,
         )
         self._layers_attribute = layers_attribute
-        setattr(self, layers_attribute, [
-            layer_class(d_model=d_model, num_heads=num_heads, dff=dff, rate=rate,
-                        norm_first=norm_first, name=f"{layer_prefix}{i + 1}", dtype=policy)
-            for i in range(num_layers)
-        ])
+        setattr(
+            self,
+            layers_attribute,
+            [
+                layer_class(
+                    d_model=d_model,
+                    num_heads=num_heads,
+                    dff=dff,
+                    rate=rate,
+                    norm_first=norm_first,
+                    name=f"{layer_prefix}{i + 1}",
+                    dtype=policy,
+                )
+                for i in range(num_layers)
+            ],
+        )
         self.dropout = keras.layers.Dropout(rate, dtype=policy)
         # Pre-LN leaves the last residual sum unnormalized; the stack normalizes it once.
         self.final_layernorm = (
@@ -72,7 +101,9 @@ class LayerStack(keras.layers.Layer):
 
     def embed(self, tokens, training, start_position=0):
         """`(batch, len)` ids → dropout(embedding·√d_model + PE): `(batch, len, d_model)`."""
-        return self.dropout(self.embedding(tokens, start_position=start_position), training=training)
+        return self.dropout(
+            self.embedding(tokens, start_position=start_position), training=training
+        )
 
     def normalize_output(self, x):
         return x if self.final_layernorm is None else self.final_layernorm(x)
@@ -84,7 +115,9 @@ class LayerStack(keras.layers.Layer):
         if "_checkpointed_layers" not in self.__dict__:
             # One stable wrapper: TF identifies checkpoint nodes by object identity. Set through
             # object.__setattr__ so Keras does not track it as a second copy of the layers.
-            object.__setattr__(self, "_checkpointed_layers", tf.__internal__.tracking.wrap(list(self.stack)))
+            object.__setattr__(
+                self, "_checkpointed_layers", tf.__internal__.tracking.wrap(list(self.stack))
+            )
         children[self._layers_attribute] = self._checkpointed_layers
         return children
 

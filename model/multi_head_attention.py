@@ -125,8 +125,10 @@ class MultiHeadAttention(AttentionMaskArgument, keras.layers.Layer):
             the updated cache.
         """
         new = self.compute_key_value(k, v)
-        cache = {name: write_slot(cache[name], new[name], cache_update_index, axis=2)
-                 for name in ("key", "value")}
+        cache = {
+            name: write_slot(cache[name], new[name], cache_update_index, axis=2)
+            for name in ("key", "value")
+        }
         new_positions = tf.shape(q)[1]
         mask = create_cache_mask(tf.shape(cache["key"])[2], cache_update_index, new_positions)
         attended = cache

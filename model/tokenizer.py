@@ -40,7 +40,6 @@ from tensorflow_text.python.ops.sentencepiece_tokenizer import gen_sentencepiece
 from model.files import write_atomically
 from model.special_tokens import END_ID, PAD_ID, RESERVED_TOKENS, START_ID, UNK_ID
 
-
 CONFIG_FILE = "tokenizer_config.json"
 TOKENIZER_TYPES = ("sentencepiece", "wordpiece")
 # Version 1 (no "format_version") was the hand-written WordPiece tokenizer of earlier releases.

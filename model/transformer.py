@@ -103,23 +103,40 @@ class Transformer(keras.Model):
         # One layer, hence one variable, for every use of the target embedding matrix.
         target_embedding = make_token_embedding(target_vocab_size, d_model, policy)
         self.encoder = Encoder(
-            num_layers=num_layers, d_model=d_model, num_heads=num_heads, dff=dff,
-            input_vocab_size=input_vocab_size, maximum_position_encoding=pe_input, rate=rate,
-            norm_first=norm_first, token_embedding=target_embedding if share_embeddings else None,
-            name="encoder", dtype=policy,
+            num_layers=num_layers,
+            d_model=d_model,
+            num_heads=num_heads,
+            dff=dff,
+            input_vocab_size=input_vocab_size,
+            maximum_position_encoding=pe_input,
+            rate=rate,
+            norm_first=norm_first,
+            token_embedding=target_embedding if share_embeddings else None,
+            name="encoder",
+            dtype=policy,
         )
         self.decoder = Decoder(
-            num_layers=num_layers, d_model=d_model, num_heads=num_heads, dff=dff,
-            target_vocab_size=target_vocab_size, maximum_position_encoding=pe_target, rate=rate,
-            norm_first=norm_first, token_embedding=target_embedding, name="decoder", dtype=policy,
+            num_layers=num_layers,
+            d_model=d_model,
+            num_heads=num_heads,
+            dff=dff,
+            target_vocab_size=target_vocab_size,
+            maximum_position_encoding=pe_target,
+            rate=rate,
+            norm_first=norm_first,
+            token_embedding=target_embedding,
+            name="decoder",
+            dtype=policy,
         )
         # The logits stay float32 under mixed precision: softmax and the loss need the range.
         if tie_embeddings:
-            self.final_layer = TiedOutputProjection(target_embedding, name="final_layer",
-                                                    dtype="float32")
+            self.final_layer = TiedOutputProjection(
+                target_embedding, name="final_layer", dtype="float32"
+            )
         else:
-            self.final_layer = keras.layers.Dense(target_vocab_size, name="final_layer",
-                                                  dtype="float32")
+            self.final_layer = keras.layers.Dense(
+                target_vocab_size, name="final_layer", dtype="float32"
+            )
 
     def build(self, input_shape):
         inp_shape, tar_shape = (tuple(shape) for shape in input_shape)
@@ -139,7 +156,9 @@ class Transformer(keras.Model):
             self.build(((None, None), (None, None)))
         enc_padding_mask = create_padding_mask(inp)
         encoded = self.encoder(
-            inp, training=training, mask=enc_padding_mask,
+            inp,
+            training=training,
+            mask=enc_padding_mask,
             return_attention_weights=return_attention_weights,
         )
         if return_attention_weights:
@@ -190,8 +209,11 @@ class Transformer(keras.Model):
             inp, training=training, return_attention_weights=True
         )
         hidden, decoder_weights = self.decoder(
-            tar, enc_output, training=training,
-            look_ahead_mask=create_decoder_self_attention_mask(tar), padding_mask=enc_padding_mask,
+            tar,
+            enc_output,
+            training=training,
+            look_ahead_mask=create_decoder_self_attention_mask(tar),
+            padding_mask=enc_padding_mask,
         )
         logits = self.final_layer(hidden)
         if return_attention_weights:

@@ -117,9 +117,7 @@ class Translator:
         none of its rows gives every output the right dtype and rank for free.
         """
         batch_size = tf.shape(text)[0]
-        nonempty_text = tf.cond(
-            batch_size > 0, lambda: text, lambda: tf.constant([""], tf.string)
-        )
+        nonempty_text = tf.cond(batch_size > 0, lambda: text, lambda: tf.constant([""], tf.string))
         return {name: output[:batch_size] for name, output in translate(nonempty_text).items()}
 
     def _max_output_length(self, source_ids):

@@ -21,8 +21,11 @@ REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
 FAST_ENV = "NOTEBOOK_FAST"
 # Looked for in this order: the user's own runs (the CPU default preset, then the quick demo),
 # then the pretrained model committed to the repository (training.artifacts.PRETRAINED_RUN).
-TRAINED_RUN_DIRS = (REPO_ROOT / "runs" / "small", REPO_ROOT / "runs" / "demo",
-                    REPO_ROOT / "pretrained" / "bible-es-en")  # = artifacts.PRETRAINED_RUN
+TRAINED_RUN_DIRS = (
+    REPO_ROOT / "runs" / "small",
+    REPO_ROOT / "runs" / "demo",
+    REPO_ROOT / "pretrained" / "bible-es-en",
+)  # = artifacts.PRETRAINED_RUN
 BIBLE_DIR = REPO_ROOT / "data" / "bible"
 FAST_PRESET = "tiny"
 # Enough steps for the tiny preset to learn the word-for-word corpus (dev accuracy ~1.0).
@@ -33,7 +36,10 @@ def display_path(path):
     """`path` as it can be shown in a committed notebook: relative to the repository, or
     `$TMPDIR/...` for a temporary directory (no machine-specific absolute path)."""
     path = pathlib.Path(path).resolve()
-    for root, shown in ((REPO_ROOT, None), (pathlib.Path(tempfile.gettempdir()).resolve(), "$TMPDIR")):
+    for root, shown in (
+        (REPO_ROOT, None),
+        (pathlib.Path(tempfile.gettempdir()).resolve(), "$TMPDIR"),
+    ):
         try:
             relative = path.relative_to(root)
         except ValueError:
@@ -46,6 +52,7 @@ def is_trained_run(run_dir):
     """True when `run_dir` holds a run that `training.artifacts.load_trained` can load: its config
     and either the final `model.keras` or a checkpoint (a run still training counts)."""
     import tensorflow as tf
+
     from training import artifacts
 
     run_dir = pathlib.Path(run_dir)
@@ -84,7 +91,9 @@ def fast_config(work_dir):
     from training.config import resolve_config
 
     corpus_dir = write_fast_corpus(pathlib.Path(work_dir) / "corpus")
-    return resolve_config(FAST_PRESET, overrides={"data": corpus_dir, "train_steps": FAST_TRAIN_STEPS})
+    return resolve_config(
+        FAST_PRESET, overrides={"data": corpus_dir, "train_steps": FAST_TRAIN_STEPS}
+    )
 
 
 def train_fast_run(work_dir):
@@ -102,8 +111,10 @@ WORD_MARKER, VISIBLE_SPACE = "\u2581", "\u2423"
 
 def readable_pieces(pieces):
     """Subword pieces (str or UTF-8 bytes) as tick labels: "▁" shown as "␣", byte pieces kept."""
-    return [(piece.decode() if isinstance(piece, bytes) else piece).replace(WORD_MARKER, VISIBLE_SPACE)
-            for piece in pieces]
+    return [
+        (piece.decode() if isinstance(piece, bytes) else piece).replace(WORD_MARKER, VISIBLE_SPACE)
+        for piece in pieces
+    ]
 
 
 def plot_attention(ax, weights, key_labels, query_labels, title=None, colorbar=False):
@@ -152,12 +163,20 @@ def plot_attention_grid(weights_by_layer, key_labels, query_labels, title, max_w
     map_width, map_height = 1.4 + 0.3 * len(key_labels), 1.2 + 0.3 * len(query_labels)
     scale = min(1.0, max_width / (map_width * num_heads))
     figure, axes = plt.subplots(
-        len(layers), num_heads, squeeze=False, layout="constrained",
+        len(layers),
+        num_heads,
+        squeeze=False,
+        layout="constrained",
         figsize=(scale * map_width * num_heads, scale * map_height * len(layers) + 0.4),
     )
     for row, layer in enumerate(layers):
         for head in range(num_heads):
-            plot_attention(axes[row, head], np.asarray(weights_by_layer[layer])[head],
-                           key_labels, query_labels, title=f"{layer}, head {head}")
+            plot_attention(
+                axes[row, head],
+                np.asarray(weights_by_layer[layer])[head],
+                key_labels,
+                query_labels,
+                title=f"{layer}, head {head}",
+            )
     figure.suptitle(title)
     return figure

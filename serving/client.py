@@ -25,17 +25,19 @@ import dataclasses
 import random
 import sys
 import time
-from typing import Iterable, Iterator, List, Optional, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 import grpc
 import numpy as np
 import tensorflow as tf
 from tensorflow.core.framework import tensor_pb2, tensor_shape_pb2, types_pb2
-from tensorflow_serving.apis import get_model_metadata_pb2
-from tensorflow_serving.apis import get_model_status_pb2
-from tensorflow_serving.apis import model_service_pb2_grpc
-from tensorflow_serving.apis import predict_pb2
-from tensorflow_serving.apis import prediction_service_pb2_grpc
+from tensorflow_serving.apis import (
+    get_model_metadata_pb2,
+    get_model_status_pb2,
+    model_service_pb2_grpc,
+    predict_pb2,
+    prediction_service_pb2_grpc,
+)
 from tqdm import tqdm
 
 ALIGNMENTS_SIGNATURE = "alignments"
@@ -68,17 +70,19 @@ class Translation:
     source: str
     translation: str
     score: float
-    source_tokens: Optional[List[str]] = None
-    target_tokens: Optional[List[str]] = None
-    alignment: Optional[np.ndarray] = None
+    source_tokens: list[str] | None = None
+    target_tokens: list[str] | None = None
+    alignment: np.ndarray | None = None
 
-    def most_attended(self) -> List[tuple]:
+    def most_attended(self) -> list[tuple]:
         """[(target_token, source_token, weight)] with each target's most-attended source token."""
         if self.alignment is None or not self.source_tokens:
             return []
         best = self.alignment.argmax(axis=1)
-        return [(target, self.source_tokens[s], float(self.alignment[t, s]))
-                for t, (target, s) in enumerate(zip(self.target_tokens, best))]
+        return [
+            (target, self.source_tokens[s], float(self.alignment[t, s]))
+            for t, (target, s) in enumerate(zip(self.target_tokens, best))
+        ]
 
 
 def _string_tensor(texts: Sequence[str]) -> tensor_pb2.TensorProto:
@@ -92,7 +96,7 @@ def _decode(value: bytes) -> str:
     return value.decode("utf-8", errors="replace")
 
 
-def _strip_padding(tokens: np.ndarray) -> List[str]:
+def _strip_padding(tokens: np.ndarray) -> list[str]:
     """Token rows are padded with "" to the batch's longest row."""
     decoded = [_decode(token) for token in tokens]
     while decoded and decoded[-1] == "":
@@ -114,9 +118,16 @@ class TranslationClient:
         version: serve from this model version instead of the latest.
     """
 
-    def __init__(self, server: str = "127.0.0.1:8500", model_name: str = "translator",
-                 signature_name: str = "serving_default", timeout: float = 10.0, retries: int = 3,
-                 backoff: float = 0.1, version: Optional[int] = None):
+    def __init__(
+        self,
+        server: str = "127.0.0.1:8500",
+        model_name: str = "translator",
+        signature_name: str = "serving_default",
+        timeout: float = 10.0,
+        retries: int = 3,
+        backoff: float = 0.1,
+        version: int | None = None,
+    ):
         if retries < 0:
             raise ValueError(f"retries must be >= 0, got {retries}")
         if timeout <= 0:
@@ -128,15 +139,18 @@ class TranslationClient:
         self.retries = retries
         self.backoff = backoff
         self.version = version
-        self._channel = grpc.insecure_channel(server, options=[
-            ("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES),
-            ("grpc.max_send_message_length", _MAX_MESSAGE_BYTES),
-            # gRPC's own reconnect backoff starts at 1 s; keep it at the scale of our
-            # retry backoff so a retry after a server restart finds the channel reconnected.
-            ("grpc.initial_reconnect_backoff_ms", max(int(backoff * 1000), 1)),
-            ("grpc.min_reconnect_backoff_ms", max(int(backoff * 1000), 1)),
-            ("grpc.max_reconnect_backoff_ms", max(int(backoff * 1000), 1) * 16),
-        ])
+        self._channel = grpc.insecure_channel(
+            server,
+            options=[
+                ("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES),
+                ("grpc.max_send_message_length", _MAX_MESSAGE_BYTES),
+                # gRPC's own reconnect backoff starts at 1 s; keep it at the scale of our
+                # retry backoff so a retry after a server restart finds the channel reconnected.
+                ("grpc.initial_reconnect_backoff_ms", max(int(backoff * 1000), 1)),
+                ("grpc.min_reconnect_backoff_ms", max(int(backoff * 1000), 1)),
+                ("grpc.max_reconnect_backoff_ms", max(int(backoff * 1000), 1) * 16),
+            ],
+        )
         self._predict_stub = prediction_service_pb2_grpc.PredictionServiceStub(self._channel)
         self._model_stub = model_service_pb2_grpc.ModelServiceStub(self._channel)
 
@@ -157,19 +171,20 @@ class TranslationClient:
             except grpc.RpcError as error:
                 if error.code() != grpc.StatusCode.UNAVAILABLE or attempt == self.retries:
                     raise TranslationError(error.code(), error.details() or "") from None
-                delay = self.backoff * (2 ** attempt)
+                delay = self.backoff * (2**attempt)
                 time.sleep(delay * random.uniform(0.5, 1.5))
         raise AssertionError("unreachable")
 
-    def _fill_model_spec(self, model_spec, signature_name: Optional[str] = None) -> None:
+    def _fill_model_spec(self, model_spec, signature_name: str | None = None) -> None:
         model_spec.name = self.model_name
         if signature_name is not None:
             model_spec.signature_name = signature_name
         if self.version is not None:
             model_spec.version.value = self.version
 
-    def translate_with_details(self, texts: Sequence[str],
-                               signature_name: Optional[str] = None) -> List[Translation]:
+    def translate_with_details(
+        self, texts: Sequence[str], signature_name: str | None = None
+    ) -> list[Translation]:
         """Translates a batch of sentences.
 
         Args:
@@ -196,24 +211,28 @@ class TranslationClient:
         outputs = {alias: tf.make_ndarray(proto) for alias, proto in response.outputs.items()}
         missing = {"translation", "score"} - set(outputs)
         if missing:
-            raise TranslationError(grpc.StatusCode.INTERNAL,
-                                   f"signature {signature} returned no {sorted(missing)}")
+            raise TranslationError(
+                grpc.StatusCode.INTERNAL, f"signature {signature} returned no {sorted(missing)}"
+            )
         results = []
         for row, source in enumerate(texts):
-            result = Translation(source=source, translation=_decode(outputs["translation"][row]),
-                                 score=float(outputs["score"][row]))
+            result = Translation(
+                source=source,
+                translation=_decode(outputs["translation"][row]),
+                score=float(outputs["score"][row]),
+            )
             if "alignment" in outputs:
                 result.source_tokens = _strip_padding(outputs["source_tokens"][row])
                 result.target_tokens = _strip_padding(outputs["target_tokens"][row])
                 result.alignment = outputs["alignment"][row][
-                    :len(result.target_tokens), :len(result.source_tokens)]
+                    : len(result.target_tokens), : len(result.source_tokens)
+                ]
             results.append(result)
         return results
 
-    def translate(self, texts: Sequence[str], signature_name: Optional[str] = None) -> List[str]:
+    def translate(self, texts: Sequence[str], signature_name: str | None = None) -> list[str]:
         """Translates a batch of sentences; returns [batch] translations."""
-        return [result.translation
-                for result in self.translate_with_details(texts, signature_name)]
+        return [result.translation for result in self.translate_with_details(texts, signature_name)]
 
     def metadata(self) -> dict:
         """Signatures of the served version.
@@ -230,30 +249,46 @@ class TranslationClient:
         response.metadata["signature_def"].Unpack(signature_map)
 
         def describe(tensors):
-            return {alias: (types_pb2.DataType.Name(info.dtype),
-                            None if info.tensor_shape.unknown_rank
-                            else [dim.size for dim in info.tensor_shape.dim])
-                    for alias, info in sorted(tensors.items())}
+            return {
+                alias: (
+                    types_pb2.DataType.Name(info.dtype),
+                    None
+                    if info.tensor_shape.unknown_rank
+                    else [dim.size for dim in info.tensor_shape.dim],
+                )
+                for alias, info in sorted(tensors.items())
+            }
 
-        return {"version": response.model_spec.version.value,
-                "signatures": {name: {"inputs": describe(sig.inputs), "outputs": describe(sig.outputs)}
-                               for name, sig in sorted(signature_map.signature_def.items())
-                               if not name.startswith("__")}}
+        return {
+            "version": response.model_spec.version.value,
+            "signatures": {
+                name: {"inputs": describe(sig.inputs), "outputs": describe(sig.outputs)}
+                for name, sig in sorted(signature_map.signature_def.items())
+                if not name.startswith("__")
+            },
+        }
 
-    def status(self) -> List[dict]:
+    def status(self) -> list[dict]:
         """[{"version", "state", "error_code", "error_message"}] for every version, newest first."""
         request = get_model_status_pb2.GetModelStatusRequest()
         self._fill_model_spec(request.model_spec)
         response = self._call(self._model_stub.GetModelStatus, request)
         state_name = get_model_status_pb2.ModelVersionStatus.State.Name
-        return [{"version": row.version, "state": state_name(row.state),
-                 "error_code": row.status.error_code, "error_message": row.status.error_message}
-                for row in response.model_version_status]
+        return [
+            {
+                "version": row.version,
+                "state": state_name(row.state),
+                "error_code": row.status.error_code,
+                "error_message": row.status.error_message,
+            }
+            for row in response.model_version_status
+        ]
 
 
 # -------------------------------------------------------------------- command line
 
-def _batches(lines: Iterable[str], batch_size: int) -> Iterator[List[str]]:
+
+def _batches(lines: Iterable[str], batch_size: int) -> Iterator[list[str]]:
     batch = []
     for line in lines:
         batch.append(line.rstrip("\n"))
@@ -275,37 +310,63 @@ def build_arg_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m serving.client",
         description="Translate sentences with a model served by TF Serving (gRPC). Sentences come "
-                    "from the arguments, --input_file, or standard input (one per line); "
-                    "translations are printed one per line.")
+        "from the arguments, --input_file, or standard input (one per line); "
+        "translations are printed one per line.",
+    )
     parser.add_argument("texts", nargs="*", help="sentences to translate")
     parser.add_argument("--input_file", help="file with one sentence per line")
-    parser.add_argument("--batch_size", type=int, default=32,
-                        help="sentences per request for file/stdin input (default 32)")
-    parser.add_argument("--server", default="127.0.0.1:8500", help="gRPC host:port (default %(default)s)")
-    parser.add_argument("--model_name", default="translator", help="served model (default %(default)s)")
-    parser.add_argument("--signature_name", default="serving_default",
-                        help="serving_default (greedy), beam_search or alignments "
-                             "(default %(default)s)")
+    parser.add_argument(
+        "--batch_size",
+        type=int,
+        default=32,
+        help="sentences per request for file/stdin input (default 32)",
+    )
+    parser.add_argument(
+        "--server", default="127.0.0.1:8500", help="gRPC host:port (default %(default)s)"
+    )
+    parser.add_argument(
+        "--model_name", default="translator", help="served model (default %(default)s)"
+    )
+    parser.add_argument(
+        "--signature_name",
+        default="serving_default",
+        help="serving_default (greedy), beam_search or alignments (default %(default)s)",
+    )
     parser.add_argument("--version", type=int, help="model version (default: latest)")
-    parser.add_argument("--timeout", type=float, default=10.0, help="seconds per request (default 10)")
+    parser.add_argument(
+        "--timeout", type=float, default=10.0, help="seconds per request (default 10)"
+    )
     parser.add_argument("--retries", type=int, default=3, help="retries on UNAVAILABLE (default 3)")
-    parser.add_argument("--alignments", action="store_true",
-                        help="use the alignments signature and print, under each translation, "
-                             "every target token with its most-attended source token")
-    parser.add_argument("--metadata", action="store_true", help="print the served signatures and exit")
-    parser.add_argument("--status", action="store_true", help="print the model's version states and exit")
+    parser.add_argument(
+        "--alignments",
+        action="store_true",
+        help="use the alignments signature and print, under each translation, "
+        "every target token with its most-attended source token",
+    )
+    parser.add_argument(
+        "--metadata", action="store_true", help="print the served signatures and exit"
+    )
+    parser.add_argument(
+        "--status", action="store_true", help="print the model's version states and exit"
+    )
     return parser
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     args = build_arg_parser().parse_args(argv)
     if args.batch_size <= 0:
         print("error: --batch_size must be positive", file=sys.stderr)
         return 2
     signature = ALIGNMENTS_SIGNATURE if args.alignments else args.signature_name
     try:
-        client = TranslationClient(args.server, args.model_name, signature, args.timeout,
-                                   args.retries, version=args.version)
+        client = TranslationClient(
+            args.server,
+            args.model_name,
+            signature,
+            args.timeout,
+            args.retries,
+            version=args.version,
+        )
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -314,26 +375,36 @@ def main(argv: Optional[List[str]] = None) -> int:
             if args.metadata or args.status:
                 if args.status:
                     for row in client.status():
-                        print(f"version {row['version']}: {row['state']}"
-                              + (f" ({row['error_message']})" if row["error_code"] else ""))
+                        print(
+                            f"version {row['version']}: {row['state']}"
+                            + (f" ({row['error_message']})" if row["error_code"] else "")
+                        )
                 if args.metadata:
                     info = client.metadata()
                     print(f"version {info['version']}")
                     for name, signature_info in info["signatures"].items():
-                        print(f"{name}: inputs {signature_info['inputs']} -> "
-                              f"outputs {signature_info['outputs']}")
+                        print(
+                            f"{name}: inputs {signature_info['inputs']} -> "
+                            f"outputs {signature_info['outputs']}"
+                        )
                 return 0
             with contextlib.ExitStack() as stack:
                 if args.texts:
-                    batches: Iterable[List[str]] = [list(args.texts)]
+                    batches: Iterable[list[str]] = [list(args.texts)]
                 elif args.input_file:
-                    batches = _batches(stack.enter_context(
-                        open(args.input_file, encoding="utf-8")), args.batch_size)
+                    batches = _batches(
+                        stack.enter_context(open(args.input_file, encoding="utf-8")),
+                        args.batch_size,
+                    )
                 else:
                     batches = _batches(sys.stdin, args.batch_size)
                 # Progress goes to stderr, and only for a person watching a terminal.
-                for batch in tqdm(batches, unit="batch", file=sys.stderr,
-                                  disable=bool(args.texts) or not sys.stderr.isatty()):
+                for batch in tqdm(
+                    batches,
+                    unit="batch",
+                    file=sys.stderr,
+                    disable=bool(args.texts) or not sys.stderr.isatty(),
+                ):
                     for result in client.translate_with_details(batch):
                         _print_translation(result, args.alignments, sys.stdout)
     except TranslationError as error:

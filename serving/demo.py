@@ -58,11 +58,19 @@ def wait_until_serving(address, model_name, process, timeout=180):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m serving.demo", description=__doc__.split("\n")[0])
-    parser.add_argument("--run_dir", default=artifacts.PRETRAINED_RUN,
-                        help="the trained run to serve (default: the bundled pretrained model)")
-    parser.add_argument("--train", metavar="PRESET",
-                        help="train this preset into --run_dir first, unless it is trained")
+    parser = argparse.ArgumentParser(
+        prog="python -m serving.demo", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument(
+        "--run_dir",
+        default=artifacts.PRETRAINED_RUN,
+        help="the trained run to serve (default: the bundled pretrained model)",
+    )
+    parser.add_argument(
+        "--train",
+        metavar="PRESET",
+        help="train this preset into --run_dir first, unless it is trained",
+    )
     parser.add_argument("--export_base", default=os.path.join("exports", "demo"))
     parser.add_argument("--model_name", default="translator")
     parser.add_argument("--port", type=int, default=8500)
@@ -73,20 +81,50 @@ def main(argv=None):
         print(f"serving the trained model in {args.run_dir}", flush=True)
     elif args.train:
         run([python, "-m", "training.prepare_data", "--out", os.path.join("data", "bible")])
-        resume = (["--resume"] if os.path.isdir(os.path.join(args.run_dir, artifacts.CHECKPOINT_DIR))
-                  else [])
-        run([python, "-m", "training.train", "--preset", args.train, "--data", "bible",
-             "--run_dir", args.run_dir, *resume])
+        resume = (
+            ["--resume"]
+            if os.path.isdir(os.path.join(args.run_dir, artifacts.CHECKPOINT_DIR))
+            else []
+        )
+        run(
+            [
+                python,
+                "-m",
+                "training.train",
+                "--preset",
+                args.train,
+                "--data",
+                "bible",
+                "--run_dir",
+                args.run_dir,
+                *resume,
+            ]
+        )
     else:
-        parser.error(f"{args.run_dir} holds no trained model ({artifacts.MODEL_FILE}); give "
-                     "--train PRESET to train one (make demo-train)")
-    run([python, "-m", "serving.export", "--run_dir", args.run_dir, "--export_base",
-         args.export_base, "--model_name", args.model_name])
+        parser.error(
+            f"{args.run_dir} holds no trained model ({artifacts.MODEL_FILE}); give "
+            "--train PRESET to train one (make demo-train)"
+        )
+    run(
+        [
+            python,
+            "-m",
+            "serving.export",
+            "--run_dir",
+            args.run_dir,
+            "--export_base",
+            args.export_base,
+            "--model_name",
+            args.model_name,
+        ]
+    )
 
     base_path = os.path.abspath(os.path.join(args.export_base, args.model_name))
     server_binary = shutil.which("tensorflow_model_server")
     command = ([server_binary] if server_binary else [python, "-m", "serving.server"]) + [
-        f"--port={args.port}", "--rest_api_port=0", f"--model_name={args.model_name}",
+        f"--port={args.port}",
+        "--rest_api_port=0",
+        f"--model_name={args.model_name}",
         f"--model_base_path={base_path}",
     ]
     print("$", " ".join(command), flush=True)

@@ -154,8 +154,9 @@ def write_warmup_requests(version_dir, model_name, texts=WARMUP_TEXTS, signature
     return path
 
 
-def write_version(archive, export_base, model_name="translator", export_info=None,
-                  warmup_texts=WARMUP_TEXTS):
+def write_version(
+    archive, export_base, model_name="translator", export_info=None, warmup_texts=WARMUP_TEXTS
+):
     """Writes `archive` as the next version of `<export_base>/<model_name>/`, atomically.
 
     Args:
@@ -180,8 +181,9 @@ def write_version(archive, export_base, model_name="translator", export_info=Non
     try:
         archive.write_out(staging_dir, verbose=False)
         if export_info is not None:
-            with open(os.path.join(staging_dir, EXPORT_INFO_PATH), "w",
-                      encoding="utf-8") as info_file:
+            with open(
+                os.path.join(staging_dir, EXPORT_INFO_PATH), "w", encoding="utf-8"
+            ) as info_file:
                 json.dump(export_info, info_file, indent=2, sort_keys=True)
                 info_file.write("\n")
         write_warmup_requests(staging_dir, model_name, warmup_texts)
@@ -222,12 +224,19 @@ def make_export_info(model, source_tokenizer, target_tokenizer, options, run_con
         "run_config": run_config,
         "tensorflow_version": tf.__version__,
         "keras_version": keras.__version__,
-        "exported_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "exported_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
     }
 
 
-def export_translator(model, source_tokenizer, target_tokenizer, export_base,
-                      model_name="translator", options=DecodingOptions(), run_config=None):
+def export_translator(
+    model,
+    source_tokenizer,
+    target_tokenizer,
+    export_base,
+    model_name="translator",
+    options=DecodingOptions(),
+    run_config=None,
+):
     """Exports a translator in memory as the next version under `<export_base>/<model_name>`.
 
     Returns:
@@ -260,26 +269,52 @@ def main(argv=None):
             "the highest existing one; existing versions are never overwritten."
         )
     )
-    parser.add_argument("--run_dir", required=True,
-                        help="training run directory (config.json, tokenizer/, model.keras)")
-    parser.add_argument("--export_base", default="exports",
-                        help="directory holding one folder per served model (default: exports)")
-    parser.add_argument("--model_name", default="translator",
-                        help="model name, i.e. folder under export_base (default: translator)")
-    parser.add_argument("--beam_width", type=int, default=defaults.beam_width,
-                        help=f"beam width of the beam_search signature (default: {defaults.beam_width})")
-    parser.add_argument("--alpha", type=float, default=defaults.alpha,
-                        help=f"beam search length-penalty exponent (default: {defaults.alpha})")
-    parser.add_argument("--max_length_ratio", type=float, default=defaults.max_length_ratio,
-                        help="output tokens at most ratio * source tokens + offset "
-                             f"(default: {defaults.max_length_ratio})")
-    parser.add_argument("--max_length_offset", type=int, default=defaults.max_length_offset,
-                        help=f"see --max_length_ratio (default: {defaults.max_length_offset})")
+    parser.add_argument(
+        "--run_dir",
+        required=True,
+        help="training run directory (config.json, tokenizer/, model.keras)",
+    )
+    parser.add_argument(
+        "--export_base",
+        default="exports",
+        help="directory holding one folder per served model (default: exports)",
+    )
+    parser.add_argument(
+        "--model_name",
+        default="translator",
+        help="model name, i.e. folder under export_base (default: translator)",
+    )
+    parser.add_argument(
+        "--beam_width",
+        type=int,
+        default=defaults.beam_width,
+        help=f"beam width of the beam_search signature (default: {defaults.beam_width})",
+    )
+    parser.add_argument(
+        "--alpha",
+        type=float,
+        default=defaults.alpha,
+        help=f"beam search length-penalty exponent (default: {defaults.alpha})",
+    )
+    parser.add_argument(
+        "--max_length_ratio",
+        type=float,
+        default=defaults.max_length_ratio,
+        help="output tokens at most ratio * source tokens + offset "
+        f"(default: {defaults.max_length_ratio})",
+    )
+    parser.add_argument(
+        "--max_length_offset",
+        type=int,
+        default=defaults.max_length_offset,
+        help=f"see --max_length_ratio (default: {defaults.max_length_offset})",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     try:
-        options = DecodingOptions(args.beam_width, args.alpha, args.max_length_ratio,
-                                  args.max_length_offset)
+        options = DecodingOptions(
+            args.beam_width, args.alpha, args.max_length_ratio, args.max_length_offset
+        )
     except ValueError as error:
         parser.error(str(error))
     version_dir = export_run(args.run_dir, args.export_base, args.model_name, options)

@@ -56,8 +56,8 @@ import tensorflow as tf
 from ctranslate2.converters import Converter
 from ctranslate2.specs import common_spec, transformer_spec
 
-from training import artifacts
 from model.special_tokens import END_ID, PAD_ID, START_ID, UNK_ID
+from training import artifacts
 
 
 def decoding_options(target_vocab):
@@ -71,13 +71,17 @@ def _check_vocab(vocab, side, model_size):
     string to one id, so a repeat would break the ids)."""
     vocab = list(vocab)
     if len(vocab) != model_size:
-        raise ValueError(f"The {side} vocabulary has {len(vocab)} tokens but the model "
-                         f"expects {model_size}: they come from different runs.")
+        raise ValueError(
+            f"The {side} vocabulary has {len(vocab)} tokens but the model "
+            f"expects {model_size}: they come from different runs."
+        )
     seen = {}
     for index, token in enumerate(vocab):
         if token in seen:
-            raise ValueError(f"The {side} vocabulary holds {token!r} twice (ids {seen[token]} "
-                             f"and {index}); CTranslate2 needs one id per token string.")
+            raise ValueError(
+                f"The {side} vocabulary holds {token!r} twice (ids {seen[token]} "
+                f"and {index}); CTranslate2 needs one id per token string."
+            )
         seen[token] = index
     return vocab
 
@@ -157,9 +161,12 @@ def transformer_spec_of(model, source_vocab, target_vocab):
             raise ValueError(
                 f"Reserved id {token_id} is {source_vocab[token_id]!r} in the source vocabulary "
                 f"but {target_vocab[token_id]!r} in the target one; CTranslate2 names each "
-                "special token once for both.")
+                "special token once for both."
+            )
     spec = transformer_spec.TransformerSpec.from_config(
-        model.num_layers, model.num_heads, pre_norm=model.norm_first,
+        model.num_layers,
+        model.num_heads,
+        pre_norm=model.norm_first,
         activation=common_spec.Activation.RELU,
     )
     encoder, decoder = model.encoder, model.decoder
@@ -173,7 +180,8 @@ def transformer_spec_of(model, source_vocab, target_vocab):
         _attention(layer_spec.attention, layer.mha2, layer.cross_attention_block, False)
         _feed_forward(layer_spec.ffn, layer.ffn, layer.ffn_block)
     spec.decoder.projection.weight, spec.decoder.projection.bias = _output_projection(
-        model.final_layer)
+        model.final_layer
+    )
 
     spec.register_source_vocabulary(source_vocab)
     spec.register_target_vocabulary(target_vocab)
@@ -219,7 +227,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(
         prog="python -m serving.export_ctranslate2",
         description="Convert a trained run into a CTranslate2 model directory (see the module "
-                    "docstring for the mapping and how to call it).",
+        "docstring for the mapping and how to call it).",
     )
     parser.add_argument("--run_dir", required=True, help="the training run to convert")
     Converter.declare_arguments(parser)
@@ -231,10 +239,12 @@ def main(argv=None):
     model, source_tokenizer, target_tokenizer, _ = artifacts.load_trained(args.run_dir)
     converter = TransformerConverter(model, source_tokenizer.vocab, target_tokenizer.vocab)
     output_dir = converter.convert_from_args(args)
-    print(f"CTranslate2 model ({args.quantization or 'float32'} weights) written to {output_dir}.\n"
-          f"  ctranslate2.Translator({output_dir!r}).translate_batch(pieces, "
-          f"suppress_sequences=[[{target_tokenizer.vocab[PAD_ID]!r}]]),\n"
-          "  with pieces from serving.export_ctranslate2.source_pieces(tokenizer, texts).")
+    print(
+        f"CTranslate2 model ({args.quantization or 'float32'} weights) written to {output_dir}.\n"
+        f"  ctranslate2.Translator({output_dir!r}).translate_batch(pieces, "
+        f"suppress_sequences=[[{target_tokenizer.vocab[PAD_ID]!r}]]),\n"
+        "  with pieces from serving.export_ctranslate2.source_pieces(tokenizer, texts)."
+    )
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ def reverse_task(rng, count):
         tokens = rng.integers(FIRST_TOKEN, VOCAB, length)
         source[row, :length] = tokens
         decoder_input[row, 0] = START
-        decoder_input[row, 1: length + 1] = tokens[::-1]
+        decoder_input[row, 1 : length + 1] = tokens[::-1]
         labels[row, :length] = tokens[::-1]
         labels[row, length] = END
     return source, decoder_input, labels
@@ -40,11 +40,20 @@ def train_reverse_model(steps=500, seed=0):
     """
     rng = np.random.default_rng(seed)
     train, held_out = reverse_task(rng, 64 * steps), reverse_task(rng, 1_000)
-    model = Transformer(num_layers=2, d_model=64, num_heads=4, dff=128, input_vocab_size=VOCAB,
-                        target_vocab_size=VOCAB, pe_input=MAX_LEN, pe_target=MAX_LEN + 2, rate=0.0,
-                        # Its step budget and learning rate were set for the untied model; tied,
-                        # the same budget decodes 0.88 instead of >= 0.9 of sentences exactly.
-                        tie_embeddings=False)
+    model = Transformer(
+        num_layers=2,
+        d_model=64,
+        num_heads=4,
+        dff=128,
+        input_vocab_size=VOCAB,
+        target_vocab_size=VOCAB,
+        pe_input=MAX_LEN,
+        pe_target=MAX_LEN + 2,
+        rate=0.0,
+        # Its step budget and learning rate were set for the untied model; tied,
+        # the same budget decodes 0.88 instead of >= 0.9 of sentences exactly.
+        tie_embeddings=False,
+    )
     # Peak rate 2e-3 at step 100: the paper's curve, scaled for a model this small.
     model.compile(
         optimizer=paper_adam(CustomSchedule(64, warmup_steps=100, scale=0.16)),

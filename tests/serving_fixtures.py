@@ -31,12 +31,11 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Callable, Dict, Iterator, List, Optional, Sequence
-
-import numpy as np
-import tensorflow as tf
+from collections.abc import Callable, Iterator, Sequence
 
 import keras
+import numpy as np
+import tensorflow as tf
 from tensorflow_serving.apis import predict_pb2, prediction_log_pb2
 
 MODEL_NAME = "translator"
@@ -45,6 +44,7 @@ WARMUP_TEXTS = ("warm up the model", "a second sentence")
 
 
 # ------------------------------------------------------------------ expected outputs
+
 
 def expected_greedy(text: str, version: int) -> str:
     return " ".join([word.upper() for word in reversed(text.split())] + [f"<v{version}>"])
@@ -77,6 +77,7 @@ def expected_alignment(text: str) -> np.ndarray:
 
 # ----------------------------------------------------------------------- the model
 
+
 class ToyTranslator(keras.layers.Layer):
     """Deterministic string "translator" whose version is a (non-trainable) weight."""
 
@@ -85,8 +86,13 @@ class ToyTranslator(keras.layers.Layer):
         self.version_number = version
 
     def build(self, input_shape=None):
-        self.version = self.add_weight(shape=(), dtype="int32", trainable=False, name="version",
-                                       initializer=keras.initializers.Constant(self.version_number))
+        self.version = self.add_weight(
+            shape=(),
+            dtype="int32",
+            trainable=False,
+            name="version",
+            initializer=keras.initializers.Constant(self.version_number),
+        )
 
     @staticmethod
     def _reverse_rows(ragged: tf.RaggedTensor) -> tf.RaggedTensor:
@@ -107,14 +113,17 @@ class ToyTranslator(keras.layers.Layer):
         characters = tf.strings.unicode_decode(text, "UTF-8", errors="strict")
         return {
             "translation": self._join_with_version(
-                self._reverse_rows(tf.strings.upper(words, encoding="utf-8"))),
+                self._reverse_rows(tf.strings.upper(words, encoding="utf-8"))
+            ),
             "score": tf.cast(characters.row_lengths(), tf.float32),
         }
 
     def beam_search(self, text):
         words = tf.strings.split(text)
-        return {"translation": self._join_with_version(self._reverse_rows(words)),
-                "score": tf.cast(words.row_lengths(), tf.float32)}
+        return {
+            "translation": self._join_with_version(self._reverse_rows(words)),
+            "score": tf.cast(words.row_lengths(), tf.float32),
+        }
 
     def alignments(self, text):
         outputs = self.greedy(text)
@@ -129,13 +138,17 @@ class ToyTranslator(keras.layers.Layer):
         spread = tf.where(n > 1, 0.3 / tf.maximum(n - 1, 1), 0.0)
         inside = (t < n) & (s < n)
         alignment = tf.where(inside, tf.where(tf.equal(s, n - 1 - t), aligned, spread), 0.0)
-        outputs.update(source_tokens=source_tokens, target_tokens=target_tokens,
-                       alignment=alignment)
+        outputs.update(
+            source_tokens=source_tokens, target_tokens=target_tokens, alignment=alignment
+        )
         return outputs
 
 
-def write_warmup_file(export_dir: str, texts: Sequence[str] = WARMUP_TEXTS,
-                      signature_names: Sequence[str] = ("serving_default", "serving_default")) -> str:
+def write_warmup_file(
+    export_dir: str,
+    texts: Sequence[str] = WARMUP_TEXTS,
+    signature_names: Sequence[str] = ("serving_default", "serving_default"),
+) -> str:
     """Writes assets.extra/tf_serving_warmup_requests (TFRecord of PredictionLog).
 
     One record per entry of `signature_names`, each a batch of `texts`. The default
@@ -173,21 +186,23 @@ def export_toy_translator(export_dir: str, version: int, with_warmup: bool = Tru
     return export_dir
 
 
-_EXPORT_CACHE: Dict[str, Dict[int, str]] = {}
+_EXPORT_CACHE: dict[str, dict[int, str]] = {}
 
 
-def toy_exports(tmp_path_factory) -> Dict[int, str]:
+def toy_exports(tmp_path_factory) -> dict[int, str]:
     """Exports of versions 1 and 2, built once per test session (exports take seconds)."""
     key = str(tmp_path_factory.getbasetemp())
     if key not in _EXPORT_CACHE:
         root = tmp_path_factory.mktemp("toy_exports")
-        _EXPORT_CACHE[key] = {version: export_toy_translator(str(root / str(version)), version)
-                              for version in (1, 2)}
+        _EXPORT_CACHE[key] = {
+            version: export_toy_translator(str(root / str(version)), version) for version in (1, 2)
+        }
     return _EXPORT_CACHE[key]
 
 
-def install_version(exports: Dict[int, str], base_path: str, version: int,
-                    as_version: int = None) -> str:
+def install_version(
+    exports: dict[int, str], base_path: str, version: int, as_version: int = None
+) -> str:
     """Copies an export into `<base_path>/<as_version>` atomically (copy aside, then rename).
 
     The rename makes the version appear complete in one step, as a deployment
@@ -202,8 +217,9 @@ def install_version(exports: Dict[int, str], base_path: str, version: int,
     return target
 
 
-def make_model_base(exports: Dict[int, str], root: str, versions: Sequence[int] = (1,),
-                    model_name: str = MODEL_NAME) -> str:
+def make_model_base(
+    exports: dict[int, str], root: str, versions: Sequence[int] = (1,), model_name: str = MODEL_NAME
+) -> str:
     """Creates `<root>/<model_name>/` holding the given versions; returns the base path."""
     base_path = os.path.join(root, model_name)
     for version in versions:
@@ -226,8 +242,9 @@ def reserved_port() -> Iterator[int]:
         yield holder.getsockname()[1]
 
 
-def wait_for(condition: Callable[[], bool], what: str, timeout: float = 60.0,
-             interval: float = 0.05) -> None:
+def wait_for(
+    condition: Callable[[], bool], what: str, timeout: float = 60.0, interval: float = 0.05
+) -> None:
     """Polls `condition` until it holds; fails the test naming `what` after `timeout`.
 
     For state only visible from outside (a server's version status); the timeout is
@@ -264,17 +281,26 @@ class ServerProcess:
         command = [sys.executable, "-m", "serving.server", "--port=0", *flags]
         if rest:
             command.append("--rest_api_free_port")
-        self.process = subprocess.Popen(command, cwd=REPO_ROOT, env=environment,
-                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        self.grpc_port: Optional[int] = None
-        self.rest_port: Optional[int] = None
-        self._lines: List[str] = []
+        self.process = subprocess.Popen(
+            command,
+            cwd=REPO_ROOT,
+            env=environment,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        self.grpc_port: int | None = None
+        self.rest_port: int | None = None
+        self._lines: list[str] = []
         self._wants_rest = rest
         self._ready = threading.Event()
         self._reader = threading.Thread(target=self._read_log, daemon=True)
         self._reader.start()
-        if not self._ready.wait(startup_timeout) or self.grpc_port is None or (
-                rest and self.rest_port is None):
+        if (
+            not self._ready.wait(startup_timeout)
+            or self.grpc_port is None
+            or (rest and self.rest_port is None)
+        ):
             self.kill()
             raise RuntimeError(f"the server did not start:\n{self.output()[-5000:]}")
 
@@ -309,8 +335,9 @@ class ServerProcess:
         self.kill()
 
 
-def texts_request(texts: List[str], signature_name: str = "", model_name: str = MODEL_NAME,
-                  version: int = None) -> predict_pb2.PredictRequest:
+def texts_request(
+    texts: list[str], signature_name: str = "", model_name: str = MODEL_NAME, version: int = None
+) -> predict_pb2.PredictRequest:
     """A PredictRequest with a `text` string input, built with the official protos."""
     request = predict_pb2.PredictRequest()
     request.model_spec.name = model_name
@@ -318,6 +345,9 @@ def texts_request(texts: List[str], signature_name: str = "", model_name: str = 
         request.model_spec.signature_name = signature_name
     if version is not None:
         request.model_spec.version.value = version
-    request.inputs["text"].CopyFrom(tf.make_tensor_proto(
-        [t.encode("utf-8") if isinstance(t, str) else t for t in texts], dtype=tf.string))
+    request.inputs["text"].CopyFrom(
+        tf.make_tensor_proto(
+            [t.encode("utf-8") if isinstance(t, str) else t for t in texts], dtype=tf.string
+        )
+    )
     return request

@@ -39,7 +39,9 @@ def test_worked_example(query, expected_weights, expected_output):
 def test_worked_example_three_queries_at_once():
     queries = np.float32([[0, 0, 10], [0, 10, 0], [10, 10, 0]])
     output, weights = scaled_dot_product_attention(queries, K, V, None)
-    np.testing.assert_allclose(weights, [[0, 0, 0.5, 0.5], [0, 1, 0, 0], [0.5, 0.5, 0, 0]], atol=1e-5)
+    np.testing.assert_allclose(
+        weights, [[0, 0, 0.5, 0.5], [0, 1, 0, 0], [0.5, 0.5, 0, 0]], atol=1e-5
+    )
     np.testing.assert_allclose(output, [[550, 5.5], [10, 0], [5.5, 0]], atol=1e-4)
 
 
@@ -89,7 +91,9 @@ def test_float16_large_logits_do_not_overflow():
     mask = tf.constant([[[0.0, 0.0, 1.0]]], tf.float16)
     output, weights = scaled_dot_product_attention(q, k, v, mask)
     assert np.all(np.isfinite(output.numpy())) and np.all(np.isfinite(weights.numpy()))
-    np.testing.assert_allclose(weights.numpy().astype(np.float32), [[[0.5, 0.5, 0.0]] * 2], atol=1e-3)
+    np.testing.assert_allclose(
+        weights.numpy().astype(np.float32), [[[0.5, 0.5, 0.0]] * 2], atol=1e-3
+    )
 
 
 @pytest.mark.parametrize("dtype", [tf.float32, tf.float16, tf.bfloat16])

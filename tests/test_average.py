@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from model.tokenizer import load_tokenizers
 from training import artifacts
 from training.average import AveragingError, average_run, main
 from training.config import resolve_config
-from model.tokenizer import load_tokenizers
 from training.train import train
 
 STEPS = (10, 20, 30)
@@ -24,9 +24,15 @@ STEPS = (10, 20, 30)
 def trained_run(tiny_corpus, tmp_path_factory):
     """A tiny run checkpointed at STEPS (and its model.keras at the last)."""
     run_dir = str(tmp_path_factory.mktemp("average") / "run")
-    config = resolve_config("tiny", overrides={
-        "data": tiny_corpus, "train_steps": STEPS[-1], "checkpoint_every": STEPS[0],
-        "keep_checkpoints": len(STEPS)})
+    config = resolve_config(
+        "tiny",
+        overrides={
+            "data": tiny_corpus,
+            "train_steps": STEPS[-1],
+            "checkpoint_every": STEPS[0],
+            "keep_checkpoints": len(STEPS),
+        },
+    )
     train(config, run_dir, preset="tiny")
     return run_dir, config
 
@@ -43,7 +49,8 @@ def checkpoint_weights(run_dir, checkpoint_path):
     into a fresh model of the run."""
     config = artifacts.read_config(run_dir)
     source_tokenizer, target_tokenizer = load_tokenizers(
-        os.path.join(run_dir, artifacts.TOKENIZER_DIR))
+        os.path.join(run_dir, artifacts.TOKENIZER_DIR)
+    )
     model = artifacts.build_model(config, source_tokenizer.vocab_size, target_tokenizer.vocab_size)
     model.build(((None, None), (None, None)))
     tf.train.Checkpoint(model=model).restore(checkpoint_path).expect_partial()
@@ -51,8 +58,9 @@ def checkpoint_weights(run_dir, checkpoint_path):
 
 
 def value_digests(arrays):
-    return collections.Counter(hashlib.sha256(np.ascontiguousarray(array)).hexdigest()
-                               for array in arrays)
+    return collections.Counter(
+        hashlib.sha256(np.ascontiguousarray(array)).hexdigest() for array in arrays
+    )
 
 
 def checkpoint_path(run_dir, step):
@@ -75,19 +83,24 @@ def test_average_is_the_numpy_mean_of_the_last_checkpoints(run_dir, last):
     assert averaged_path == os.path.join(run_dir, artifacts.AVERAGED_DIR, f"ckpt-{STEPS[-1]}")
     # Model weights only: no optimizer slots, step counter or data iterator.
     keys = tf.train.load_checkpoint(averaged_path).get_variable_to_shape_map()
-    assert not [key for key in keys
-                if not key.startswith(("model/", "save_counter", "_CHECKPOINTABLE_OBJECT_GRAPH"))]
+    assert not [
+        key
+        for key in keys
+        if not key.startswith(("model/", "save_counter", "_CHECKPOINTABLE_OBJECT_GRAPH"))
+    ]
     averaged = checkpoint_weights(run_dir, averaged_path)
-    sources = [checkpoint_weights(run_dir, checkpoint_path(run_dir, step))
-               for step in STEPS[-last:]]
+    sources = [
+        checkpoint_weights(run_dir, checkpoint_path(run_dir, step)) for step in STEPS[-last:]
+    ]
     assert len(averaged) > 20
     for index, value in enumerate(averaged):
         assert value.dtype == np.float32
         expected = np.mean([source[index] for source in sources], axis=0)
         np.testing.assert_allclose(value, expected, rtol=1e-6, atol=1e-7)
     if last > 1:  # the checkpoints differ, so the mean is none of them
-        assert any(not np.array_equal(value, sources[-1][index])
-                   for index, value in enumerate(averaged))
+        assert any(
+            not np.array_equal(value, sources[-1][index]) for index, value in enumerate(averaged)
+        )
 
 
 def test_evaluate_and_export_load_the_averaged_weights(run_dir, tmp_path, caplog):
@@ -119,10 +132,13 @@ def test_training_past_the_average_makes_it_stale(trained_run, run_dir, caplog):
     assert "using the weights of model.keras" in caplog.text
 
 
-@pytest.mark.parametrize("last, message", [
-    (0, "--last must be at least 1, got 0"),
-    (4, r"has 3 checkpoint\(s\) \(steps: 10, 20, 30\); averaging the last 4 needs 4"),
-])
+@pytest.mark.parametrize(
+    "last, message",
+    [
+        (0, "--last must be at least 1, got 0"),
+        (4, r"has 3 checkpoint\(s\) \(steps: 10, 20, 30\); averaging the last 4 needs 4"),
+    ],
+)
 def test_bad_requests_are_clear_errors_and_lose_nothing(run_dir, last, message, capsys):
     average_run(run_dir, 2)
     before = file_contents(run_dir)
@@ -147,7 +163,8 @@ def test_averaging_again_replaces_the_average_and_leaves_nothing_behind(run_dir,
     assert "averaged" in capsys.readouterr().out
     averaged_dir = os.path.join(run_dir, artifacts.AVERAGED_DIR)
     assert sorted(os.listdir(averaged_dir)) == sorted(
-        ["checkpoint", "average.json", "ckpt-30.index", "ckpt-30.data-00000-of-00001"])
+        ["checkpoint", "average.json", "ckpt-30.index", "ckpt-30.data-00000-of-00001"]
+    )
     assert [name for name in os.listdir(run_dir) if "averaged" in name] == ["averaged"]
     _, info = artifacts.current_averaged_checkpoint(run_dir)
     assert info["steps"] == [20, 30]

@@ -32,9 +32,14 @@ class RowModel:
 
 
 def splitting_scheduler(**overrides):
-    options = dict(max_batch_size=10, batch_timeout_micros=200_000, num_batch_threads=2,
-                   max_enqueued_batches=10, enable_large_batch_splitting=True,
-                   max_execution_batch_size=3)
+    options = dict(
+        max_batch_size=10,
+        batch_timeout_micros=200_000,
+        num_batch_threads=2,
+        max_enqueued_batches=10,
+        enable_large_batch_splitting=True,
+        max_execution_batch_size=3,
+    )
     options.update(overrides)
     return BatchScheduler(BatchingOptions(**options))
 
@@ -76,12 +81,19 @@ def test_a_request_that_does_not_fit_fills_the_open_batch_first():
 
 
 def test_without_splitting_a_request_never_shares_out_and_batches_reach_max_batch_size():
-    scheduler = BatchScheduler(BatchingOptions(max_batch_size=4, batch_timeout_micros=600_000_000,
-                                               num_batch_threads=1, max_enqueued_batches=10))
+    scheduler = BatchScheduler(
+        BatchingOptions(
+            max_batch_size=4,
+            batch_timeout_micros=600_000_000,
+            num_batch_threads=1,
+            max_enqueued_batches=10,
+        )
+    )
     model = RowModel()
     try:
-        with pytest.raises(errors.ServingError, match="Task size 5 is larger than maximum input "
-                                                      "batch size 4"):
+        with pytest.raises(
+            errors.ServingError, match="Task size 5 is larger than maximum input batch size 4"
+        ):
             scheduler.run("q", model, {"x": np.arange(1, 6)})
         with concurrent.futures.ThreadPoolExecutor(2) as pool:
             first = pool.submit(scheduler.run, "q", model, {"x": np.array([1, 2])})
@@ -100,12 +112,19 @@ def test_a_split_request_is_refused_whole_when_its_pieces_do_not_fit_the_queue()
     scheduler = splitting_scheduler(max_enqueued_batches=2, num_batch_threads=1)
     model = RowModel()
     try:
-        with pytest.raises(errors.ServingError, match="queue to which this task was submitted "
-                                                      "is full"):
+        with pytest.raises(
+            errors.ServingError, match="queue to which this task was submitted is full"
+        ):
             scheduler.run("q", model, {"x": np.arange(1, 8)})  # Needs 3 batches of 3.
         assert model.batch_sizes == []
         assert scheduler.run("q", model, {"x": np.arange(1, 7)})["double"].tolist() == [
-            2, 4, 6, 8, 10, 12]
+            2,
+            4,
+            6,
+            8,
+            10,
+            12,
+        ]
     finally:
         scheduler.close()
 
@@ -121,14 +140,17 @@ def test_one_failing_piece_fails_the_request_with_the_models_error():
         with pytest.raises(errors.ServingError, match="seven is not allowed"):
             scheduler.run("q", fails_on_seven, {"x": np.array([1, 2, 3, 4, 7, 6])})
         assert scheduler.run("q", fails_on_seven, {"x": np.array([1, 2, 3, 4])})[
-            "double"].tolist() == [2, 4, 6, 8]
+            "double"
+        ].tolist() == [2, 4, 6, 8]
     finally:
         scheduler.close()
 
 
 def test_concatenate_rows_pads_shorter_pieces_with_empty_strings_and_zeros():
-    parts = [{"m": np.ones((1, 2), np.float32), "s": np.array([[b"a"]], dtype=object)},
-             {"m": np.ones((2, 3), np.float32), "s": np.array([[b"b", b"c"]] * 2, dtype=object)}]
+    parts = [
+        {"m": np.ones((1, 2), np.float32), "s": np.array([[b"a"]], dtype=object)},
+        {"m": np.ones((2, 3), np.float32), "s": np.array([[b"b", b"c"]] * 2, dtype=object)},
+    ]
     merged = concatenate_rows(parts)
     np.testing.assert_array_equal(merged["m"], [[1, 1, 0], [1, 1, 1], [1, 1, 1]])
     assert merged["s"].tolist() == [[b"a", b""], [b"b", b"c"], [b"b", b"c"]]
@@ -136,10 +158,12 @@ def test_concatenate_rows_pads_shorter_pieces_with_empty_strings_and_zeros():
 
 def test_splitting_options_parse_as_tf_serving_reads_them(tmp_path):
     path = tmp_path / "batching.config"
-    path.write_text("max_batch_size { value: 64 }\n"
-                    "enable_large_batch_splitting { value: true }\n"
-                    "max_execution_batch_size { value: 16 }\n"
-                    "allowed_batch_sizes: 8\nallowed_batch_sizes: 16\n")
+    path.write_text(
+        "max_batch_size { value: 64 }\n"
+        "enable_large_batch_splitting { value: true }\n"
+        "max_execution_batch_size { value: 16 }\n"
+        "allowed_batch_sizes: 8\nallowed_batch_sizes: 16\n"
+    )
     options = load_batching_options(str(path))
     assert (options.max_batch_size, options.execution_batch_size) == (64, 16)
     assert options.enable_large_batch_splitting
@@ -151,13 +175,18 @@ def test_splitting_options_parse_as_tf_serving_reads_them(tmp_path):
     path.write_text("max_batch_size { value: 64 } max_execution_batch_size { value: 16 }")
     assert load_batching_options(str(path)).execution_batch_size == 64
 
-    path.write_text("max_batch_size { value: 64 } enable_large_batch_splitting { value: true } "
-                    "max_execution_batch_size { value: 16 } allowed_batch_sizes: 8 "
-                    "allowed_batch_sizes: 64")
-    with pytest.raises(ConfigError, match="must equal max_execution_batch_size when "
-                                          "enable_large_batch_splitting is True"):
+    path.write_text(
+        "max_batch_size { value: 64 } enable_large_batch_splitting { value: true } "
+        "max_execution_batch_size { value: 16 } allowed_batch_sizes: 8 "
+        "allowed_batch_sizes: 64"
+    )
+    with pytest.raises(
+        ConfigError,
+        match="must equal max_execution_batch_size when enable_large_batch_splitting is True",
+    ):
         load_batching_options(str(path))
-    path.write_text("enable_large_batch_splitting { value: true } "
-                    "max_execution_batch_size { value: 0 }")
+    path.write_text(
+        "enable_large_batch_splitting { value: true } max_execution_batch_size { value: 0 }"
+    )
     with pytest.raises(ConfigError, match="max_execution_batch_size must be positive, got 0"):
         load_batching_options(str(path))

@@ -7,16 +7,24 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from benchmarks import bench_decode
-from benchmarks import bench_serve
+from benchmarks import bench_decode, bench_serve
 from benchmarks.bench_decode import matmul_floor, step_kernels
 from model import Transformer
 
 
 def small_model():
-    model = Transformer(num_layers=2, d_model=16, num_heads=2, dff=24, input_vocab_size=30,
-                        target_vocab_size=40, pe_input=32, pe_target=32, rate=0.0,
-                        tie_embeddings=False)
+    model = Transformer(
+        num_layers=2,
+        d_model=16,
+        num_heads=2,
+        dff=24,
+        input_vocab_size=30,
+        target_vocab_size=40,
+        pe_input=32,
+        pe_target=32,
+        rate=0.0,
+        tie_embeddings=False,
+    )
     model.build(((None, None), (None, None)))
     return model
 
@@ -24,8 +32,11 @@ def small_model():
 def test_step_kernels_are_the_decoder_kernels_but_the_cross_attention_keys_and_values():
     model = small_model()
     decoder_kernels = [weight for weight in model.decoder.weights if weight.name == "kernel"]
-    cross_key_value = {kernel.path for layer in model.decoder.dec_layers
-                       for kernel in (layer.mha2.wk.kernel, layer.mha2.wv.kernel)}
+    cross_key_value = {
+        kernel.path
+        for layer in model.decoder.dec_layers
+        for kernel in (layer.mha2.wk.kernel, layer.mha2.wv.kernel)
+    }
     expected = [kernel.path for kernel in decoder_kernels if kernel.path not in cross_key_value]
     read = [kernel.path for group in step_kernels(model) for kernel in group]
     assert sorted(read) == sorted(expected + [model.final_layer.kernel.path])
@@ -46,11 +57,19 @@ def test_matmul_floor_reads_the_step_kernels_and_stays_finite():
 
 
 def report_args(**overrides):
-    args = dict(concurrency=[1, 32], soak_requests=0, soak_concurrency=32,
-                batching_parameters_file=os.path.join(bench_serve.SERVING_DIR, "batching.config"),
-                model_base_path="exports/translator", signature_name="serving_default",
-                sentences_file=None, sentences_per_request=1, requests=8, rounds=2,
-                server_flags=[])
+    args = dict(
+        concurrency=[1, 32],
+        soak_requests=0,
+        soak_concurrency=32,
+        batching_parameters_file=os.path.join(bench_serve.SERVING_DIR, "batching.config"),
+        model_base_path="exports/translator",
+        signature_name="serving_default",
+        sentences_file=None,
+        sentences_per_request=1,
+        requests=8,
+        rounds=2,
+        server_flags=[],
+    )
     args.update(overrides)
     return argparse.Namespace(**args)
 
@@ -63,20 +82,35 @@ def load(rps):
 def rows(unbatched_rounds, batched_rounds):
     """measure_interleaved-shaped rows whose rounds ran at the given requests/s."""
     table = []
-    for setup, rounds in ((bench_serve.IN_PROCESS, [10.0, 10.0]),
-                          (bench_serve.NO_BATCHING, unbatched_rounds),
-                          (bench_serve.BATCHING, batched_rounds)):
+    for setup, rounds in (
+        (bench_serve.IN_PROCESS, [10.0, 10.0]),
+        (bench_serve.NO_BATCHING, unbatched_rounds),
+        (bench_serve.BATCHING, batched_rounds),
+    ):
         for concurrency in (1, 32):
             runs = [load(rps) for rps in rounds]
-            table.append((setup, concurrency, sum(runs, bench_serve.Load()).summary(),
-                          [run.summary()["rps"] for run in runs]))
+            table.append(
+                (
+                    setup,
+                    concurrency,
+                    sum(runs, bench_serve.Load()).summary(),
+                    [run.summary()["rps"] for run in runs],
+                )
+            )
     return table
 
 
 def test_bench_serve_reports_round_ratios_the_aggregate_and_output_lengths():
     # Two rounds of 4 requests each: 20 and 40 req/s batched against 10 and 10 unbatched.
-    body = bench_serve.report(report_args(), "cmd", rows([10.0, 10.0], [20.0, 40.0]),
-                              bench_serve.Load(), (100, 100), (0.0, 0.0, 0.0), [4, 8, 3, 5])
+    body = bench_serve.report(
+        report_args(),
+        "cmd",
+        rows([10.0, 10.0], [20.0, 40.0]),
+        bench_serve.Load(),
+        (100, 100),
+        (0.0, 0.0, 0.0),
+        [4, 8, 3, 5],
+    )
     # 8 requests in 0.2 + 0.1 s = 26.7 req/s; against 10 req/s that is 2.7×, not the mean 3.0×.
     assert "**2.7×** requests/s (26.7 vs 10.0; round by round 2.0×, 4.0×)" in body
     assert "Goal ≥ 3×: not met" in body
@@ -86,9 +120,14 @@ def test_bench_serve_reports_round_ratios_the_aggregate_and_output_lengths():
 
 def test_bench_serve_reports_the_soak_when_one_ran():
     soak = bench_serve.Load([0.01] * 50, 1.0, 0)
-    body = bench_serve.report(report_args(soak_requests=50), "cmd",
-                              rows([10.0, 10.0], [40.0, 40.0]), soak,
-                              (100 * 2**20, 104 * 2**20), (0.0, 0.0, 0.0))
+    body = bench_serve.report(
+        report_args(soak_requests=50),
+        "cmd",
+        rows([10.0, 10.0], [40.0, 40.0]),
+        soak,
+        (100 * 2**20, 104 * 2**20),
+        (0.0, 0.0, 0.0),
+    )
     assert "Soak (batching server, 50 requests at concurrency 32): 50.0 requests/s" in body
     assert "100 → 104 MiB (**+4.0%**; goal < 10%: met)" in body
     assert "**4.0×** requests/s" in body and "Goal ≥ 3×: met" in body
@@ -97,7 +136,12 @@ def test_bench_serve_reports_the_soak_when_one_ran():
 def test_bench_tokenizer_measures_losslessness_against_sacrebleu():
     from benchmarks.bench_tokenizer import learn, measure
 
-    texts = ["El niño come pan.", "The boy eats bread.", "¿Dónde está? 3,5 euros", "A - B, 1, 2"] * 30
+    texts = [
+        "El niño come pan.",
+        "The boy eats bread.",
+        "¿Dónde está? 3,5 euros",
+        "A - B, 1, 2",
+    ] * 30
     references = ["The boy eats bread.", "A - B, 1, 2", "don't  stop"]
     sentencepiece, _ = learn("unigram", texts, 300, lower_case=False)
     lossless = measure(sentencepiece, texts, references, lower_case=False)
@@ -124,8 +168,11 @@ def test_bench_decode_side_by_side_gives_each_decoder_as_a_multiple_of_ctranslat
         bench_decode.BEAM.format(beam=beam): (450, 2100),
         bench_decode.CACHED_XLA: (80, 350),
     }
-    results = {(name, batch): (ms / 1000, ms / 1000)
-               for name, pair in times.items() for batch, ms in zip((1, 32), pair)}
+    results = {
+        (name, batch): (ms / 1000, ms / 1000)
+        for name, pair in times.items()
+        for batch, ms in zip((1, 32), pair)
+    }
     table, goals = bench_decode.side_by_side(args, results)
     lines = table.splitlines()
     assert lines[0] == "| decoder | greedy b=1 | greedy b=32 | beam 4 b=1 | beam 4 b=32 |"

@@ -35,9 +35,17 @@ def weights_of(run_dir):
 
 def test_the_bundle_is_a_run_directory_without_checkpoints(bundled):
     _, bundle_dir, _ = bundled
-    for name in ("config.json", "model.keras", "tokenizer/tokenizer_config.json", "logs/train",
-                 "logs/dev", "training_curves.png", "README.md", "eval/test.greedy.hyp.txt",
-                 "eval/test.beam2.report.json"):
+    for name in (
+        "config.json",
+        "model.keras",
+        "tokenizer/tokenizer_config.json",
+        "logs/train",
+        "logs/dev",
+        "training_curves.png",
+        "README.md",
+        "eval/test.greedy.hyp.txt",
+        "eval/test.beam2.report.json",
+    ):
         assert os.path.exists(os.path.join(bundle_dir, name)), name
     assert not os.path.exists(os.path.join(bundle_dir, artifacts.CHECKPOINT_DIR))
     assert artifacts.select_weights(bundle_dir) == (None, artifacts.MODEL_FILE)
@@ -78,9 +86,13 @@ def test_a_failed_bundle_leaves_the_previous_one_as_it_was(bundled, tmp_path):
     config["data"] = str(tmp_path / "no-such-corpus")
     with open(config_path, "w", encoding="utf-8") as handle:
         json.dump(config, handle)
-    before = {name: os.path.getmtime(os.path.join(bundle_dir, name)) for name in os.listdir(bundle_dir)}
+    before = {
+        name: os.path.getmtime(os.path.join(bundle_dir, name)) for name in os.listdir(bundle_dir)
+    }
     assert main(["--run_dir", broken, "--output_dir", bundle_dir, "--reproduce", "x"]) == 1
-    after = {name: os.path.getmtime(os.path.join(bundle_dir, name)) for name in os.listdir(bundle_dir)}
+    after = {
+        name: os.path.getmtime(os.path.join(bundle_dir, name)) for name in os.listdir(bundle_dir)
+    }
     assert after == before
     assert not [name for name in os.listdir(os.path.dirname(bundle_dir)) if name.startswith(".")]
 
@@ -90,7 +102,8 @@ def test_the_notebooks_fall_back_on_the_pretrained_model_last():
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     spec = importlib.util.spec_from_file_location(
-        "notebook_support", os.path.join(root, "notebooks", "_support.py"))
+        "notebook_support", os.path.join(root, "notebooks", "_support.py")
+    )
     support = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(support)
     assert support.TRAINED_RUN_DIRS[-1] == support.REPO_ROOT / artifacts.PRETRAINED_RUN

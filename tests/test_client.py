@@ -10,9 +10,17 @@ import pytest
 from serving import client as client_lib
 from serving.client import TranslationClient, TranslationError
 from serving.model_server.server import ModelServer, ServerOptions
-from tests.serving_fixtures import (MODEL_NAME, expected_alignment, expected_beam,
-                                    expected_beam_score, expected_greedy, expected_greedy_score,
-                                    make_model_base, reserved_port, toy_exports)
+from tests.serving_fixtures import (
+    MODEL_NAME,
+    expected_alignment,
+    expected_beam,
+    expected_beam_score,
+    expected_greedy,
+    expected_greedy_score,
+    make_model_base,
+    reserved_port,
+    toy_exports,
+)
 
 SENTENCES = ["hello big world", "good morning", "a", ""]
 
@@ -25,9 +33,14 @@ def exports(tmp_path_factory):
 @pytest.fixture(scope="module")
 def server(exports, tmp_path_factory):
     root = tmp_path_factory.mktemp("client")
-    model_server = ModelServer(ServerOptions(
-        port=0, model_name=MODEL_NAME, model_base_path=make_model_base(exports, str(root), (1,)),
-        file_system_poll_wait_seconds=0)).start()
+    model_server = ModelServer(
+        ServerOptions(
+            port=0,
+            model_name=MODEL_NAME,
+            model_base_path=make_model_base(exports, str(root), (1,)),
+            file_system_poll_wait_seconds=0,
+        )
+    ).start()
     yield f"127.0.0.1:{model_server.grpc_port}"
     model_server.stop()
 
@@ -40,9 +53,11 @@ def two_version_server(exports, tmp_path_factory):
     config_path.write_text(
         f'model_config_list {{ config {{ name: "{MODEL_NAME}" model_platform: "tensorflow" '
         f'base_path: "{make_model_base(exports, str(root), (1, 2))}" '
-        'model_version_policy { all {} } } }')
-    model_server = ModelServer(ServerOptions(port=0, model_config_file=str(config_path),
-                                             file_system_poll_wait_seconds=0)).start()
+        "model_version_policy { all {} } } }"
+    )
+    model_server = ModelServer(
+        ServerOptions(port=0, model_config_file=str(config_path), file_system_poll_wait_seconds=0)
+    ).start()
     yield f"127.0.0.1:{model_server.grpc_port}"
     model_server.stop()
 
@@ -78,7 +93,8 @@ def client(server):
 def test_translate_greedy_and_beam(client):
     assert client.translate(SENTENCES) == [expected_greedy(s, 1) for s in SENTENCES]
     assert client.translate(SENTENCES, signature_name="beam_search") == [
-        expected_beam(s, 1) for s in SENTENCES]
+        expected_beam(s, 1) for s in SENTENCES
+    ]
     details = client.translate_with_details(SENTENCES, signature_name="beam_search")
     assert [d.score for d in details] == [expected_beam_score(s) for s in SENTENCES]
     assert all(d.alignment is None and d.source_tokens is None for d in details)
@@ -99,7 +115,8 @@ def test_translate_with_alignments(server):
         np.testing.assert_allclose(result.alignment, expected_alignment(sentence), atol=1e-6)
         assert result.most_attended() == [
             (target, source, pytest.approx(0.7 if len(words) > 1 else 1.0))
-            for target, source in zip(result.target_tokens, reversed(words))]
+            for target, source in zip(result.target_tokens, reversed(words))
+        ]
 
 
 def test_metadata_and_status(client):
@@ -107,9 +124,13 @@ def test_metadata_and_status(client):
     assert metadata["version"] == 1
     assert set(metadata["signatures"]) == {"serving_default", "beam_search", "alignments"}
     assert metadata["signatures"]["serving_default"]["inputs"] == {"text": ("DT_STRING", [-1])}
-    assert metadata["signatures"]["alignments"]["outputs"]["alignment"] == ("DT_FLOAT", [-1, -1, -1])
-    assert client.status() == [{"version": 1, "state": "AVAILABLE", "error_code": 0,
-                                "error_message": ""}]
+    assert metadata["signatures"]["alignments"]["outputs"]["alignment"] == (
+        "DT_FLOAT",
+        [-1, -1, -1],
+    )
+    assert client.status() == [
+        {"version": 1, "state": "AVAILABLE", "error_code": 0, "error_message": ""}
+    ]
 
 
 def test_bad_arguments_are_rejected_before_any_call():
@@ -145,9 +166,14 @@ def test_unavailable_is_retried_with_backoff(exports, tmp_path, backoff):
 
         # The server comes up on that port during the first backoff: a retry succeeds.
         base_path = make_model_base(exports, str(tmp_path), (1,))
-        late_server = ModelServer(ServerOptions(port=port, model_name=MODEL_NAME,
-                                                model_base_path=base_path,
-                                                file_system_poll_wait_seconds=0))
+        late_server = ModelServer(
+            ServerOptions(
+                port=port,
+                model_name=MODEL_NAME,
+                model_base_path=base_path,
+                file_system_poll_wait_seconds=0,
+            )
+        )
 
         def start_once():
             if late_server.grpc_port is None:
@@ -156,7 +182,9 @@ def test_unavailable_is_retried_with_backoff(exports, tmp_path, backoff):
         backoff.delays.clear()
         backoff.before_sleep = start_once
         try:
-            with TranslationClient(f"127.0.0.1:{port}", retries=8, backoff=0.2, timeout=5) as patient:
+            with TranslationClient(
+                f"127.0.0.1:{port}", retries=8, backoff=0.2, timeout=5
+            ) as patient:
                 assert patient.translate(["late start"]) == [expected_greedy("late start", 1)]
             assert late_server.grpc_port == port and backoff.delays
         finally:
@@ -172,15 +200,18 @@ def test_cli_chooses_the_model_version(two_version_server, capsys):
     assert capsys.readouterr().out.splitlines() == ["version 2: AVAILABLE"]
     assert client_lib.main(["--server", two_version_server, "--version", "7", "a"]) == 1
     assert capsys.readouterr().err.strip() == (
-        "error: NOT_FOUND: Servable not found for request: Specific(translator, 7)")
+        "error: NOT_FOUND: Servable not found for request: Specific(translator, 7)"
+    )
     with TranslationClient(two_version_server, version=1) as pinned:
         assert pinned.metadata()["version"] == 1
 
 
 def test_cli_translates_arguments(server, capsys):
     assert client_lib.main(["--server", server, "hello big world", "a"]) == 0
-    assert capsys.readouterr().out.splitlines() == [expected_greedy("hello big world", 1),
-                                                   expected_greedy("a", 1)]
+    assert capsys.readouterr().out.splitlines() == [
+        expected_greedy("hello big world", 1),
+        expected_greedy("a", 1),
+    ]
     assert client_lib.main(["--server", server, "--signature_name", "beam_search", "x y"]) == 0
     assert capsys.readouterr().out.splitlines() == [expected_beam("x y", 1)]
 
@@ -193,7 +224,9 @@ def test_cli_reads_stdin_and_files_in_batches(server, capsys, monkeypatch, tmp_p
 
     source = tmp_path / "source.txt"
     source.write_text("\n".join(lines), encoding="utf-8")
-    assert client_lib.main(["--server", server, "--input_file", str(source), "--batch_size", "3"]) == 0
+    assert (
+        client_lib.main(["--server", server, "--input_file", str(source), "--batch_size", "3"]) == 0
+    )
     assert capsys.readouterr().out.splitlines() == [expected_greedy(line, 1) for line in lines]
 
 
@@ -201,7 +234,10 @@ def test_cli_prints_alignments(server, capsys):
     assert client_lib.main(["--server", server, "--alignments", "one two three"]) == 0
     assert capsys.readouterr().out.splitlines() == [
         expected_greedy("one two three", 1),
-        "  THREE <- three (0.70)", "  TWO <- two (0.70)", "  ONE <- one (0.70)"]
+        "  THREE <- three (0.70)",
+        "  TWO <- two (0.70)",
+        "  ONE <- one (0.70)",
+    ]
 
 
 def test_cli_status_and_metadata(server, capsys):
@@ -214,9 +250,12 @@ def test_cli_status_and_metadata(server, capsys):
 def test_cli_errors_print_code_and_message(server, capsys, tmp_path):
     assert client_lib.main(["--server", server, "--model_name", "nope", "x"]) == 1
     assert capsys.readouterr().err.strip() == (
-        "error: NOT_FOUND: Servable not found for request: Latest(nope)")
+        "error: NOT_FOUND: Servable not found for request: Latest(nope)"
+    )
     assert client_lib.main(["--server", server, "--signature_name", "greedy", "x"]) == 1
-    assert 'FAILED_PRECONDITION: Serving signature key "greedy" not found.' in capsys.readouterr().err
+    assert (
+        'FAILED_PRECONDITION: Serving signature key "greedy" not found.' in capsys.readouterr().err
+    )
     assert client_lib.main(["--server", server, "--input_file", str(tmp_path / "missing.txt")]) == 1
     assert "No such file" in capsys.readouterr().err
     assert client_lib.main(["--server", server, "--batch_size", "0"]) == 2

@@ -25,7 +25,12 @@ from tests.corpus_fixtures import (
 )
 from training import prepare_data
 from training.corpus import alignment, bible, loading, splitting, tsv
-from training.corpus.osis import build_casing_table, fix_caps_opening, strip_markup, strip_subscription
+from training.corpus.osis import (
+    build_casing_table,
+    fix_caps_opening,
+    strip_markup,
+    strip_subscription,
+)
 from training.corpus.tsv import CorpusError, LineProblem
 
 GOOD_PAIRS = [
@@ -44,7 +49,7 @@ def write_bytes(path, *lines: bytes, newline=b"\n"):
 
 
 def test_read_tsv_reads_accented_pairs_with_bom_and_crlf(tmp_path):
-    lines = [f"{s}\t{t}".encode("utf-8") for s, t in GOOD_PAIRS]
+    lines = [f"{s}\t{t}".encode() for s, t in GOOD_PAIRS]
     lines[0] = b"\xef\xbb\xbf" + lines[0]
     path = write_bytes(tmp_path / "c.tsv", *lines, newline=b"\r\n")
     assert tsv.read_tsv(path) == GOOD_PAIRS
@@ -53,14 +58,14 @@ def test_read_tsv_reads_accented_pairs_with_bom_and_crlf(tmp_path):
 def test_read_tsv_skips_and_reports_each_malformed_line(tmp_path, caplog):
     path = write_bytes(
         tmp_path / "mixed.tsv",
-        "Hola\tHello".encode(),                 # 1 good
-        "sin tabulador".encode(),               # 2 no tab
-        "uno\tdos\ttres".encode(),              # 3 two tabs
-        "\tEmpty source".encode(),              # 4 empty source
-        "Fuente vacía\t   ".encode(),           # 5 empty (blank) target
-        b"caf\xe9\tcoffee",                     # 6 Latin-1, not UTF-8
-        b"",                                    # 7 blank: ignored silently
-        "Adiós\tGoodbye".encode(),              # 8 good
+        b"Hola\tHello",  # 1 good
+        b"sin tabulador",  # 2 no tab
+        b"uno\tdos\ttres",  # 3 two tabs
+        b"\tEmpty source",  # 4 empty source
+        "Fuente vacía\t   ".encode(),  # 5 empty (blank) target
+        b"caf\xe9\tcoffee",  # 6 Latin-1, not UTF-8
+        b"",  # 7 blank: ignored silently
+        "Adiós\tGoodbye".encode(),  # 8 good
     )
     problems: list[LineProblem] = []
     with caplog.at_level(logging.WARNING, logger="training.corpus"):
@@ -80,7 +85,7 @@ def test_read_tsv_skips_and_reports_each_malformed_line(tmp_path, caplog):
 
 
 def test_read_tsv_strict_raises_on_first_bad_line(tmp_path):
-    path = write_bytes(tmp_path / "c.tsv", "Hola\tHello".encode(), "Adiós".encode(), "a\tb\tc".encode())
+    path = write_bytes(tmp_path / "c.tsv", b"Hola\tHello", "Adiós".encode(), b"a\tb\tc")
     with pytest.raises(CorpusError, match=rf"{path}:2: no tab"):
         tsv.read_tsv(path, strict=True)
     assert issubclass(CorpusError, ValueError)
@@ -92,7 +97,9 @@ def test_read_tsv_strict_accepts_a_clean_file(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "content", [b"", b"\n\n", b"solo texto\n\t\n", b"\xff\xfe\t\xff\n"], ids=["empty", "blank", "bad", "binary"]
+    "content",
+    [b"", b"\n\n", b"solo texto\n\t\n", b"\xff\xfe\t\xff\n"],
+    ids=["empty", "blank", "bad", "binary"],
 )
 def test_read_tsv_without_any_valid_pair_always_raises(tmp_path, content):
     path = tmp_path / "c.tsv"
@@ -133,7 +140,11 @@ def test_write_tsv_rejects_pairs_that_would_corrupt_the_file(tmp_path, bad):
 def test_load_corpus_reads_all_splits_and_names_missing_files(tmp_path):
     for split, pairs in zip(tsv.SPLITS, (GOOD_PAIRS, GOOD_PAIRS[:1], GOOD_PAIRS[1:])):
         tsv.write_tsv(tmp_path / f"{split}.tsv", pairs)
-    assert tsv.load_corpus(tmp_path) == {"train": GOOD_PAIRS, "dev": GOOD_PAIRS[:1], "test": GOOD_PAIRS[1:]}
+    assert tsv.load_corpus(tmp_path) == {
+        "train": GOOD_PAIRS,
+        "dev": GOOD_PAIRS[:1],
+        "test": GOOD_PAIRS[1:],
+    }
 
     (tmp_path / "dev.tsv").unlink()
     with pytest.raises(CorpusError, match="lacks dev.tsv"):
@@ -185,25 +196,35 @@ def test_split_by_chapter_never_splits_a_chapter_and_is_order_independent():
     shuffled = list(pairs.items())
     random.Random(0).shuffle(shuffled)
     again = bible.split_by_chapter(dict(shuffled), dev_fraction=0.1, test_fraction=0.1)
-    assert {s: sorted(items) for s, items in again.items()} == {s: sorted(items) for s, items in splits.items()}
+    assert {s: sorted(items) for s, items in again.items()} == {
+        s: sorted(items) for s, items in splits.items()
+    }
 
 
 def test_split_by_chapter_assignment_does_not_depend_on_other_chapters():
     pairs = _synthetic_verses()
-    full = {ref[:2]: split for split, items in bible.split_by_chapter(pairs).items() for ref, _ in items}
+    full = {
+        ref[:2]: split for split, items in bible.split_by_chapter(pairs).items() for ref, _ in items
+    }
     subset = {ref: pair for ref, pair in pairs.items() if ref[0] in ("Book3", "Book7")}
-    part = {ref[:2]: split for split, items in bible.split_by_chapter(subset).items() for ref, _ in items}
-    assert part == {chapter: split for chapter, split in full.items() if chapter[0] in ("Book3", "Book7")}
+    part = {
+        ref[:2]: split
+        for split, items in bible.split_by_chapter(subset).items()
+        for ref, _ in items
+    }
+    assert part == {
+        chapter: split for chapter, split in full.items() if chapter[0] in ("Book3", "Book7")
+    }
 
 
 def test_dedup_against_removes_case_and_space_variants_and_keeps_order():
     train = [("Y dijo Dios:", "And God said:"), ("Amén.", "Amen.")]
     evaluation = [
         ("Nueva frase.", "New sentence."),
-        ("y  dijo DIOS:", "God said:"),        # in train up to case/whitespace
+        ("y  dijo DIOS:", "God said:"),  # in train up to case/whitespace
         ("Otra frase.", "Another one."),
         ("nueva frase.", "New sentence again."),  # repeats an earlier eval source
-        ("Amén!", "Amen!"),                    # different punctuation: kept
+        ("Amén!", "Amen!"),  # different punctuation: kept
     ]
     kept, removed = splitting.dedup_against(evaluation, train)
     assert kept == [evaluation[0], evaluation[2], evaluation[4]]
@@ -213,7 +234,10 @@ def test_dedup_against_removes_case_and_space_variants_and_keeps_order():
 def test_split_single_file_keeps_duplicate_sources_together():
     pairs = [(f"frase número {i % 500}", f"sentence {i}") for i in range(3000)]
     splits = splitting.split_single_file(pairs, heldout_fraction=0.1)
-    sources = {split: {splitting.normalize_for_dedup(s) for s, _ in items} for split, items in splits.items()}
+    sources = {
+        split: {splitting.normalize_for_dedup(s) for s, _ in items}
+        for split, items in splits.items()
+    }
     assert not sources["train"] & sources["dev"]
     assert not sources["train"] & sources["test"]
     assert not sources["dev"] & sources["test"]
@@ -236,8 +260,8 @@ def test_strip_markup_removes_strongs_numbers_and_notes_without_gluing_words():
 
 def test_strip_markup_puts_no_space_before_punctuation_after_a_note():
     osis = (
-        "two assaria coins</q> <note placement=\"foot\"><reference type=\"annotateRef\">12:6 </reference>"
-        "An assarion was a small copper coin.</note> <q marker=\"\" who=\"Jesus\">? "
+        'two assaria coins</q> <note placement="foot"><reference type="annotateRef">12:6 </reference>'
+        'An assarion was a small copper coin.</note> <q marker="" who="Jesus">? '
         '<w lemma="strong:G3756">Not</w> one'
     )
     assert strip_markup(osis) == "two assaria coins? Not one"
@@ -256,7 +280,10 @@ def test_strip_markup_spaces_added_words_but_joins_added_enclitics():
         '<w lemma="x">no quiso beber</w><transChange type="added">lo</transChange>. '
         'preguntándo<transChange type="added">le</transChange>'
     )
-    assert strip_markup(osis) == "hay allí también bdelio: sácalo y Josué los no quiso beberlo. preguntándole"
+    assert (
+        strip_markup(osis)
+        == "hay allí también bdelio: sácalo y Josué los no quiso beberlo. preguntándole"
+    )
 
 
 def test_strip_markup_keeps_psalm_titles_and_drops_other_headings():
@@ -275,7 +302,7 @@ def test_strip_markup_cuts_the_glossary_after_the_end_of_revelation():
         'The grace of the <w lemma="strong:G2962">Lord</w> be with all the saints. Amen.  <chapter eID="Rev.22"/>'
         '<div eID="gen35836" type="x-p"/> <div canonical="true" eID="gen35575" osisID="Rev" type="book"/> '
         '<div sID="gen35837" type="glossary"/> <title level="1" type="main">World English Bible Glossary</title> '
-        "<list> <item><seg type=\"keyword\">Abaddon</seg> Abaddon is Hebrew for destruction.</item></list>"
+        '<list> <item><seg type="keyword">Abaddon</seg> Abaddon is Hebrew for destruction.</item></list>'
     )
     assert strip_markup(osis) == "The grace of the Lord be with all the saints. Amen."
 
@@ -306,12 +333,18 @@ def test_build_casing_table_prefers_running_text_casing():
         ("EN el principio crió Dios los cielos.", "En el principio crió Dios los cielos."),
         ("Y FUERON acabados los cielos.", "Y fueron acabados los cielos."),
         ("Salmo de David. JEHOVÁ es mi pastor.", "Salmo de David. Jehová es mi pastor."),
-        ("Salmo de David. A TI, oh Jehová, levantaré mi alma.", "Salmo de David. A ti, oh Jehová, levantaré mi alma."),
+        (
+            "Salmo de David. A TI, oh Jehová, levantaré mi alma.",
+            "Salmo de David. A ti, oh Jehová, levantaré mi alma.",
+        ),
         ("¡OH Jehová, cuánto!", "¡Oh Jehová, cuánto!"),
         ("Entonces dijo: AMARTE he, oh Jehová.", "Entonces dijo: Amarte he, oh Jehová."),
         ("ALEPH. BIENAVENTURADOS los perfectos.", "ALEPH. Bienaventurados los perfectos."),
         # Capitals inside a sentence are deliberate and stay.
-        ("Escribe al ángel de la iglesia en SARDIS: El que tiene.", "Escribe al ángel de la iglesia en SARDIS: El que tiene."),
+        (
+            "Escribe al ángel de la iglesia en SARDIS: El que tiene.",
+            "Escribe al ángel de la iglesia en SARDIS: El que tiene.",
+        ),
         ("Y respondió Dios á Moisés: Yo soy.", "Y respondió Dios á Moisés: Yo soy."),
     ],
 )
@@ -330,7 +363,11 @@ def test_clean_source_verses_applies_caps_fix_to_chapter_openings_only():
     raw = {
         ("Gen", 1, 1): '<w lemma="strong:H7225">EN el principio</w> crió Dios.',
         ("Gen", 1, 2): "Y la tierra estaba desordenada, y el Espíritu de Dios. YO SOY EL QUE SOY.",
-        ("Heb", 13, 25): "La gracia sea con todos vosotros. Amén. Fué escrita á los Hebreos desde Italia.",
+        (
+            "Heb",
+            13,
+            25,
+        ): "La gracia sea con todos vosotros. Amén. Fué escrita á los Hebreos desde Italia.",
     }
     clean = bible.clean_source_verses(raw)
     assert clean[("Gen", 1, 1)] == "En el principio crió Dios."
@@ -381,7 +418,9 @@ def test_align_chapter_recovers_a_one_verse_shift_and_a_merge():
     merged = spanish[:4] + [(5, spanish[4][1] + " " + spanish[5][1])] + spanish[6:]
     beads, _ = alignment.align_chapter(merged, english, model)
     assert ((5,), (5, 6)) in beads
-    assert [bead for bead in beads if bead not in alignment.identity_beads(merged, english)] == [((5,), (5, 6))]
+    assert [bead for bead in beads if bead not in alignment.identity_beads(merged, english)] == [
+        ((5,), (5, 6))
+    ]
 
 
 def test_length_ratio_model_fit_and_outliers():
@@ -444,7 +483,9 @@ class CorpusTestTinyTranslate(tfds.core.GeneratorBasedBuilder):
     def _info(self):
         return tfds.core.DatasetInfo(
             builder=self,
-            features=tfds.features.FeaturesDict({"en": tfds.features.Text(), "es": tfds.features.Text()}),
+            features=tfds.features.FeaturesDict(
+                {"en": tfds.features.Text(), "es": tfds.features.Text()}
+            ),
             supervised_keys=("es", "en"),
         )
 
@@ -468,7 +509,9 @@ class CorpusTestUnreachableTranslate(tfds.core.GeneratorBasedBuilder):
     def _info(self):
         return tfds.core.DatasetInfo(
             builder=self,
-            features=tfds.features.FeaturesDict({"en": tfds.features.Text(), "es": tfds.features.Text()}),
+            features=tfds.features.FeaturesDict(
+                {"en": tfds.features.Text(), "es": tfds.features.Text()}
+            ),
             supervised_keys=("es", "en"),
         )
 
@@ -485,7 +528,9 @@ def test_load_tfds_pairs_maps_supervised_keys_and_dev_split(tmp_path):
         assert sorted(pairs) == sorted(SPANISH_ENGLISH[tfds_split])
     # Once prepared, it loads without downloading, also through load_pairs.
     assert sorted(
-        loading.load_pairs("tfds:corpus_test_tiny_translate", "train", tfds_data_dir=tmp_path, tfds_download=False)
+        loading.load_pairs(
+            "tfds:corpus_test_tiny_translate", "train", tfds_data_dir=tmp_path, tfds_download=False
+        )
     ) == sorted(SPANISH_ENGLISH["train"])
 
 
@@ -502,7 +547,9 @@ def test_load_tfds_pairs_turns_a_failed_download_into_corpus_error(tmp_path):
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        CorpusTestUnreachableTranslate.URL = f"http://127.0.0.1:{server.server_address[1]}/corpus.tsv"
+        CorpusTestUnreachableTranslate.URL = (
+            f"http://127.0.0.1:{server.server_address[1]}/corpus.tsv"
+        )
         with pytest.raises(CorpusError) as error:
             loading.load_tfds_pairs("corpus_test_unreachable_translate", "train", data_dir=tmp_path)
     finally:
@@ -515,14 +562,18 @@ def test_load_tfds_pairs_turns_a_failed_download_into_corpus_error(tmp_path):
 
 def test_load_tfds_pairs_real_dataset_not_downloaded_is_a_clear_error(tmp_path):
     with pytest.raises(CorpusError) as error:
-        loading.load_tfds_pairs("ted_hrlr_translate/pt_to_en", "train", data_dir=tmp_path, download=False)
+        loading.load_tfds_pairs(
+            "ted_hrlr_translate/pt_to_en", "train", data_dir=tmp_path, download=False
+        )
     message = str(error.value)
     assert "'ted_hrlr_translate/pt_to_en'" in message and "not available locally" in message
     assert "--data" in message and "--tfds_data_dir" in message
 
 
 def test_ted_hrlr_supervised_keys_are_pt_to_en(tmp_path):
-    assert tfds.builder("ted_hrlr_translate/pt_to_en", data_dir=str(tmp_path)).info.supervised_keys == ("pt", "en")
+    assert tfds.builder(
+        "ted_hrlr_translate/pt_to_en", data_dir=str(tmp_path)
+    ).info.supervised_keys == ("pt", "en")
 
 
 def test_load_tfds_pairs_unknown_name(tmp_path):
@@ -538,7 +589,9 @@ def test_load_pairs_from_directory_single_file_and_bible_dir(tmp_path):
     for split in tsv.SPLITS:
         tsv.write_tsv(data_dir / f"{split}.tsv", [(f"{split} fuente", f"{split} target")])
     assert loading.load_pairs(str(data_dir), "dev") == [("dev fuente", "dev target")]
-    assert loading.load_pairs("bible", "test", bible_dir=data_dir) == [("test fuente", "test target")]
+    assert loading.load_pairs("bible", "test", bible_dir=data_dir) == [
+        ("test fuente", "test target")
+    ]
 
     single = tmp_path / "all.tsv"
     pairs = [(f"oración {i}", f"sentence {i}") for i in range(400)]

@@ -24,7 +24,6 @@ from model.decoding import (
 )
 from tests.reverse_task import END, START, reverse_task
 
-
 _GRAPHS = {}
 
 
@@ -139,8 +138,10 @@ def test_trained_model_translates_exactly(trained_reverse_model, sources):
     """Real translations: decoding recovers the reversed sequence followed by [END]."""
     model, _ = trained_reverse_model
     source, labels = sources
-    for decoded in (in_graph(greedy_decode, model)(source),
-                    in_graph(beam_search_decode, model, beam_width=4)(source)):
+    for decoded in (
+        in_graph(greedy_decode, model)(source),
+        in_graph(beam_search_decode, model, beam_width=4)(source),
+    ):
         tokens = decoded["tokens"].numpy()
         width = max(tokens.shape[1], labels.shape[1])
         tokens = np.pad(tokens, ((0, 0), (0, width - tokens.shape[1])))
@@ -182,13 +183,14 @@ def test_batch_equals_one_by_one(trained_reverse_model, sources, decode):
     decode = in_graph(decode, model)
     batched = decode(source)
     for row in range(len(source)):
-        single = decode(source[row: row + 1])
+        single = decode(source[row : row + 1])
         length = single["tokens"].shape[1]
         np.testing.assert_array_equal(batched["tokens"][row, :length], single["tokens"][0])
         assert np.all(batched["tokens"].numpy()[row, length:] == 0)
         np.testing.assert_allclose(batched["scores"][row], single["scores"][0], atol=1e-4)
         np.testing.assert_allclose(
-            batched["alignment"][row, :length], single["alignment"][0], atol=1e-5)
+            batched["alignment"][row, :length], single["alignment"][0], atol=1e-5
+        )
 
 
 class DecoderRowCounter:
@@ -208,15 +210,17 @@ class DecoderRowCounter:
 
 
 @pytest.mark.parametrize("decode", [greedy_decode, beam_search_decode], ids=["greedy", "beam"])
-def test_each_sentence_of_a_batch_steps_only_as_long_as_alone(trained_reverse_model, sources,
-                                                               decode):
+def test_each_sentence_of_a_batch_steps_only_as_long_as_alone(
+    trained_reverse_model, sources, decode
+):
     """A sentence leaves the batch's loop once its decoding is over: the decoder steps as many
     rows for the batch as for its sentences one by one, not the longest one's steps each."""
     model, _ = trained_reverse_model
     source, _ = sources
     counter = DecoderRowCounter(model)
-    translate = tf.function(lambda inp: decode(counter, inp, START, END)["tokens"],
-                            reduce_retracing=True)
+    translate = tf.function(
+        lambda inp: decode(counter, inp, START, END)["tokens"], reduce_retracing=True
+    )
 
     def decoder_rows(inp):
         counter.rows.assign(0)
@@ -224,7 +228,7 @@ def test_each_sentence_of_a_batch_steps_only_as_long_as_alone(trained_reverse_mo
         return int(counter.rows.numpy()), tokens.shape[1]
 
     batch_rows, batch_steps = decoder_rows(source)
-    one_by_one = [decoder_rows(source[row: row + 1])[0] for row in range(len(source))]
+    one_by_one = [decoder_rows(source[row : row + 1])[0] for row in range(len(source))]
     assert batch_rows == sum(one_by_one)
     rows_per_step = max(one_by_one) // batch_steps  # 1, or the beam width
     assert batch_rows < len(source) * batch_steps * rows_per_step, "no sentence ended early"
@@ -266,7 +270,9 @@ def test_alignment_is_a_distribution_over_real_source_tokens(trained_reverse_mod
 
 def test_forced_length_and_padding_after_end():
     tokens = tf.constant([[5, 3, 7, 8], [5, 6, 7, 3], [3, 3, 1, 2]])
-    np.testing.assert_array_equal(mask_after_end(tokens, 3), [[5, 3, 0, 0], [5, 6, 7, 3], [3, 0, 0, 0]])
+    np.testing.assert_array_equal(
+        mask_after_end(tokens, 3), [[5, 3, 0, 0], [5, 6, 7, 3], [3, 0, 0, 0]]
+    )
     inp = tf.constant([[4, 5, 6, 0], [4, 0, 0, 0]])
     assert int(max_output_length(inp, 1.5, 10)) == 15
     assert int(max_output_length(inp, 1.5, 10, limit=12)) == 12
@@ -278,8 +284,10 @@ def test_decoders_run_in_a_graph_with_dynamic_shapes(trained_reverse_model, sour
 
     @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32)])
     def translate(inp):
-        return (greedy_decode(model, inp, START, END)["tokens"],
-                beam_search_decode(model, inp, START, END, beam_width=3)["tokens"])
+        return (
+            greedy_decode(model, inp, START, END)["tokens"],
+            beam_search_decode(model, inp, START, END, beam_width=3)["tokens"],
+        )
 
     greedy_tokens, beam_tokens = translate(tf.constant(source[:5]))
     expected = in_graph(greedy_decode, model)(source[:5])["tokens"]
@@ -338,8 +346,7 @@ class FakeTable:
         return logits, tf.exp(logits), {"sentence": state["sentence"], "row": row}
 
     def initial_state(self, sentences):
-        return {"sentence": tf.range(sentences),
-                "row": tf.fill([sentences], self.before_start)}
+        return {"sentence": tf.range(sentences), "row": tf.fill([sentences], self.before_start)}
 
     def path_log_probs(self, sentence, tokens):
         """`(len(tokens), vocab)`: the distribution each token of `tokens` was drawn from."""
@@ -358,8 +365,9 @@ def exhaustive_best(table, sentence, alpha, min_length=0):
     for length in range(max(min_length, 1), FAKE_LONGEST + 1):
         for words in itertools.product(FAKE_WORDS, repeat=length - 1):
             tokens = (*words, FAKE_END)
-            log_prob = sum(table.path_log_probs(sentence, tokens)[i, token]
-                           for i, token in enumerate(tokens))
+            log_prob = sum(
+                table.path_log_probs(sentence, tokens)[i, token] for i, token in enumerate(tokens)
+            )
             score = gnmt_score(log_prob, length, alpha)
             if best is None or score > best[1]:
                 best = tokens, score
@@ -368,9 +376,17 @@ def exhaustive_best(table, sentence, alpha, min_length=0):
 
 def fake_search(search, table, sentences, max_length, **options):
     """`search` (greedy_search or beam_search) over `table` in a graph: numpy outputs."""
-    outputs = tf.function(lambda: search(
-        table.step_fn, tf.fill([sentences], FAKE_START), FAKE_END, table.initial_state(sentences),
-        tf.constant(max_length), alignment_width=FAKE_VOCAB, **options))()
+    outputs = tf.function(
+        lambda: search(
+            table.step_fn,
+            tf.fill([sentences], FAKE_START),
+            FAKE_END,
+            table.initial_state(sentences),
+            tf.constant(max_length),
+            alignment_width=FAKE_VOCAB,
+            **options,
+        )
+    )()
     return {name: value.numpy() for name, value in outputs.items()}
 
 
@@ -378,20 +394,26 @@ def assert_outputs_equal(found, table, expected):
     """A search's outputs over `table` are the `(tokens, score)` of `expected` per sentence,
     padded with 0, with each token's alignment the distribution it was chosen from."""
     for sentence, (tokens, score) in enumerate(expected):
-        np.testing.assert_array_equal(found["tokens"][sentence, :len(tokens)], tokens)
-        assert np.all(found["tokens"][sentence, len(tokens):] == 0)
+        np.testing.assert_array_equal(found["tokens"][sentence, : len(tokens)], tokens)
+        assert np.all(found["tokens"][sentence, len(tokens) :] == 0)
         assert found["scores"][sentence] == pytest.approx(score, abs=1e-4)
-        np.testing.assert_allclose(found["alignment"][sentence, :len(tokens)],
-                                   np.exp(table.path_log_probs(sentence, tokens)), atol=1e-5)
-        assert np.all(found["alignment"][sentence, len(tokens):] == 0)
+        np.testing.assert_allclose(
+            found["alignment"][sentence, : len(tokens)],
+            np.exp(table.path_log_probs(sentence, tokens)),
+            atol=1e-5,
+        )
+        assert np.all(found["alignment"][sentence, len(tokens) :] == 0)
     assert len({len(tokens) for tokens, _ in expected}) > 1, (
-        "every expected output has one length: the table tests too little")
+        "every expected output has one length: the table tests too little"
+    )
 
 
 def test_length_penalty_is_gnmt_formula():
     for alpha in (0.0, 0.6, 1.0):
         for length in range(1, 12):
-            assert float(length_penalty(length, alpha)) == pytest.approx(((5 + length) / 6) ** alpha)
+            assert float(length_penalty(length, alpha)) == pytest.approx(
+                ((5 + length) / 6) ** alpha
+            )
 
 
 @pytest.mark.parametrize("min_length", [0, 3])
@@ -402,11 +424,21 @@ def test_wide_beam_search_equals_exhaustive_search(alpha, min_length):
     step, so the loop stops after 4 steps of the 8 allowed (the early exit)."""
     sentences = 12
     table = FakeTable(np.random.default_rng(11), sentences)
-    found = fake_search(beam_search, table, sentences, max_length=8, beam_width=32,
-                        alpha=alpha, min_length=min_length)
+    found = fake_search(
+        beam_search,
+        table,
+        sentences,
+        max_length=8,
+        beam_width=32,
+        alpha=alpha,
+        min_length=min_length,
+    )
     assert found["length"] == FAKE_LONGEST, "searches not over once every hypothesis ended"
-    assert_outputs_equal(found, table, [exhaustive_best(table, sentence, alpha, min_length)
-                                        for sentence in range(sentences)])
+    assert_outputs_equal(
+        found,
+        table,
+        [exhaustive_best(table, sentence, alpha, min_length) for sentence in range(sentences)],
+    )
 
 
 def greedy_reference(table, sentence, min_length):
@@ -427,11 +459,20 @@ def greedy_reference(table, sentence, min_length):
 def test_greedy_search_follows_the_table(fixed_shape, min_length):
     sentences = 12
     table = FakeTable(np.random.default_rng(5), sentences)
-    found = fake_search(greedy_search, table, sentences, max_length=8, min_length=min_length,
-                        fixed_shape=fixed_shape)
+    found = fake_search(
+        greedy_search,
+        table,
+        sentences,
+        max_length=8,
+        min_length=min_length,
+        fixed_shape=fixed_shape,
+    )
     assert found["length"] <= FAKE_LONGEST
-    assert_outputs_equal(found, table, [greedy_reference(table, sentence, min_length)
-                                        for sentence in range(sentences)])
+    assert_outputs_equal(
+        found,
+        table,
+        [greedy_reference(table, sentence, min_length) for sentence in range(sentences)],
+    )
 
 
 @pytest.mark.parametrize("decode", [greedy_decode, beam_search_decode], ids=["greedy", "beam"])

@@ -21,8 +21,13 @@ def test_dev_bleu_is_the_bleu_that_evaluate_reports(tiny_run, tmp_path):
     sentences (which equals the export's, tests/test_evaluate.py)."""
     run_dir = tiny_run["run_dir"]
     model, source_tokenizer, target_tokenizer, config = artifacts.load_trained(run_dir)
-    dev_bleu = DevBleu(model, source_tokenizer, target_tokenizer,
-                       load_pairs(config["data"], "dev"), max_sentences=25)
+    dev_bleu = DevBleu(
+        model,
+        source_tokenizer,
+        target_tokenizer,
+        load_pairs(config["data"], "dev"),
+        max_sentences=25,
+    )
     first, second = dev_bleu(), dev_bleu()  # the traced function is reused
     report = evaluate(run_dir, "dev", limit=25, output_dir=str(tmp_path))
     assert len(dev_bleu.sources) == 25
@@ -53,9 +58,17 @@ def test_best_checkpoint_keeps_the_weights_of_the_best_bleu_and_counts_patience(
 
 def test_training_logs_dev_bleu_and_stops_early_without_progress(tiny_corpus, tmp_path):
     # A learning rate of ~0 keeps the weights, so the second evaluation cannot beat the first.
-    config = resolve_config("tiny", overrides={
-        "data": tiny_corpus, "train_steps": 200, "checkpoint_every": 20, "lr_scale": 1e-12,
-        "dev_bleu_sentences": 15, "early_stopping_patience": 1})
+    config = resolve_config(
+        "tiny",
+        overrides={
+            "data": tiny_corpus,
+            "train_steps": 200,
+            "checkpoint_every": 20,
+            "lr_scale": 1e-12,
+            "dev_bleu_sentences": 15,
+            "early_stopping_patience": 1,
+        },
+    )
     run_dir = str(tmp_path / "run")
     train(config, run_dir, preset="tiny")
     steps, bleus = read_scalars(os.path.join(run_dir, "logs", "dev"))["bleu"]
@@ -66,8 +79,15 @@ def test_training_logs_dev_bleu_and_stops_early_without_progress(tiny_corpus, tm
 
 
 def test_a_learning_run_loads_its_best_weights(tiny_corpus, tmp_path):
-    config = resolve_config("tiny", overrides={
-        "data": tiny_corpus, "train_steps": 60, "checkpoint_every": 20, "dev_bleu_sentences": 15})
+    config = resolve_config(
+        "tiny",
+        overrides={
+            "data": tiny_corpus,
+            "train_steps": 60,
+            "checkpoint_every": 20,
+            "dev_bleu_sentences": 15,
+        },
+    )
     run_dir = str(tmp_path / "run")
     train(config, run_dir, preset="tiny")
     steps, bleus = read_scalars(os.path.join(run_dir, "logs", "dev"))["bleu"]

@@ -9,11 +9,11 @@ import sacrebleu
 import tensorflow as tf
 
 from model.decoding import greedy_decode
+from model.special_tokens import END_ID, START_ID
 from serving.export import export_run
 from training import artifacts
 from training.corpus import load_pairs
 from training.evaluate import evaluate, main
-from model.special_tokens import END_ID, START_ID
 
 
 def test_report_matches_sacrebleu_on_the_written_hypotheses(tiny_run, tmp_path):
@@ -44,8 +44,21 @@ def test_hypotheses_are_the_models_greedy_translations(tiny_run, tmp_path):
 
 
 def test_beam_search_evaluation_and_cli(tiny_run, tmp_path, capsys):
-    assert main(["--run_dir", tiny_run["run_dir"], "--beam_width", "3", "--limit", "8",
-                 "--output_dir", str(tmp_path)]) == 0
+    assert (
+        main(
+            [
+                "--run_dir",
+                tiny_run["run_dir"],
+                "--beam_width",
+                "3",
+                "--limit",
+                "8",
+                "--output_dir",
+                str(tmp_path),
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "BLEU" in out and "chrF" in out and "beam 3" in out
     report = json.loads((tmp_path / "test.beam3.report.json").read_text())
@@ -53,12 +66,12 @@ def test_beam_search_evaluation_and_cli(tiny_run, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("beam_width", [1, 4], ids=["greedy", "beam4"])
-def test_an_export_and_its_run_translate_the_test_split_identically(tiny_run, tmp_path,
-                                                                   beam_width):
+def test_an_export_and_its_run_translate_the_test_split_identically(tiny_run, tmp_path, beam_width):
     """The BLEU the project reports is the BLEU of what TF Serving serves."""
     version_dir = export_run(tiny_run["run_dir"], export_base=str(tmp_path / "exports"))
-    from_run = evaluate(tiny_run["run_dir"], "test", beam_width=beam_width,
-                        output_dir=str(tmp_path / "run"))
+    from_run = evaluate(
+        tiny_run["run_dir"], "test", beam_width=beam_width, output_dir=str(tmp_path / "run")
+    )
     from_export = evaluate(export_dir=version_dir, split="test", beam_width=beam_width)
     stem = f"test.{'greedy' if beam_width == 1 else 'beam4'}.hyp.txt"
     run_lines = (tmp_path / "run" / stem).read_text(encoding="utf-8").splitlines()

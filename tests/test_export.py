@@ -24,12 +24,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from model.decoding import beam_search_decode, greedy_decode
 from model import translator
+from model.decoding import beam_search_decode, greedy_decode
+from model.special_tokens import END_ID, START_ID
 from serving import export
 from tests.export_fixtures import PAIRS, build_tiny_run
 from training.artifacts import CONFIG_FILE, load_trained
-from model.special_tokens import END_ID, START_ID
 
 MODEL_NAME = "translator"
 # Different lengths, accents, a sentence outside the training pairs and an empty string.
@@ -101,8 +101,13 @@ OP_CHECK_PREFIX = "OP_CHECK "
 
 def _subprocess_env():
     # Several of these run at once on few cores: one thread each avoids oversubscription.
-    return {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": "",
-            "TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1"}
+    return {
+        **os.environ,
+        "TF_CPP_MIN_LOG_LEVEL": "2",
+        "CUDA_VISIBLE_DEVICES": "",
+        "TF_NUM_INTRAOP_THREADS": "1",
+        "TF_NUM_INTEROP_THREADS": "1",
+    }
 
 
 def _saved_model_cli_path():
@@ -149,8 +154,13 @@ class BackgroundCommands:
     def __init__(self, commands):
         self._commands = commands
         self._processes = {
-            name: subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                   text=True, env=_subprocess_env())
+            name: subprocess.Popen(
+                argv,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=_subprocess_env(),
+            )
             for name, argv in commands.items()
         }
         self._results = {}
@@ -161,7 +171,8 @@ class BackgroundCommands:
             process = self._processes[name]
             stdout, stderr = process.communicate(timeout=300)
             self._results[name] = subprocess.CompletedProcess(
-                self._commands[name], process.returncode, stdout, stderr)
+                self._commands[name], process.returncode, stdout, stderr
+            )
         return self._results[name]
 
     def close(self):
@@ -196,21 +207,51 @@ def exported(run_dir, tmp_path_factory):
     (model_dir / "3" / "keep.txt").write_text(OLD_VERSION_MARKER)
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
-        export.main(["--run_dir", str(run_dir), "--export_base", str(model_dir.parent),
-                     "--model_name", MODEL_NAME, "--beam_width", str(BEAM_WIDTH),
-                     "--alpha", str(ALPHA)])
+        export.main(
+            [
+                "--run_dir",
+                str(run_dir),
+                "--export_base",
+                str(model_dir.parent),
+                "--model_name",
+                MODEL_NAME,
+                "--beam_width",
+                str(BEAM_WIDTH),
+                "--alpha",
+                str(ALPHA),
+            ]
+        )
     path = printed.getvalue().strip().splitlines()[-1]
 
-    commands = {"show": [sys.executable, "-c", OP_CHECK_THEN_CLI,
-                         os.path.join(path, "saved_model.pb"),
-                         _saved_model_cli_path(), "show", "--all", "--dir", path]}
+    commands = {
+        "show": [
+            sys.executable,
+            "-c",
+            OP_CHECK_THEN_CLI,
+            os.path.join(path, "saved_model.pb"),
+            _saved_model_cli_path(),
+            "show",
+            "--all",
+            "--dir",
+            path,
+        ]
+    }
     outdirs = {}
     for signature in SIGNATURE_OUTPUTS:
         outdirs[signature] = str(tmp_path_factory.mktemp(f"cli_{signature}"))
         commands[signature] = _saved_model_cli(
-            "run", "--dir", path, "--tag_set", "serve", "--signature_def", signature,
-            "--input_exprs", f"text={_text_literal(MIXED_TEXTS)}",
-            "--outdir", outdirs[signature], "--overwrite",
+            "run",
+            "--dir",
+            path,
+            "--tag_set",
+            "serve",
+            "--signature_def",
+            signature,
+            "--input_exprs",
+            f"text={_text_literal(MIXED_TEXTS)}",
+            "--outdir",
+            outdirs[signature],
+            "--overwrite",
         )
     background = BackgroundCommands(commands)
     yield Export(path, background, outdirs)
@@ -230,8 +271,9 @@ def reference(trained):
     own defaults except the beam options given to the export command."""
     model, source_tokenizer, target_tokenizer, _ = trained
     decoders = {
-        "greedy": tf.function(lambda ids: greedy_decode(model, ids, START_ID, END_ID),
-                              reduce_retracing=True),
+        "greedy": tf.function(
+            lambda ids: greedy_decode(model, ids, START_ID, END_ID), reduce_retracing=True
+        ),
         "beam": tf.function(
             lambda ids: beam_search_decode(model, ids, START_ID, END_ID, BEAM_WIDTH, ALPHA),
             reduce_retracing=True,
@@ -273,7 +315,8 @@ def test_command_line_export_layout_and_metadata(exported, run_dir):
     assert sorted(os.listdir(model_dir)) == ["3", "4"]
     # As readable as any directory made with the umask (a server may run as another user).
     assert stat.S_IMODE(os.stat(version_dir).st_mode) == stat.S_IMODE(
-        os.stat(os.path.join(model_dir, "3")).st_mode)
+        os.stat(os.path.join(model_dir, "3")).st_mode
+    )
     assert os.path.isfile(os.path.join(version_dir, "saved_model.pb"))
     assert os.listdir(os.path.join(version_dir, "variables"))
     assert os.listdir(os.path.join(version_dir, "assets.extra")) == ["tf_serving_warmup_requests"]
@@ -281,8 +324,12 @@ def test_command_line_export_layout_and_metadata(exported, run_dir):
         info = json.load(f)
     with open(os.path.join(run_dir, CONFIG_FILE), encoding="utf-8") as f:
         assert info["run_config"] == json.load(f)
-    assert info["decoding"] == {"beam_width": BEAM_WIDTH, "alpha": ALPHA,
-                                "max_length_ratio": 1.5, "max_length_offset": 10}
+    assert info["decoding"] == {
+        "beam_width": BEAM_WIDTH,
+        "alpha": ALPHA,
+        "max_length_ratio": 1.5,
+        "max_length_offset": 10,
+    }
     assert info["max_source_tokens"] == info["run_config"]["max_length"]
     assert info["signatures"] == list(SIGNATURE_OUTPUTS)
 
@@ -290,8 +337,9 @@ def test_command_line_export_layout_and_metadata(exported, run_dir):
 # ------------------------------------------------------ exported vs in-memory translation
 
 
-@pytest.mark.parametrize("signature, decoder", [("serving_default", "greedy"),
-                                                ("beam_search", "beam")])
+@pytest.mark.parametrize(
+    "signature, decoder", [("serving_default", "greedy"), ("beam_search", "beam")]
+)
 def test_exported_translations_equal_in_memory_model(
     signature, decoder, loaded, trained, reference
 ):
@@ -305,8 +353,9 @@ def test_exported_translations_equal_in_memory_model(
 def test_exported_model_translates_the_training_pairs(loaded):
     """The fixture memorized its 40 pairs: the served graph must reproduce real English."""
     outputs = _run_signature(loaded, "serving_default", [source for source, _ in PAIRS])
-    correct = sum(got == target for got, (_, target)
-                  in zip(_decoded(outputs["translation"]), PAIRS))
+    correct = sum(
+        got == target for got, (_, target) in zip(_decoded(outputs["translation"]), PAIRS)
+    )
     assert correct >= 0.9 * len(PAIRS)
 
 
@@ -330,8 +379,7 @@ def test_alignments_match_tokens_and_attention(loaded, trained, reference):
     assert alignment.shape == (len(MIXED_TEXTS), target_ids.shape[1], source_ids.shape[1])
     is_target = target_ids != 0
     is_source = source_ids != 0
-    np.testing.assert_allclose(alignment, expected["alignment"] * is_target[:, :, None],
-                               atol=1e-5)
+    np.testing.assert_allclose(alignment, expected["alignment"] * is_target[:, :, None], atol=1e-5)
     # Each real target token's attention is a distribution over the real source tokens...
     np.testing.assert_allclose(alignment.sum(axis=2)[is_target], 1.0, atol=1e-5)
     assert np.all(alignment >= 0)
@@ -445,8 +493,9 @@ def small_archive():
     layer.build((None, 3))
     archive = keras.export.ExportArchive()
     archive.track(layer)
-    archive.add_endpoint("serving_default", layer.call,
-                         input_signature=[tf.TensorSpec([None, 3], tf.float32)])
+    archive.add_endpoint(
+        "serving_default", layer.call, input_signature=[tf.TensorSpec([None, 3], tf.float32)]
+    )
     return archive
 
 
@@ -497,16 +546,24 @@ def _parse_signature_defs(show_output):
     blocks = re.split(r"^signature_def\['([^']+)'\]:\n", show_output, flags=re.M)
     for name, block in zip(blocks[1::2], blocks[2::2]):
         inputs_text, _, outputs_text = block.partition("contains the following output(s):")
-        tensor = re.compile(r"(?:inputs|outputs)\['([^']+)'\] tensor_info:\s+dtype: (\w+)\s+"
-                            r"shape: \(([^)]*)\)")
+        tensor = re.compile(
+            r"(?:inputs|outputs)\['([^']+)'\] tensor_info:\s+dtype: (\w+)\s+"
+            r"shape: \(([^)]*)\)"
+        )
 
         def specs(text):
-            return {key: (dtype, len(shape.split(","))) for key, dtype, shape
-                    in tensor.findall(text) if set(shape.replace(" ", "").split(",")) == {"-1"}}
+            return {
+                key: (dtype, len(shape.split(",")))
+                for key, dtype, shape in tensor.findall(text)
+                if set(shape.replace(" ", "").split(",")) == {"-1"}
+            }
 
         method = re.search(r"Method name is: (\S*)", block)
-        signatures[name] = {"inputs": specs(inputs_text), "outputs": specs(outputs_text),
-                            "method": method.group(1) if method else None}
+        signatures[name] = {
+            "inputs": specs(inputs_text),
+            "outputs": specs(outputs_text),
+            "method": method.group(1) if method else None,
+        }
     return signatures
 
 
@@ -524,18 +581,19 @@ def test_saved_model_cli_show_lists_the_signatures(exported):
 
 
 @pytest.mark.parametrize("signature", list(SIGNATURE_OUTPUTS))
-def test_saved_model_cli_run_translates_through_tf1_loader(
-    signature, exported, trained, reference
-):
+def test_saved_model_cli_run_translates_through_tf1_loader(signature, exported, trained, reference):
     result = exported.commands.result(signature)
     outdir = exported.outdirs[signature]
     assert result.returncode == 0, result.stderr[-3000:]
-    outputs = {key: np.load(os.path.join(outdir, f"{key}.npy"), allow_pickle=True)
-               for key in SIGNATURE_OUTPUTS[signature]}
+    outputs = {
+        key: np.load(os.path.join(outdir, f"{key}.npy"), allow_pickle=True)
+        for key in SIGNATURE_OUTPUTS[signature]
+    }
     for key, (_, rank) in SIGNATURE_OUTPUTS[signature].items():
         assert outputs[key].ndim == rank and outputs[key].shape[0] == len(MIXED_TEXTS), key
-    expected = reference(_source_ids(trained, MIXED_TEXTS),
-                         "beam" if signature == "beam_search" else "greedy")
+    expected = reference(
+        _source_ids(trained, MIXED_TEXTS), "beam" if signature == "beam_search" else "greedy"
+    )
     assert _decoded(outputs["translation"]) == expected["translation"]
     np.testing.assert_allclose(outputs["score"], expected["score"], rtol=1e-5, atol=1e-5)
 
@@ -543,10 +601,9 @@ def test_saved_model_cli_run_translates_through_tf1_loader(
 def test_every_op_is_registered_in_tensorflow_or_tensorflow_text(exported):
     result = exported.commands.result("show")
     assert result.returncode == 0, result.stderr[-3000:]
-    report_lines = [line for line in result.stdout.splitlines()
-                    if line.startswith(OP_CHECK_PREFIX)]
+    report_lines = [line for line in result.stdout.splitlines() if line.startswith(OP_CHECK_PREFIX)]
     assert len(report_lines) == 1
-    report = json.loads(report_lines[0][len(OP_CHECK_PREFIX):])
+    report = json.loads(report_lines[0][len(OP_CHECK_PREFIX) :])
     assert report["unregistered"] == []
     ops = set(report["ops"])
     assert not ops & {"PyFunc", "EagerPyFunc", "PyFuncStateless"}
@@ -557,10 +614,8 @@ def test_every_op_is_registered_in_tensorflow_or_tensorflow_text(exported):
     assert report["functions"] > 0
 
 
-
-
-
 # ------------------------------------------------------------- served end to end over gRPC
+
 
 def test_local_server_serves_the_export_to_the_grpc_client(exported, loaded):
     """The real export through `python -m serving.server` (a fresh process, as `make serve`

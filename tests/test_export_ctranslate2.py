@@ -20,14 +20,18 @@ import pytest
 import tensorflow as tf
 
 from model.decoding import beam_search_decode, greedy_decode, max_output_length
+from model.special_tokens import END_ID, START_ID
 from model.translator import Translator
 from serving import export
 from serving.export_ctranslate2 import (
-    decoding_options, main, source_pieces, target_ids, transformer_spec_of,
+    decoding_options,
+    main,
+    source_pieces,
+    target_ids,
+    transformer_spec_of,
 )
 from tests.export_fixtures import build_tiny_run
 from training.artifacts import load_trained
-from model.special_tokens import END_ID, START_ID
 
 BEAM_WIDTH = 4
 ALPHA = 0.6
@@ -58,10 +62,15 @@ def run(request, tmp_path_factory):
     assert output_dir in printed.getvalue()
     model, source_tokenizer, target_tokenizer, _ = load_trained(run_dir)
     assert model.norm_first is request.param
-    translator = ctranslate2.Translator(output_dir, device="cpu", inter_threads=1,
-                                        intra_threads=1)
-    return {"run_dir": run_dir, "output_dir": output_dir, "model": model,
-            "source": source_tokenizer, "target": target_tokenizer, "translator": translator}
+    translator = ctranslate2.Translator(output_dir, device="cpu", inter_threads=1, intra_threads=1)
+    return {
+        "run_dir": run_dir,
+        "output_dir": output_dir,
+        "model": model,
+        "source": source_tokenizer,
+        "target": target_tokenizer,
+        "translator": translator,
+    }
 
 
 def _source_ids(run, texts):
@@ -75,10 +84,15 @@ def _translate_ct2(run, texts, beam_size, length_penalty, max_length):
     scores)`."""
     vocab = run["target"].vocab
     results = run["translator"].translate_batch(
-        source_pieces(run["source"], texts), beam_size=beam_size,
-        length_penalty=length_penalty, max_decoding_length=max_length,
-        max_input_length=run["model"].pe_input, return_scores=True, return_end_token=True,
-        **decoding_options(vocab))
+        source_pieces(run["source"], texts),
+        beam_size=beam_size,
+        length_penalty=length_penalty,
+        max_decoding_length=max_length,
+        max_input_length=run["model"].pe_input,
+        return_scores=True,
+        return_end_token=True,
+        **decoding_options(vocab),
+    )
     ids = target_ids(vocab, [result.hypotheses[0] for result in results])
     return ids, np.array([result.scores[0] for result in results])
 
@@ -91,28 +105,40 @@ def _ours(decoded):
 
 def _max_length(run, source_ids):
     options = export.DecodingOptions()
-    return int(max_output_length(source_ids, options.max_length_ratio, options.max_length_offset,
-                                 limit=run["model"].pe_target - 1))
+    return int(
+        max_output_length(
+            source_ids,
+            options.max_length_ratio,
+            options.max_length_offset,
+            limit=run["model"].pe_target - 1,
+        )
+    )
 
 
 def test_export_writes_the_spec_config_and_vocabularies(run):
     with open(os.path.join(run["output_dir"], "config.json"), encoding="utf-8") as config_file:
         config = json.load(config_file)
-    assert (config["unk_token"], config["bos_token"], config["eos_token"],
-            config["decoder_start_token"]) == ("[UNK]", "[START]", "[END]", "[START]")
+    assert (
+        config["unk_token"],
+        config["bos_token"],
+        config["eos_token"],
+        config["decoder_start_token"],
+    ) == ("[UNK]", "[START]", "[END]", "[START]")
     assert config["add_source_bos"] and config["add_source_eos"]
     assert config["layer_norm_epsilon"] == pytest.approx(1e-6)
     for side, tokenizer in (("source", run["source"]), ("target", run["target"])):
-        with open(os.path.join(run["output_dir"], f"{side}_vocabulary.json"),
-                  encoding="utf-8") as vocab_file:
+        with open(
+            os.path.join(run["output_dir"], f"{side}_vocabulary.json"), encoding="utf-8"
+        ) as vocab_file:
             assert json.load(vocab_file) == tokenizer.vocab  # every id the same
 
 
 def test_greedy_equals_ours_token_for_token(run):
     source_ids = _source_ids(run, TEXTS)
     max_length = _max_length(run, source_ids)
-    ours_ids, ours_scores = _ours(greedy_decode(run["model"], source_ids, START_ID, END_ID,
-                                                max_length=max_length))
+    ours_ids, ours_scores = _ours(
+        greedy_decode(run["model"], source_ids, START_ID, END_ID, max_length=max_length)
+    )
     ct2_ids, ct2_scores = _translate_ct2(run, TEXTS, 1, 0.0, max_length)
     assert ct2_ids == ours_ids
     assert len({len(row) for row in ours_ids}) > 2  # the batch really has different lengths
@@ -132,9 +158,17 @@ def test_greedy_translations_equal_the_saved_model_functions(run):
 def test_beam_search_without_length_penalty_equals_ours(run):
     source_ids = _source_ids(run, TEXTS)
     max_length = _max_length(run, source_ids)
-    ours_ids, ours_scores = _ours(beam_search_decode(
-        run["model"], source_ids, START_ID, END_ID, beam_width=BEAM_WIDTH, alpha=0.0,
-        max_length=max_length))
+    ours_ids, ours_scores = _ours(
+        beam_search_decode(
+            run["model"],
+            source_ids,
+            START_ID,
+            END_ID,
+            beam_width=BEAM_WIDTH,
+            alpha=0.0,
+            max_length=max_length,
+        )
+    )
     ct2_ids, ct2_scores = _translate_ct2(run, TEXTS, BEAM_WIDTH, 0.0, max_length)
     assert ct2_ids == ours_ids
     np.testing.assert_allclose(ct2_scores, ours_scores, atol=1e-3)
@@ -145,24 +179,33 @@ def test_beam_search_with_length_penalty_differs_only_in_the_normalization(run):
     [END] in both. On this confident model both rank the same hypothesis first."""
     source_ids = _source_ids(run, TEXTS)
     max_length = _max_length(run, source_ids)
-    ours_ids, ours_scores = _ours(beam_search_decode(
-        run["model"], source_ids, START_ID, END_ID, beam_width=BEAM_WIDTH, alpha=ALPHA,
-        max_length=max_length))
+    ours_ids, ours_scores = _ours(
+        beam_search_decode(
+            run["model"],
+            source_ids,
+            START_ID,
+            END_ID,
+            beam_width=BEAM_WIDTH,
+            alpha=ALPHA,
+            max_length=max_length,
+        )
+    )
     ct2_ids, ct2_scores = _translate_ct2(run, TEXTS, BEAM_WIDTH, ALPHA, max_length)
     assert ct2_ids == ours_ids
     lengths = np.array([len(row) for row in ours_ids], np.float64)
-    np.testing.assert_allclose(ct2_scores * lengths**ALPHA,
-                               ours_scores * ((5 + lengths) / 6) ** ALPHA, atol=1e-3)
+    np.testing.assert_allclose(
+        ct2_scores * lengths**ALPHA, ours_scores * ((5 + lengths) / 6) ** ALPHA, atol=1e-3
+    )
 
 
 def test_int8_export_translates_like_float32(run, tmp_path):
     int8_dir = str(tmp_path / "int8")
     with contextlib.redirect_stdout(io.StringIO()):
-        main(["--run_dir", str(run["run_dir"]), "--output_dir", int8_dir,
-              "--quantization", "int8"])
+        main(["--run_dir", str(run["run_dir"]), "--output_dir", int8_dir, "--quantization", "int8"])
     # int8 weights take a quarter of float32's room (model.bin is mostly weights).
-    sizes = [os.path.getsize(os.path.join(path, "model.bin"))
-             for path in (run["output_dir"], int8_dir)]
+    sizes = [
+        os.path.getsize(os.path.join(path, "model.bin")) for path in (run["output_dir"], int8_dir)
+    ]
     assert sizes[1] < 0.5 * sizes[0]
     translator = ctranslate2.Translator(int8_dir, device="cpu", compute_type="int8")
     vocab = run["target"].vocab

@@ -55,11 +55,13 @@ def test_decoder_layer_matches_keras_composition(tokens, norm_first):
     self_mha = keras_mha_like(layer.mha1, D_MODEL, D_MODEL)
     cross_mha = keras_mha_like(layer.mha2, D_MODEL, D_MODEL)
     expected = residual(
-        layer.self_attention_block, x,
+        layer.self_attention_block,
+        x,
         lambda h: self_mha(h, h, attention_mask=keras_attention_mask(look_ahead)),
     )
     expected = residual(
-        layer.cross_attention_block, expected,
+        layer.cross_attention_block,
+        expected,
         lambda h: cross_mha(h, enc_output, attention_mask=keras_attention_mask(padding)),
     )
     expected = residual(layer.ffn_block, expected, layer.ffn)
@@ -89,8 +91,16 @@ def test_layer_stack_takes_keywords_only():
     # Positional, a swapped num_heads and dff would build a wrong model without an error.
     with pytest.raises(TypeError):
         LayerStack(EncoderLayer, "encoder_layer", "enc_layers", 1, D_MODEL, HEADS, DFF, 50, 16)
-    stack = LayerStack(layer_class=EncoderLayer, layer_prefix="encoder_layer",
-                       layers_attribute="enc_layers", num_layers=1, d_model=D_MODEL,
-                       num_heads=HEADS, dff=DFF, vocab_size=50, maximum_position_encoding=16)
+    stack = LayerStack(
+        layer_class=EncoderLayer,
+        layer_prefix="encoder_layer",
+        layers_attribute="enc_layers",
+        num_layers=1,
+        d_model=D_MODEL,
+        num_heads=HEADS,
+        dff=DFF,
+        vocab_size=50,
+        maximum_position_encoding=16,
+    )
     assert (stack.num_heads, stack.dff) == (HEADS, DFF)
     assert [layer.name for layer in stack.stack] == ["encoder_layer1"]

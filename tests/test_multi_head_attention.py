@@ -41,7 +41,10 @@ def test_equals_keras_multi_head_attention(masked):
     output, weights = ours(v, k, q, mask)
     reference = keras_mha_like(ours, query_dim=20, value_dim=24)
     expected_output, expected_weights = reference(
-        q, v, key=k, attention_mask=None if mask is None else keras_attention_mask(mask),
+        q,
+        v,
+        key=k,
+        attention_mask=None if mask is None else keras_attention_mask(mask),
         return_attention_scores=True,
     )
     np.testing.assert_allclose(weights, expected_weights, atol=1e-5)
@@ -60,16 +63,19 @@ def test_cache_writes_keys_and_values_step_by_step(jit_compile):
     full_output, full_weights = mha(x, x, x, create_look_ahead_mask(5))
     step = tf.function(
         lambda token, cache, t: mha.write_cache_and_attend(token, token, token, cache, t),
-        jit_compile=jit_compile)
+        jit_compile=jit_compile,
+    )
 
     cache = mha.empty_cache(batch_size=2, max_length=6)
     step_outputs = []
     for t in range(5):
-        output, weights, cache = step(x[:, t: t + 1], cache, tf.constant(t))
+        output, weights, cache = step(x[:, t : t + 1], cache, tf.constant(t))
         step_outputs.append(output)
         assert weights.shape == (2, 2, 1, 6 if jit_compile else t + 1)
-        np.testing.assert_allclose(weights[:, :, 0, : t + 1], full_weights[:, :, t, : t + 1], atol=1e-6)
-        np.testing.assert_array_equal(weights[:, :, 0, t + 1:], 0.0)
+        np.testing.assert_allclose(
+            weights[:, :, 0, : t + 1], full_weights[:, :, t, : t + 1], atol=1e-6
+        )
+        np.testing.assert_array_equal(weights[:, :, 0, t + 1 :], 0.0)
     assert cache["key"].shape == (2, 2, 6, 8)
     np.testing.assert_array_equal(cache["key"][:, :, 5], 0.0)
     np.testing.assert_allclose(np.concatenate(step_outputs, axis=1), full_output, atol=1e-5)

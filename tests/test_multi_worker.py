@@ -37,15 +37,39 @@ def run_workers(corpus, run_dir, ports):
     workers = [f"127.0.0.1:{port}" for port in ports]
     processes = []
     for index in range(len(workers)):
-        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2",
-               "TF_CONFIG": json.dumps({"cluster": {"worker": workers},
-                                        "task": {"type": "worker", "index": index}})}
-        processes.append(subprocess.Popen(
-            [sys.executable, "-m", "training.train", "--preset", "tiny", "--data", corpus,
-             "--run_dir", run_dir, "--distribution", "multi_worker", "--train_steps", "12",
-             "--checkpoint_every", "6"],
-            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        ))
+        env = {
+            **os.environ,
+            "TF_CPP_MIN_LOG_LEVEL": "2",
+            "TF_CONFIG": json.dumps(
+                {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
+            ),
+        }
+        processes.append(
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "training.train",
+                    "--preset",
+                    "tiny",
+                    "--data",
+                    corpus,
+                    "--run_dir",
+                    run_dir,
+                    "--distribution",
+                    "multi_worker",
+                    "--train_steps",
+                    "12",
+                    "--checkpoint_every",
+                    "6",
+                ],
+                cwd=ROOT,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+        )
     outputs = []
     for process in processes:
         try:
@@ -75,9 +99,25 @@ def test_two_workers_train_in_lockstep_and_end_with_identical_weights(tiny_corpu
 def test_multi_worker_without_tf_config_fails_naming_it(tiny_corpus, tmp_path):
     env = {key: value for key, value in os.environ.items() if key != "TF_CONFIG"}
     result = subprocess.run(
-        [sys.executable, "-m", "training.train", "--preset", "tiny", "--data", tiny_corpus,
-         "--run_dir", str(tmp_path / "run"), "--distribution", "multi_worker"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+        [
+            sys.executable,
+            "-m",
+            "training.train",
+            "--preset",
+            "tiny",
+            "--data",
+            tiny_corpus,
+            "--run_dir",
+            str(tmp_path / "run"),
+            "--distribution",
+            "multi_worker",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert result.returncode != 0
     assert "--distribution multi_worker needs the TF_CONFIG environment variable" in result.stderr
     assert not os.path.exists(tmp_path / "run" / artifacts.MODEL_FILE)

@@ -27,8 +27,12 @@ CELL_TIMEOUT_S = 300
 
 def test_every_notebook_is_collected():
     names = [path.stem for path in NOTEBOOKS]
-    assert names == ["01_attention", "02_positional_encoding", "03_training",
-                     "04_translate_and_attend"]
+    assert names == [
+        "01_attention",
+        "02_positional_encoding",
+        "03_training",
+        "04_translate_and_attend",
+    ]
 
 
 def _kernel_manager(kernel_dir):
@@ -44,10 +48,14 @@ def _kernel_manager(kernel_dir):
 
 
 def _image_outputs(notebook):
-    return [output for cell in notebook.cells if cell.cell_type == "code"
-            for output in cell.get("outputs", [])
-            if output.get("output_type") in ("display_data", "execute_result")
-            and "image/png" in output.get("data", {})]
+    return [
+        output
+        for cell in notebook.cells
+        if cell.cell_type == "code"
+        for output in cell.get("outputs", [])
+        if output.get("output_type") in ("display_data", "execute_result")
+        and "image/png" in output.get("data", {})
+    ]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[path.stem for path in NOTEBOOKS])
@@ -70,7 +78,11 @@ def test_notebook_runs_in_fast_mode(path, tmp_path, monkeypatch):
 
     code_cells = [cell for cell in notebook.cells if cell.cell_type == "code"]
     assert all(cell.get("execution_count") for cell in code_cells), "a code cell did not run"
-    errors = [output for cell in code_cells for output in cell.outputs
-              if output.get("output_type") == "error"]
+    errors = [
+        output
+        for cell in code_cells
+        for output in cell.outputs
+        if output.get("output_type") == "error"
+    ]
     assert not errors
     assert _image_outputs(notebook), f"{path.name} displayed no image"

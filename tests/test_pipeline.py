@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from training.pipeline import bound_lengths, bucket_boundaries, make_dataset
 from model.special_tokens import END_ID, START_ID
+from training.pipeline import bound_lengths, bucket_boundaries, make_dataset
 
 MAX_LENGTH, BATCH_TOKENS = 40, 256
 
@@ -25,8 +25,10 @@ def unpadded(row):
 
 
 def batches(dataset):
-    return [(source.numpy(), decoder_input.numpy(), labels.numpy())
-            for (source, decoder_input), labels in dataset]
+    return [
+        (source.numpy(), decoder_input.numpy(), labels.numpy())
+        for (source, decoder_input), labels in dataset
+    ]
 
 
 def batch_examples(source, decoder_input, labels):
@@ -38,7 +40,7 @@ def batch_examples(source, decoder_input, labels):
     for source_row, input_row, label_row in zip(source, decoder_input, labels):
         target = (int(input_row[0]),) + unpadded(label_row)
         assert tuple(input_row[: len(target) - 1].tolist()) == target[:-1]
-        assert not label_row[len(target) - 1:].any()
+        assert not label_row[len(target) - 1 :].any()
         examples.append((unpadded(source_row), target))
     return examples
 
@@ -50,8 +52,9 @@ def test_bucket_boundaries_grow_geometrically_up_to_max_length(max_length):
     assert all(later > earlier for earlier, later in zip(boundaries, boundaries[1:]))
     inner = boundaries[:-1]
     assert all(bound <= max_length for bound in inner)
-    assert all(later <= max(earlier + 1, earlier * 1.25)
-               for earlier, later in zip(inner, inner[1:]))
+    assert all(
+        later <= max(earlier + 1, earlier * 1.25) for earlier, later in zip(inner, inner[1:])
+    )
 
 
 def test_bound_lengths_drops_or_truncates_long_pairs_keeping_end():
@@ -75,7 +78,8 @@ def test_batches_hold_every_example_once_shifted_and_within_the_token_budget():
     source, target = random_examples(300, seed=1)
     seen = []
     for source_batch, decoder_input, labels in batches(
-            make_dataset(source, target, MAX_LENGTH, BATCH_TOKENS, shuffle=False, repeat=False)):
+        make_dataset(source, target, MAX_LENGTH, BATCH_TOKENS, shuffle=False, repeat=False)
+    ):
         # The larger side counts: decoder input and labels are the target minus one token.
         assert len(source_batch) * max(source_batch.shape[1], labels.shape[1] + 1) <= BATCH_TOKENS
         assert decoder_input.shape == labels.shape
@@ -103,8 +107,9 @@ def test_pad_to_bucket_gives_one_batch_shape_per_bucket():
     source, target = random_examples(2_000, seed=3)
 
     def shapes(pad_to_bucket):
-        dataset = make_dataset(source, target, MAX_LENGTH, BATCH_TOKENS,
-                               pad_to_bucket=pad_to_bucket).take(300)
+        dataset = make_dataset(
+            source, target, MAX_LENGTH, BATCH_TOKENS, pad_to_bucket=pad_to_bucket
+        ).take(300)
         return {(src.shape, dec.shape) for (src, dec), _ in dataset}
 
     buckets = len(bucket_boundaries(MAX_LENGTH))

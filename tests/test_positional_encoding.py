@@ -2,7 +2,6 @@
 
 import numpy as np
 import pytest
-
 import tensorflow as tf
 
 from model import PositionalEmbedding, positional_encoding
@@ -30,10 +29,12 @@ def test_shift_is_a_fixed_rotation_per_frequency():
         omega = 1.0 / 10000 ** (2 * i / d_model)
         # [sin(a + b), cos(a + b)] = [[cos b, sin b], [-sin b, cos b]] · [sin a, cos a]
         rotation = np.array(
-            [[np.cos(offset * omega), np.sin(offset * omega)],
-             [-np.sin(offset * omega), np.cos(offset * omega)]]
+            [
+                [np.cos(offset * omega), np.sin(offset * omega)],
+                [-np.sin(offset * omega), np.cos(offset * omega)],
+            ]
         )
-        pairs = encoding[:, 2 * i: 2 * i + 2]
+        pairs = encoding[:, 2 * i : 2 * i + 2]
         np.testing.assert_allclose(pairs[:-offset] @ rotation.T, pairs[offset:], atol=2e-5)
 
 

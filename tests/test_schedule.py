@@ -29,7 +29,9 @@ def test_first_update_has_nonzero_rate():
 
 def test_serialization_and_optimizer():
     schedule = CustomSchedule(256, warmup_steps=300, scale=2.0)
-    restored = keras.optimizers.schedules.deserialize(keras.optimizers.schedules.serialize(schedule))
+    restored = keras.optimizers.schedules.deserialize(
+        keras.optimizers.schedules.serialize(schedule)
+    )
     assert float(restored(10)) == pytest.approx(float(schedule(10)))
     optimizer = paper_adam(schedule)
     assert (optimizer.beta_1, optimizer.beta_2, optimizer.epsilon) == (0.9, 0.98, 1e-9)

@@ -28,28 +28,42 @@ import tensorflow as tf
 import yaml
 from google.protobuf import text_format
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from tensorflow_serving.apis import classification_pb2
-from tensorflow_serving.apis import get_model_metadata_pb2
-from tensorflow_serving.apis import get_model_status_pb2
-from tensorflow_serving.apis import inference_pb2
-from tensorflow_serving.apis import model_management_pb2
-from tensorflow_serving.apis import model_service_pb2_grpc
-from tensorflow_serving.apis import prediction_service_pb2_grpc
-from tensorflow_serving.apis import regression_pb2
+from tensorflow_serving.apis import (
+    classification_pb2,
+    get_model_metadata_pb2,
+    get_model_status_pb2,
+    inference_pb2,
+    model_management_pb2,
+    model_service_pb2_grpc,
+    prediction_service_pb2_grpc,
+    regression_pb2,
+)
 
 from serving.model_server import config as config_lib
 from serving.model_server.server import ModelServer, ServerOptions, parse_flags
 from serving.model_server.session_bundle_config_pb2 import BatchingParameters
-from tests.serving_fixtures import (MODEL_NAME, REPO_ROOT, ServerProcess, expected_alignment,
-                                    expected_beam, expected_beam_score, expected_greedy,
-                                    expected_greedy_score, install_version, make_model_base,
-                                    texts_request, toy_exports, wait_for)
+from tests.serving_fixtures import (
+    MODEL_NAME,
+    REPO_ROOT,
+    ServerProcess,
+    expected_alignment,
+    expected_beam,
+    expected_beam_score,
+    expected_greedy,
+    expected_greedy_score,
+    install_version,
+    make_model_base,
+    texts_request,
+    toy_exports,
+    wait_for,
+)
 
 SERVING_DIR = os.path.join(REPO_ROOT, "serving")
 SENTENCES = ["hello big world", "the cat sat on the mat", "x", "Ça va bien merci"]
 
 
 # --------------------------------------------------------------------------- helpers
+
 
 class Connection:
     """Stubs of one server."""
@@ -75,7 +89,9 @@ def strings(proto) -> list:
 
 def http(method: str, url: str, body=None):
     """(status, parsed JSON or raw text) of one HTTP request."""
-    data = None if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode())
+    data = (
+        None if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode())
+    )
     request = urllib.request.Request(url, data=data, method=method)
     try:
         with urllib.request.urlopen(request, timeout=10) as response:
@@ -108,8 +124,10 @@ def read_until_closed(connection: socket.socket) -> bytes:
 def raw_predict(port: int, body: bytes, framing: bytes, timeout: float = 30) -> tuple:
     """(HTTP status, body bytes) of a POST :predict whose framing headers are given raw."""
     with socket.create_connection(("127.0.0.1", port), timeout=timeout) as connection:
-        connection.sendall(b"POST /v1/models/translator:predict HTTP/1.1\r\nHost: test\r\n"
-                           b"Connection: close\r\n" + framing + b"\r\n\r\n" + body)
+        connection.sendall(
+            b"POST /v1/models/translator:predict HTTP/1.1\r\nHost: test\r\n"
+            b"Connection: close\r\n" + framing + b"\r\n\r\n" + body
+        )
         response = read_until_closed(connection)
     head, _, payload = response.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1."), f"not an HTTP response: {response[:200]!r}"
@@ -118,7 +136,7 @@ def raw_predict(port: int, body: bytes, framing: bytes, timeout: float = 30) -> 
 
 def chunked(body: bytes, piece_size: int) -> bytes:
     """`body` in Transfer-Encoding: chunked framing."""
-    pieces = [body[start:start + piece_size] for start in range(0, len(body), piece_size)]
+    pieces = [body[start : start + piece_size] for start in range(0, len(body), piece_size)]
     return b"".join(b"%x\r\n%s\r\n" % (len(piece), piece) for piece in pieces) + b"0\r\n\r\n"
 
 
@@ -126,10 +144,12 @@ def listen_backlog(port: int) -> int:
     """Accept-queue limit of the TCP socket listening on `port`, from Linux's sock_diag
     (what `ss -lt` shows as Send-Q)."""
     netlink_sock_diag, sock_diag_by_family, nlmsg_error, nlmsg_done, tcp_listen = 4, 20, 2, 3, 10
-    request = struct.pack("=BBBBI", socket.AF_INET, socket.IPPROTO_TCP, 0, 0,
-                          1 << tcp_listen) + bytes(48)  # inet_diag_req_v2, any address.
-    header = struct.pack("=IHHII", 16 + len(request), sock_diag_by_family,
-                         0x1 | 0x300, 1, 0)  # NLM_F_REQUEST | NLM_F_DUMP
+    request = struct.pack(
+        "=BBBBI", socket.AF_INET, socket.IPPROTO_TCP, 0, 0, 1 << tcp_listen
+    ) + bytes(48)  # inet_diag_req_v2, any address.
+    header = struct.pack(
+        "=IHHII", 16 + len(request), sock_diag_by_family, 0x1 | 0x300, 1, 0
+    )  # NLM_F_REQUEST | NLM_F_DUMP
     with socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, netlink_sock_diag) as netlink:
         netlink.sendto(header + request, (0, 0))
         while True:
@@ -146,8 +166,9 @@ def listen_backlog(port: int) -> int:
 
 def start_server(tmp_path, **options) -> Connection:
     """An in-process server on a free port; the base paths are polled once unless told."""
-    server = ModelServer(ServerOptions(**{"port": 0, "file_system_poll_wait_seconds": 0,
-                                          **options})).start()
+    server = ModelServer(
+        ServerOptions(**{"port": 0, "file_system_poll_wait_seconds": 0, **options})
+    ).start()
     return Connection(server)
 
 
@@ -161,6 +182,7 @@ def write_batching_file(path, **values) -> str:
 
 # -------------------------------------------------------------------------- fixtures
 
+
 @pytest.fixture(scope="module")
 def exports(tmp_path_factory):
     return toy_exports(tmp_path_factory)
@@ -173,11 +195,14 @@ def main_server(exports, tmp_path_factory):
     config = config_lib.load_model_server_config(os.path.join(SERVING_DIR, "models.config"))
     config.model_config_list.config[0].base_path = make_model_base(exports, str(root), (1, 2))
     extra = config.model_config_list.config.add()
-    text_format.Parse("""
+    text_format.Parse(
+        """
         name: "translator_all" model_platform: "tensorflow"
         model_version_policy { all {} }
         version_labels { key: "stable" value: 1 }
-        version_labels { key: "canary" value: 2 }""", extra)
+        version_labels { key: "canary" value: 2 }""",
+        extra,
+    )
     extra.base_path = make_model_base(exports, str(root), (1, 2), "translator_all")
     config_path = root / "models.config"
     config_path.write_text(text_format.MessageToString(config))
@@ -191,9 +216,13 @@ def rest_server(exports, tmp_path_factory):
     """REST with a 1 s read timeout and a 64 KiB request limit."""
     root = tmp_path_factory.mktemp("rest")
     connection = start_server(
-        root, model_name=MODEL_NAME, model_base_path=make_model_base(exports, str(root)),
-        rest_api_port=0, rest_api_read_timeout_seconds=1,
-        grpc_channel_arguments="grpc.max_receive_message_length=65536")
+        root,
+        model_name=MODEL_NAME,
+        model_base_path=make_model_base(exports, str(root)),
+        rest_api_port=0,
+        rest_api_read_timeout_seconds=1,
+        grpc_channel_arguments="grpc.max_receive_message_length=65536",
+    )
     yield connection
     connection.server.stop()
 
@@ -203,8 +232,12 @@ def batching_server(exports, tmp_path_factory):
     """Batching with serving/batching.config exactly as committed."""
     root = tmp_path_factory.mktemp("batching")
     connection = start_server(
-        root, model_name=MODEL_NAME, model_base_path=make_model_base(exports, str(root)),
-        enable_batching=True, batching_parameters_file=os.path.join(SERVING_DIR, "batching.config"))
+        root,
+        model_name=MODEL_NAME,
+        model_base_path=make_model_base(exports, str(root)),
+        enable_batching=True,
+        batching_parameters_file=os.path.join(SERVING_DIR, "batching.config"),
+    )
     yield connection
     connection.server.stop()
 
@@ -213,28 +246,42 @@ def batching_server(exports, tmp_path_factory):
 def strict_server(exports, tmp_path_factory):
     """Small batches, a long batch timeout, a short queue and a 64 KiB request limit."""
     root = tmp_path_factory.mktemp("strict")
-    batching_file = write_batching_file(root / "batching.config", max_batch_size=8,
-                                        batch_timeout_micros=1_000_000, num_batch_threads=1,
-                                        max_enqueued_batches=2)
+    batching_file = write_batching_file(
+        root / "batching.config",
+        max_batch_size=8,
+        batch_timeout_micros=1_000_000,
+        num_batch_threads=1,
+        max_enqueued_batches=2,
+    )
     connection = start_server(
-        root, model_name=MODEL_NAME, model_base_path=make_model_base(exports, str(root)),
-        enable_batching=True, batching_parameters_file=batching_file, rest_api_port=0,
-        grpc_channel_arguments="grpc.max_receive_message_length=65536")
+        root,
+        model_name=MODEL_NAME,
+        model_base_path=make_model_base(exports, str(root)),
+        enable_batching=True,
+        batching_parameters_file=batching_file,
+        rest_api_port=0,
+        grpc_channel_arguments="grpc.max_receive_message_length=65536",
+    )
     yield connection
     connection.server.stop()
 
 
 # ----------------------------------------------------------------- config and flags
 
+
 def test_committed_config_files_parse_and_match_the_deployment():
     config = config_lib.load_model_server_config(os.path.join(SERVING_DIR, "models.config"))
     (model,) = config.model_config_list.config
     assert (model.name, model.base_path, model.model_platform) == (
-        "translator", "/models/translator", "tensorflow")
+        "translator",
+        "/models/translator",
+        "tensorflow",
+    )
     assert model.model_version_policy.WhichOneof("policy_choice") == "latest"
 
-    parameters = config_lib.read_text_proto(os.path.join(SERVING_DIR, "batching.config"),
-                                            BatchingParameters)
+    parameters = config_lib.read_text_proto(
+        os.path.join(SERVING_DIR, "batching.config"), BatchingParameters
+    )
     options = config_lib.BatchingOptions.from_proto(parameters)
     assert options.max_batch_size == parameters.max_batch_size.value > 1
     assert options.batch_timeout_micros == parameters.batch_timeout_micros.value
@@ -265,21 +312,31 @@ def test_bad_config_files_name_the_file_and_line(tmp_path):
     with pytest.raises(config_lib.ConfigError, match=r"models.config.*2:\d+.*bogus"):
         config_lib.load_model_server_config(str(broken))
     other_platform = tmp_path / "other.config"
-    other_platform.write_text('model_config_list { config { name: "x" base_path: "/m" '
-                              'model_platform: "pytorch" } }')
+    other_platform.write_text(
+        'model_config_list { config { name: "x" base_path: "/m" model_platform: "pytorch" } }'
+    )
     with pytest.raises(config_lib.ConfigError, match="model_platform 'pytorch' is not supported"):
         config_lib.load_model_server_config(str(other_platform))
     bad_sizes = tmp_path / "batching.config"
-    bad_sizes.write_text("max_batch_size { value: 8 } allowed_batch_sizes: 4 allowed_batch_sizes: 6")
+    bad_sizes.write_text(
+        "max_batch_size { value: 8 } allowed_batch_sizes: 4 allowed_batch_sizes: 6"
+    )
     with pytest.raises(config_lib.ConfigError, match="final entry in allowed_batch_sizes"):
         config_lib.load_batching_options(str(bad_sizes))
 
 
 def test_flags_use_tensorflow_model_server_syntax(capsys):
-    options = parse_flags(["--port=9000", "--rest_api_port=9001", "--model_name=m",
-                           "--model_base_path=/models/m", "--enable_batching",
-                           "--file_system_poll_wait_seconds=5",
-                           "--grpc_channel_arguments=grpc.max_receive_message_length=1024"])
+    options = parse_flags(
+        [
+            "--port=9000",
+            "--rest_api_port=9001",
+            "--model_name=m",
+            "--model_base_path=/models/m",
+            "--enable_batching",
+            "--file_system_poll_wait_seconds=5",
+            "--grpc_channel_arguments=grpc.max_receive_message_length=1024",
+        ]
+    )
     assert (options.port, options.rest_api_port, options.model_name) == (9000, 9001, "m")
     assert options.enable_batching is True and options.file_system_poll_wait_seconds == 5
     assert parse_flags(["--model_base_path=/m", "--enable_batching=false"]).enable_batching is False
@@ -302,28 +359,39 @@ def test_flags_use_tensorflow_model_server_syntax(capsys):
 
 
 def test_batching_parameters_file_requires_enable_batching(tmp_path):
-    server = ModelServer(ServerOptions(port=0, model_base_path=str(tmp_path),
-                                       batching_parameters_file=str(tmp_path / "b.config")))
+    server = ModelServer(
+        ServerOptions(
+            port=0,
+            model_base_path=str(tmp_path),
+            batching_parameters_file=str(tmp_path / "b.config"),
+        )
+    )
     with pytest.raises(config_lib.ConfigError, match="without setting --enable_batching"):
         server.start()
 
 
 # ------------------------------------------------------------------------ predict
 
+
 def test_predict_round_trip_for_every_signature(main_server):
     response = main_server.predict.Predict(texts_request(SENTENCES), timeout=10)
-    assert (response.model_spec.name, response.model_spec.version.value,
-            response.model_spec.signature_name) == (MODEL_NAME, 2, "serving_default")
+    assert (
+        response.model_spec.name,
+        response.model_spec.version.value,
+        response.model_spec.signature_name,
+    ) == (MODEL_NAME, 2, "serving_default")
     assert strings(response.outputs["translation"]) == [expected_greedy(s, 2) for s in SENTENCES]
-    np.testing.assert_allclose(tf.make_ndarray(response.outputs["score"]),
-                               [expected_greedy_score(s) for s in SENTENCES])
+    np.testing.assert_allclose(
+        tf.make_ndarray(response.outputs["score"]), [expected_greedy_score(s) for s in SENTENCES]
+    )
     # TF Serving writes Predict outputs in the typed fields (AsProtoField), not tensor_content.
     assert response.outputs["score"].float_val and not response.outputs["score"].tensor_content
 
     beam = main_server.predict.Predict(texts_request(SENTENCES, "beam_search"), timeout=10)
     assert strings(beam.outputs["translation"]) == [expected_beam(s, 2) for s in SENTENCES]
-    np.testing.assert_allclose(tf.make_ndarray(beam.outputs["score"]),
-                               [expected_beam_score(s) for s in SENTENCES])
+    np.testing.assert_allclose(
+        tf.make_ndarray(beam.outputs["score"]), [expected_beam_score(s) for s in SENTENCES]
+    )
 
     aligned = main_server.predict.Predict(texts_request(SENTENCES, "alignments"), timeout=10)
     longest = max(len(s.split()) for s in SENTENCES)
@@ -335,7 +403,9 @@ def test_predict_round_trip_for_every_signature(main_server):
     for row, sentence in enumerate(SENTENCES):
         n = len(sentence.split())
         assert [t.decode() for t in source[row, :n]] == sentence.split()
-        assert [t.decode() for t in target[row, :n]] == [w.upper() for w in reversed(sentence.split())]
+        assert [t.decode() for t in target[row, :n]] == [
+            w.upper() for w in reversed(sentence.split())
+        ]
         np.testing.assert_allclose(alignment[row, :n, :n], expected_alignment(sentence), atol=1e-6)
         assert not alignment[row, n:, :].any() and not alignment[row, :, n:].any()
 
@@ -358,63 +428,132 @@ def test_output_filter_and_version_choice(main_server):
     response = main_server.predict.Predict(request, timeout=10)
     assert list(response.outputs) == ["score"]
 
-    for spec_version, label, expected_version in ((1, None, 1), (2, None, 2), (None, "stable", 1),
-                                                  (None, "canary", 2)):
+    for spec_version, label, expected_version in (
+        (1, None, 1),
+        (2, None, 2),
+        (None, "stable", 1),
+        (None, "canary", 2),
+    ):
         request = texts_request(["a b"], model_name="translator_all", version=spec_version)
         if label:
             request.model_spec.version_label = label
         response = main_server.predict.Predict(request, timeout=10)
         assert response.model_spec.version.value == expected_version
-        assert strings(response.outputs["translation"]) == [expected_greedy("a b", expected_version)]
+        assert strings(response.outputs["translation"]) == [
+            expected_greedy("a b", expected_version)
+        ]
 
 
-@pytest.mark.parametrize("mutate, code, message", [
-    (lambda r: r.model_spec.__setattr__("name", "nope"), grpc.StatusCode.NOT_FOUND,
-     "Servable not found for request: Latest(nope)"),
-    (lambda r: r.model_spec.version.__setattr__("value", 1), grpc.StatusCode.NOT_FOUND,
-     "Servable not found for request: Specific(translator, 1)"),
-    (lambda r: r.model_spec.version.__setattr__("value", 99), grpc.StatusCode.NOT_FOUND,
-     "Servable not found for request: Specific(translator, 99)"),
-    (lambda r: r.model_spec.__setattr__("version_label", "gold"), grpc.StatusCode.INVALID_ARGUMENT,
-     "Unrecognized servable version label: gold"),
-    (lambda r: r.ClearField("model_spec"), grpc.StatusCode.INVALID_ARGUMENT, "Missing ModelSpec"),
-    (lambda r: r.model_spec.__setattr__("name", ""), grpc.StatusCode.INVALID_ARGUMENT,
-     "ModelSpec has no name specified."),
-    (lambda r: r.model_spec.__setattr__("signature_name", "greedy"),
-     grpc.StatusCode.FAILED_PRECONDITION, 'Serving signature key "greedy" not found.'),
-    (lambda r: r.inputs["source"].CopyFrom(r.inputs.pop("text")), grpc.StatusCode.INVALID_ARGUMENT,
-     "input tensor alias not found in signature: source. Inputs expected to be in the set {text}."),
-    (lambda r: r.inputs.pop("text"), grpc.StatusCode.INVALID_ARGUMENT,
-     "input size does not match signature: 0!=1 len({}) != len({text}). Sent extra: {}. "
-     "Missing but required: {text}."),
-    (lambda r: r.inputs["extra"].CopyFrom(r.inputs["text"]), grpc.StatusCode.INVALID_ARGUMENT,
-     "input size does not match signature: 2!=1 len({extra,text}) != len({text}). "
-     "Sent extra: {extra}. Missing but required: {}."),
-    (lambda r: r.inputs["text"].CopyFrom(tf.make_tensor_proto([1.5, 2.5], dtype=tf.float32)),
-     grpc.StatusCode.INVALID_ARGUMENT, "Expects arg[0] to be string but float is provided"),
-    (lambda r: r.inputs["text"].ClearField("dtype"), grpc.StatusCode.INVALID_ARGUMENT,
-     "tensor parsing error: text"),
-    (lambda r: r.inputs["text"].tensor_shape.dim[0].__setattr__("size", -2),
-     grpc.StatusCode.INVALID_ARGUMENT, "tensor parsing error: text"),
-    (lambda r: r.output_filter.append("translations"), grpc.StatusCode.INVALID_ARGUMENT,
-     "output tensor alias not found in signature: translations Outputs expected to be in the set "
-     "{score,translation}."),
-    (lambda r: r.output_filter.extend(["score", "score"]), grpc.StatusCode.INVALID_ARGUMENT,
-     "duplicate output tensor alias: score"),
-    # A 20-byte request for 2^40 strings: TF Serving's Tensor::FromProto fails to allocate.
-    (lambda r: r.inputs["text"].tensor_shape.dim[0].__setattr__("size", 2**40),
-     grpc.StatusCode.INVALID_ARGUMENT, "tensor parsing error: text"),
-    (lambda r: r.inputs["text"].tensor_shape.dim.add(size=2**40), grpc.StatusCode.INVALID_ARGUMENT,
-     "tensor parsing error: text"),
-    # TF Serving does not check method names by default (--enable_signature_method_name_check).
-    (lambda r: r.model_spec.__setattr__("signature_name", "__saved_model_init_op"),
-     grpc.StatusCode.INVALID_ARGUMENT, "input size does not match signature: 1!=0 len({text}) != "
-     "len({}). Sent extra: {text}. Missing but required: {}."),
-    (lambda r: (r.model_spec.__setattr__("signature_name", "__saved_model_init_op"),
-                r.inputs.pop("text")), grpc.StatusCode.INVALID_ARGUMENT,
-     'Signature "__saved_model_init_op" is not a function of the SavedModel and cannot be run by '
-     "Predict"),
-])
+@pytest.mark.parametrize(
+    "mutate, code, message",
+    [
+        (
+            lambda r: r.model_spec.__setattr__("name", "nope"),
+            grpc.StatusCode.NOT_FOUND,
+            "Servable not found for request: Latest(nope)",
+        ),
+        (
+            lambda r: r.model_spec.version.__setattr__("value", 1),
+            grpc.StatusCode.NOT_FOUND,
+            "Servable not found for request: Specific(translator, 1)",
+        ),
+        (
+            lambda r: r.model_spec.version.__setattr__("value", 99),
+            grpc.StatusCode.NOT_FOUND,
+            "Servable not found for request: Specific(translator, 99)",
+        ),
+        (
+            lambda r: r.model_spec.__setattr__("version_label", "gold"),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "Unrecognized servable version label: gold",
+        ),
+        (
+            lambda r: r.ClearField("model_spec"),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "Missing ModelSpec",
+        ),
+        (
+            lambda r: r.model_spec.__setattr__("name", ""),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "ModelSpec has no name specified.",
+        ),
+        (
+            lambda r: r.model_spec.__setattr__("signature_name", "greedy"),
+            grpc.StatusCode.FAILED_PRECONDITION,
+            'Serving signature key "greedy" not found.',
+        ),
+        (
+            lambda r: r.inputs["source"].CopyFrom(r.inputs.pop("text")),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "input tensor alias not found in signature: source. Inputs expected to be in the set {text}.",
+        ),
+        (
+            lambda r: r.inputs.pop("text"),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "input size does not match signature: 0!=1 len({}) != len({text}). Sent extra: {}. "
+            "Missing but required: {text}.",
+        ),
+        (
+            lambda r: r.inputs["extra"].CopyFrom(r.inputs["text"]),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "input size does not match signature: 2!=1 len({extra,text}) != len({text}). "
+            "Sent extra: {extra}. Missing but required: {}.",
+        ),
+        (
+            lambda r: r.inputs["text"].CopyFrom(tf.make_tensor_proto([1.5, 2.5], dtype=tf.float32)),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "Expects arg[0] to be string but float is provided",
+        ),
+        (
+            lambda r: r.inputs["text"].ClearField("dtype"),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "tensor parsing error: text",
+        ),
+        (
+            lambda r: r.inputs["text"].tensor_shape.dim[0].__setattr__("size", -2),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "tensor parsing error: text",
+        ),
+        (
+            lambda r: r.output_filter.append("translations"),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "output tensor alias not found in signature: translations Outputs expected to be in the set "
+            "{score,translation}.",
+        ),
+        (
+            lambda r: r.output_filter.extend(["score", "score"]),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "duplicate output tensor alias: score",
+        ),
+        # A 20-byte request for 2^40 strings: TF Serving's Tensor::FromProto fails to allocate.
+        (
+            lambda r: r.inputs["text"].tensor_shape.dim[0].__setattr__("size", 2**40),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "tensor parsing error: text",
+        ),
+        (
+            lambda r: r.inputs["text"].tensor_shape.dim.add(size=2**40),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "tensor parsing error: text",
+        ),
+        # TF Serving does not check method names by default (--enable_signature_method_name_check).
+        (
+            lambda r: r.model_spec.__setattr__("signature_name", "__saved_model_init_op"),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "input size does not match signature: 1!=0 len({text}) != "
+            "len({}). Sent extra: {text}. Missing but required: {}.",
+        ),
+        (
+            lambda r: (
+                r.model_spec.__setattr__("signature_name", "__saved_model_init_op"),
+                r.inputs.pop("text"),
+            ),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            'Signature "__saved_model_init_op" is not a function of the SavedModel and cannot be run by '
+            "Predict",
+        ),
+    ],
+)
 def test_predict_errors_match_tf_serving(main_server, mutate, code, message):
     request = texts_request(["hello", "world"])
     mutate(request)
@@ -425,8 +564,10 @@ def test_predict_errors_match_tf_serving(main_server, mutate, code, message):
 def test_inputs_that_strain_the_model_get_clear_answers(main_server):
     long_text = "word " * 2000  # 10,000 characters.
     response = main_server.predict.Predict(texts_request(["", long_text]), timeout=30)
-    assert strings(response.outputs["translation"]) == [expected_greedy("", 2),
-                                                        expected_greedy(long_text, 2)]
+    assert strings(response.outputs["translation"]) == [
+        expected_greedy("", 2),
+        expected_greedy(long_text, 2),
+    ]
     np.testing.assert_allclose(tf.make_ndarray(response.outputs["score"]), [0.0, 10_000.0])
 
     empty_batch = main_server.predict.Predict(texts_request([]), timeout=10)
@@ -443,19 +584,23 @@ def test_inputs_that_strain_the_model_get_clear_answers(main_server):
     assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
 
     # The server is still healthy after all of that.
-    assert strings(main_server.predict.Predict(texts_request(["still up"]), timeout=10)
-                   .outputs["translation"]) == [expected_greedy("still up", 2)]
+    assert strings(
+        main_server.predict.Predict(texts_request(["still up"]), timeout=10).outputs["translation"]
+    ) == [expected_greedy("still up", 2)]
 
 
 def test_unimplemented_apis_say_so(main_server):
-    for call, request in ((main_server.predict.Classify, classification_pb2.ClassificationRequest()),
-                          (main_server.predict.Regress, regression_pb2.RegressionRequest()),
-                          (main_server.predict.MultiInference, inference_pb2.MultiInferenceRequest())):
+    for call, request in (
+        (main_server.predict.Classify, classification_pb2.ClassificationRequest()),
+        (main_server.predict.Regress, regression_pb2.RegressionRequest()),
+        (main_server.predict.MultiInference, inference_pb2.MultiInferenceRequest()),
+    ):
         error = rpc_error(call, request)
         assert error.code() == grpc.StatusCode.UNIMPLEMENTED and "use Predict" in error.details()
 
 
 # ------------------------------------------------------------------ metadata/status
+
 
 def test_metadata_is_a_signature_def_map_in_any(main_server):
     request = get_model_metadata_pb2.GetModelMetadataRequest(metadata_field=["signature_def"])
@@ -471,15 +616,23 @@ def test_metadata_is_a_signature_def_map_in_any(main_server):
     assert text_input.dtype == tf.string.as_datatype_enum
     assert [d.size for d in text_input.tensor_shape.dim] == [-1]
     assert set(signatures["alignments"].outputs) == {
-        "translation", "score", "source_tokens", "target_tokens", "alignment"}
-    assert [d.size for d in signatures["alignments"].outputs["alignment"].tensor_shape.dim] == [-1] * 3
+        "translation",
+        "score",
+        "source_tokens",
+        "target_tokens",
+        "alignment",
+    }
+    assert [d.size for d in signatures["alignments"].outputs["alignment"].tensor_shape.dim] == [
+        -1
+    ] * 3
 
     no_field = get_model_metadata_pb2.GetModelMetadataRequest()
     no_field.model_spec.name = MODEL_NAME
     error = rpc_error(main_server.predict.GetModelMetadata, no_field)
     assert (error.code(), error.details()) == (
         grpc.StatusCode.INVALID_ARGUMENT,
-        "GetModelMetadataRequest must specify at least one metadata_field")
+        "GetModelMetadataRequest must specify at least one metadata_field",
+    )
     no_field.metadata_field.append("graph")
     error = rpc_error(main_server.predict.GetModelMetadata, no_field)
     assert error.details() == "Metadata field graph is not supported"
@@ -496,41 +649,67 @@ def test_model_status_lists_versions_newest_first(main_server):
     available = get_model_status_pb2.ModelVersionStatus.AVAILABLE
     rows = status("translator_all").model_version_status
     assert [(row.version, row.state, row.status.error_code) for row in rows] == [
-        (2, available, 0), (1, available, 0)]
+        (2, available, 0),
+        (1, available, 0),
+    ]
     assert [row.version for row in status(MODEL_NAME).model_version_status] == [2]
     assert status("translator_all", 1).model_version_status[0].state == available
 
-    error = rpc_error(main_server.models.GetModelStatus,
-                      get_model_status_pb2.GetModelStatusRequest(
-                          model_spec={"name": MODEL_NAME, "version": {"value": 7}}))
-    assert (error.code(), error.details()) == (grpc.StatusCode.NOT_FOUND,
-                                               "Could not find version 7 of model translator")
-    error = rpc_error(main_server.models.GetModelStatus,
-                      get_model_status_pb2.GetModelStatusRequest(model_spec={"name": "nope"}))
+    error = rpc_error(
+        main_server.models.GetModelStatus,
+        get_model_status_pb2.GetModelStatusRequest(
+            model_spec={"name": MODEL_NAME, "version": {"value": 7}}
+        ),
+    )
+    assert (error.code(), error.details()) == (
+        grpc.StatusCode.NOT_FOUND,
+        "Could not find version 7 of model translator",
+    )
+    error = rpc_error(
+        main_server.models.GetModelStatus,
+        get_model_status_pb2.GetModelStatusRequest(model_spec={"name": "nope"}),
+    )
     assert error.details() == "Could not find any versions of model nope"
-    assert main_server.health.Check(health_pb2.HealthCheckRequest(), timeout=5).status == \
-        health_pb2.HealthCheckResponse.SERVING
+    assert (
+        main_server.health.Check(health_pb2.HealthCheckRequest(), timeout=5).status
+        == health_pb2.HealthCheckResponse.SERVING
+    )
 
 
 # --------------------------------------------------------------------------- REST
+
 
 def test_rest_predict_row_and_columnar_formats(main_server):
     url = f"{main_server.rest}/v1/models/translator"
     status, body = http("POST", f"{url}:predict", {"instances": SENTENCES[:2]})
     assert status == 200
-    assert body == {"predictions": [{"score": expected_greedy_score(s), "translation": expected_greedy(s, 2)}
-                                    for s in SENTENCES[:2]]}
+    assert body == {
+        "predictions": [
+            {"score": expected_greedy_score(s), "translation": expected_greedy(s, 2)}
+            for s in SENTENCES[:2]
+        ]
+    }
 
-    status, body = http("POST", f"{url}/versions/2:predict",
-                        {"signature_name": "beam_search", "inputs": {"text": ["a b c"]}})
-    assert (status, body) == (200, {"outputs": {"score": [3.0], "translation": [expected_beam("a b c", 2)]}})
+    status, body = http(
+        "POST",
+        f"{url}/versions/2:predict",
+        {"signature_name": "beam_search", "inputs": {"text": ["a b c"]}},
+    )
+    assert (status, body) == (
+        200,
+        {"outputs": {"score": [3.0], "translation": [expected_beam("a b c", 2)]}},
+    )
 
-    status, body = http("POST", f"{main_server.rest}/v1/models/translator_all/labels/stable:predict",
-                        {"instances": [{"b64": "aGkgdGhlcmU="}]})  # base64 of "hi there"
+    status, body = http(
+        "POST",
+        f"{main_server.rest}/v1/models/translator_all/labels/stable:predict",
+        {"instances": [{"b64": "aGkgdGhlcmU="}]},
+    )  # base64 of "hi there"
     assert body["predictions"][0]["translation"] == expected_greedy("hi there", 1)
 
-    status, body = http("POST", f"{url}:predict",
-                        {"signature_name": "alignments", "instances": ["one two"]})
+    status, body = http(
+        "POST", f"{url}:predict", {"signature_name": "alignments", "instances": ["one two"]}
+    )
     prediction = body["predictions"][0]
     assert prediction["source_tokens"] == ["one", "two"]
     assert prediction["target_tokens"] == ["TWO", "ONE"]
@@ -539,8 +718,18 @@ def test_rest_predict_row_and_columnar_formats(main_server):
 
 def test_rest_status_and_metadata(main_server):
     status, body = http("GET", f"{main_server.rest}/v1/models/translator")
-    assert (status, body) == (200, {"model_version_status": [
-        {"version": "2", "state": "AVAILABLE", "status": {"error_code": "OK", "error_message": ""}}]})
+    assert (status, body) == (
+        200,
+        {
+            "model_version_status": [
+                {
+                    "version": "2",
+                    "state": "AVAILABLE",
+                    "status": {"error_code": "OK", "error_message": ""},
+                }
+            ]
+        },
+    )
     status, body = http("GET", f"{main_server.rest}/v1/models/translator_all/versions/1")
     assert [row["version"] for row in body["model_version_status"]] == ["1"]
     status, body = http("GET", f"{main_server.rest}/v1/models/translator/metadata")
@@ -549,34 +738,112 @@ def test_rest_status_and_metadata(main_server):
     assert signature["inputs"]["text"]["dtype"] == "DT_STRING"
 
 
-@pytest.mark.parametrize("method, path, body, status, message", [
-    ("POST", "/v1/models/nope:predict", {"instances": ["a"]}, 404,
-     "Servable not found for request: Latest(nope)"),
-    ("GET", "/v1/models/translator/versions/5", None, 404, "Could not find version 5 of model translator"),
-    ("POST", "/v1/models/translator:predict", b"{not json", 400, "JSON Parse error"),
-    ("POST", "/v1/models/translator:predict", b"", 400, "JSON Parse error: The document is empty"),
-    ("POST", "/v1/models/translator:predict", {"text": ["a"]}, 400, "Missing 'inputs' or 'instances' key"),
-    ("POST", "/v1/models/translator:predict", {"instances": [1, 2]}, 400,
-     "Failed to process element: 0 of 'instances' list. Error: INVALID_ARGUMENT: JSON Value: 1 "
-     "Type: Number is not of expected type: string"),
-    ("POST", "/v1/models/translator:predict", {"instances": []}, 400, "No values in 'instances' array"),
-    ("POST", "/v1/models/translator:predict", {"instances": ["a"], "inputs": ["a"]}, 400,
-     "expecting only one of 'inputs' or 'instances' keys to exist"),
-    ("POST", "/v1/models/translator:predict", {"signature_name": "greedy", "instances": ["a"]}, 400,
-     'Serving signature name: "greedy" not found in signature def'),
-    ("POST", "/v1/models/translator:predict", b'{"instances": ["\xff"]}', 400,
-     "JSON Parse error: Invalid encoding"),
-    ("POST", "/v1/models/translator:classify", {"examples": []}, 501, "not implemented"),
-    ("GET", "/v1/models/translator:predict", None, 400, "Malformed request: GET /v1/models/translator:predict"),
-    ("GET", "/v1/models/translator/versions/99999999999999999999999", None, 400,
-     "Failed to convert version: 99999999999999999999999 to numeric."),
-    ("POST", "/v1/models/translator/versions/9223372036854775808:predict", {"instances": ["a"]},
-     400, "Failed to convert version: 9223372036854775808 to numeric."),
-    ("POST", "/v1/models/translator:predict", b'{"instances": ' + b"[" * 900 + b'"a"' + b"]" * 900
-     + b"}", 400, "JSON Parse error: The document is nested deeper than 258 levels"),
-    ("POST", "/v1/models/translator:predict", b'{"instances": ' + b"[" * 100_000, 400,
-     "JSON Parse error: The document is nested deeper than 258 levels"),
-])
+@pytest.mark.parametrize(
+    "method, path, body, status, message",
+    [
+        (
+            "POST",
+            "/v1/models/nope:predict",
+            {"instances": ["a"]},
+            404,
+            "Servable not found for request: Latest(nope)",
+        ),
+        (
+            "GET",
+            "/v1/models/translator/versions/5",
+            None,
+            404,
+            "Could not find version 5 of model translator",
+        ),
+        ("POST", "/v1/models/translator:predict", b"{not json", 400, "JSON Parse error"),
+        (
+            "POST",
+            "/v1/models/translator:predict",
+            b"",
+            400,
+            "JSON Parse error: The document is empty",
+        ),
+        (
+            "POST",
+            "/v1/models/translator:predict",
+            {"text": ["a"]},
+            400,
+            "Missing 'inputs' or 'instances' key",
+        ),
+        (
+            "POST",
+            "/v1/models/translator:predict",
+            {"instances": [1, 2]},
+            400,
+            "Failed to process element: 0 of 'instances' list. Error: INVALID_ARGUMENT: JSON Value: 1 "
+            "Type: Number is not of expected type: string",
+        ),
+        (
+            "POST",
+            "/v1/models/translator:predict",
+            {"instances": []},
+            400,
+            "No values in 'instances' array",
+        ),
+        (
+            "POST",
+            "/v1/models/translator:predict",
+            {"instances": ["a"], "inputs": ["a"]},
+            400,
+            "expecting only one of 'inputs' or 'instances' keys to exist",
+        ),
+        (
+            "POST",
+            "/v1/models/translator:predict",
+            {"signature_name": "greedy", "instances": ["a"]},
+            400,
+            'Serving signature name: "greedy" not found in signature def',
+        ),
+        (
+            "POST",
+            "/v1/models/translator:predict",
+            b'{"instances": ["\xff"]}',
+            400,
+            "JSON Parse error: Invalid encoding",
+        ),
+        ("POST", "/v1/models/translator:classify", {"examples": []}, 501, "not implemented"),
+        (
+            "GET",
+            "/v1/models/translator:predict",
+            None,
+            400,
+            "Malformed request: GET /v1/models/translator:predict",
+        ),
+        (
+            "GET",
+            "/v1/models/translator/versions/99999999999999999999999",
+            None,
+            400,
+            "Failed to convert version: 99999999999999999999999 to numeric.",
+        ),
+        (
+            "POST",
+            "/v1/models/translator/versions/9223372036854775808:predict",
+            {"instances": ["a"]},
+            400,
+            "Failed to convert version: 9223372036854775808 to numeric.",
+        ),
+        (
+            "POST",
+            "/v1/models/translator:predict",
+            b'{"instances": ' + b"[" * 900 + b'"a"' + b"]" * 900 + b"}",
+            400,
+            "JSON Parse error: The document is nested deeper than 258 levels",
+        ),
+        (
+            "POST",
+            "/v1/models/translator:predict",
+            b'{"instances": ' + b"[" * 100_000,
+            400,
+            "JSON Parse error: The document is nested deeper than 258 levels",
+        ),
+    ],
+)
 def test_rest_errors_match_tf_serving(main_server, method, path, body, status, message):
     got_status, got_body = http(method, main_server.rest + path, body)
     assert got_status == status
@@ -589,6 +856,7 @@ def test_rest_unknown_paths_are_404(main_server):
 
 
 # ----------------------------------------------------------------------- batching
+
 
 def test_sixteen_clients_two_hundred_requests_each_without_errors(batching_server):
     stub = batching_server.predict
@@ -611,8 +879,10 @@ def test_sixteen_clients_two_hundred_requests_each_without_errors(batching_serve
     assert failures == []
 
     histogram_after = batching_server.server.batch_stats.histogram()
-    new_batches = {size: histogram_after.get(size, 0) - histogram_before.get(size, 0)
-                   for size in histogram_after}
+    new_batches = {
+        size: histogram_after.get(size, 0) - histogram_before.get(size, 0)
+        for size in histogram_after
+    }
     assert sum(size * count for size, count in new_batches.items()) == 16 * 200
     # Concurrent requests were merged: fewer model calls than requests.
     assert sum(new_batches.values()) < 16 * 200
@@ -625,16 +895,20 @@ def test_batching_merges_up_to_max_batch_size_and_isolates_bad_inputs(strict_ser
     texts = [f"sentence number {i}" for i in range(8)]
     texts[3] = b"bad \xff utf-8"
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
-        calls = [pool.submit(strict_server.predict.Predict, texts_request([text]), timeout=30)
-                 for text in texts]
+        calls = [
+            pool.submit(strict_server.predict.Predict, texts_request([text]), timeout=30)
+            for text in texts
+        ]
         outcomes = []
         for call in calls:
             try:
                 outcomes.append(strings(call.result().outputs["translation"])[0])
             except grpc.RpcError as error:
                 outcomes.append(error.code())
-    expected = [expected_greedy(t, 1) if isinstance(t, str) else grpc.StatusCode.INVALID_ARGUMENT
-                for t in texts]
+    expected = [
+        expected_greedy(t, 1) if isinstance(t, str) else grpc.StatusCode.INVALID_ARGUMENT
+        for t in texts
+    ]
     assert outcomes == expected
     after = stats.histogram()
     # The 8 requests filled max_batch_size=8 and ran as one merged batch (which failed
@@ -645,7 +919,9 @@ def test_batching_merges_up_to_max_batch_size_and_isolates_bad_inputs(strict_ser
 def test_batch_limits_deadlines_and_message_size(strict_server):
     too_big = rpc_error(strict_server.predict.Predict, texts_request([f"s{i}" for i in range(9)]))
     assert (too_big.code(), too_big.details()) == (
-        grpc.StatusCode.INVALID_ARGUMENT, "Task size 9 is larger than maximum input batch size 8")
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "Task size 9 is larger than maximum input batch size 8",
+    )
 
     stats_before = strict_server.server.batch_stats.histogram()
     with pytest.raises(grpc.RpcError) as late:
@@ -658,8 +934,9 @@ def test_batch_limits_deadlines_and_message_size(strict_server):
     huge = texts_request(["x" * 100_000])
     error = rpc_error(strict_server.predict.Predict, huge)
     assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
-    status, body = http("POST", f"{strict_server.rest}/v1/models/translator:predict",
-                        {"instances": ["x" * 100_000]})
+    status, body = http(
+        "POST", f"{strict_server.rest}/v1/models/translator:predict", {"instances": ["x" * 100_000]}
+    )
     assert status == 429 and "larger than the limit of 65536 bytes" in body["error"]
     ok = strict_server.predict.Predict(texts_request(["small"]), timeout=10)
     assert strings(ok.outputs["translation"]) == [expected_greedy("small", 1)]
@@ -669,14 +946,29 @@ def test_large_batch_splitting_answers_as_one_unbatched_call(exports, main_serve
     """A 7-sentence request on a server whose batches hold 3 runs as pieces and comes back
     identical to the unbatched server's answer, the padded alignments included."""
     batching_file = write_batching_file(
-        tmp_path / "batching.config", max_batch_size=8, batch_timeout_micros=1000,
-        num_batch_threads=2, enable_large_batch_splitting=True, max_execution_batch_size=3)
+        tmp_path / "batching.config",
+        max_batch_size=8,
+        batch_timeout_micros=1000,
+        num_batch_threads=2,
+        enable_large_batch_splitting=True,
+        max_execution_batch_size=3,
+    )
     connection = start_server(
-        tmp_path, model_name=MODEL_NAME,
+        tmp_path,
+        model_name=MODEL_NAME,
         model_base_path=make_model_base(exports, str(tmp_path), (1, 2)),
-        enable_batching=True, batching_parameters_file=batching_file)
-    texts = ["one", "a much longer sentence than the others", "two words", "x y z",
-             "the cat sat on the mat", "hi", "four words in row"]
+        enable_batching=True,
+        batching_parameters_file=batching_file,
+    )
+    texts = [
+        "one",
+        "a much longer sentence than the others",
+        "two words",
+        "x y z",
+        "the cat sat on the mat",
+        "hi",
+        "four words in row",
+    ]
     try:
         split = connection.predict.Predict(texts_request(texts, "alignments"), timeout=30)
         histogram = connection.server.batch_stats.histogram()
@@ -686,22 +978,34 @@ def test_large_batch_splitting_answers_as_one_unbatched_call(exports, main_serve
     whole = main_server.predict.Predict(texts_request(texts, "alignments"), timeout=30)
     assert set(split.outputs) == set(whole.outputs)
     for name in whole.outputs:
-        np.testing.assert_array_equal(tf.make_ndarray(split.outputs[name]),
-                                      tf.make_ndarray(whole.outputs[name]), err_msg=name)
+        np.testing.assert_array_equal(
+            tf.make_ndarray(split.outputs[name]), tf.make_ndarray(whole.outputs[name]), err_msg=name
+        )
     assert max(histogram) <= 3 and sum(size * count for size, count in histogram.items()) == 7
     assert (too_big.code(), too_big.details()) == (
-        grpc.StatusCode.INVALID_ARGUMENT, "Task size 9 is larger than maximum input batch size 8")
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "Task size 9 is larger than maximum input batch size 8",
+    )
 
 
 # ---------------------------------------------------------------- version swapping
+
 
 def test_new_version_is_swapped_in_without_failing_requests(exports, tmp_path):
     base_path = make_model_base(exports, str(tmp_path), (1,))
     os.makedirs(os.path.join(base_path, "3"))  # Incomplete: no saved_model.pb yet.
     os.makedirs(os.path.join(base_path, "tmp-export"))  # Not a version number.
-    connection = Connection(ModelServer(ServerOptions(
-        port=0, model_name=MODEL_NAME, model_base_path=base_path,
-        file_system_poll_wait_seconds=1, max_num_load_retries=0)).start())
+    connection = Connection(
+        ModelServer(
+            ServerOptions(
+                port=0,
+                model_name=MODEL_NAME,
+                model_base_path=base_path,
+                file_system_poll_wait_seconds=1,
+                max_num_load_retries=0,
+            )
+        ).start()
+    )
     stop = threading.Event()
     failures, served_versions = [], []
 
@@ -730,8 +1034,10 @@ def test_new_version_is_swapped_in_without_failing_requests(exports, tmp_path):
         install_version(exports, base_path, 2)
         wait_for(lambda: 2 in served_after(0) or failures, "a first answer from version 2")
         swapped_at = time.monotonic()
-        wait_for(lambda: len(served_after(swapped_at)) >= 8 or failures,
-                 "answers to requests sent after the swap")
+        wait_for(
+            lambda: len(served_after(swapped_at)) >= 8 or failures,
+            "answers to requests sent after the swap",
+        )
     finally:
         stop.set()
         for thread in threads:
@@ -746,15 +1052,21 @@ def test_new_version_is_swapped_in_without_failing_requests(exports, tmp_path):
         states = get_model_status_pb2.ModelVersionStatus
 
         def version_rows():
-            return [(row.version, states.State.Name(row.state), row.status) for row in
-                    connection.models.GetModelStatus(request, timeout=10).model_version_status]
+            return [
+                (row.version, states.State.Name(row.state), row.status)
+                for row in connection.models.GetModelStatus(
+                    request, timeout=10
+                ).model_version_status
+            ]
 
         # Version 1 was unloaded once 2 was available; 3 (incomplete) and tmp-export were ignored.
         assert [row[:2] for row in version_rows()] == [(2, "AVAILABLE"), (1, "END")]
 
         # A version that fails to load (corrupt warmup file) leaves version 2 serving.
         broken = install_version(exports, str(tmp_path / "staging"), 1, as_version=4)
-        with open(os.path.join(broken, "assets.extra", "tf_serving_warmup_requests"), "wb") as warmup:
+        with open(
+            os.path.join(broken, "assets.extra", "tf_serving_warmup_requests"), "wb"
+        ) as warmup:
             warmup.write(b"not a TFRecord file")
         os.rename(broken, os.path.join(base_path, "4"))
         wait_for(lambda: version_rows()[0][:2] == (4, "END"), "version 4 to fail and end")
@@ -762,14 +1074,22 @@ def test_new_version_is_swapped_in_without_failing_requests(exports, tmp_path):
         assert (state, serving_state) == ("END", "AVAILABLE")
         assert status.error_code == grpc.StatusCode.DATA_LOSS.value[0]
         assert "corrupted record" in status.error_message
-        assert connection.predict.Predict(texts_request(["x"]), timeout=10).model_spec.version.value == 2
+        assert (
+            connection.predict.Predict(texts_request(["x"]), timeout=10).model_spec.version.value
+            == 2
+        )
 
         # HandleReloadConfigRequest: roll back by pinning version 1 with a `specific` policy.
         reload = model_management_pb2.ReloadConfigRequest()
-        text_format.Parse(f"""model_config_list {{ config {{
+        text_format.Parse(
+            f"""model_config_list {{ config {{
             name: "{MODEL_NAME}" base_path: "{base_path}" model_platform: "tensorflow"
-            model_version_policy {{ specific {{ versions: 1 }} }} }} }}""", reload.config)
-        assert connection.models.HandleReloadConfigRequest(reload, timeout=60).status.error_code == 0
+            model_version_policy {{ specific {{ versions: 1 }} }} }} }}""",
+            reload.config,
+        )
+        assert (
+            connection.models.HandleReloadConfigRequest(reload, timeout=60).status.error_code == 0
+        )
         response = connection.predict.Predict(texts_request(["back"]), timeout=10)
         assert response.model_spec.version.value == 1
         assert strings(response.outputs["translation"]) == [expected_greedy("back", 1)]
@@ -780,13 +1100,24 @@ def test_new_version_is_swapped_in_without_failing_requests(exports, tmp_path):
 
 # --------------------------------------------------------------------------- SIGTERM
 
+
 def test_sigterm_lets_requests_in_flight_finish(exports, tmp_path):
     base_path = make_model_base(exports, str(tmp_path), (1,))
-    batching_file = write_batching_file(tmp_path / "batching.config", max_batch_size=64,
-                                        batch_timeout_micros=3_000_000, num_batch_threads=1)
-    with ServerProcess([f"--model_name={MODEL_NAME}", f"--model_base_path={base_path}",
-                        "--enable_batching=true", f"--batching_parameters_file={batching_file}",
-                        "--file_system_poll_wait_seconds=0"]) as server:
+    batching_file = write_batching_file(
+        tmp_path / "batching.config",
+        max_batch_size=64,
+        batch_timeout_micros=3_000_000,
+        num_batch_threads=1,
+    )
+    with ServerProcess(
+        [
+            f"--model_name={MODEL_NAME}",
+            f"--model_base_path={base_path}",
+            "--enable_batching=true",
+            f"--batching_parameters_file={batching_file}",
+            "--file_system_poll_wait_seconds=0",
+        ]
+    ) as server:
         channel = grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}")
         # Connected first, so the calls below go out in the order they are made (calls
         # made while the channel connects wait in a queue that may reorder them).
@@ -798,8 +1129,8 @@ def test_sigterm_lets_requests_in_flight_finish(exports, tmp_path):
         # The server reads the calls of a connection in order: once it has answered a
         # status call sent after them, it has accepted all six.
         model_service_pb2_grpc.ModelServiceStub(channel).GetModelStatus(
-            get_model_status_pb2.GetModelStatusRequest(model_spec={"name": MODEL_NAME}),
-            timeout=30)
+            get_model_status_pb2.GetModelStatusRequest(model_spec={"name": MODEL_NAME}), timeout=30
+        )
         assert not any(call.done() for call in calls)
         server.process.send_signal(signal.SIGTERM)
         answers = [strings(call.result().outputs["translation"])[0] for call in calls]
@@ -813,12 +1144,20 @@ def test_sigterm_lets_requests_in_flight_finish(exports, tmp_path):
 def test_sigterm_is_not_blocked_by_a_stalled_rest_client(exports, tmp_path):
     """A client that sent half a body and went quiet is cut off once the grace period ends."""
     base_path = make_model_base(exports, str(tmp_path), (1,))
-    with ServerProcess([f"--model_name={MODEL_NAME}", f"--model_base_path={base_path}",
-                        "--file_system_poll_wait_seconds=0", "--shutdown_grace_seconds=1"],
-                       rest=True) as server:
+    with ServerProcess(
+        [
+            f"--model_name={MODEL_NAME}",
+            f"--model_base_path={base_path}",
+            "--file_system_poll_wait_seconds=0",
+            "--shutdown_grace_seconds=1",
+        ],
+        rest=True,
+    ) as server:
         with socket.create_connection(("127.0.0.1", server.rest_port), timeout=60) as stalled:
-            stalled.sendall(b"POST /v1/models/translator:predict HTTP/1.1\r\nHost: test\r\n"
-                            b"Content-Length: 50\r\nExpect: 100-continue\r\n\r\n")
+            stalled.sendall(
+                b"POST /v1/models/translator:predict HTTP/1.1\r\nHost: test\r\n"
+                b"Content-Length: 50\r\nExpect: 100-continue\r\n\r\n"
+            )
             # "100 Continue" comes once a server thread has the headers and waits for the body.
             assert stalled.recv(1024).startswith(b"HTTP/1.1 100 Continue")
             stalled.sendall(b'{"in')
@@ -831,13 +1170,15 @@ def test_sigterm_is_not_blocked_by_a_stalled_rest_client(exports, tmp_path):
 
 # --------------------------------------------------------------- REST transport
 
+
 def test_rest_accepts_chunked_bodies_within_the_size_limit(rest_server):
     port = rest_server.server.rest_port
     body = json.dumps({"instances": SENTENCES}).encode()
     status, payload = raw_predict(port, chunked(body, 7), b"Transfer-Encoding: chunked")
     assert status == 200
     assert json.loads(payload)["predictions"] == [
-        {"score": expected_greedy_score(s), "translation": expected_greedy(s, 1)} for s in SENTENCES]
+        {"score": expected_greedy_score(s), "translation": expected_greedy(s, 1)} for s in SENTENCES
+    ]
 
     too_big = json.dumps({"instances": ["x" * 70_000]}).encode()
     status, payload = raw_predict(port, chunked(too_big, 8192), b"Transfer-Encoding: chunked")
@@ -861,16 +1202,24 @@ def test_rest_closes_stalled_connections_after_the_read_timeout(rest_server):
     silent = [socket.create_connection(("127.0.0.1", port), timeout=60) for _ in range(5)]
     try:
         for connection in half_bodies:
-            connection.sendall(b"POST /v1/models/translator:predict HTTP/1.1\r\nHost: test\r\n"
-                               b"Content-Length: 50\r\n\r\nabcd")
-        status, payload = raw_predict(port, b'{"instances": ["still served"]}',
-                                      b"Content-Length: 31")
+            connection.sendall(
+                b"POST /v1/models/translator:predict HTTP/1.1\r\nHost: test\r\n"
+                b"Content-Length: 50\r\n\r\nabcd"
+            )
+        status, payload = raw_predict(
+            port, b'{"instances": ["still served"]}', b"Content-Length: 31"
+        )
         assert (status, json.loads(payload)["predictions"][0]["translation"]) == (
-            200, expected_greedy("still served", 1))
+            200,
+            expected_greedy("still served", 1),
+        )
         assert [read_until_closed(c).split(b"\r\n")[0] for c in half_bodies] == [
-            b"HTTP/1.1 408 Request Timeout"] * 20
+            b"HTTP/1.1 408 Request Timeout"
+        ] * 20
         assert {read_until_closed(c).split(b"\r\n")[0] for c in silent} <= {
-            b"", b"HTTP/1.1 408 Request Timeout"}
+            b"",
+            b"HTTP/1.1 408 Request Timeout",
+        }
     finally:
         for connection in half_bodies + silent:
             connection.close()
@@ -884,6 +1233,7 @@ def test_rest_listens_with_the_systems_full_backlog(rest_server):
 
 # -------------------------------------------------------- model management
 
+
 def reload_request(text: str) -> model_management_pb2.ReloadConfigRequest:
     request = model_management_pb2.ReloadConfigRequest()
     text_format.Parse(text, request.config)
@@ -891,20 +1241,23 @@ def reload_request(text: str) -> model_management_pb2.ReloadConfigRequest:
 
 
 def model_config_text(name: str, base_path: str, extra: str = "") -> str:
-    return (f'config {{ name: "{name}" base_path: "{base_path}" model_platform: "tensorflow" '
-            f'{extra} }}')
+    return (
+        f'config {{ name: "{name}" base_path: "{base_path}" model_platform: "tensorflow" {extra} }}'
+    )
 
 
 def version_states(connection: Connection, name: str = MODEL_NAME) -> list:
     """[(version, state name)] of GetModelStatus, newest first."""
     request = get_model_status_pb2.GetModelStatusRequest(model_spec={"name": name})
     rows = connection.models.GetModelStatus(request, timeout=10).model_version_status
-    return [(row.version, get_model_status_pb2.ModelVersionStatus.State.Name(row.state))
-            for row in rows]
+    return [
+        (row.version, get_model_status_pb2.ModelVersionStatus.State.Name(row.state)) for row in rows
+    ]
 
 
-def predicted_version(connection: Connection, name: str = MODEL_NAME, label: str = None,
-                      version: int = None) -> int:
+def predicted_version(
+    connection: Connection, name: str = MODEL_NAME, label: str = None, version: int = None
+) -> int:
     request = texts_request(["which version"], model_name=name, version=version)
     if label:
         request.model_spec.version_label = label
@@ -920,10 +1273,17 @@ def labeled_server(exports, tmp_path):
     base_path = make_model_base(exports, str(tmp_path), (1, 2))
     all_base_path = make_model_base(exports, str(tmp_path), (1, 2), "translator_all")
     config_path = tmp_path / "models.config"
-    config_path.write_text("model_config_list { " + model_config_text(MODEL_NAME, base_path) + " "
-                           + model_config_text("translator_all", all_base_path,
-                                               'model_version_policy { all {} } '
-                                               'version_labels { key: "stable" value: 1 }') + " }")
+    config_path.write_text(
+        "model_config_list { "
+        + model_config_text(MODEL_NAME, base_path)
+        + " "
+        + model_config_text(
+            "translator_all",
+            all_base_path,
+            'model_version_policy { all {} } version_labels { key: "stable" value: 1 }',
+        )
+        + " }"
+    )
     connection = start_server(tmp_path, model_config_file=str(config_path))
     connection.base_paths = {MODEL_NAME: base_path, "translator_all": all_base_path}
     yield connection
@@ -931,54 +1291,80 @@ def labeled_server(exports, tmp_path):
 
 
 def test_empty_reload_request_is_refused_and_unloads_nothing(labeled_server):
-    error = rpc_error(labeled_server.models.HandleReloadConfigRequest,
-                      model_management_pb2.ReloadConfigRequest())
+    error = rpc_error(
+        labeled_server.models.HandleReloadConfigRequest, model_management_pb2.ReloadConfigRequest()
+    )
     assert (error.code(), error.details()) == (
         grpc.StatusCode.INVALID_ARGUMENT,
         "ServerModelConfig type not supported by HandleReloadConfigRequest. Only ModelConfigList "
-        "is currently supported")
+        "is currently supported",
+    )
     assert predicted_version(labeled_server) == 2
     assert predicted_version(labeled_server, "translator_all", label="stable") == 1
 
 
 def test_failed_reload_keeps_the_previous_version_labels(labeled_server):
     paths = labeled_server.base_paths
-    missing_version = reload_request("model_config_list { " + model_config_text(
-        "translator_all", paths["translator_all"],
-        'model_version_policy { all {} } version_labels { key: "stable" value: 7 }') + " "
-        + model_config_text(MODEL_NAME, paths[MODEL_NAME]) + " }")
+    missing_version = reload_request(
+        "model_config_list { "
+        + model_config_text(
+            "translator_all",
+            paths["translator_all"],
+            'model_version_policy { all {} } version_labels { key: "stable" value: 7 }',
+        )
+        + " "
+        + model_config_text(MODEL_NAME, paths[MODEL_NAME])
+        + " }"
+    )
     error = rpc_error(labeled_server.models.HandleReloadConfigRequest, missing_version)
     assert error.code() == grpc.StatusCode.FAILED_PRECONDITION
-    assert error.details() == ("Request to assign label to version 7 of model translator_all, "
-                               "which is not currently available for inference")
+    assert error.details() == (
+        "Request to assign label to version 7 of model translator_all, "
+        "which is not currently available for inference"
+    )
     assert predicted_version(labeled_server, "translator_all", label="stable") == 1
 
     # A valid reload moves the label and adds one; removing translator unloads it.
-    moved = reload_request("model_config_list { " + model_config_text(
-        "translator_all", paths["translator_all"],
-        'model_version_policy { all {} } version_labels { key: "stable" value: 2 } '
-        'version_labels { key: "canary" value: 1 }') + " }")
+    moved = reload_request(
+        "model_config_list { "
+        + model_config_text(
+            "translator_all",
+            paths["translator_all"],
+            'model_version_policy { all {} } version_labels { key: "stable" value: 2 } '
+            'version_labels { key: "canary" value: 1 }',
+        )
+        + " }"
+    )
     assert labeled_server.models.HandleReloadConfigRequest(moved, timeout=60).status.error_code == 0
     assert predicted_version(labeled_server, "translator_all", label="stable") == 2
     assert predicted_version(labeled_server, "translator_all", label="canary") == 1
     assert version_states(labeled_server) == [(2, "END")]
     error = rpc_error(labeled_server.predict.Predict, texts_request(["gone"]))
-    assert (error.code(), error.details()) == (grpc.StatusCode.NOT_FOUND,
-                                               "Servable not found for request: Latest(translator)")
+    assert (error.code(), error.details()) == (
+        grpc.StatusCode.NOT_FOUND,
+        "Servable not found for request: Latest(translator)",
+    )
 
 
 def test_latest_policy_keeps_the_newest_n_versions(exports, tmp_path):
     base_path = make_model_base(exports, str(tmp_path), (1, 2))
     install_version(exports, base_path, 1, as_version=3)
     config_path = tmp_path / "models.config"
-    config_path.write_text("model_config_list { " + model_config_text(
-        MODEL_NAME, base_path, "model_version_policy { latest { num_versions: 2 } }") + " }")
+    config_path.write_text(
+        "model_config_list { "
+        + model_config_text(
+            MODEL_NAME, base_path, "model_version_policy { latest { num_versions: 2 } }"
+        )
+        + " }"
+    )
     connection = start_server(tmp_path, model_config_file=str(config_path))
     try:
         assert version_states(connection) == [(3, "AVAILABLE"), (2, "AVAILABLE")]
         latest = connection.predict.Predict(texts_request(["newest"]), timeout=10)
         assert latest.model_spec.version.value == 3
-        assert strings(latest.outputs["translation"]) == [expected_greedy("newest", 1)]  # 1's export.
+        assert strings(latest.outputs["translation"]) == [
+            expected_greedy("newest", 1)
+        ]  # 1's export.
         assert predicted_version(connection, version=2) == 2
         error = rpc_error(connection.predict.Predict, texts_request(["x"], version=1))
         assert error.details() == "Servable not found for request: Specific(translator, 1)"
@@ -991,25 +1377,39 @@ def test_config_file_reloads_and_keeps_the_last_good_config(exports, tmp_path, c
     second_base_path = make_model_base(exports, str(tmp_path), (2,), "second")
     config_path = tmp_path / "models.config"
     one_model = "model_config_list { " + model_config_text(MODEL_NAME, base_path) + " }"
-    two_models = ("model_config_list { " + model_config_text(MODEL_NAME, base_path) + " "
-                  + model_config_text("second", second_base_path) + " }")
+    two_models = (
+        "model_config_list { "
+        + model_config_text(MODEL_NAME, base_path)
+        + " "
+        + model_config_text("second", second_base_path)
+        + " }"
+    )
     config_path.write_text(one_model)
-    connection = start_server(tmp_path, model_config_file=str(config_path),
-                              model_config_file_poll_wait_seconds=1)
+    connection = start_server(
+        tmp_path, model_config_file=str(config_path), model_config_file_poll_wait_seconds=1
+    )
     try:
         config_path.write_text(two_models)
-        wait_for(lambda: predicted_version_or_none(connection, "second") == 2,
-                 "the model added to the config file")
+        wait_for(
+            lambda: predicted_version_or_none(connection, "second") == 2,
+            "the model added to the config file",
+        )
         for broken in ("model_config_list { config { name: ", ""):
             reloads_failed = caplog.text.count("Failed to reload ModelServerConfig file")
             config_path.write_text(broken)
-            wait_for(lambda: caplog.text.count("Failed to reload ModelServerConfig file")
-                     > reloads_failed, f"the poll to reject {broken!r}")
+            wait_for(
+                lambda: (
+                    caplog.text.count("Failed to reload ModelServerConfig file") > reloads_failed
+                ),
+                f"the poll to reject {broken!r}",
+            )
             assert predicted_version(connection, "second") == 2
             assert predicted_version(connection) == 1
         config_path.write_text(one_model)
-        wait_for(lambda: version_states(connection, "second") == [(2, "END")],
-                 "the model removed from the config file to be unloaded")
+        wait_for(
+            lambda: version_states(connection, "second") == [(2, "END")],
+            "the model removed from the config file to be unloaded",
+        )
         assert predicted_version(connection) == 1
     finally:
         connection.server.stop()
@@ -1024,18 +1424,25 @@ def predicted_version_or_none(connection: Connection, name: str):
 
 def test_a_failed_version_that_is_deleted_ends(exports, tmp_path):
     base_path = make_model_base(exports, str(tmp_path), (1,))
-    connection = start_server(tmp_path, model_name=MODEL_NAME, model_base_path=base_path,
-                              file_system_poll_wait_seconds=0.2)
+    connection = start_server(
+        tmp_path,
+        model_name=MODEL_NAME,
+        model_base_path=base_path,
+        file_system_poll_wait_seconds=0.2,
+    )
     try:
         broken = tmp_path / "staging" / "3"
         broken.mkdir(parents=True)
         (broken / "saved_model.pb").write_bytes(b"not a SavedModel")
         os.rename(broken, os.path.join(base_path, "3"))
-        wait_for(lambda: version_states(connection)[0] == (3, "LOADING"),
-                 "version 3 to fail and wait for a retry")
+        wait_for(
+            lambda: version_states(connection)[0] == (3, "LOADING"),
+            "version 3 to fail and wait for a retry",
+        )
         shutil.rmtree(os.path.join(base_path, "3"))
-        wait_for(lambda: version_states(connection)[0] == (3, "END"), "version 3 to end",
-                 timeout=30)
+        wait_for(
+            lambda: version_states(connection)[0] == (3, "END"), "version 3 to end", timeout=30
+        )
         assert version_states(connection) == [(3, "END"), (1, "AVAILABLE")]
         assert predicted_version(connection) == 1
     finally:
@@ -1044,13 +1451,21 @@ def test_a_failed_version_that_is_deleted_ends(exports, tmp_path):
 
 def test_disabled_warmup_serves_a_version_whose_warmup_file_is_broken(exports, tmp_path):
     base_path = make_model_base(exports, str(tmp_path), (1,))
-    with open(os.path.join(base_path, "1", "assets.extra", "tf_serving_warmup_requests"),
-              "wb") as warmup:
+    with open(
+        os.path.join(base_path, "1", "assets.extra", "tf_serving_warmup_requests"), "wb"
+    ) as warmup:
         warmup.write(b"not a TFRecord file")
-    flags = [f"--model_name={MODEL_NAME}", f"--model_base_path={base_path}", "--port=0",
-             "--file_system_poll_wait_seconds=0", "--max_num_load_retries=0"]
-    for warmup_flag, serves in (("--enable_model_warmup=false", True),
-                                ("--enable_model_warmup=true", False)):
+    flags = [
+        f"--model_name={MODEL_NAME}",
+        f"--model_base_path={base_path}",
+        "--port=0",
+        "--file_system_poll_wait_seconds=0",
+        "--max_num_load_retries=0",
+    ]
+    for warmup_flag, serves in (
+        ("--enable_model_warmup=false", True),
+        ("--enable_model_warmup=true", False),
+    ):
         connection = Connection(ModelServer(parse_flags(flags + [warmup_flag])).start())
         try:
             if serves:
@@ -1063,6 +1478,7 @@ def test_disabled_warmup_serves_a_version_whose_warmup_file_is_broken(exports, t
 
 # ------------------------------------------------------ inputs TF Serving runs
 
+
 class _ElementwiseUpper(tf.Module):
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
     def upper(self, text):
@@ -1073,8 +1489,9 @@ def test_inputs_of_another_shape_than_the_signature_reach_the_model(tmp_path):
     """Session::Run checks no feed shape: a [2, 2] input to a [-1] signature runs, and an
     element-wise model answers it."""
     module = _ElementwiseUpper()
-    tf.saved_model.save(module, str(tmp_path / "upper" / "1"),
-                        signatures={"serving_default": module.upper})
+    tf.saved_model.save(
+        module, str(tmp_path / "upper" / "1"), signatures={"serving_default": module.upper}
+    )
     connection = start_server(tmp_path, model_name="upper", model_base_path=str(tmp_path / "upper"))
     try:
         request = texts_request([], model_name="upper")

@@ -11,8 +11,13 @@ RAW_IMPORT = "import tensorflow as tf; tf.config.list_physical_devices()"
 
 
 def stderr_of(*args, **env):
-    result = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True,
-                            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **env}, check=True)
+    result = subprocess.run(
+        [sys.executable, *args],
+        cwd=ROOT,
+        capture_output=True,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **env},
+        check=True,
+    )
     return result.stderr
 
 
@@ -40,7 +45,7 @@ def test_the_filter_keeps_real_warnings_and_errors():
         b"E0000 00:00:1795421525.186206   20892 cuda_platform.cc:52] failed call to cuInit: "
         b"INTERNAL: CUDA error: CUDA_ERROR_SYSTEM_DRIVER_MISMATCH (803)\n"
         b"W0000 00:00:1795421525.186206   20892 op_kernel.cc:1841] OP_REQUIRES failed\n"
-        b"Traceback (most recent call last):\n  File \"x.py\", line 1\n"
+        b'Traceback (most recent call last):\n  File "x.py", line 1\n'
         b"ValueError: port.cc:153] is not a notice outside TensorFlow's format\n"
     )
     assert filter_start_up_notices(notices + real) == real

@@ -67,8 +67,11 @@ def import_graph(modules):
     graph = {}
     for module, path in modules.items():
         names = imported_names(path.read_text(encoding="utf-8"), module, path.name == "__init__.py")
-        graph[module] = {target for target in (resolve(name, modules) for name in names)
-                         if target is not None and target != module}
+        graph[module] = {
+            target
+            for target in (resolve(name, modules) for name in names)
+            if target is not None and target != module
+        }
     return graph
 
 
@@ -127,8 +130,9 @@ def test_every_package_is_walked(graph):
 
 def test_no_package_imports_one_to_its_left(graph):
     violations = layer_violations(graph)
-    assert not violations, "imports against benchmarks -> serving -> training -> model:\n" + "\n".join(
-        f"  {module} imports {target}" for module, target in violations
+    assert not violations, (
+        "imports against benchmarks -> serving -> training -> model:\n"
+        + "\n".join(f"  {module} imports {target}" for module, target in violations)
     )
 
 

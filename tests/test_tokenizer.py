@@ -87,8 +87,12 @@ def small(small_proto):
 
 @pytest.fixture(scope="module")
 def bible_texts():
-    return [text for split in ("train", "dev", "test") for pair in load_pairs("bible", split)
-            for text in pair]
+    return [
+        text
+        for split in ("train", "dev", "test")
+        for pair in load_pairs("bible", split)
+        for text in pair
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -120,9 +124,12 @@ def test_lossless_on_every_sentence_of_the_bible_corpus(bible, bible_texts):
     assert bible.vocab_size == 8000
     mismatches = []
     for start in range(0, len(bible_texts), 4096):
-        chunk = bible_texts[start: start + 4096]
-        mismatches += [(text, back) for text, back in zip(chunk, round_trip(bible, chunk))
-                       if back != normalize(text)]
+        chunk = bible_texts[start : start + 4096]
+        mismatches += [
+            (text, back)
+            for text, back in zip(chunk, round_trip(bible, chunk))
+            if back != normalize(text)
+        ]
     assert mismatches == []
     # The corpus is NFKC text with single spaces: the round trip returns it unchanged.
     assert sum(normalize(text) != text for text in bible_texts) == 0
@@ -212,8 +219,9 @@ def test_build_tokenizers_shared_by_default_and_separate_on_request(tmp_path):
     shared = vocabulary.build_tokenizers(PAIRS * 5, 400, tmp_path / "shared")
     assert shared[0] is shared[1]
     assert sorted(os.listdir(tmp_path / "shared")) == ["spm.shared.model", "tokenizer_config.json"]
-    source, target = vocabulary.build_tokenizers(PAIRS * 5, 400, tmp_path / "separate",
-                                                 shared=False)
+    source, target = vocabulary.build_tokenizers(
+        PAIRS * 5, 400, tmp_path / "separate", shared=False
+    )
     assert "▁estación" in source.vocab and "▁estación" not in target.vocab
     assert "▁station" in target.vocab and "▁station" not in source.vocab
     assert "▁estación" in shared[0].vocab and "▁station" in shared[0].vocab
@@ -233,8 +241,13 @@ def test_build_tokenizers_reloads_and_never_overwrites(tmp_path):
 
 
 def test_a_tokenizer_directory_of_the_old_wordpiece_tokenizer_is_refused(tmp_path):
-    old_config = {"vocab_size": 400, "shared": False, "lower_case": False,
-                  "normalization": "NFKC", "min_frequency": 2}
+    old_config = {
+        "vocab_size": 400,
+        "shared": False,
+        "lower_case": False,
+        "normalization": "NFKC",
+        "min_frequency": 2,
+    }
     (tmp_path / "tokenizer_config.json").write_text(json.dumps(old_config), encoding="utf-8")
     (tmp_path / "vocab.src.txt").write_text("[PAD]\n[UNK]\n[START]\n[END]\na\n", encoding="utf-8")
     with pytest.raises(ValueError, match=r"older version.*Retrain"):
@@ -280,11 +293,21 @@ def test_exported_savedmodel_survives_tf1_loader(small, tmp_path):
         "runpy.run_path(sys.argv[0], run_name='__main__')"
     )
     command = [
-        sys.executable, "-c", launcher, saved_model_cli, "run",
-        "--dir", str(export_dir), "--tag_set", "serve",
-        "--signature_def", "serving_default",
-        "--input_exprs", "text=" + json.dumps(texts, ensure_ascii=False),
-        "--outdir", str(outputs_dir),
+        sys.executable,
+        "-c",
+        launcher,
+        saved_model_cli,
+        "run",
+        "--dir",
+        str(export_dir),
+        "--tag_set",
+        "serve",
+        "--signature_def",
+        "serving_default",
+        "--input_exprs",
+        "text=" + json.dumps(texts, ensure_ascii=False),
+        "--outdir",
+        str(outputs_dir),
     ]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
     result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
@@ -304,8 +327,17 @@ def test_command_line_builds_vocabularies(tmp_path, capsys):
     lines = [f"{spanish}\t{english}\n" for spanish, english in PAIRS * 5]
     (data_dir / "train.tsv").write_text("".join(lines), encoding="utf-8")
     out_dir = tmp_path / "vocab"
-    vocabulary.main(["--data_dir", str(data_dir), "--out_dir", str(out_dir),
-                     "--vocab_size", "350", "--separate_vocabs"])
+    vocabulary.main(
+        [
+            "--data_dir",
+            str(data_dir),
+            "--out_dir",
+            str(out_dir),
+            "--vocab_size",
+            "350",
+            "--separate_vocabs",
+        ]
+    )
     source, target = load_tokenizers(out_dir)
     assert source is not target and source.vocab_size <= 350
     output = capsys.readouterr().out

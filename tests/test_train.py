@@ -37,14 +37,29 @@ def final_weights(run_dir):
 
 def run_cli(*args, **kwargs):
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1"}
-    return subprocess.run([sys.executable, "-m", "training.train", *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, **kwargs)
+    return subprocess.run(
+        [sys.executable, "-m", "training.train", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        **kwargs,
+    )
 
 
 def test_tiny_run_writes_the_run_directory_and_learns(tiny_run):
-    run_dir, dev_loss, dev_accuracy = tiny_run["run_dir"], tiny_run["dev_loss"], tiny_run["dev_accuracy"]
-    for name in ("config.json", "model.keras", "tokenizer/tokenizer_config.json", "logs/train",
-                 "logs/dev"):
+    run_dir, dev_loss, dev_accuracy = (
+        tiny_run["run_dir"],
+        tiny_run["dev_loss"],
+        tiny_run["dev_accuracy"],
+    )
+    for name in (
+        "config.json",
+        "model.keras",
+        "tokenizer/tokenizer_config.json",
+        "logs/train",
+        "logs/dev",
+    ):
         assert os.path.exists(os.path.join(run_dir, name)), name
     assert tf.train.latest_checkpoint(os.path.join(run_dir, "checkpoints")).endswith("ckpt-60")
     assert json.load(open(os.path.join(run_dir, "config.json")))["preset"] == "tiny"
@@ -108,8 +123,11 @@ def test_nan_guard_stops_and_keeps_the_last_good_checkpoint(corpus, tmp_path):
     good = final_weights(run_dir)
     os.remove(os.path.join(run_dir, "model.keras"))
     with pytest.raises(TrainingError, match=r"became (nan|inf|-inf|non-finite) at step") as failure:
-        train(tiny(corpus, train_steps=200, checkpoint_every=1, warmup_steps=1, lr_scale=1e40),
-              run_dir, resume=True)
+        train(
+            tiny(corpus, train_steps=200, checkpoint_every=1, warmup_steps=1, lr_scale=1e40),
+            run_dir,
+            resume=True,
+        )
     failed_at = int(re.search(r"at step (\d+)", str(failure.value)).group(1))
     latest = tf.train.latest_checkpoint(os.path.join(run_dir, "checkpoints"))
     assert f"The last good checkpoint is {latest}" in str(failure.value).replace("\n", " ")
@@ -127,11 +145,28 @@ def test_kill_9_then_resume_loses_at_most_one_interval(corpus, tmp_path):
     """SIGKILL between checkpoints keeps every checkpoint written; the resumed run redoes only
     the steps after the last one, and ends with the weights of a run never interrupted."""
     run_dir = str(tmp_path / "run")
-    args = ["--preset", "tiny", "--data", corpus, "--run_dir", run_dir, "--train_steps", "400",
-            "--checkpoint_every", "10", "--log_every", "10"]
+    args = [
+        "--preset",
+        "tiny",
+        "--data",
+        corpus,
+        "--run_dir",
+        run_dir,
+        "--train_steps",
+        "400",
+        "--checkpoint_every",
+        "10",
+        "--log_every",
+        "10",
+    ]
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    process = subprocess.Popen([sys.executable, "-m", "training.train", *args], cwd=ROOT, env=env,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "training.train", *args],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     checkpoint_dir = os.path.join(run_dir, "checkpoints")
     seen = 0
     try:
@@ -174,10 +209,27 @@ def test_mirrored_strategy_on_two_devices_matches_one_device(corpus, tmp_path):
     one, two = str(tmp_path / "one"), str(tmp_path / "two")
     one_device_loss, _ = train(tiny(corpus, train_steps=15, checkpoint_every=15), one)
     result = subprocess.run(
-        [sys.executable, "-c", TWO_CPU_DEVICES, "--preset", "tiny", "--data", corpus,
-         "--run_dir", two, "--train_steps", "15", "--checkpoint_every", "15",
-         "--distribution", "mirrored"],
-        cwd=ROOT, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}, capture_output=True, text=True,
+        [
+            sys.executable,
+            "-c",
+            TWO_CPU_DEVICES,
+            "--preset",
+            "tiny",
+            "--data",
+            corpus,
+            "--run_dir",
+            two,
+            "--train_steps",
+            "15",
+            "--checkpoint_every",
+            "15",
+            "--distribution",
+            "mirrored",
+        ],
+        cwd=ROOT,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+        capture_output=True,
+        text=True,
         timeout=300,
     )
     assert result.returncode == 0, result.stderr[-3000:]
@@ -190,17 +242,30 @@ def test_mirrored_strategy_on_two_devices_matches_one_device(corpus, tmp_path):
             # Softmax ignores a constant added to all of a query's logits, so the key bias has a
             # zero gradient up to rounding, which Adam's normalization blows up into noise.
             continue
-        np.testing.assert_allclose(actual.numpy(), expected.numpy(), rtol=1e-5, atol=1e-6,
-                                   err_msg=expected.path)
+        np.testing.assert_allclose(
+            actual.numpy(), expected.numpy(), rtol=1e-5, atol=1e-6, err_msg=expected.path
+        )
 
 
 def test_mixed_precision_with_xla_trains_like_float32(corpus, tiny_run, tmp_path):
     """mixed_float16 (loss-scaled) with the XLA-compiled step: the run completes, saves a
     float16-compute model, and learns as far as the float32 run of the same 60 steps."""
     run_dir = str(tmp_path / "mixed")
-    result = run_cli("--preset", "tiny", "--data", corpus, "--run_dir", run_dir,
-                     "--train_steps", "60", "--mixed_precision", "mixed_float16",
-                     "--jit_compile", "true", timeout=300)
+    result = run_cli(
+        "--preset",
+        "tiny",
+        "--data",
+        corpus,
+        "--run_dir",
+        run_dir,
+        "--train_steps",
+        "60",
+        "--mixed_precision",
+        "mixed_float16",
+        "--jit_compile",
+        "true",
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "batches padded to their length bucket's bound" in result.stderr
     dev_loss = float(result.stdout.rsplit("dev loss ", 1)[1].split(",")[0])
@@ -214,7 +279,10 @@ def test_mixed_precision_with_xla_trains_like_float32(corpus, tiny_run, tmp_path
     "args, message",
     [
         (["--preset", "huge"], "unknown preset 'huge'"),
-        (["--preset", "tiny", "--d_model", "31"], "d_model (31) must be divisible by num_heads (2)"),
+        (
+            ["--preset", "tiny", "--d_model", "31"],
+            "d_model (31) must be divisible by num_heads (2)",
+        ),
         (["--preset", "tiny", "--mixed_precision", "fp8"], "invalid choice: 'fp8'"),
         (["--preset", "tiny", "--batch_tokens", "10"], "batch_tokens (10) must be at least"),
     ],
@@ -228,8 +296,19 @@ def test_bad_options_fail_fast_with_a_clear_message(args, message, tmp_path, cap
 
 
 def test_missing_corpus_is_a_clear_error(tmp_path, capsys):
-    assert main(["--preset", "tiny", "--data", str(tmp_path / "nope.tsv"), "--run_dir",
-                 str(tmp_path / "run")]) == 1
+    assert (
+        main(
+            [
+                "--preset",
+                "tiny",
+                "--data",
+                str(tmp_path / "nope.tsv"),
+                "--run_dir",
+                str(tmp_path / "run"),
+            ]
+        )
+        == 1
+    )
     assert "nope.tsv" in capsys.readouterr().err
 
 
@@ -256,8 +335,9 @@ def dev_batches(shapes, seed=0):
     batches = []
     for batch_size, length in shapes:
         real = np.arange(length) < rng.integers(1, length + 1, size=(batch_size, 1))
-        source, target = (tf.constant(rng.integers(1, 20, (batch_size, length)), tf.int32)
-                          for _ in range(2))
+        source, target = (
+            tf.constant(rng.integers(1, 20, (batch_size, length)), tf.int32) for _ in range(2)
+        )
         labels = tf.constant(np.where(real, rng.integers(1, 20, (batch_size, length)), 0), tf.int32)
         batches.append(((source, target), labels))
     return batches
@@ -265,8 +345,9 @@ def dev_batches(shapes, seed=0):
 
 def as_dataset(batches):
     spec = tf.TensorSpec([None, None], tf.int32)
-    return tf.data.Dataset.from_generator(lambda: iter(batches),
-                                          output_signature=((spec, spec), spec))
+    return tf.data.Dataset.from_generator(
+        lambda: iter(batches), output_signature=((spec, spec), spec)
+    )
 
 
 def test_dev_evaluation_is_one_graph_for_every_bucket_shape():
@@ -325,14 +406,30 @@ def test_a_run_from_before_tying_stays_untied(corpus, tmp_path):
     os.remove(os.path.join(run_dir, "model.keras"))  # stopped before the end: from the checkpoint
 
     model, *_ = artifacts.load_trained(run_dir)
-    assert not model.tie_embeddings and model.final_layer.kernel.shape == (32, model.target_vocab_size)
+    assert not model.tie_embeddings and model.final_layer.kernel.shape == (
+        32,
+        model.target_vocab_size,
+    )
     for want, got in zip(expected, [w.numpy() for w in model.weights], strict=True):
         np.testing.assert_array_equal(got, want)
     with pytest.raises(TrainingError, match="different tie_embeddings: False -> True"):
         train(tiny(corpus, train_steps=10, checkpoint_every=5), run_dir, resume=True)
-    result = run_cli("--preset", "tiny", "--data", corpus, "--run_dir", run_dir, "--resume",
-                     "--train_steps", "10", "--checkpoint_every", "5", "--tie_embeddings", "false",
-                     timeout=300)
+    result = run_cli(
+        "--preset",
+        "tiny",
+        "--data",
+        corpus,
+        "--run_dir",
+        run_dir,
+        "--resume",
+        "--train_steps",
+        "10",
+        "--checkpoint_every",
+        "5",
+        "--tie_embeddings",
+        "false",
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert not artifacts.load_trained(run_dir)[0].tie_embeddings
 
@@ -359,8 +456,10 @@ def test_long_examples_truncate_keeps_what_drop_would_discard(corpus, tmp_path):
     with pytest.raises(TrainingError, match="the train split has no pair within max_length=4"):
         train(tiny(corpus, max_length=4, batch_tokens=64, train_steps=3), str(tmp_path / "drop"))
     run_dir = str(tmp_path / "truncate")
-    train(tiny(corpus, max_length=4, batch_tokens=64, train_steps=3, long_examples="truncate"),
-          run_dir)
+    train(
+        tiny(corpus, max_length=4, batch_tokens=64, train_steps=3, long_examples="truncate"),
+        run_dir,
+    )
     assert os.path.exists(os.path.join(run_dir, "model.keras"))
 
 

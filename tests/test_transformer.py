@@ -13,8 +13,17 @@ VOCAB_IN, VOCAB_OUT = 40, 50
 
 
 def small_transformer(**overrides):
-    kwargs = dict(num_layers=2, d_model=32, num_heads=4, dff=64, input_vocab_size=VOCAB_IN,
-                  target_vocab_size=VOCAB_OUT, pe_input=64, pe_target=64, rate=0.1)
+    kwargs = dict(
+        num_layers=2,
+        d_model=32,
+        num_heads=4,
+        dff=64,
+        input_vocab_size=VOCAB_IN,
+        target_vocab_size=VOCAB_OUT,
+        pe_input=64,
+        pe_target=64,
+        rate=0.1,
+    )
     kwargs.update(overrides)
     return Transformer(**kwargs)
 
@@ -34,8 +43,14 @@ def test_logits_shape_and_attention_weights(batch, norm_first):
     model = small_transformer(norm_first=norm_first)
     logits, weights = model((inp, tar), training=False, return_attention_weights=True)
     assert logits.shape == (3, 7, VOCAB_OUT) and logits.dtype == "float32"
-    assert set(weights) == {"encoder_layer1", "encoder_layer2", "decoder_layer1_block1",
-                            "decoder_layer1_block2", "decoder_layer2_block1", "decoder_layer2_block2"}
+    assert set(weights) == {
+        "encoder_layer1",
+        "encoder_layer2",
+        "decoder_layer1_block1",
+        "decoder_layer1_block2",
+        "decoder_layer2_block1",
+        "decoder_layer2_block2",
+    }
     assert weights["encoder_layer1"].shape == (3, 4, 9, 9)
     assert weights["decoder_layer2_block1"].shape == (3, 4, 7, 7)
     assert weights["decoder_layer2_block2"].shape == (3, 4, 7, 9)
@@ -53,10 +68,10 @@ def test_causality(batch, norm_first):
     rng = np.random.default_rng(1)
     for i in range(tar.shape[1] - 1):
         changed = tar.copy()
-        changed[:, i + 1:] = rng.integers(1, VOCAB_OUT, size=changed[:, i + 1:].shape)
+        changed[:, i + 1 :] = rng.integers(1, VOCAB_OUT, size=changed[:, i + 1 :].shape)
         changed_logits = model((inp, changed), training=False).numpy()
         np.testing.assert_allclose(changed_logits[:, : i + 1], logits[:, : i + 1], atol=1e-5)
-        assert np.abs(changed_logits[:, i + 1:] - logits[:, i + 1:]).max() > 1e-4
+        assert np.abs(changed_logits[:, i + 1 :] - logits[:, i + 1 :]).max() > 1e-4
 
 
 @pytest.mark.parametrize("norm_first", [False, True], ids=["post-LN", "pre-LN"])
@@ -73,7 +88,9 @@ def test_gradients_reach_every_trainable_weight(batch):
     model = small_transformer(norm_first=True)
     with tf.GradientTape() as tape:
         logits = model((inp, tar), training=True)
-        loss = tf.reduce_mean(keras.losses.sparse_categorical_crossentropy(tar, logits, from_logits=True))
+        loss = tf.reduce_mean(
+            keras.losses.sparse_categorical_crossentropy(tar, logits, from_logits=True)
+        )
     grads = tape.gradient(loss, model.trainable_weights)
     # 2 layers each: encoder 4 attention Dense + 2 FFN Dense + 2 LN; decoder 8 + 2 + 3; embeddings,
     # final LayerNorms (pre-LN) and the output layer's bias (its matrix is the target embedding).
@@ -103,7 +120,7 @@ def test_cached_decoding_equals_full_forward(batch):
     cache = model.init_cache(*model.encode(inp), max_length=tar.shape[1] + 2)
     step_logits = []
     for t in range(tar.shape[1]):
-        logits, _, cache = model.decode(tar[:, t: t + 1], cache, t)
+        logits, _, cache = model.decode(tar[:, t : t + 1], cache, t)
         step_logits.append(logits)
     np.testing.assert_allclose(np.concatenate(step_logits, axis=1), expected, atol=1e-5)
 
@@ -119,13 +136,16 @@ def test_decode_contract_prefix_alignment_and_reorder(batch):
     output = model.decode(tar, cache, 0)
     np.testing.assert_allclose(output.logits, expected, atol=1e-5)
     np.testing.assert_allclose(
-        output.alignment, weights["decoder_layer2_block2"].numpy().mean(axis=1), atol=1e-6)
+        output.alignment, weights["decoder_layer2_block2"].numpy().mean(axis=1), atol=1e-6
+    )
 
     # Three hypotheses of one source (as in beam search); rows 0 and 2 swap target prefixes:
     # the next step equals decoding the swapped prefixes.
     source = np.repeat(inp[:1], 3, axis=0)
     cache = model.init_cache(*model.encode(source), max_length=tar.shape[1])
-    reordered = model.reorder_cache(model.decode(tar[:, :4], cache, 0).cache, tf.constant([2, 1, 0]))
+    reordered = model.reorder_cache(
+        model.decode(tar[:, :4], cache, 0).cache, tf.constant([2, 1, 0])
+    )
     swapped = tar[[2, 1, 0]]
     step = model.decode(swapped[:, 4:5], reordered, 4)
     np.testing.assert_allclose(step.logits[:, 0], model((source, swapped[:, :5]))[:, 4], atol=1e-5)
@@ -168,6 +188,7 @@ def test_tf_checkpoint_holds_every_weight(batch, tmp_path):
 
 # ------------------------------------------------------------------------ weight tying (§3.4)
 
+
 def shared_vocab_transformer(**overrides):
     return small_transformer(input_vocab_size=VOCAB_OUT, **overrides)
 
@@ -209,16 +230,21 @@ def test_sharing_needs_one_vocabulary():
 def _untied_copy(tied):
     """An untied model computing exactly what `tied` computes: each use of the shared matrix E
     gets its own copy (the output kernel is Eᵀ), every other weight is copied."""
-    untied = Transformer(**{**tied.get_config(), "tie_embeddings": False,
-                            "share_embeddings": False})
+    untied = Transformer(
+        **{**tied.get_config(), "tie_embeddings": False, "share_embeddings": False}
+    )
     untied.build(((None, None), (None, None)))
     matrix = tied.decoder.embedding.embedding.embeddings
-    untied.encoder.embedding.embedding.embeddings.assign(tied.encoder.embedding.embedding.embeddings)
+    untied.encoder.embedding.embedding.embeddings.assign(
+        tied.encoder.embedding.embedding.embeddings
+    )
     untied.decoder.embedding.embedding.embeddings.assign(matrix)
     untied.final_layer.kernel.assign(tf.transpose(matrix))
     untied.final_layer.bias.assign(tied.final_layer.bias)
-    for tied_layer, untied_layer in zip(tied.encoder.enc_layers + tied.decoder.dec_layers,
-                                        untied.encoder.enc_layers + untied.decoder.dec_layers):
+    for tied_layer, untied_layer in zip(
+        tied.encoder.enc_layers + tied.decoder.dec_layers,
+        untied.encoder.enc_layers + untied.decoder.dec_layers,
+    ):
         untied_layer.set_weights(tied_layer.get_weights())
     return untied
 
@@ -227,7 +253,8 @@ def _loss_gradients(model, inp, tar, variables):
     with tf.GradientTape() as tape:
         logits = model((inp, tar), training=False)
         loss = tf.reduce_mean(
-            keras.losses.sparse_categorical_crossentropy(tar, logits, from_logits=True))
+            keras.losses.sparse_categorical_crossentropy(tar, logits, from_logits=True)
+        )
     return logits, [tf.convert_to_tensor(g).numpy() for g in tape.gradient(loss, variables)]
 
 
@@ -244,8 +271,15 @@ def test_gradient_of_the_tied_matrix_is_the_sum_of_its_uses(batch, share):
     matrix = tied.decoder.embedding.embedding.embeddings
     tied_logits, (tied_gradient,) = _loss_gradients(tied, inp, tar, [matrix])
     untied_logits, (decoder_input, output_kernel, encoder_input) = _loss_gradients(
-        untied, inp, tar, [untied.decoder.embedding.embedding.embeddings,
-                           untied.final_layer.kernel, untied.encoder.embedding.embedding.embeddings])
+        untied,
+        inp,
+        tar,
+        [
+            untied.decoder.embedding.embedding.embeddings,
+            untied.final_layer.kernel,
+            untied.encoder.embedding.embedding.embeddings,
+        ],
+    )
     np.testing.assert_allclose(tied_logits, untied_logits, rtol=1e-5, atol=1e-6)
     expected = decoder_input + output_kernel.T + (encoder_input if share else 0.0)
     # Every use contributes: none of the summed gradients is negligible.
@@ -279,8 +313,10 @@ def test_keras_file_saved_before_tying_loads_as_the_untied_model(batch, tmp_path
     model = small_transformer(tie_embeddings=False)
     expected = model((inp, tar), training=False)
     model.save(tmp_path / "new.keras")
-    with zipfile.ZipFile(tmp_path / "new.keras") as new, \
-            zipfile.ZipFile(tmp_path / "old.keras", "w") as old:
+    with (
+        zipfile.ZipFile(tmp_path / "new.keras") as new,
+        zipfile.ZipFile(tmp_path / "old.keras", "w") as old,
+    ):
         for item in new.infolist():
             data = new.read(item)
             if item.filename == "config.json":
@@ -301,7 +337,8 @@ def test_tied_mixed_precision_keeps_float32_matrix_and_logits(batch, share):
     with tf.GradientTape() as tape:
         logits = model((inp, tar), training=True)
         loss = tf.reduce_mean(
-            keras.losses.sparse_categorical_crossentropy(tar, logits, from_logits=True))
+            keras.losses.sparse_categorical_crossentropy(tar, logits, from_logits=True)
+        )
     matrix = model.decoder.embedding.embedding.embeddings
     assert logits.dtype == "float32" and matrix.dtype == "float32"
     assert model.decoder.embedding.compute_dtype == "float16"
@@ -311,5 +348,6 @@ def test_tied_mixed_precision_keeps_float32_matrix_and_logits(batch, share):
     reference = shared_vocab_transformer(share_embeddings=share)
     reference.build(((None, None), (None, None)))
     reference.set_weights(model.get_weights())
-    np.testing.assert_allclose(model((inp, tar), training=False),
-                               reference((inp, tar), training=False), atol=5e-2)
+    np.testing.assert_allclose(
+        model((inp, tar), training=False), reference((inp, tar), training=False), atol=5e-2
+    )

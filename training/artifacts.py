@@ -88,8 +88,9 @@ def kept_checkpoints(checkpoint_dir):
 
     state = tf.train.get_checkpoint_state(checkpoint_dir)
     paths = state.all_model_checkpoint_paths if state else []
-    return sorted((checkpoint_step(path), path) for path in paths
-                  if os.path.exists(path + ".index"))
+    return sorted(
+        (checkpoint_step(path), path) for path in paths if os.path.exists(path + ".index")
+    )
 
 
 def restore_model(model, checkpoint_path):
@@ -102,8 +103,9 @@ def restore_model(model, checkpoint_path):
     """
     import tensorflow as tf
 
-    tf.train.Checkpoint(model=model).restore(checkpoint_path).assert_existing_objects_matched() \
-        .expect_partial()
+    tf.train.Checkpoint(model=model).restore(
+        checkpoint_path
+    ).assert_existing_objects_matched().expect_partial()
 
 
 def current_averaged_checkpoint(run_dir):
@@ -115,8 +117,13 @@ def current_averaged_checkpoint(run_dir):
     path, info = found
     kept = kept_checkpoints(os.path.join(run_dir, CHECKPOINT_DIR))
     if kept and kept[-1][0] > max(info["steps"]):
-        logger.warning("ignoring %s: it averages steps up to %d, but training went on to step %d "
-                       "(run training.average again)", path, max(info["steps"]), kept[-1][0])
+        logger.warning(
+            "ignoring %s: it averages steps up to %d, but training went on to step %d "
+            "(run training.average again)",
+            path,
+            max(info["steps"]),
+            kept[-1][0],
+        )
         return None
     return path, info
 
@@ -154,7 +161,8 @@ def select_weights(run_dir):
     if averaged is not None:
         checkpoint_path, info = averaged
         return checkpoint_path, (
-            f"average of the checkpoints of steps {', '.join(map(str, info['steps']))}")
+            f"average of the checkpoints of steps {', '.join(map(str, info['steps']))}"
+        )
     if best is not None:
         checkpoint_path, info = best
         return checkpoint_path, f"step {info['step']}, the best dev BLEU ({info['bleu']:.2f})"

@@ -21,8 +21,8 @@ import numpy as np
 import tensorflow as tf
 from tqdm import tqdm
 
-from training import artifacts
 from model.tokenizer import load_tokenizers
+from training import artifacts
 
 
 class AveragingError(ValueError):
@@ -90,7 +90,8 @@ def average_run(run_dir, last):
     chosen = checkpoints_to_average(run_dir, last)
     config = artifacts.read_config(run_dir)
     source_tokenizer, target_tokenizer = load_tokenizers(
-        os.path.join(run_dir, artifacts.TOKENIZER_DIR))
+        os.path.join(run_dir, artifacts.TOKENIZER_DIR)
+    )
     model = artifacts.build_model(config, source_tokenizer.vocab_size, target_tokenizer.vocab_size)
     model.build(((None, None), (None, None)))
     average_weights(model, [path for _, path in chosen])
@@ -98,13 +99,18 @@ def average_run(run_dir, last):
     steps = [step for step, _ in chosen]
     staging_dir = os.path.join(run_dir, f".{artifacts.AVERAGED_DIR}-staging-{uuid.uuid4().hex}")
     try:
-        manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=model), staging_dir,
-                                             max_to_keep=1)
+        manager = tf.train.CheckpointManager(
+            tf.train.Checkpoint(model=model), staging_dir, max_to_keep=1
+        )
         name = os.path.basename(manager.save(checkpoint_number=steps[-1]))
-        with open(os.path.join(staging_dir, artifacts.AVERAGE_INFO_FILE), "w",
-                  encoding="utf-8") as info_file:
-            json.dump({"steps": steps, "checkpoints": [os.path.basename(path) for _, path in chosen]},
-                      info_file, indent=2)
+        with open(
+            os.path.join(staging_dir, artifacts.AVERAGE_INFO_FILE), "w", encoding="utf-8"
+        ) as info_file:
+            json.dump(
+                {"steps": steps, "checkpoints": [os.path.basename(path) for _, path in chosen]},
+                info_file,
+                indent=2,
+            )
         averaged_dir = os.path.join(run_dir, artifacts.AVERAGED_DIR)
         _replace_directory(staging_dir, averaged_dir)
     except BaseException:
@@ -114,19 +120,23 @@ def average_run(run_dir, last):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m training.average",
-                                     description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m training.average", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--run_dir", required=True, help="a training run directory")
-    parser.add_argument("--last", type=int, required=True,
-                        help="how many of the newest checkpoints to average")
+    parser.add_argument(
+        "--last", type=int, required=True, help="how many of the newest checkpoints to average"
+    )
     args = parser.parse_args(argv)
     try:
         path = average_run(args.run_dir, args.last)
     except (AveragingError, FileNotFoundError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
-    print(f"wrote {path}, the average of the last {args.last} checkpoint(s); "
-          "training.evaluate and serving.export now use it")
+    print(
+        f"wrote {path}, the average of the last {args.last} checkpoint(s); "
+        "training.evaluate and serving.export now use it"
+    )
     return 0
 
 

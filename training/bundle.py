@@ -34,8 +34,11 @@ BUNDLE_README = "README.md"
 
 
 def directory_bytes(path):
-    return sum(os.path.getsize(os.path.join(root, name))
-               for root, _, names in os.walk(path) for name in names)
+    return sum(
+        os.path.getsize(os.path.join(root, name))
+        for root, _, names in os.walk(path)
+        for name in names
+    )
 
 
 def model_card(config, weights, reports, reproduce, size_bytes):
@@ -48,10 +51,13 @@ def model_card(config, weights, reports, reproduce, size_bytes):
         "|---|---:|---:|---:|---|",
     ]
     for report in reports:
-        lines.append(f"| {report['decoding']} | {report['bleu']:.2f} | {report['chrf']:.2f} | "
-                     f"{report['sentences']} | `{report['bleu_signature']}` |")
-    settings = ", ".join(f"{name}={value}" for name, value in config.items()
-                         if name not in ("data",))
+        lines.append(
+            f"| {report['decoding']} | {report['bleu']:.2f} | {report['chrf']:.2f} | "
+            f"{report['sentences']} | `{report['bleu_signature']}` |"
+        )
+    settings = ", ".join(
+        f"{name}={value}" for name, value in config.items() if name not in ("data",)
+    )
     lines += [
         "",
         "The test split is the held-out chapters of `make data` (never seen in training); "
@@ -86,8 +92,10 @@ def bundle(run_dir, output_dir, reproduce, beam_width=4, alpha=0.6):
         for name in (artifacts.TOKENIZER_DIR, artifacts.LOG_DIR):
             shutil.copytree(os.path.join(run_dir, name), os.path.join(staging, name))
         plot_training_curves(staging, os.path.join(staging, "training_curves.png"))
-        reports = [evaluate(staging, "test", width, alpha, output_dir=os.path.join(staging, "eval"))
-                   for width in (1, beam_width)]
+        reports = [
+            evaluate(staging, "test", width, alpha, output_dir=os.path.join(staging, "eval"))
+            for width in (1, beam_width)
+        ]
         card = model_card(config, weights, reports, reproduce, directory_bytes(staging))
         with open(os.path.join(staging, BUNDLE_README), "w", encoding="utf-8") as handle:
             handle.write(card)
@@ -104,12 +112,16 @@ def bundle(run_dir, output_dir, reproduce, beam_width=4, alpha=0.6):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m training.bundle",
-                                     description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m training.bundle", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--run_dir", required=True)
     parser.add_argument("--output_dir", default=os.path.join("pretrained", "bible-es-en"))
-    parser.add_argument("--reproduce", required=True,
-                        help="the command(s) that reproduce the run, for the model card")
+    parser.add_argument(
+        "--reproduce",
+        required=True,
+        help="the command(s) that reproduce the run, for the model card",
+    )
     parser.add_argument("--beam_width", type=int, default=4)
     parser.add_argument("--alpha", type=float, default=0.6)
     args = parser.parse_args(argv)

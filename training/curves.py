@@ -18,12 +18,21 @@ def read_scalars(log_dir, wall_time=False):
     for path in sorted(glob.glob(os.path.join(log_dir, "events.out.tfevents.*"))):
         for event in tf.compat.v1.train.summary_iterator(path):
             for value in event.summary.value:
-                scalar = float(tf.make_ndarray(value.tensor)) if value.HasField("tensor") \
+                scalar = (
+                    float(tf.make_ndarray(value.tensor))
+                    if value.HasField("tensor")
                     else value.simple_value
+                )
                 series.setdefault(value.tag, {})[event.step] = (scalar, event.wall_time)
     return {
-        tag: tuple(zip(*((step, scalar, wall) if wall_time else (step, scalar)
-                         for step, (scalar, wall) in sorted(points.items()))))
+        tag: tuple(
+            zip(
+                *(
+                    (step, scalar, wall) if wall_time else (step, scalar)
+                    for step, (scalar, wall) in sorted(points.items())
+                )
+            )
+        )
         for tag, points in series.items()
     }
 
@@ -45,10 +54,14 @@ def plot_training_curves(run_dir, output=None):
     train, dev = read_scalars(os.path.join(logs, "train")), read_scalars(os.path.join(logs, "dev"))
     with_bleu = "bleu" in dev
     figure, axes = plt.subplots(1, 3 if with_bleu else 2, figsize=(16 if with_bleu else 11, 4))
-    for axis, tag, label in ((axes[0], "loss", "cross-entropy per token"),
-                             (axes[1], "accuracy", "next-token accuracy")):
-        for series, name, style in ((train, "train (label-smoothed)" if tag == "loss" else "train", "-"),
-                                    (dev, "dev", "o-")):
+    for axis, tag, label in (
+        (axes[0], "loss", "cross-entropy per token"),
+        (axes[1], "accuracy", "next-token accuracy"),
+    ):
+        for series, name, style in (
+            (train, "train (label-smoothed)" if tag == "loss" else "train", "-"),
+            (dev, "dev", "o-"),
+        ):
             if tag in series:
                 axis.plot(*series[tag], style, label=name, markersize=4)
         axis.set_xlabel("step")

@@ -17,7 +17,7 @@ import tensorflow as tf
 
 from model.files import write_atomically
 from model.translator import Translator
-from training.artifacts import BEST_DIR, BEST_INFO_FILE
+from training.artifacts import BEST_INFO_FILE
 from training.evaluate import BATCH_SIZE, score, translate
 
 
@@ -32,13 +32,15 @@ class DevBleu:
         batch_size: sentences per decoding call (`training.evaluate`'s, so that the scores agree).
     """
 
-    def __init__(self, model, source_tokenizer, target_tokenizer, pairs, max_sentences,
-                 batch_size=BATCH_SIZE):
+    def __init__(
+        self, model, source_tokenizer, target_tokenizer, pairs, max_sentences, batch_size=BATCH_SIZE
+    ):
         if max_sentences < 1:
             raise ValueError(f"max_sentences must be positive, got {max_sentences}.")
         translator = Translator(model, source_tokenizer, target_tokenizer)
-        self._greedy = tf.function(translator.greedy,
-                                   input_signature=[tf.TensorSpec([None], tf.string)])
+        self._greedy = tf.function(
+            translator.greedy, input_signature=[tf.TensorSpec([None], tf.string)]
+        )
         pairs = list(pairs)[:max_sentences]
         self.sources = [source for source, _ in pairs]
         self.references = [target for _, target in pairs]
@@ -46,8 +48,12 @@ class DevBleu:
 
     def __call__(self):
         """`{"bleu", "chrf", ...}` of the current weights (see `training.evaluate.score`)."""
-        hypotheses = translate(self.sources, lambda text: self._greedy(text)["translation"],
-                               self.batch_size, show_progress=False)
+        hypotheses = translate(
+            self.sources,
+            lambda text: self._greedy(text)["translation"],
+            self.batch_size,
+            show_progress=False,
+        )
         return score(hypotheses, self.references)
 
 
@@ -64,11 +70,16 @@ class BestCheckpoint:
 
     def __init__(self, model, directory):
         self.directory = directory
-        self._manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=model), directory,
-                                                   max_to_keep=1, checkpoint_name="best")
+        self._manager = tf.train.CheckpointManager(
+            tf.train.Checkpoint(model=model), directory, max_to_keep=1, checkpoint_name="best"
+        )
         self.info_path = os.path.join(directory, BEST_INFO_FILE)
-        self.state = {"step": None, "bleu": None, "chrf": None,
-                      "evaluations_without_improvement": 0}
+        self.state = {
+            "step": None,
+            "bleu": None,
+            "chrf": None,
+            "evaluations_without_improvement": 0,
+        }
         if os.path.exists(self.info_path):
             with open(self.info_path, encoding="utf-8") as info_file:
                 self.state = json.load(info_file)
@@ -82,9 +93,13 @@ class BestCheckpoint:
         improved = self.state["bleu"] is None or result["bleu"] > self.state["bleu"]
         if improved:
             path = self._manager.save(checkpoint_number=step)
-            self.state = {"step": step, "bleu": result["bleu"], "chrf": result["chrf"],
-                          "checkpoint": os.path.basename(path),
-                          "evaluations_without_improvement": 0}
+            self.state = {
+                "step": step,
+                "bleu": result["bleu"],
+                "chrf": result["chrf"],
+                "checkpoint": os.path.basename(path),
+                "evaluations_without_improvement": 0,
+            }
         else:
             self.state["evaluations_without_improvement"] += 1
         write_atomically(self.info_path, json.dumps(self.state, indent=2))

@@ -62,10 +62,13 @@ def export_translate_function(export_dir, beam_width=1):
         info = json.load(info_file)
     exported_width = info["decoding"]["beam_width"]
     if beam_width > 1 and beam_width != exported_width:
-        raise ValueError(f"{export_dir} was exported with beam width {exported_width}, not "
-                         f"{beam_width}: re-export it with --beam_width {beam_width}.")
+        raise ValueError(
+            f"{export_dir} was exported with beam width {exported_width}, not "
+            f"{beam_width}: re-export it with --beam_width {beam_width}."
+        )
     signature = tf.saved_model.load(export_dir).signatures[
-        GREEDY_SIGNATURE if beam_width == 1 else BEAM_SIGNATURE]
+        GREEDY_SIGNATURE if beam_width == 1 else BEAM_SIGNATURE
+    ]
     return (lambda text: signature(text=text)["translation"]), info
 
 
@@ -82,7 +85,7 @@ def translate(sources, translate_batch, batch_size=BATCH_SIZE, show_progress=Tru
     translations = [None] * len(sources)
     batches = range(0, len(order), batch_size)
     for start in tqdm(batches, desc="translating", unit="batch", disable=not show_progress):
-        rows = order[start: start + batch_size]
+        rows = order[start : start + batch_size]
         texts = translate_batch(tf.constant([sources[row] for row in rows], tf.string)).numpy()
         for row, text in zip(rows, texts):
             translations[row] = text.decode("utf-8")
@@ -103,8 +106,17 @@ def score(hypotheses, references):
     }
 
 
-def evaluate(run_dir=None, split="test", beam_width=1, alpha=0.6, batch_size=BATCH_SIZE,
-             limit=None, output_dir=None, data=None, export_dir=None):
+def evaluate(
+    run_dir=None,
+    split="test",
+    beam_width=1,
+    alpha=0.6,
+    batch_size=BATCH_SIZE,
+    limit=None,
+    output_dir=None,
+    data=None,
+    export_dir=None,
+):
     """Translates `split` of the run's corpus (or `data`), scores it, writes the outputs.
 
     Args:
@@ -135,7 +147,8 @@ def evaluate(run_dir=None, split="test", beam_width=1, alpha=0.6, batch_size=BAT
     seconds = time.time() - started
     report = {
         "run_dir" if export_dir is None else "export_dir": os.path.basename(
-            os.path.normpath(source)),
+            os.path.normpath(source)
+        ),
         "split": split,
         "sentences": len(pairs),
         "decoding": "greedy" if beam_width == 1 else f"beam {beam_width}, alpha {alpha}",
@@ -144,9 +157,15 @@ def evaluate(run_dir=None, split="test", beam_width=1, alpha=0.6, batch_size=BAT
     }
     if output_dir is None:
         # Next to an export's versions, not inside one: TF Serving ignores the non-numeric name.
-        output_dir = (os.path.join(run_dir, "eval") if export_dir is None else os.path.join(
-            os.path.dirname(os.path.normpath(export_dir)), "eval",
-            os.path.basename(os.path.normpath(export_dir))))
+        output_dir = (
+            os.path.join(run_dir, "eval")
+            if export_dir is None
+            else os.path.join(
+                os.path.dirname(os.path.normpath(export_dir)),
+                "eval",
+                os.path.basename(os.path.normpath(export_dir)),
+            )
+        )
     os.makedirs(output_dir, exist_ok=True)
     stem = f"{split}.{'greedy' if beam_width == 1 else f'beam{beam_width}'}"
     with open(os.path.join(output_dir, f"{stem}.hyp.txt"), "w", encoding="utf-8") as handle:
@@ -164,18 +183,29 @@ def main(argv=None):
     parser.add_argument("--split", default="test", choices=("train", "dev", "test"))
     parser.add_argument("--data", help="corpus to evaluate on (default: the run's own)")
     parser.add_argument("--beam_width", type=int, default=1, help="1 = greedy")
-    parser.add_argument("--alpha", type=float, default=0.6,
-                        help="length penalty exponent (an export uses its own)")
+    parser.add_argument(
+        "--alpha", type=float, default=0.6, help="length penalty exponent (an export uses its own)"
+    )
     parser.add_argument("--batch_size", type=int, default=BATCH_SIZE)
     parser.add_argument("--limit", type=int, help="only the first N sentences")
-    parser.add_argument("--output_dir", help="default <run_dir>/eval, or <model dir>/eval/<version> "
-                        "for an export")
+    parser.add_argument(
+        "--output_dir", help="default <run_dir>/eval, or <model dir>/eval/<version> for an export"
+    )
     args = parser.parse_args(argv)
     if args.beam_width < 1:
         parser.error("--beam_width must be at least 1")
     try:
-        report = evaluate(args.run_dir, args.split, args.beam_width, args.alpha, args.batch_size,
-                          args.limit, args.output_dir, args.data, args.export_dir)
+        report = evaluate(
+            args.run_dir,
+            args.split,
+            args.beam_width,
+            args.alpha,
+            args.batch_size,
+            args.limit,
+            args.output_dir,
+            args.data,
+            args.export_dir,
+        )
     except (CorpusError, FileNotFoundError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1

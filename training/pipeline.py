@@ -30,7 +30,7 @@ def tokenize_pairs(pairs, source_tokenizer, target_tokenizer, chunk_size=4096, s
     source_ids, target_ids = [], []
     chunks = range(0, len(pairs), chunk_size)
     for start in tqdm(chunks, desc="tokenizing", unit="chunk", disable=not show_progress):
-        chunk = pairs[start: start + chunk_size]
+        chunk = pairs[start : start + chunk_size]
         for tokenizer, texts, out in (
             (source_tokenizer, [source for source, _ in chunk], source_ids),
             (target_tokenizer, [target for _, target in chunk], target_ids),
@@ -58,7 +58,9 @@ def bound_lengths(source_ids, target_ids, max_length, policy="drop"):
         `(source_ids, target_ids, dropped_count)`.
     """
     if policy not in LONG_EXAMPLE_POLICIES:
-        raise ValueError(f"long-example policy must be one of {LONG_EXAMPLE_POLICIES}, got {policy!r}")
+        raise ValueError(
+            f"long-example policy must be one of {LONG_EXAMPLE_POLICIES}, got {policy!r}"
+        )
     kept_source, kept_target, dropped = [], [], 0
     for source, target in zip(source_ids, target_ids):
         if max(len(source), len(target)) > max_length:
@@ -94,7 +96,7 @@ def _example_indices(source_ids, target_ids):
         sides.append((flat, splits))
 
     def lookup(index):
-        return tuple(flat[splits[index]: splits[index + 1]] for flat, splits in sides)
+        return tuple(flat[splits[index] : splits[index + 1]] for flat, splits in sides)
 
     return tf.data.Dataset.range(len(source_ids)), lookup
 
@@ -103,8 +105,17 @@ def _shift_target(source, target):
     return (source, target[:, :-1]), target[:, 1:]
 
 
-def make_dataset(source_ids, target_ids, max_length, batch_tokens, shuffle=True, seed=0,
-                 shuffle_buffer=20_000, repeat=True, pad_to_bucket=False):
+def make_dataset(
+    source_ids,
+    target_ids,
+    max_length,
+    batch_tokens,
+    shuffle=True,
+    seed=0,
+    shuffle_buffer=20_000,
+    repeat=True,
+    pad_to_bucket=False,
+):
     """Length-bucketed batches of about `batch_tokens` tokens (the larger side counts).
 
     Args:
@@ -134,14 +145,16 @@ def make_dataset(source_ids, target_ids, max_length, batch_tokens, shuffle=True,
         )
     dataset, lookup = _example_indices(source_ids, target_ids)
     if shuffle:
-        dataset = dataset.shuffle(min(shuffle_buffer, len(source_ids)), seed=seed,
-                                  reshuffle_each_iteration=True)
+        dataset = dataset.shuffle(
+            min(shuffle_buffer, len(source_ids)), seed=seed, reshuffle_each_iteration=True
+        )
     if repeat:
         dataset = dataset.repeat()
     dataset = dataset.map(lookup, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     dataset = dataset.bucket_by_sequence_length(
-        element_length_func=lambda source, target: tf.maximum(tf.shape(source)[0],
-                                                              tf.shape(target)[0]),
+        element_length_func=lambda source, target: tf.maximum(
+            tf.shape(source)[0], tf.shape(target)[0]
+        ),
         bucket_boundaries=boundaries,
         bucket_batch_sizes=batch_sizes,
         pad_to_bucket_boundary=pad_to_bucket,
@@ -150,4 +163,3 @@ def make_dataset(source_ids, target_ids, max_length, batch_tokens, shuffle=True,
     return dataset.map(_shift_target, num_parallel_calls=tf.data.AUTOTUNE).prefetch(
         tf.data.AUTOTUNE
     )
-

@@ -24,12 +24,23 @@ def main(argv: list[str] | None = None) -> int:
         description="Build the embedded Spanish->English Bible corpus (RV1909 -> WEB) "
         "from Debian's sword-text-sparv and sword-text-web packages.",
     )
-    parser.add_argument("--out", type=Path, default=Path("data/bible"),
-                        help="output directory for train.tsv, dev.tsv, test.tsv, stats.json (default: %(default)s)")
-    parser.add_argument("--cache", type=Path, default=Path(".debs"),
-                        help="directory for the downloaded and unpacked .deb packages (default: %(default)s)")
-    parser.add_argument("--force", action="store_true",
-                        help="rebuild and replace the output files if they already exist")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=Path("data/bible"),
+        help="output directory for train.tsv, dev.tsv, test.tsv, stats.json (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--cache",
+        type=Path,
+        default=Path(".debs"),
+        help="directory for the downloaded and unpacked .deb packages (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="rebuild and replace the output files if they already exist",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:

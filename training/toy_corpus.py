@@ -4,10 +4,26 @@ training tests and the notebooks' fast mode train on it."""
 import random
 
 ES_EN = {
-    "el": "the", "perro": "dog", "gato": "cat", "casa": "house", "come": "eats", "bebe": "drinks",
-    "agua": "water", "pan": "bread", "grande": "big", "pequeño": "small", "rojo": "red",
-    "azul": "blue", "corre": "runs", "duerme": "sleeps", "niño": "boy", "niña": "girl",
-    "libro": "book", "lee": "reads", "árbol": "tree", "sol": "sun",
+    "el": "the",
+    "perro": "dog",
+    "gato": "cat",
+    "casa": "house",
+    "come": "eats",
+    "bebe": "drinks",
+    "agua": "water",
+    "pan": "bread",
+    "grande": "big",
+    "pequeño": "small",
+    "rojo": "red",
+    "azul": "blue",
+    "corre": "runs",
+    "duerme": "sleeps",
+    "niño": "boy",
+    "niña": "girl",
+    "libro": "book",
+    "lee": "reads",
+    "árbol": "tree",
+    "sol": "sun",
 }
 
 

@@ -36,9 +36,21 @@ from training.vocabulary import build_run_tokenizers
 logger = logging.getLogger("training.train")
 
 # Settings that shape the model or its vocabulary: a resumed run must keep them.
-FIXED_ON_RESUME = ("data", "tokenizer", "subword_model", "vocab_size", "shared_vocab", "lower_case",
-                   "max_length", "num_layers", "d_model", "num_heads", "dff", "norm_first",
-                   "tie_embeddings")
+FIXED_ON_RESUME = (
+    "data",
+    "tokenizer",
+    "subword_model",
+    "vocab_size",
+    "shared_vocab",
+    "lower_case",
+    "max_length",
+    "num_layers",
+    "d_model",
+    "num_heads",
+    "dff",
+    "norm_first",
+    "tie_embeddings",
+)
 
 
 class TrainingError(RuntimeError):
@@ -53,7 +65,9 @@ def make_strategy(name):
         return tf.distribute.MirroredStrategy([device.name for device in devices])
     if name == "multi_worker":
         if "TF_CONFIG" not in os.environ:
-            raise TrainingError("--distribution multi_worker needs the TF_CONFIG environment variable")
+            raise TrainingError(
+                "--distribution multi_worker needs the TF_CONFIG environment variable"
+            )
         return tf.distribute.MultiWorkerMirroredStrategy()
     return tf.distribute.get_strategy()
 
@@ -65,7 +79,9 @@ def worker_identity(strategy):
         return True, 0
     task_type, task_id = resolver.task_type, resolver.task_id or 0
     has_chief = "chief" in resolver.cluster_spec().as_dict()
-    return task_type == "chief" or (task_type == "worker" and task_id == 0 and not has_chief), task_id
+    return task_type == "chief" or (
+        task_type == "worker" and task_id == 0 and not has_chief
+    ), task_id
 
 
 class RunDirectory:
@@ -78,7 +94,9 @@ class RunDirectory:
     def __init__(self, run_dir, is_chief, task_id):
         self.run_dir = run_dir
         self.is_chief = is_chief
-        self.own_dir = run_dir if is_chief else os.path.join(run_dir, "workers", f"worker-{task_id}")
+        self.own_dir = (
+            run_dir if is_chief else os.path.join(run_dir, "workers", f"worker-{task_id}")
+        )
         os.makedirs(self.own_dir, exist_ok=True)
 
     def path(self, name):
@@ -99,8 +117,9 @@ def check_run_directory(run_dir, config, resume):
         saved = artifacts.read_config(run_dir)
         changed = [name for name in FIXED_ON_RESUME if saved.get(name) != getattr(config, name)]
         if changed:
-            details = ", ".join(f"{name}: {saved.get(name)!r} -> {getattr(config, name)!r}"
-                                for name in changed)
+            details = ", ".join(
+                f"{name}: {saved.get(name)!r} -> {getattr(config, name)!r}" for name in changed
+            )
             raise TrainingError(f"cannot resume {run_dir} with a different {details}")
 
 
@@ -110,8 +129,9 @@ def load_corpus_splits(config):
         dev_pairs = load_pairs(config.data, "dev")
     except CorpusError as error:
         raise TrainingError(str(error)) from error
-    logger.info("corpus %s: %d train pairs, %d dev pairs", config.data, len(train_pairs),
-                len(dev_pairs))
+    logger.info(
+        "corpus %s: %d train pairs, %d dev pairs", config.data, len(train_pairs), len(dev_pairs)
+    )
     return train_pairs, dev_pairs
 
 
@@ -121,8 +141,13 @@ def prepare_examples(pairs, source_tokenizer, target_tokenizer, config, split):
         source_ids, target_ids, config.max_length, config.long_examples
     )
     if dropped:
-        logger.info("%s: dropped %d pairs longer than max_length=%d tokens (--long_examples "
-                    "truncate keeps them)", split, dropped, config.max_length)
+        logger.info(
+            "%s: dropped %d pairs longer than max_length=%d tokens (--long_examples "
+            "truncate keeps them)",
+            split,
+            dropped,
+            config.max_length,
+        )
     if not source_ids:
         raise TrainingError(f"the {split} split has no pair within max_length={config.max_length}")
     return source_ids, target_ids
@@ -137,8 +162,11 @@ class Trainer:
         self.model = model
         self.optimizer = optimizer
         # XLA compiles the replica step itself; without it the step runs inside `train_step`'s graph.
-        self._step_fn = (tf.function(self._replica_step, jit_compile=True) if config.jit_compile
-                         else self._replica_step)
+        self._step_fn = (
+            tf.function(self._replica_step, jit_compile=True)
+            if config.jit_compile
+            else self._replica_step
+        )
 
     def _replica_step(self, inputs, labels):
         """One replica's share: its token-loss sum over the global token count.
@@ -168,8 +196,10 @@ class Trainer:
     def train_step(self, iterator):
         """Returns global sums: (loss, target tokens, correct tokens, source tokens)."""
         per_replica = self.strategy.run(self._step_fn, args=next(iterator))
-        return [self.strategy.reduce(tf.distribute.ReduceOp.SUM, value, axis=None)
-                for value in per_replica]
+        return [
+            self.strategy.reduce(tf.distribute.ReduceOp.SUM, value, axis=None)
+            for value in per_replica
+        ]
 
     # Dev batches come in as many shapes as there are length buckets: one shape-generic graph.
     @tf.function(reduce_retracing=True)
@@ -185,7 +215,11 @@ class Trainer:
         loss = tokens = correct = 0.0
         for inputs, labels in dataset.take(batches):
             batch_loss, batch_tokens, batch_correct = self._eval_batch(inputs, labels)
-            loss, tokens, correct = loss + batch_loss, tokens + batch_tokens, correct + batch_correct
+            loss, tokens, correct = (
+                loss + batch_loss,
+                tokens + batch_tokens,
+                correct + batch_correct,
+            )
         tokens = max(float(tokens), 1.0)
         return float(loss) / tokens, float(correct) / tokens
 
@@ -207,8 +241,7 @@ def make_optimizer(config):
 def train(config, run_dir, resume=False, preset=None):
     """Runs (or resumes) training; returns the final dev `(loss, accuracy)`."""
     strategy = make_strategy(config.distribution)
-    logger.info("%s: %d replica(s) in sync", type(strategy).__name__,
-                strategy.num_replicas_in_sync)
+    logger.info("%s: %d replica(s) in sync", type(strategy).__name__, strategy.num_replicas_in_sync)
     is_chief, task_id = worker_identity(strategy)
     check_run_directory(run_dir, config, resume)
     out = RunDirectory(run_dir, is_chief, task_id)
@@ -224,21 +257,30 @@ def train(config, run_dir, resume=False, preset=None):
 
     train_ids = prepare_examples(train_pairs, source_tokenizer, target_tokenizer, config, "train")
     dev_ids = prepare_examples(dev_pairs, source_tokenizer, target_tokenizer, config, "dev")
-    train_dataset = make_dataset(*train_ids, config.max_length, config.batch_tokens,
-                                 seed=config.seed, shuffle_buffer=config.shuffle_buffer,
-                                 pad_to_bucket=config.jit_compile)
+    train_dataset = make_dataset(
+        *train_ids,
+        config.max_length,
+        config.batch_tokens,
+        seed=config.seed,
+        shuffle_buffer=config.shuffle_buffer,
+        pad_to_bucket=config.jit_compile,
+    )
     if config.jit_compile:
-        logger.info("XLA: batches padded to their length bucket's bound, so they come in at "
-                    "most %d shapes", len(bucket_boundaries(config.max_length)))
+        logger.info(
+            "XLA: batches padded to their length bucket's bound, so they come in at most %d shapes",
+            len(bucket_boundaries(config.max_length)),
+        )
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
     train_dataset = train_dataset.with_options(options)
-    dev_dataset = make_dataset(*dev_ids, config.max_length, config.batch_tokens, shuffle=False,
-                               repeat=False)
+    dev_dataset = make_dataset(
+        *dev_ids, config.max_length, config.batch_tokens, shuffle=False, repeat=False
+    )
 
     with strategy.scope():
-        model = artifacts.build_model(vars(config), source_tokenizer.vocab_size,
-                                      target_tokenizer.vocab_size)
+        model = artifacts.build_model(
+            vars(config), source_tokenizer.vocab_size, target_tokenizer.vocab_size
+        )
         model.build(((None, None), (None, None)))
         optimizer, schedule = make_optimizer(config)
         optimizer.build(model.trainable_variables)
@@ -249,10 +291,12 @@ def train(config, run_dir, resume=False, preset=None):
     else:
         # MultiWorkerMirroredStrategy's iterator cannot be checkpointed (TF 2.21): a resumed
         # multi-worker run keeps weights, optimizer and step, and restarts the data order.
-        logger.info("this strategy's data iterator is not checkpointable; resume restarts the "
-                    "data order")
-    manager = tf.train.CheckpointManager(checkpoint, out.path(artifacts.CHECKPOINT_DIR),
-                                         max_to_keep=config.keep_checkpoints)
+        logger.info(
+            "this strategy's data iterator is not checkpointable; resume restarts the data order"
+        )
+    manager = tf.train.CheckpointManager(
+        checkpoint, out.path(artifacts.CHECKPOINT_DIR), max_to_keep=config.keep_checkpoints
+    )
     if resume and manager.latest_checkpoint:
         checkpoint.restore(manager.latest_checkpoint).assert_existing_objects_matched()
         logger.info("resumed from %s", manager.latest_checkpoint)
@@ -263,8 +307,9 @@ def train(config, run_dir, resume=False, preset=None):
     trainer = Trainer(config, strategy, model, optimizer)
     dev_bleu = best = None
     if config.dev_bleu_sentences:
-        dev_bleu = DevBleu(model, source_tokenizer, target_tokenizer, dev_pairs,
-                           config.dev_bleu_sentences)
+        dev_bleu = DevBleu(
+            model, source_tokenizer, target_tokenizer, dev_pairs, config.dev_bleu_sentences
+        )
         best = BestCheckpoint(model, out.path(artifacts.BEST_DIR))
     train_writer = tf.summary.create_file_writer(out.path(os.path.join(artifacts.LOG_DIR, "train")))
     dev_writer = tf.summary.create_file_writer(out.path(os.path.join(artifacts.LOG_DIR, "dev")))
@@ -304,10 +349,18 @@ def train(config, run_dir, resume=False, preset=None):
             with train_writer.as_default(step=step):
                 for name, value in values.items():
                     tf.summary.scalar(name.replace("/", "_per_"), value)
-            window = {"loss": 0.0, "target": 0.0, "correct": 0.0, "tokens": 0.0, "time": time.time()}
+            window = {
+                "loss": 0.0,
+                "target": 0.0,
+                "correct": 0.0,
+                "tokens": 0.0,
+                "time": time.time(),
+            }
         if step % config.checkpoint_every == 0 or last_step:
             # The step's loss was computed before its update: check the updated weights too.
-            if not all(bool(tf.reduce_all(tf.math.is_finite(v))) for v in model.trainable_variables):
+            if not all(
+                bool(tf.reduce_all(tf.math.is_finite(v))) for v in model.trainable_variables
+            ):
                 raise TrainingError(
                     f"the weights became non-finite at step {step}; stopping without saving. The "
                     f"last good checkpoint is {manager.latest_checkpoint or '(none yet)'}. Lower "
@@ -326,24 +379,37 @@ def train(config, run_dir, resume=False, preset=None):
                     tf.summary.scalar("bleu", result["bleu"])
                     tf.summary.scalar("chrf", result["chrf"])
                 progress.update(step, [("dev_bleu", result["bleu"]), ("dev_chrf", result["chrf"])])
-                bleu_note = (f", dev BLEU {result['bleu']:.2f} chrF {result['chrf']:.2f} on "
-                             f"{len(dev_bleu.sources)} sentences"
-                             + (" (best so far)" if improved else
-                                f" (best {best.state['bleu']:.2f} at step {best.state['step']})"))
+                bleu_note = (
+                    f", dev BLEU {result['bleu']:.2f} chrF {result['chrf']:.2f} on "
+                    f"{len(dev_bleu.sources)} sentences"
+                    + (
+                        " (best so far)"
+                        if improved
+                        else f" (best {best.state['bleu']:.2f} at step {best.state['step']})"
+                    )
+                )
             if is_chief:
-                print(f"\nstep {step}: dev loss {dev_loss:.4f}, dev accuracy {dev_accuracy:.4f}"
-                      f"{bleu_note}, checkpoint {manager.latest_checkpoint}", flush=True)
+                print(
+                    f"\nstep {step}: dev loss {dev_loss:.4f}, dev accuracy {dev_accuracy:.4f}"
+                    f"{bleu_note}, checkpoint {manager.latest_checkpoint}",
+                    flush=True,
+                )
             window["time"] = time.time()
             if best is not None and best.should_stop(config.early_stopping_patience):
                 if is_chief:
-                    print(f"early stopping: {config.early_stopping_patience} dev BLEU evaluations "
-                          f"without a new best (best {best.state['bleu']:.2f} at step "
-                          f"{best.state['step']})", flush=True)
+                    print(
+                        f"early stopping: {config.early_stopping_patience} dev BLEU evaluations "
+                        f"without a new best (best {best.state['bleu']:.2f} at step "
+                        f"{best.state['step']})",
+                        flush=True,
+                    )
                 break
         if last_step:
             if is_chief and step < config.train_steps:
-                print(f"time budget of {config.train_minutes:g} minutes reached at step {step}",
-                      flush=True)
+                print(
+                    f"time budget of {config.train_minutes:g} minutes reached at step {step}",
+                    flush=True,
+                )
             break
 
     model.save(out.path(artifacts.MODEL_FILE))
@@ -354,7 +420,8 @@ def train(config, run_dir, resume=False, preset=None):
 
 def build_parser():
     parser = argparse.ArgumentParser(
-        prog="python -m training.train", description=__doc__.split("\n\n")[0],
+        prog="python -m training.train",
+        description=__doc__.split("\n\n")[0],
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     parser.add_argument("--preset", default="small", help="tiny | demo | small | base")

@@ -219,10 +219,17 @@ def main(argv=None):
     parser.add_argument("--out_dir", required=True, help="where to write the vocabularies")
     parser.add_argument("--vocab_size", type=int, default=8000, help="pieces per vocabulary")
     parser.add_argument("--tokenizer", default="sentencepiece", choices=TOKENIZER_TYPES)
-    parser.add_argument("--model_type", default="unigram", choices=SENTENCEPIECE_MODEL_TYPES,
-                        help="SentencePiece model type (default unigram)")
-    parser.add_argument("--separate_vocabs", action="store_true",
-                        help="one vocabulary per language instead of a shared one")
+    parser.add_argument(
+        "--model_type",
+        default="unigram",
+        choices=SENTENCEPIECE_MODEL_TYPES,
+        help="SentencePiece model type (default unigram)",
+    )
+    parser.add_argument(
+        "--separate_vocabs",
+        action="store_true",
+        help="one vocabulary per language instead of a shared one",
+    )
     parser.add_argument("--lower_case", action="store_true", help="lowercase the text")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")

@@ -23,7 +23,7 @@ import dataclasses
 import logging
 import threading
 import time
-from typing import Callable, Dict, Hashable, List, Mapping, Optional
+from collections.abc import Callable, Hashable, Mapping
 
 import numpy as np
 
@@ -32,7 +32,7 @@ from serving.model_server.config import BatchingOptions
 
 logger = logging.getLogger("serving.batching")
 
-RunFn = Callable[[Mapping[str, np.ndarray]], Dict[str, np.ndarray]]
+RunFn = Callable[[Mapping[str, np.ndarray]], dict[str, np.ndarray]]
 
 
 def batch_size_of(inputs: Mapping[str, np.ndarray]) -> int:
@@ -45,11 +45,13 @@ def batch_size_of(inputs: Mapping[str, np.ndarray]) -> int:
     for array in inputs.values():
         if array.ndim == 0:
             raise errors.invalid_argument(
-                "Batching Run() input tensors must have at least one dimension")
+                "Batching Run() input tensors must have at least one dimension"
+            )
         sizes.add(array.shape[0])
     if len(sizes) > 1:
         raise errors.invalid_argument(
-            "Batching Run() input tensors must have equal 0th-dimension size")
+            "Batching Run() input tensors must have equal 0th-dimension size"
+        )
     return sizes.pop() if sizes else 0
 
 
@@ -57,10 +59,10 @@ def batch_size_of(inputs: Mapping[str, np.ndarray]) -> int:
 class _Task:
     inputs: Mapping[str, np.ndarray]
     size: int
-    deadline: Optional[float]
+    deadline: float | None
     done: threading.Event = dataclasses.field(default_factory=threading.Event)
-    outputs: Optional[Dict[str, np.ndarray]] = None
-    error: Optional[errors.ServingError] = None
+    outputs: dict[str, np.ndarray] | None = None
+    error: errors.ServingError | None = None
     abandoned: bool = False  # The waiting request gave up (deadline).
 
     def finish(self, outputs=None, error=None) -> None:
@@ -70,18 +72,18 @@ class _Task:
 
 @dataclasses.dataclass(eq=False)
 class _Batch:
-    tasks: List[_Task] = dataclasses.field(default_factory=list)
+    tasks: list[_Task] = dataclasses.field(default_factory=list)
     size: int = 0
     start_time: float = 0.0
     closed: bool = False
 
 
-def _chunks(size: int, capacity: int) -> List[int]:
+def _chunks(size: int, capacity: int) -> list[int]:
     """`size` rows as pieces of at most `capacity`: [capacity, ..., remainder]."""
     return [min(capacity, size - start) for start in range(0, size, capacity)]
 
 
-def concatenate_rows(parts: List[Mapping[str, np.ndarray]]) -> Dict[str, np.ndarray]:
+def concatenate_rows(parts: list[Mapping[str, np.ndarray]]) -> dict[str, np.ndarray]:
     """Puts a split request's outputs back together along dimension 0.
 
     Each piece ran in its own batch, so an output padded to its batch's longest row (the
@@ -96,8 +98,11 @@ def concatenate_rows(parts: List[Mapping[str, np.ndarray]]) -> Dict[str, np.ndar
         padded = []
         for array in arrays:
             if array.shape[1:] != tuple(shape[1:]):
-                filler = np.full((array.shape[0], *shape[1:]), b"" if array.dtype == object else 0,
-                                 dtype=array.dtype)
+                filler = np.full(
+                    (array.shape[0], *shape[1:]),
+                    b"" if array.dtype == object else 0,
+                    dtype=array.dtype,
+                )
                 filler[tuple(slice(0, n) for n in array.shape)] = array
                 array = filler
             padded.append(array)
@@ -108,7 +113,7 @@ def concatenate_rows(parts: List[Mapping[str, np.ndarray]]) -> Dict[str, np.ndar
 class _Queue:
     def __init__(self, run_fn: RunFn):
         self.run_fn = run_fn
-        self.batches: "collections.deque[_Batch]" = collections.deque([_Batch()])
+        self.batches: collections.deque[_Batch] = collections.deque([_Batch()])
 
 
 class BatchStats:
@@ -116,13 +121,13 @@ class BatchStats:
 
     def __init__(self):
         self._lock = threading.Lock()
-        self._counts: "collections.Counter[int]" = collections.Counter()
+        self._counts: collections.Counter[int] = collections.Counter()
 
     def record(self, size: int) -> None:
         with self._lock:
             self._counts[size] += 1
 
-    def histogram(self) -> Dict[int, int]:
+    def histogram(self) -> dict[int, int]:
         """Number of batches run, by batch size (in rows, padding included)."""
         with self._lock:
             return dict(self._counts)
@@ -140,19 +145,26 @@ class BatchScheduler:
         self.stats = BatchStats()
         self._timeout = options.batch_timeout_micros / 1e6
         self._cond = threading.Condition()
-        self._queues: Dict[Hashable, _Queue] = {}
+        self._queues: dict[Hashable, _Queue] = {}
         self._closing = False
         self._rows_enqueued = 0  # Since start, for wait_until_enqueued.
         self._unfinished_tasks = 0  # Queued or running, for wait_until_idle.
-        self._workers = [threading.Thread(target=self._work, name=f"batch_threads_{i}", daemon=True)
-                         for i in range(options.num_batch_threads)]
+        self._workers = [
+            threading.Thread(target=self._work, name=f"batch_threads_{i}", daemon=True)
+            for i in range(options.num_batch_threads)
+        ]
         for worker in self._workers:
             worker.start()
 
     # --------------------------------------------------------------- clients
 
-    def run(self, queue_key: Hashable, run_fn: RunFn, inputs: Mapping[str, np.ndarray],
-            deadline: Optional[float] = None) -> Dict[str, np.ndarray]:
+    def run(
+        self,
+        queue_key: Hashable,
+        run_fn: RunFn,
+        inputs: Mapping[str, np.ndarray],
+        deadline: float | None = None,
+    ) -> dict[str, np.ndarray]:
         """Runs `run_fn` on `inputs` as part of a merged batch and returns this request's rows.
 
         Args:
@@ -173,7 +185,8 @@ class BatchScheduler:
         if size > self.options.max_batch_size:
             raise errors.invalid_argument(
                 f"Task size {size} is larger than maximum input batch size "
-                f"{self.options.max_batch_size}")
+                f"{self.options.max_batch_size}"
+            )
         pieces = self._enqueue(queue_key, run_fn, inputs, size, deadline)
         for piece in pieces:
             timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
@@ -184,15 +197,22 @@ class BatchScheduler:
                         other.abandoned = True
             if not finished:
                 raise errors.deadline_exceeded(
-                    "Run() timeout exceeded while waiting in batching queue")
+                    "Run() timeout exceeded while waiting in batching queue"
+                )
             if piece.error is not None:
                 raise piece.error
         if len(pieces) == 1:
             return pieces[0].outputs
         return concatenate_rows([piece.outputs for piece in pieces])
 
-    def _enqueue(self, queue_key: Hashable, run_fn: RunFn, inputs: Mapping[str, np.ndarray],
-                 size: int, deadline: Optional[float]) -> List[_Task]:
+    def _enqueue(
+        self,
+        queue_key: Hashable,
+        run_fn: RunFn,
+        inputs: Mapping[str, np.ndarray],
+        size: int,
+        deadline: float | None,
+    ) -> list[_Task]:
         """Adds a request to its queue, split into pieces if it must be; returns the pieces."""
         capacity = self.options.execution_batch_size
         with self._cond:
@@ -212,12 +232,17 @@ class BatchScheduler:
                 raise errors.unavailable(
                     "The batch scheduling queue to which this task was submitted is full; "
                     f"currently {len(queue.batches)} batches enqueued and "
-                    f"max_enqueued_batches is {self.options.max_enqueued_batches}")
+                    f"max_enqueued_batches is {self.options.max_enqueued_batches}"
+                )
             pieces, start = [], 0
             for piece_size in piece_sizes:
-                piece = _Task(inputs={alias: array[start:start + piece_size]
-                                      for alias, array in inputs.items()},
-                              size=piece_size, deadline=deadline)
+                piece = _Task(
+                    inputs={
+                        alias: array[start : start + piece_size] for alias, array in inputs.items()
+                    },
+                    size=piece_size,
+                    deadline=deadline,
+                )
                 start += piece_size
                 if open_batch.size + piece_size > capacity:
                     open_batch.closed = True
@@ -233,7 +258,7 @@ class BatchScheduler:
             self._cond.notify_all()
             return pieces
 
-    def wait_until_enqueued(self, rows: int, timeout: Optional[float] = None) -> bool:
+    def wait_until_enqueued(self, rows: int, timeout: float | None = None) -> bool:
         """Blocks until `rows` rows in total have entered the queues since start.
 
         Lets a caller order requests by the scheduler's state instead of by sleeping.
@@ -244,7 +269,7 @@ class BatchScheduler:
         with self._cond:
             return self._cond.wait_for(lambda: self._rows_enqueued >= rows, timeout)
 
-    def wait_until_idle(self, timeout: Optional[float] = None) -> bool:
+    def wait_until_idle(self, timeout: float | None = None) -> bool:
         """Blocks until every enqueued request has been run, failed or dropped.
 
         Returns:
@@ -257,8 +282,11 @@ class BatchScheduler:
 
     def _ready(self, batch: _Batch, now: float) -> bool:
         return bool(batch.tasks) and (
-            batch.closed or self._closing or batch.size >= self.options.execution_batch_size
-            or now >= batch.start_time + self._timeout)
+            batch.closed
+            or self._closing
+            or batch.size >= self.options.execution_batch_size
+            or now >= batch.start_time + self._timeout
+        )
 
     def _next_batch(self):
         """Waits for a schedulable batch (oldest first); None once closed and drained."""
@@ -268,7 +296,9 @@ class BatchScheduler:
                 best = None
                 for key, queue in self._queues.items():
                     batch = queue.batches[0]
-                    if self._ready(batch, now) and (best is None or batch.start_time < best[2].start_time):
+                    if self._ready(batch, now) and (
+                        best is None or batch.start_time < best[2].start_time
+                    ):
                         best = (key, queue, batch)
                 if best is not None:
                     key, queue, batch = best
@@ -279,8 +309,11 @@ class BatchScheduler:
                     return queue.run_fn, batch
                 if self._closing:
                     return None
-                waits = [q.batches[0].start_time + self._timeout - now
-                         for q in self._queues.values() if q.batches[0].tasks]
+                waits = [
+                    q.batches[0].start_time + self._timeout - now
+                    for q in self._queues.values()
+                    if q.batches[0].tasks
+                ]
                 self._cond.wait(max(min(waits), 0.0) if waits else None)
 
     def _work(self) -> None:
@@ -309,8 +342,11 @@ class BatchScheduler:
                 if task.abandoned:
                     continue
                 if task.deadline is not None and now >= task.deadline:
-                    task.finish(error=errors.deadline_exceeded(
-                        "Run() timeout exceeded while waiting in batching queue"))
+                    task.finish(
+                        error=errors.deadline_exceeded(
+                            "Run() timeout exceeded while waiting in batching queue"
+                        )
+                    )
                     continue
                 tasks.append(task)
         if not tasks:
@@ -328,8 +364,9 @@ class BatchScheduler:
             if len(tasks) == 1:
                 tasks[0].finish(error=error)
                 return
-            logger.warning("Batch of %d requests failed (%s); running them one by one",
-                           len(tasks), error)
+            logger.warning(
+                "Batch of %d requests failed (%s); running them one by one", len(tasks), error
+            )
             for task in tasks:
                 try:
                     task.finish(outputs=run_fn(task.inputs))
@@ -338,7 +375,7 @@ class BatchScheduler:
             return
         self._split(outputs, tasks, padded_size)
 
-    def _merge(self, tasks: List[_Task]):
+    def _merge(self, tasks: list[_Task]):
         total = sum(task.size for task in tasks)
         padded = next((s for s in self.options.allowed_batch_sizes if s >= total), total)
         merged = {}
@@ -349,26 +386,33 @@ class BatchScheduler:
                     f"Tensors with name '{alias}' from different tasks have different shapes "
                     "and padding is turned off.Set pad_variable_length_inputs to true, or "
                     "ensure that all tensors with the same namehave equal dimensions starting "
-                    "with the first dim.")
+                    "with the first dim."
+                )
             if padded > total:
                 # TF Serving pads with copies of a real row, which is always valid input.
                 parts.append(np.repeat(parts[-1][:1], padded - total, axis=0))
             merged[alias] = np.concatenate(parts, axis=0)
         return merged, padded
 
-    def _split(self, outputs: Mapping[str, np.ndarray], tasks: List[_Task], padded_size: int) -> None:
-        for alias, array in outputs.items():
+    def _split(
+        self, outputs: Mapping[str, np.ndarray], tasks: list[_Task], padded_size: int
+    ) -> None:
+        for array in outputs.values():
             if array.ndim == 0 or array.shape[0] != padded_size:
                 error = errors.failed_precondition(
                     "Batched output tensor's 0th dimension does not equal the sum of the 0th "
-                    "dimension sizes of the input tensors")
+                    "dimension sizes of the input tensors"
+                )
                 for task in tasks:
                     task.finish(error=error)
                 return
         offset = 0
         for task in tasks:
-            task.finish(outputs={alias: array[offset:offset + task.size]
-                                 for alias, array in outputs.items()})
+            task.finish(
+                outputs={
+                    alias: array[offset : offset + task.size] for alias, array in outputs.items()
+                }
+            )
             offset += task.size
 
     # -------------------------------------------------------------- shutdown

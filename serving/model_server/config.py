@@ -8,7 +8,6 @@ same files drive this server and the real one.
 
 import dataclasses
 import os
-from typing import Optional, Tuple
 
 from google.protobuf import text_format
 from tensorflow_serving.config import model_server_config_pb2
@@ -46,8 +45,9 @@ def read_text_proto(path: str, message_class):
         with open(path, encoding="utf-8") as config_file:
             text = config_file.read()
     except OSError as error:
-        raise ConfigError(f"Cannot read {message_class.DESCRIPTOR.name} file '{path}': "
-                          f"{error.strerror}") from None
+        raise ConfigError(
+            f"Cannot read {message_class.DESCRIPTOR.name} file '{path}': {error.strerror}"
+        ) from None
     try:
         return text_format.Parse(text, message_class())
     except text_format.ParseError as error:
@@ -55,7 +55,9 @@ def read_text_proto(path: str, message_class):
         raise ConfigError(f"Invalid protobuf file: '{path}': {error}") from None
 
 
-def single_model_config(model_name: str, base_path: str) -> model_server_config_pb2.ModelServerConfig:
+def single_model_config(
+    model_name: str, base_path: str
+) -> model_server_config_pb2.ModelServerConfig:
     """The config TF Serving builds from `--model_name` and `--model_base_path`."""
     config = model_server_config_pb2.ModelServerConfig()
     model = config.model_config_list.config.add()
@@ -88,8 +90,10 @@ def validate_model_server_config(config: model_server_config_pb2.ModelServerConf
             raise ConfigError(f"{where} has no base_path")
         platform = model.model_platform or TENSORFLOW_PLATFORM
         if platform != TENSORFLOW_PLATFORM:
-            raise ConfigError(f"{where}: model_platform '{platform}' is not supported; "
-                              f"only '{TENSORFLOW_PLATFORM}' is")
+            raise ConfigError(
+                f"{where}: model_platform '{platform}' is not supported; "
+                f"only '{TENSORFLOW_PLATFORM}' is"
+            )
         policy = model.model_version_policy
         if policy.WhichOneof("policy_choice") == "specific" and not policy.specific.versions:
             raise ConfigError(f"{where}: model_version_policy.specific lists no versions")
@@ -133,9 +137,9 @@ class BatchingOptions:
     batch_timeout_micros: int = DEFAULT_BATCH_TIMEOUT_MICROS
     max_enqueued_batches: int = DEFAULT_MAX_ENQUEUED_BATCHES
     num_batch_threads: int = dataclasses.field(default_factory=lambda: os.cpu_count() or 1)
-    allowed_batch_sizes: Tuple[int, ...] = ()
+    allowed_batch_sizes: tuple[int, ...] = ()
     enable_large_batch_splitting: bool = False
-    max_execution_batch_size: Optional[int] = None
+    max_execution_batch_size: int | None = None
 
     @property
     def execution_batch_size(self) -> int:
@@ -145,7 +149,7 @@ class BatchingOptions:
         return self.max_batch_size
 
     @classmethod
-    def from_proto(cls, parameters: Optional[BatchingParameters], source: str = "batching parameters"):
+    def from_proto(cls, parameters: BatchingParameters | None, source: str = "batching parameters"):
         """Applies defaults to a BatchingParameters message and checks the result.
 
         Raises:
@@ -180,20 +184,25 @@ class BatchingOptions:
         sizes = options.allowed_batch_sizes
         if sizes:
             if any(later <= earlier for earlier, later in zip(sizes, sizes[1:])):
-                raise ConfigError(f"{source}: allowed_batch_sizes entries must be "
-                                  "monotonically increasing")
+                raise ConfigError(
+                    f"{source}: allowed_batch_sizes entries must be monotonically increasing"
+                )
             if options.enable_large_batch_splitting:
                 if sizes[-1] != options.execution_batch_size:
-                    raise ConfigError(f"{source}: final entry in allowed_batch_sizes must equal "
-                                      "max_execution_batch_size when enable_large_batch_splitting "
-                                      "is True")
+                    raise ConfigError(
+                        f"{source}: final entry in allowed_batch_sizes must equal "
+                        "max_execution_batch_size when enable_large_batch_splitting "
+                        "is True"
+                    )
             elif sizes[-1] != options.max_batch_size:
-                raise ConfigError(f"{source}: final entry in allowed_batch_sizes must equal "
-                                  "max_batch_size when enable_large_batch_splitting is False")
+                raise ConfigError(
+                    f"{source}: final entry in allowed_batch_sizes must equal "
+                    "max_batch_size when enable_large_batch_splitting is False"
+                )
         return options
 
 
-def load_batching_options(path: Optional[str]) -> BatchingOptions:
+def load_batching_options(path: str | None) -> BatchingOptions:
     """Reads a `--batching_parameters_file` (or returns the defaults when None)."""
     if not path:
         return BatchingOptions.from_proto(None)

@@ -7,12 +7,13 @@ translate transports.
 """
 
 import logging
-from typing import Optional
 
-from tensorflow_serving.apis import get_model_metadata_pb2
-from tensorflow_serving.apis import get_model_status_pb2
-from tensorflow_serving.apis import model_management_pb2
-from tensorflow_serving.apis import predict_pb2
+from tensorflow_serving.apis import (
+    get_model_metadata_pb2,
+    get_model_status_pb2,
+    model_management_pb2,
+    predict_pb2,
+)
 
 from serving.model_server import config as config_lib
 from serving.model_server import errors
@@ -33,12 +34,13 @@ class ServingCore:
         batcher: BatchScheduler when `--enable_batching`, else None.
     """
 
-    def __init__(self, manager: ServableManager, batcher: Optional[BatchScheduler] = None):
+    def __init__(self, manager: ServableManager, batcher: BatchScheduler | None = None):
         self.manager = manager
         self.batcher = batcher
 
-    def predict(self, request: predict_pb2.PredictRequest,
-                deadline: Optional[float] = None) -> predict_pb2.PredictResponse:
+    def predict(
+        self, request: predict_pb2.PredictRequest, deadline: float | None = None
+    ) -> predict_pb2.PredictResponse:
         """Runs a PredictRequest.
 
         Args:
@@ -51,25 +53,35 @@ class ServingCore:
             prepared = prepare_predict(servable, request)
             check_deadline(deadline)
             if self.batcher is None:
-                outputs = servable.run(prepared.signature_name, prepared.inputs,
-                                       prepared.output_aliases)
+                outputs = servable.run(
+                    prepared.signature_name, prepared.inputs, prepared.output_aliases
+                )
             else:
                 outputs = self.batcher.run(
-                    queue_key=(servable.model_name, servable.version, prepared.signature_name,
-                               tuple(prepared.output_aliases)),
-                    run_fn=lambda inputs: servable.run(prepared.signature_name, inputs,
-                                                       prepared.output_aliases),
-                    inputs=prepared.inputs, deadline=deadline)
+                    queue_key=(
+                        servable.model_name,
+                        servable.version,
+                        prepared.signature_name,
+                        tuple(prepared.output_aliases),
+                    ),
+                    run_fn=lambda inputs: servable.run(
+                        prepared.signature_name, inputs, prepared.output_aliases
+                    ),
+                    inputs=prepared.inputs,
+                    deadline=deadline,
+                )
             return make_predict_response(request, servable, prepared, outputs)
 
-    def get_model_metadata(self, request: get_model_metadata_pb2.GetModelMetadataRequest
-                           ) -> get_model_metadata_pb2.GetModelMetadataResponse:
+    def get_model_metadata(
+        self, request: get_model_metadata_pb2.GetModelMetadataRequest
+    ) -> get_model_metadata_pb2.GetModelMetadataResponse:
         """Answers the `signature_def` metadata field with a SignatureDefMap packed in Any."""
         if not request.HasField("model_spec"):
             raise errors.invalid_argument("Missing ModelSpec")
         if not request.metadata_field:
             raise errors.invalid_argument(
-                "GetModelMetadataRequest must specify at least one metadata_field")
+                "GetModelMetadataRequest must specify at least one metadata_field"
+            )
         for field in request.metadata_field:
             if field != SIGNATURE_DEF_FIELD:
                 raise errors.invalid_argument(f"Metadata field {field} is not supported")
@@ -83,8 +95,9 @@ class ServingCore:
         response.metadata[SIGNATURE_DEF_FIELD].Pack(signature_def_map)
         return response
 
-    def get_model_status(self, request: get_model_status_pb2.GetModelStatusRequest
-                         ) -> get_model_status_pb2.GetModelStatusResponse:
+    def get_model_status(
+        self, request: get_model_status_pb2.GetModelStatusRequest
+    ) -> get_model_status_pb2.GetModelStatusResponse:
         """Lists the state of one version, or of every version newest first."""
         if not request.HasField("model_spec"):
             raise errors.invalid_argument("Missing ModelSpec")
@@ -99,8 +112,9 @@ class ServingCore:
             status.status.error_message = row.error.message if row.error else ""
         return response
 
-    def reload_config(self, request: model_management_pb2.ReloadConfigRequest
-                      ) -> model_management_pb2.ReloadConfigResponse:
+    def reload_config(
+        self, request: model_management_pb2.ReloadConfigRequest
+    ) -> model_management_pb2.ReloadConfigResponse:
         """Applies a new ModelServerConfig (models added, updated or removed).
 
         Raises:
@@ -111,7 +125,8 @@ class ServingCore:
         if request.config.WhichOneof("config") != "model_config_list":
             raise errors.invalid_argument(
                 "ServerModelConfig type not supported by HandleReloadConfigRequest. Only "
-                "ModelConfigList is currently supported")
+                "ModelConfigList is currently supported"
+            )
         try:
             self.manager.set_config(request.config)
         except config_lib.ConfigError as error:

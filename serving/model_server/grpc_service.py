@@ -5,8 +5,7 @@ import logging
 import time
 
 import grpc
-from tensorflow_serving.apis import model_service_pb2_grpc
-from tensorflow_serving.apis import prediction_service_pb2_grpc
+from tensorflow_serving.apis import model_service_pb2_grpc, prediction_service_pb2_grpc
 
 from serving.model_server import errors
 from serving.model_server.core import ServingCore
@@ -39,7 +38,8 @@ def _handles_errors(method):
 def _unimplemented(api: str) -> errors.ServingError:
     return errors.unimplemented(
         f"{api} is not implemented by this model server; use Predict (the translator's "
-        "signatures are prediction signatures)")
+        "signatures are prediction signatures)"
+    )
 
 
 class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
@@ -86,5 +86,6 @@ class ModelServicer(model_service_pb2_grpc.ModelServiceServicer):
 
 def add_services(server: grpc.Server, core: ServingCore) -> None:
     prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(
-        PredictionServicer(core), server)
+        PredictionServicer(core), server
+    )
     model_service_pb2_grpc.add_ModelServiceServicer_to_server(ModelServicer(core), server)

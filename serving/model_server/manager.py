@@ -23,12 +23,11 @@ import logging
 import os
 import threading
 import time
-from typing import Callable, Dict, Iterator, List, Optional, Sequence, Set
+from collections.abc import Callable, Iterator, Sequence
 
 import grpc
 import tensorflow as tf
-from tensorflow_serving.apis import get_model_status_pb2
-from tensorflow_serving.apis import model_pb2
+from tensorflow_serving.apis import get_model_status_pb2, model_pb2
 from tensorflow_serving.config import model_server_config_pb2
 
 from serving.model_server import config as config_lib
@@ -39,8 +38,12 @@ logger = logging.getLogger("serving.manager")
 
 _State = get_model_status_pb2.ModelVersionStatus.State
 START, LOADING, AVAILABLE, UNLOADING, END = (
-    _State.Value("START"), _State.Value("LOADING"), _State.Value("AVAILABLE"),
-    _State.Value("UNLOADING"), _State.Value("END"))
+    _State.Value("START"),
+    _State.Value("LOADING"),
+    _State.Value("AVAILABLE"),
+    _State.Value("UNLOADING"),
+    _State.Value("END"),
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,15 +73,15 @@ class VersionStatus:
 
     version: int
     state: int
-    error: Optional[errors.ServingError] = None
+    error: errors.ServingError | None = None
 
 
 @dataclasses.dataclass
 class _Version:
     version: int
     state: int = START
-    error: Optional[errors.ServingError] = None
-    servable: Optional[Servable] = None
+    error: errors.ServingError | None = None
+    servable: Servable | None = None
     in_flight: int = 0
     failed_loads: int = 0
     next_load_time: float = 0.0
@@ -86,13 +89,13 @@ class _Version:
 
 @dataclasses.dataclass
 class _Model:
-    config: Optional[model_server_config_pb2.ModelConfig]  # None once removed from the config.
-    versions: Dict[int, _Version] = dataclasses.field(default_factory=dict)
+    config: model_server_config_pb2.ModelConfig | None  # None once removed from the config.
+    versions: dict[int, _Version] = dataclasses.field(default_factory=dict)
     # The labels requests resolve: replaced only by a config whose labels all passed the
     # availability check, as TF Serving swaps its label map only after a successful reload.
-    version_labels: Dict[str, int] = dataclasses.field(default_factory=dict)
+    version_labels: dict[str, int] = dataclasses.field(default_factory=dict)
     # Last base-path problem logged, so each poll does not repeat it.
-    last_scan_problem: Optional[str] = None
+    last_scan_problem: str | None = None
 
 
 def servable_id(name: str, version: int) -> str:
@@ -100,7 +103,7 @@ def servable_id(name: str, version: int) -> str:
     return f"{{name: {name} version: {version}}}"
 
 
-def _version_from_dirname(name: str) -> Optional[int]:
+def _version_from_dirname(name: str) -> int | None:
     return int(name) if name.isascii() and name.isdigit() else None
 
 
@@ -126,21 +129,24 @@ class ServableManager:
             an available version, False otherwise (drives the health service).
     """
 
-    def __init__(self, options: ManagerOptions = ManagerOptions(),
-                 load_fn: Callable[..., Servable] = load_servable,
-                 warmup_fn: Optional[Callable[[Servable], None]] = None,
-                 on_availability_change: Optional[Callable[[bool], None]] = None):
+    def __init__(
+        self,
+        options: ManagerOptions = ManagerOptions(),
+        load_fn: Callable[..., Servable] = load_servable,
+        warmup_fn: Callable[[Servable], None] | None = None,
+        on_availability_change: Callable[[bool], None] | None = None,
+    ):
         self._options = options
         self._load_fn = load_fn
         self._warmup_fn = warmup_fn
         self._on_availability_change = on_availability_change
         self._lock = threading.Condition()
-        self._models: Dict[str, _Model] = {}
+        self._models: dict[str, _Model] = {}
         # Serializes polls: the poll thread and config reloads both load and unload.
         self._poll_mutex = threading.Lock()
         self._stop = threading.Event()
-        self._poll_thread: Optional[threading.Thread] = None
-        self._all_available: Optional[bool] = None
+        self._poll_thread: threading.Thread | None = None
+        self._all_available: bool | None = None
 
     # ------------------------------------------------------------------ config
 
@@ -166,8 +172,11 @@ class ServableManager:
                     logger.info("(Re-)adding model: %s", name)
                     model = self._models.setdefault(name, _Model(config=None))
                     model.config = model_config
-                removed = [(name, model) for name, model in self._models.items()
-                           if name not in new_models and model.config is not None]
+                removed = [
+                    (name, model)
+                    for name, model in self._models.items()
+                    if name not in new_models and model.config is not None
+                ]
                 for _, model in removed:
                     model.config = None
                     model.version_labels = {}
@@ -177,19 +186,21 @@ class ServableManager:
             self._poll_all()
             self._install_version_labels(new_models)
 
-    def _install_version_labels(self, model_configs: Dict[str, model_server_config_pb2.ModelConfig]
-                                ) -> None:
+    def _install_version_labels(
+        self, model_configs: dict[str, model_server_config_pb2.ModelConfig]
+    ) -> None:
         """Checks every model's labels, then installs them all (or none, on a failure)."""
         with self._lock:
             if not self._options.allow_version_labels_for_unavailable_models:
                 for name, model_config in model_configs.items():
                     versions = self._models[name].versions
-                    for label, version in model_config.version_labels.items():
+                    for version in model_config.version_labels.values():
                         record = versions.get(version)
                         if record is None or record.state != AVAILABLE:
                             raise errors.failed_precondition(
                                 f"Request to assign label to version {version} of model {name}, "
-                                "which is not currently available for inference")
+                                "which is not currently available for inference"
+                            )
             for name, model_config in model_configs.items():
                 self._models[name].version_labels = dict(model_config.version_labels)
 
@@ -212,28 +223,32 @@ class ServableManager:
 
     def _poll_all(self) -> None:
         with self._lock:
-            models = [(name, model) for name, model in self._models.items()
-                      if model.config is not None]
+            models = [
+                (name, model) for name, model in self._models.items() if model.config is not None
+            ]
         for name, model in models:
             if self._stop.is_set():
                 return
             self._poll_model(name, model)
         self._report_availability()
 
-    def _log_scan_problem_once(self, model: _Model, problem: Optional[str], log) -> None:
+    def _log_scan_problem_once(self, model: _Model, problem: str | None, log) -> None:
         if problem is not None and problem != model.last_scan_problem:
             log(problem)
         model.last_scan_problem = problem
 
-    def _aspired_versions(self, name: str, model: _Model) -> Optional[Set[int]]:
+    def _aspired_versions(self, name: str, model: _Model) -> set[int] | None:
         """Versions the policy wants loaded; None when the base path cannot be read."""
         base_path = model.config.base_path
         try:
             children = os.listdir(base_path)
         except OSError:
             self._log_scan_problem_once(
-                model, "FileSystemStoragePathSource encountered a filesystem access error: "
-                f"Could not find base path {base_path} for servable {name}", logger.error)
+                model,
+                "FileSystemStoragePathSource encountered a filesystem access error: "
+                f"Could not find base path {base_path} for servable {name}",
+                logger.error,
+            )
             return None
         found = set()
         for child in children:
@@ -242,9 +257,11 @@ class ServableManager:
                 found.add(version)
         if not found:
             self._log_scan_problem_once(
-                model, f"No versions of servable {name} found under base path {base_path}. "
+                model,
+                f"No versions of servable {name} found under base path {base_path}. "
                 "Did you forget to name your leaf directory as a number (eg. '/1/')?",
-                logger.warning)
+                logger.warning,
+            )
             return set()
         self._log_scan_problem_once(model, None, logger.info)
         policy = model.config.model_version_policy
@@ -254,7 +271,7 @@ class ServableManager:
         if choice == "specific":
             return found & set(policy.specific.versions)
         num_versions = policy.latest.num_versions if choice == "latest" else 0
-        return set(sorted(found)[-max(num_versions, 1):])
+        return set(sorted(found)[-max(num_versions, 1) :])
 
     def _poll_model(self, name: str, model: _Model) -> None:
         aspired = self._aspired_versions(name, model)
@@ -265,24 +282,31 @@ class ServableManager:
                 record = model.versions.get(version)
                 # An END version starts afresh when aspired again, unless it ended by
                 # running out of load retries.
-                gave_up = record is not None and record.failed_loads > self._options.max_num_load_retries
+                gave_up = (
+                    record is not None and record.failed_loads > self._options.max_num_load_retries
+                )
                 if record is None or (record.state == END and not gave_up):
                     record = model.versions[version] = _Version(version)
                 if record.state in (AVAILABLE, UNLOADING):
                     continue
                 retries_left = record.failed_loads <= self._options.max_num_load_retries
-                if record.failed_loads and (not retries_left or time.monotonic() < record.next_load_time):
+                if record.failed_loads and (
+                    not retries_left or time.monotonic() < record.next_load_time
+                ):
                     continue
             self._load(name, model, record)
         with self._lock:
-            aspired_available = any(model.versions[v].state == AVAILABLE
-                                    for v in aspired if v in model.versions)
+            aspired_available = any(
+                model.versions[v].state == AVAILABLE for v in aspired if v in model.versions
+            )
         # Availability preserving: the old version serves until an aspired one does.
-        self._end_versions(name, model, keep=aspired,
-                           keep_available=bool(aspired) and not aspired_available)
+        self._end_versions(
+            name, model, keep=aspired, keep_available=bool(aspired) and not aspired_available
+        )
 
-    def _end_versions(self, name: str, model: _Model, keep: Set[int],
-                      keep_available: bool = False) -> None:
+    def _end_versions(
+        self, name: str, model: _Model, keep: set[int], keep_available: bool = False
+    ) -> None:
         """Brings every version outside `keep` to END.
 
         Available versions are unloaded (unless `keep_available`); versions waiting
@@ -298,8 +322,10 @@ class ServableManager:
                 if record.state == AVAILABLE and not keep_available:
                     to_unload.append(record)
                 elif record.state in (START, LOADING):
-                    logger.info("Servable version %s is no longer aspired: ending its load",
-                                servable_id(name, record.version))
+                    logger.info(
+                        "Servable version %s is no longer aspired: ending its load",
+                        servable_id(name, record.version),
+                    )
                     record.state = END
         for record in to_unload:
             self._unload(name, record)
@@ -312,7 +338,9 @@ class ServableManager:
             record.state = LOADING
         logger.info("Loading servable version %s", servable_id(name, record.version))
         try:
-            servable = self._load_fn(name, record.version, export_dir, self._options.saved_model_tags)
+            servable = self._load_fn(
+                name, record.version, export_dir, self._options.saved_model_tags
+            )
             if self._warmup_fn is not None:
                 self._warmup_fn(servable)
         except Exception as exception:  # Any load failure is reported, never raised.
@@ -323,10 +351,15 @@ class ServableManager:
                 record.next_load_time = time.monotonic() + self._options.load_retry_interval_seconds
                 gave_up = record.failed_loads > self._options.max_num_load_retries
                 record.state = END if gave_up else LOADING
-            logger.error("Loading servable: %s failed: %s", servable_id(name, record.version), error)
+            logger.error(
+                "Loading servable: %s failed: %s", servable_id(name, record.version), error
+            )
             if gave_up:
-                logger.error("Giving up on %s after %d attempts",
-                             servable_id(name, record.version), record.failed_loads)
+                logger.error(
+                    "Giving up on %s after %d attempts",
+                    servable_id(name, record.version),
+                    record.failed_loads,
+                )
             return
         with self._lock:
             record.servable = servable
@@ -355,7 +388,8 @@ class ServableManager:
         with self._lock:
             configured = [model for model in self._models.values() if model.config is not None]
             all_available = bool(configured) and all(
-                any(r.state == AVAILABLE for r in model.versions.values()) for model in configured)
+                any(r.state == AVAILABLE for r in model.versions.values()) for model in configured
+            )
             changed = all_available != self._all_available
             self._all_available = all_available
         if changed and self._on_availability_change is not None:
@@ -368,8 +402,12 @@ class ServableManager:
             self._poll_thread.join()
         with self._poll_mutex:
             with self._lock:
-                loaded = [(name, record) for name, model in self._models.items()
-                          for record in model.versions.values() if record.state == AVAILABLE]
+                loaded = [
+                    (name, record)
+                    for name, model in self._models.items()
+                    for record in model.versions.values()
+                    if record.state == AVAILABLE
+                ]
             for name, record in loaded:
                 self._unload(name, record)
         self._report_availability()
@@ -390,7 +428,10 @@ class ServableManager:
                 raise errors.invalid_argument(f"Unrecognized servable version label: {label}")
             version, request = labels[label], f"Specific({name}, {labels[label]})"
         elif choice == "version":
-            version, request = model_spec.version.value, f"Specific({name}, {model_spec.version.value})"
+            version, request = (
+                model_spec.version.value,
+                f"Specific({name}, {model_spec.version.value})",
+            )
         else:
             version, request = None, f"Latest({name})"
         records = model.versions if model is not None else {}
@@ -424,7 +465,7 @@ class ServableManager:
                 if not record.in_flight:
                     self._lock.notify_all()
 
-    def version_statuses(self, model_name: str, version: Optional[int] = None) -> List[VersionStatus]:
+    def version_statuses(self, model_name: str, version: int | None = None) -> list[VersionStatus]:
         """GetModelStatus rows, newest version first.
 
         Raises:
@@ -436,7 +477,9 @@ class ServableManager:
             records = model.versions if model is not None else {}
             if version is not None:
                 if version not in records:
-                    raise errors.not_found(f"Could not find version {version} of model {model_name}")
+                    raise errors.not_found(
+                        f"Could not find version {version} of model {model_name}"
+                    )
                 selected = [records[version]]
             else:
                 if not records:
@@ -444,6 +487,6 @@ class ServableManager:
                 selected = sorted(records.values(), key=lambda r: r.version, reverse=True)
             return [VersionStatus(r.version, r.state, r.error) for r in selected]
 
-    def model_names(self) -> List[str]:
+    def model_names(self) -> list[str]:
         with self._lock:
             return sorted(name for name, model in self._models.items() if model.config is not None)

@@ -10,18 +10,22 @@ served version and signature, outputs as typed proto fields).
 import dataclasses
 import logging
 import time
-from typing import Dict, List, Optional
 
 import numpy as np
 from tensorflow_serving.apis import predict_pb2
 
 from serving.model_server import errors
 from serving.model_server.servable import Servable, read_warmup_requests
-from serving.model_server.tensors import dtype_name, ndarray_to_tensor_proto, tensor_proto_to_ndarray
+from serving.model_server.tensors import (
+    dtype_name,
+    ndarray_to_tensor_proto,
+    tensor_proto_to_ndarray,
+)
 
 logger = logging.getLogger("serving.predict")
 
 DEFAULT_SERVING_SIGNATURE_DEF_KEY = "serving_default"
+
 
 @dataclasses.dataclass(frozen=True)
 class PreparedPredict:
@@ -35,8 +39,8 @@ class PreparedPredict:
     """
 
     signature_name: str
-    inputs: Dict[str, np.ndarray]
-    output_aliases: List[str]
+    inputs: dict[str, np.ndarray]
+    output_aliases: list[str]
 
 
 def prepare_predict(servable: Servable, request: predict_pb2.PredictRequest) -> PreparedPredict:
@@ -63,13 +67,15 @@ def prepare_predict(servable: Servable, request: predict_pb2.PredictRequest) -> 
         raise errors.invalid_argument(
             f"input size does not match signature: {len(request_inputs)}!={len(signature_inputs)} "
             f"len({{{','.join(request_inputs)}}}) != len({{{','.join(signature_inputs)}}}). "
-            f"Sent extra: {{{','.join(extra)}}}. Missing but required: {{{','.join(missing)}}}.")
+            f"Sent extra: {{{','.join(extra)}}}. Missing but required: {{{','.join(missing)}}}."
+        )
     inputs = {}
     for alias in request_inputs:
         if alias not in signature.inputs:
             raise errors.invalid_argument(
                 f"input tensor alias not found in signature: {alias}. Inputs expected to be in "
-                f"the set {{{','.join(signature_inputs)}}}.")
+                f"the set {{{','.join(signature_inputs)}}}."
+            )
         inputs[alias] = tensor_proto_to_ndarray(request.inputs[alias], alias)
 
     output_aliases = []
@@ -77,7 +83,8 @@ def prepare_predict(servable: Servable, request: predict_pb2.PredictRequest) -> 
         if alias not in signature.outputs:
             raise errors.invalid_argument(
                 f"output tensor alias not found in signature: {alias} Outputs expected to be in "
-                f"the set {{{','.join(sorted(signature.outputs))}}}.")
+                f"the set {{{','.join(sorted(signature.outputs))}}}."
+            )
         if alias in output_aliases:
             raise errors.invalid_argument(f"duplicate output tensor alias: {alias}")
         output_aliases.append(alias)
@@ -90,17 +97,22 @@ def prepare_predict(servable: Servable, request: predict_pb2.PredictRequest) -> 
         if expected != provided:
             raise errors.invalid_argument(
                 f"Expects arg[{index}] to be {dtype_name(expected)} but {dtype_name(provided)} "
-                "is provided")
+                "is provided"
+            )
     if not servable.runnable(signature_name):
         raise errors.invalid_argument(
             f'Signature "{signature_name}" is not a function of the SavedModel and cannot be '
-            "run by Predict")
+            "run by Predict"
+        )
     return PreparedPredict(signature_name, inputs, output_aliases)
 
 
-def make_predict_response(request: predict_pb2.PredictRequest, servable: Servable,
-                          prepared: PreparedPredict,
-                          outputs: Dict[str, np.ndarray]) -> predict_pb2.PredictResponse:
+def make_predict_response(
+    request: predict_pb2.PredictRequest,
+    servable: Servable,
+    prepared: PreparedPredict,
+    outputs: dict[str, np.ndarray],
+) -> predict_pb2.PredictResponse:
     """Builds the PredictResponse: model_spec (name, served version, signature) and outputs."""
     response = predict_pb2.PredictResponse()
     response.model_spec.name = request.model_spec.name
@@ -132,13 +144,17 @@ def run_warmup(servable: Servable, num_request_iterations: int = 1) -> int:
         for _ in range(max(num_request_iterations, 1)):
             servable.run(prepared.signature_name, prepared.inputs, prepared.output_aliases)
     if requests:
-        logger.info("Finished reading warmup data for model at %s/assets.extra/"
-                    "tf_serving_warmup_requests. Number of warmup records read: %d. "
-                    "Elapsed time (microseconds): %d.", servable.export_dir, len(requests),
-                    int((time.monotonic() - start) * 1e6))
+        logger.info(
+            "Finished reading warmup data for model at %s/assets.extra/"
+            "tf_serving_warmup_requests. Number of warmup records read: %d. "
+            "Elapsed time (microseconds): %d.",
+            servable.export_dir,
+            len(requests),
+            int((time.monotonic() - start) * 1e6),
+        )
     return len(requests)
 
 
-def check_deadline(deadline: Optional[float]) -> None:
+def check_deadline(deadline: float | None) -> None:
     if deadline is not None and time.monotonic() >= deadline:
         raise errors.deadline_exceeded("Deadline Exceeded")

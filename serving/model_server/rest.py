@@ -24,7 +24,7 @@ import socket
 import threading
 import time
 import urllib.parse
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any
 
 import cheroot.server
 import grpc
@@ -32,15 +32,21 @@ import numpy as np
 import tensorflow as tf
 from google.protobuf import json_format
 from tensorflow.core.framework import types_pb2
-from tensorflow_serving.apis import get_model_metadata_pb2
-from tensorflow_serving.apis import get_model_status_pb2
-from tensorflow_serving.apis import model_pb2
-from tensorflow_serving.apis import predict_pb2
+from tensorflow_serving.apis import (
+    get_model_metadata_pb2,
+    get_model_status_pb2,
+    model_pb2,
+    predict_pb2,
+)
 
 from serving.model_server import errors
 from serving.model_server.core import SIGNATURE_DEF_FIELD, ServingCore
 from serving.model_server.predict import DEFAULT_SERVING_SIGNATURE_DEF_KEY
-from serving.model_server.tensors import dtype_name, ndarray_to_tensor_proto, tensor_proto_to_ndarray
+from serving.model_server.tensors import (
+    dtype_name,
+    ndarray_to_tensor_proto,
+    tensor_proto_to_ndarray,
+)
 
 logger = logging.getLogger("serving.rest")
 
@@ -48,20 +54,27 @@ logger = logging.getLogger("serving.rest")
 _DISPATCH_PATH = re.compile(r"/v1/.*", re.IGNORECASE)
 _PREDICTION_PATH = re.compile(
     r"/v1/models/([^/:]+)(?:(?:/versions/(\d+))|(?:/labels/([^/:]+)))?:(classify|regress|predict)",
-    re.IGNORECASE)
+    re.IGNORECASE,
+)
 _STATUS_PATH = re.compile(
     r"/v1/models(?:/([^/:]+))?(?:(?:/versions/(\d+))|(?:/labels/([^/:]+)))?(?:/(metadata))?",
-    re.IGNORECASE)
+    re.IGNORECASE,
+)
 
 _INT_RANGES = {
-    types_pb2.DT_INT8: (-2**7, 2**7 - 1), types_pb2.DT_UINT8: (0, 2**8 - 1),
-    types_pb2.DT_INT16: (-2**15, 2**15 - 1), types_pb2.DT_INT32: (-2**31, 2**31 - 1),
-    types_pb2.DT_INT64: (-2**63, 2**63 - 1), types_pb2.DT_UINT32: (0, 2**32 - 1),
+    types_pb2.DT_INT8: (-(2**7), 2**7 - 1),
+    types_pb2.DT_UINT8: (0, 2**8 - 1),
+    types_pb2.DT_INT16: (-(2**15), 2**15 - 1),
+    types_pb2.DT_INT32: (-(2**31), 2**31 - 1),
+    types_pb2.DT_INT64: (-(2**63), 2**63 - 1),
+    types_pb2.DT_UINT32: (0, 2**32 - 1),
     types_pb2.DT_UINT64: (0, 2**64 - 1),
 }
 _FLOAT_LOSSLESS_INT = {types_pb2.DT_FLOAT: 2**24 - 1, types_pb2.DT_DOUBLE: 2**53 - 1}
-_FLOAT_MAX = {types_pb2.DT_FLOAT: float(np.finfo(np.float32).max),
-              types_pb2.DT_DOUBLE: float(np.finfo(np.float64).max)}
+_FLOAT_MAX = {
+    types_pb2.DT_FLOAT: float(np.finfo(np.float32).max),
+    types_pb2.DT_DOUBLE: float(np.finfo(np.float64).max),
+}
 
 
 # ----------------------------------------------------------------- JSON -> tensors
@@ -100,8 +113,10 @@ def _is_base64_object(value: Any) -> bool:
 
 
 def _type_error(value: Any, dtype: int) -> errors.ServingError:
-    return errors.invalid_argument(f"JSON Value: {_json_text(value)} Type: {_json_type(value)} "
-                                   f"is not of expected type: {dtype_name(dtype)}")
+    return errors.invalid_argument(
+        f"JSON Value: {_json_text(value)} Type: {_json_type(value)} "
+        f"is not of expected type: {dtype_name(dtype)}"
+    )
 
 
 def _convert_scalar(value: Any, dtype: int):
@@ -111,8 +126,9 @@ def _convert_scalar(value: Any, dtype: int):
             return value.encode("utf-8")
         if isinstance(value, dict):
             if not _is_base64_object(value):
-                raise errors.invalid_argument(f"JSON Value: {_json_text(value)} not formatted "
-                                              "correctly for base64 data")
+                raise errors.invalid_argument(
+                    f"JSON Value: {_json_text(value)} not formatted correctly for base64 data"
+                )
             try:
                 return base64.b64decode(value["b64"], validate=True)
             except (binascii.Error, ValueError):
@@ -125,12 +141,16 @@ def _convert_scalar(value: Any, dtype: int):
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise _type_error(value, dtype)
     if dtype in _FLOAT_LOSSLESS_INT:
-        lossless = (abs(value) <= _FLOAT_LOSSLESS_INT[dtype] if isinstance(value, int)
-                    else not np.isfinite(value) or abs(value) <= _FLOAT_MAX[dtype])
+        lossless = (
+            abs(value) <= _FLOAT_LOSSLESS_INT[dtype]
+            if isinstance(value, int)
+            else not np.isfinite(value) or abs(value) <= _FLOAT_MAX[dtype]
+        )
         if not lossless:
             raise errors.invalid_argument(
                 f"Cannot convert JSON value: {_json_text(value)} to {dtype_name(dtype)} "
-                "without loss of precision.")
+                "without loss of precision."
+            )
         return float(value)
     if dtype in _INT_RANGES:
         low, high = _INT_RANGES[dtype]
@@ -138,10 +158,11 @@ def _convert_scalar(value: Any, dtype: int):
             raise _type_error(value, dtype)
         return value
     raise errors.unimplemented(
-        f"Conversion of JSON Value: {_json_text(value)} to type: {dtype_name(dtype)}")
+        f"Conversion of JSON Value: {_json_text(value)} to type: {dtype_name(dtype)}"
+    )
 
 
-def _dense_shape(value: Any) -> List[int]:
+def _dense_shape(value: Any) -> list[int]:
     """Shape of nested lists, following first elements (GetDenseTensorShape)."""
     shape = []
     while isinstance(value, list):
@@ -152,25 +173,28 @@ def _dense_shape(value: Any) -> List[int]:
     return shape
 
 
-def _fill_values(value: Any, level: int, shape: List[int], dtype: int, out: list) -> None:
+def _fill_values(value: Any, level: int, shape: list[int], dtype: int, out: list) -> None:
     """Flattens nested JSON lists into `out`, checking they are dense (FillTensorProto)."""
     rank = len(shape)
     if not isinstance(value, list):
         if level != rank:
             raise errors.invalid_argument(
                 f"JSON Value: {_json_text(value)} found at incorrect level: {level + 1} in the "
-                f"JSON DOM. Expected at level: {rank}")
+                f"JSON DOM. Expected at level: {rank}"
+            )
         if isinstance(value, dict) and dtype != types_pb2.DT_STRING:
             raise _type_error(value, dtype)
         out.append(_convert_scalar(value, dtype))
         return
     if level >= rank:
         raise errors.invalid_argument(
-            f"Encountered list at unexpected level: {level} expected < {rank}")
+            f"Encountered list at unexpected level: {level} expected < {rank}"
+        )
     if len(value) != shape[level]:
         raise errors.invalid_argument(
             f"Encountered list at unexpected size: {len(value)} at level: {level} "
-            f"expected size: {shape[level]}")
+            f"expected size: {shape[level]}"
+        )
     for element in value:
         _fill_values(element, level + 1, shape, dtype, out)
 
@@ -185,15 +209,19 @@ def _json_to_array(value: Any, dtype: int) -> np.ndarray:
     return array.reshape(shape)
 
 
-def _tensors_from_instances(instances: list, input_dtypes: Dict[str, int]) -> Dict[str, np.ndarray]:
+def _tensors_from_instances(instances: list, input_dtypes: dict[str, int]) -> dict[str, np.ndarray]:
     """Row format: one element per batch row (FillTensorMapFromInstancesList)."""
     names = sorted(input_dtypes)
-    if not (isinstance(instances[0], dict) and not _is_base64_object(instances[0])) and len(names) > 1:
+    if (
+        not (isinstance(instances[0], dict) and not _is_base64_object(instances[0]))
+        and len(names) > 1
+    ):
         raise errors.invalid_argument(
             "instances is a plain list, but expecting list of objects as multiple input tensors "
-            "required as per tensorinfo_map")
+            "required as per tensorinfo_map"
+        )
     elements_are_objects = isinstance(instances[0], dict) and not _is_base64_object(instances[0])
-    rows: Dict[str, List[np.ndarray]] = {name: [] for name in names}
+    rows: dict[str, list[np.ndarray]] = {name: [] for name in names}
 
     def add_item(item: Any, name: str) -> None:
         if name not in input_dtypes:
@@ -203,10 +231,12 @@ def _tensors_from_instances(instances: list, input_dtypes: Dict[str, int]) -> Di
             first = rows[name][0]
             if first.size != array.size:
                 raise errors.invalid_argument(
-                    f"Expecting tensor size: {first.size} but got: {array.size}")
+                    f"Expecting tensor size: {first.size} but got: {array.size}"
+                )
             if first.shape != array.shape:
                 raise errors.invalid_argument(
-                    f"Expecting shape {_shape_text(first.shape)} but got: {_shape_text(array.shape)}")
+                    f"Expecting shape {_shape_text(first.shape)} but got: {_shape_text(array.shape)}"
+                )
         rows[name].append(array)
 
     for index, element in enumerate(instances):
@@ -214,22 +244,26 @@ def _tensors_from_instances(instances: list, input_dtypes: Dict[str, int]) -> Di
         if elements_are_objects:
             if not is_object:
                 raise errors.invalid_argument(
-                    f"Expecting object but got list at item {index} of input list")
+                    f"Expecting object but got list at item {index} of input list"
+                )
             for name, item in element.items():
                 try:
                     add_item(item, name)
                 except errors.ServingError as error:
                     raise errors.invalid_argument(
                         f"Failed to process element: {index} key: {name} of 'instances' list. "
-                        f"Error: {error}") from None
+                        f"Error: {error}"
+                    ) from None
             if set(element) != set(names):
                 raise errors.invalid_argument(
                     f"Failed to process element: {index} of 'instances' list. JSON object: "
-                    f"{_json_text(element)} keys must be equal to: {','.join(names)}")
+                    f"{_json_text(element)} keys must be equal to: {','.join(names)}"
+                )
         else:
             if is_object:
                 raise errors.invalid_argument(
-                    f"Expecting value/list but got object at item {index} of input list")
+                    f"Expecting value/list but got object at item {index} of input list"
+                )
             try:
                 add_item(element, names[0])
             except errors.ServingError as error:
@@ -243,14 +277,15 @@ def _shape_text(shape) -> str:
     return "[" + ",".join(str(size) for size in shape) + "]"
 
 
-def _tensors_from_inputs(inputs: Any, input_dtypes: Dict[str, int]) -> Dict[str, np.ndarray]:
+def _tensors_from_inputs(inputs: Any, input_dtypes: dict[str, int]) -> dict[str, np.ndarray]:
     """Columnar format: whole tensors by name (FillTensorMapFromInputsMap)."""
     names = sorted(input_dtypes)
     if not isinstance(inputs, dict) or _is_base64_object(inputs):
         if len(names) > 1:
             raise errors.invalid_argument(
                 "inputs is a plain value/list, but expecting an object as multiple input tensors "
-                "required as per tensorinfo_map")
+                "required as per tensorinfo_map"
+            )
         return {names[0]: _json_to_array(inputs, input_dtypes[names[0]])}
     tensors = {}
     for name in names:
@@ -266,13 +301,16 @@ def _nesting_depth(document: Any) -> int:
     containers = [document] if isinstance(document, (list, dict)) else []
     while containers:
         depth += 1
-        children = (child for container in containers
-                    for child in (container.values() if isinstance(container, dict) else container))
+        children = (
+            child
+            for container in containers
+            for child in (container.values() if isinstance(container, dict) else container)
+        )
         containers = [child for child in children if isinstance(child, (list, dict))]
     return depth
 
 
-def parse_predict_body(body: bytes) -> Tuple[dict, Optional[str]]:
+def parse_predict_body(body: bytes) -> tuple[dict, str | None]:
     """Parses the JSON document and its optional signature_name.
 
     Returns:
@@ -281,16 +319,20 @@ def parse_predict_body(body: bytes) -> Tuple[dict, Optional[str]]:
     if not body.strip():
         raise errors.invalid_argument("JSON Parse error: The document is empty")
     too_deep = errors.invalid_argument(
-        f"JSON Parse error: The document is nested deeper than {MAX_JSON_NESTING} levels")
+        f"JSON Parse error: The document is nested deeper than {MAX_JSON_NESTING} levels"
+    )
     try:
         document = json.loads(body)
     except RecursionError:
         raise too_deep from None
     except UnicodeDecodeError as error:
         raise errors.invalid_argument(
-            f"JSON Parse error: Invalid encoding in string. at offset: {error.start}") from None
+            f"JSON Parse error: Invalid encoding in string. at offset: {error.start}"
+        ) from None
     except json.JSONDecodeError as error:
-        raise errors.invalid_argument(f"JSON Parse error: {error.msg} at offset: {error.pos}") from None
+        raise errors.invalid_argument(
+            f"JSON Parse error: {error.msg} at offset: {error.pos}"
+        ) from None
     if _nesting_depth(document) > MAX_JSON_NESTING:
         raise too_deep
     if not isinstance(document, dict):
@@ -299,25 +341,30 @@ def parse_predict_body(body: bytes) -> Tuple[dict, Optional[str]]:
     if signature_name is not None and not isinstance(signature_name, str):
         raise errors.invalid_argument(
             f"JSON Value: {_json_text(document)} not formatted correctly. 'signature_name' key "
-            "must be a string value.")
+            "must be a string value."
+        )
     return document, signature_name
 
 
 # ----------------------------------------------------------------- tensors -> JSON
 
+
 def _jsonable(array: np.ndarray, as_base64: bool):
     """Nested Python lists of JSON-ready leaves for one tensor (or one row of it)."""
     if array.dtype == object:
+
         def leaf(value: bytes):
             if as_base64:
                 return {"b64": base64.b64encode(value).decode("ascii")}
             return value.decode("utf-8", errors="replace")
     elif array.dtype.kind == "f":
+
         def leaf(value):
             # Shortest text that round-trips in the tensor's own precision (0.1, not
             # 0.10000000149011612), as TF Serving writes floats.
             return float(str(value)) if np.isfinite(value) else float(value)
     else:
+
         def leaf(value):
             return value.item()
 
@@ -337,11 +384,15 @@ def predict_response_to_json(response: predict_pb2.PredictResponse, row_format: 
     """MakeRowFormatJsonFromTensors / MakeColumnarFormatJsonFromTensors."""
     if not response.outputs:
         raise errors.invalid_argument("Cannot convert empty tensor map to JSON")
-    outputs = {alias: tensor_proto_to_ndarray(response.outputs[alias], alias)
-               for alias in sorted(response.outputs)}
+    outputs = {
+        alias: tensor_proto_to_ndarray(response.outputs[alias], alias)
+        for alias in sorted(response.outputs)
+    }
     if not row_format:
-        columns = {alias: _jsonable(array, _is_bytes_alias(alias, array))
-                   for alias, array in outputs.items()}
+        columns = {
+            alias: _jsonable(array, _is_bytes_alias(alias, array))
+            for alias, array in outputs.items()
+        }
         return {"outputs": columns if len(columns) > 1 else next(iter(columns.values()))}
     batch_size = None
     for alias, array in outputs.items():
@@ -350,17 +401,21 @@ def predict_response_to_json(response: predict_pb2.PredictResponse, row_format: 
         if batch_size is not None and array.shape[0] != batch_size:
             raise errors.invalid_argument(
                 f"Tensor name: {alias} has inconsistent batch size: {array.shape[0]} "
-                f"expecting: {batch_size}")
+                f"expecting: {batch_size}"
+            )
         batch_size = array.shape[0]
     predictions = []
     for row in range(batch_size):
-        values = {alias: _jsonable(array[row, ...], _is_bytes_alias(alias, array))
-                  for alias, array in outputs.items()}
+        values = {
+            alias: _jsonable(array[row, ...], _is_bytes_alias(alias, array))
+            for alias, array in outputs.items()
+        }
         predictions.append(values if len(values) > 1 else next(iter(values.values())))
     return {"predictions": predictions}
 
 
 # ------------------------------------------------------------------ request handling
+
 
 class RestApi:
     """Transport-independent REST handling: (method, path, body) -> (HTTP status, JSON body).
@@ -370,14 +425,14 @@ class RestApi:
         timeout_seconds: deadline of each predict call (`--rest_api_timeout_in_ms`).
     """
 
-    def __init__(self, core: ServingCore, timeout_seconds: Optional[float] = 30.0):
+    def __init__(self, core: ServingCore, timeout_seconds: float | None = 30.0):
         self._core = core
         self._timeout = timeout_seconds
 
     def handles(self, path: str) -> bool:
         return bool(_DISPATCH_PATH.fullmatch(path))
 
-    def handle(self, method: str, path: str, body: bytes) -> Tuple[int, str]:
+    def handle(self, method: str, path: str, body: bytes) -> tuple[int, str]:
         try:
             payload = self._dispatch(method, path, body)
             return 200, json.dumps(payload, indent=1, ensure_ascii=False)
@@ -400,7 +455,8 @@ class RestApi:
             action = action.lower()
             if action != "predict":
                 raise errors.unimplemented(
-                    f"The {action} API is not implemented by this model server; use :predict")
+                    f"The {action} API is not implemented by this model server; use :predict"
+                )
             return self._predict(model_spec, body)
         if not model_spec.name:
             raise errors.invalid_argument("Missing model name in request.")
@@ -431,24 +487,29 @@ class RestApi:
             signature = servable.signature_defs.get(key)
             if signature is None:
                 raise errors.invalid_argument(
-                    f'Serving signature name: "{key}" not found in signature def')
+                    f'Serving signature name: "{key}" not found in signature def'
+                )
             input_dtypes = {alias: info.dtype for alias, info in signature.inputs.items()}
         if not input_dtypes:
             raise errors.invalid_argument(
-                f"Failed to get input map for signature: {signature_name or 'DEFAULT'}")
+                f"Failed to get input map for signature: {signature_name or 'DEFAULT'}"
+            )
         has_instances, has_inputs = "instances" in document, "inputs" in document
         if has_instances and has_inputs:
             raise errors.invalid_argument(
                 f"JSON Value: {_json_text(document)} Not formatted correctly expecting only one "
-                "of 'inputs' or 'instances' keys to exist ")
+                "of 'inputs' or 'instances' keys to exist "
+            )
         if has_instances:
             instances = document["instances"]
             if not isinstance(instances, list):
                 raise errors.invalid_argument(
-                    f"JSON Value: {_json_text(document)} Excepting 'instances' to be an list/array")
+                    f"JSON Value: {_json_text(document)} Excepting 'instances' to be an list/array"
+                )
             if not instances:
                 raise errors.invalid_argument(
-                    f"JSON Value: {_json_text(document)} No values in 'instances' array")
+                    f"JSON Value: {_json_text(document)} No values in 'instances' array"
+                )
             tensors = _tensors_from_instances(instances, input_dtypes)
         elif has_inputs:
             tensors = _tensors_from_inputs(document["inputs"], input_dtypes)
@@ -468,18 +529,23 @@ class RestApi:
         return json_format.MessageToDict(response, always_print_fields_with_no_presence=True)
 
     def _metadata(self, model_spec) -> dict:
-        request = get_model_metadata_pb2.GetModelMetadataRequest(metadata_field=[SIGNATURE_DEF_FIELD])
+        request = get_model_metadata_pb2.GetModelMetadataRequest(
+            metadata_field=[SIGNATURE_DEF_FIELD]
+        )
         request.model_spec.CopyFrom(model_spec)
         response = self._core.get_model_metadata(request)
         signature_def_map = get_model_metadata_pb2.SignatureDefMap()
         response.metadata[SIGNATURE_DEF_FIELD].Unpack(signature_def_map)
 
         def to_dict(message):
-            return json_format.MessageToDict(message, always_print_fields_with_no_presence=True,
-                                             preserving_proto_field_name=True)
+            return json_format.MessageToDict(
+                message, always_print_fields_with_no_presence=True, preserving_proto_field_name=True
+            )
 
-        return {"model_spec": to_dict(response.model_spec),
-                "metadata": {SIGNATURE_DEF_FIELD: to_dict(signature_def_map)}}
+        return {
+            "model_spec": to_dict(response.model_spec),
+            "metadata": {SIGNATURE_DEF_FIELD: to_dict(signature_def_map)},
+        }
 
 
 class _RequestError(Exception):
@@ -533,19 +599,22 @@ class _Exchange(cheroot.server.Gateway):
         length_header = request.inheaders.get(b"Content-Length")
         if request.chunked_read:
             if length_header is not None:
-                raise _RequestError(400, "Both Content-Length and Transfer-Encoding: chunked "
-                                         "are set")
+                raise _RequestError(
+                    400, "Both Content-Length and Transfer-Encoding: chunked are set"
+                )
             return self._read_chunked(limit)
         if length_header is None:
             return b""
         if not length_header.isdigit():  # "-1", "abc", "+5", "1_0" are all refused.
-            raise _RequestError(400, f"Content-Length: "
-                                     f"{length_header.decode('latin-1')!r} is not a byte count")
+            raise _RequestError(
+                400, f"Content-Length: {length_header.decode('latin-1')!r} is not a byte count"
+            )
         length = int(length_header)
         if length > limit:
             raise _RequestError(
                 errors.HTTP_STATUS_FOR_CODE[grpc.StatusCode.RESOURCE_EXHAUSTED],
-                f"Request body of {length} bytes is larger than the limit of {limit} bytes")
+                f"Request body of {length} bytes is larger than the limit of {limit} bytes",
+            )
         body = request.rfile.read(length)
         if len(body) != length:  # The client closed, or the server is stopping.
             raise _RequestError(400, f"Request body ended after {len(body)} of {length} bytes")
@@ -565,19 +634,28 @@ class _Exchange(cheroot.server.Gateway):
                 raise _RequestError(
                     errors.HTTP_STATUS_FOR_CODE[grpc.StatusCode.RESOURCE_EXHAUSTED],
                     f"Request body of more than {limit} bytes is larger than the limit of "
-                    f"{limit} bytes")
+                    f"{limit} bytes",
+                )
             pieces.append(piece)
 
     def _send(self, status: int, text: str) -> None:
         request = self.req
         payload = text.encode("utf-8")
         request.status = f"{status} {_reason(status)}".encode("ascii")
-        request.outheaders.extend([(b"Content-Type", b"application/json"),
-                                   (b"Content-Length", str(len(payload)).encode("ascii"))])
+        request.outheaders.extend(
+            [
+                (b"Content-Type", b"application/json"),
+                (b"Content-Length", str(len(payload)).encode("ascii")),
+            ]
+        )
         if self._rest_server.enable_cors:
-            request.outheaders.extend([(b"Access-Control-Allow-Origin", b"*"),
-                                       (b"Access-Control-Allow-Methods", b"POST, GET"),
-                                       (b"Access-Control-Allow-Headers", b"Content-Type")])
+            request.outheaders.extend(
+                [
+                    (b"Access-Control-Allow-Origin", b"*"),
+                    (b"Access-Control-Allow-Methods", b"POST, GET"),
+                    (b"Access-Control-Allow-Headers", b"Content-Type"),
+                ]
+            )
         request.ensure_headers_sent()
         request.write(payload)
 
@@ -603,23 +681,34 @@ class RestServer:
         num_io_threads: connections read or written at once.
     """
 
-    def __init__(self, address: Tuple[str, int], api: RestApi, num_threads: int,
-                 max_body_bytes: int, enable_cors: bool = False,
-                 read_timeout_seconds: float = 30.0, num_io_threads: int = 64):
+    def __init__(
+        self,
+        address: tuple[str, int],
+        api: RestApi,
+        num_threads: int,
+        max_body_bytes: int,
+        enable_cors: bool = False,
+        read_timeout_seconds: float = 30.0,
+        num_io_threads: int = 64,
+    ):
         self.api = api
         self.slots = threading.BoundedSemaphore(max(num_threads, 1))
         self.max_body_bytes = max_body_bytes
         self.enable_cors = enable_cors
         io_threads = max(num_io_threads, num_threads, 1)
         self._http = cheroot.server.HTTPServer(
-            address, gateway=lambda request: _Exchange(request, self),
-            minthreads=io_threads, maxthreads=io_threads, server_name="TensorFlow Serving")
+            address,
+            gateway=lambda request: _Exchange(request, self),
+            minthreads=io_threads,
+            maxthreads=io_threads,
+            server_name="TensorFlow Serving",
+        )
         self._http.request_queue_size = socket.SOMAXCONN
         self._http.timeout = read_timeout_seconds
         self._http.prepare()
 
     @property
-    def server_address(self) -> Tuple[str, int]:
+    def server_address(self) -> tuple[str, int]:
         """The bound (host, port)."""
         return self._http.bind_addr[:2]
 

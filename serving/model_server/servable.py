@@ -11,18 +11,17 @@ import logging
 import os
 import re
 import time
-from typing import Dict, Iterable, List, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 import tensorflow as tf
+
 # Registers the tensorflow-text ops (NormalizeUTF8, FastWordpiece, ...) that the translator's
 # graph uses; tensorflow_model_server links the same ops into its binary.
 import tensorflow_text  # noqa: F401
 from google.protobuf import text_format
-from tensorflow.core.protobuf import meta_graph_pb2
-from tensorflow.core.protobuf import saved_model_pb2
-from tensorflow_serving.apis import predict_pb2
-from tensorflow_serving.apis import prediction_log_pb2
+from tensorflow.core.protobuf import meta_graph_pb2, saved_model_pb2
+from tensorflow_serving.apis import predict_pb2, prediction_log_pb2
 
 from serving.model_server import errors
 
@@ -56,19 +55,22 @@ def read_meta_graph(export_dir: str, tags: Sequence[str]) -> meta_graph_pb2.Meta
         with open(pbtxt_path, encoding="utf-8") as proto_file:
             text_format.Parse(proto_file.read(), saved_model)
     else:
-        raise OSError(f"SavedModel file does not exist at: {export_dir}/"
-                      "{saved_model.pbtxt|saved_model.pb}")
+        raise OSError(
+            f"SavedModel file does not exist at: {export_dir}/{{saved_model.pbtxt|saved_model.pb}}"
+        )
     for meta_graph in saved_model.meta_graphs:
         if set(meta_graph.meta_info_def.tags) == set(tags):
             return meta_graph
     available = [sorted(m.meta_info_def.tags) for m in saved_model.meta_graphs]
-    raise ValueError(f"Could not find meta graph def matching supplied tags: "
-                     f"{{ {' '.join(sorted(tags))} }}. Available tag-sets: {available}. "
-                     "To inspect available tag-sets in the SavedModel, please use the "
-                     "SavedModel CLI: `saved_model_cli`")
+    raise ValueError(
+        f"Could not find meta graph def matching supplied tags: "
+        f"{{ {' '.join(sorted(tags))} }}. Available tag-sets: {available}. "
+        "To inspect available tag-sets in the SavedModel, please use the "
+        "SavedModel CLI: `saved_model_cli`"
+    )
 
 
-def read_warmup_requests(export_dir: str) -> List[predict_pb2.PredictRequest]:
+def read_warmup_requests(export_dir: str) -> list[predict_pb2.PredictRequest]:
     """Reads `assets.extra/tf_serving_warmup_requests` (TFRecord of PredictionLog).
 
     Returns:
@@ -85,8 +87,9 @@ def read_warmup_requests(export_dir: str) -> List[predict_pb2.PredictRequest]:
     requests = []
     for index, record in enumerate(tf.data.TFRecordDataset(path).as_numpy_iterator()):
         if index >= MAX_WARMUP_RECORDS:
-            raise ValueError(f"Number of warmup records exceeds the maximum "
-                             f"({MAX_WARMUP_RECORDS}) at {path}")
+            raise ValueError(
+                f"Number of warmup records exceeds the maximum ({MAX_WARMUP_RECORDS}) at {path}"
+            )
         log = prediction_log_pb2.PredictionLog()
         try:
             log.ParseFromString(record)
@@ -94,8 +97,10 @@ def read_warmup_requests(export_dir: str) -> List[predict_pb2.PredictRequest]:
             raise ValueError(f"Failed to parse warmup record {index} of {path}: {error}") from None
         log_type = log.WhichOneof("log_type")
         if log_type != "predict_log":
-            raise ValueError(f"Warmup record {index} of {path} is a {log_type}; this server "
-                             "replays predict_log records only")
+            raise ValueError(
+                f"Warmup record {index} of {path} is a {log_type}; this server "
+                "replays predict_log records only"
+            )
         requests.append(log.predict_log.request)
     return requests
 
@@ -109,9 +114,13 @@ def _session_style_message(message: str) -> str:
     """
     if not message.startswith("Graph execution error:"):
         return message
-    kept = [line for line in message.split("\n")[1:]
-            if line.strip() and not line.startswith(("Detected at node", "  File "))
-            and line.strip() != "<stack traces unavailable>"]
+    kept = [
+        line
+        for line in message.split("\n")[1:]
+        if line.strip()
+        and not line.startswith(("Detected at node", "  File "))
+        and line.strip() != "<stack traces unavailable>"
+    ]
     cleaned = "\n".join(kept) or message
     return re.sub(r"\s*\[Op:__inference_[^\]]*\]$", "", cleaned)
 
@@ -131,16 +140,20 @@ class Servable:
             metadata).
     """
 
-    def __init__(self, model_name: str, version: int, export_dir: str,
-                 tags: Sequence[str] = ("serve",)):
+    def __init__(
+        self, model_name: str, version: int, export_dir: str, tags: Sequence[str] = ("serve",)
+    ):
         self.model_name = model_name
         self.version = version
         self.export_dir = export_dir
         meta_graph = read_meta_graph(export_dir, tags)
         self.signature_defs = dict(meta_graph.signature_def)
         self._loaded = tf.saved_model.load(export_dir, tags=list(tags))
-        self._functions = {name: self._loaded.signatures[name]
-                           for name in self.signature_defs if name in self._loaded.signatures}
+        self._functions = {
+            name: self._loaded.signatures[name]
+            for name in self.signature_defs
+            if name in self._loaded.signatures
+        }
 
     def __repr__(self) -> str:
         return f"{{name: {self.model_name} version: {self.version}}}"
@@ -148,8 +161,9 @@ class Servable:
     def runnable(self, signature_name: str) -> bool:
         return signature_name in self._functions
 
-    def run(self, signature_name: str, inputs: Mapping[str, np.ndarray],
-            output_aliases: Iterable[str]) -> Dict[str, np.ndarray]:
+    def run(
+        self, signature_name: str, inputs: Mapping[str, np.ndarray], output_aliases: Iterable[str]
+    ) -> dict[str, np.ndarray]:
         """Runs one signature.
 
         Args:
@@ -166,14 +180,17 @@ class Servable:
                 and message are kept, as TF Serving passes Session::Run errors on.
         """
         signature = self.signature_defs[signature_name]
-        feeds = {alias: tf.convert_to_tensor(array, dtype=tf.as_dtype(signature.inputs[alias].dtype))
-                 for alias, array in inputs.items()}
+        feeds = {
+            alias: tf.convert_to_tensor(array, dtype=tf.as_dtype(signature.inputs[alias].dtype))
+            for alias, array in inputs.items()
+        }
         try:
             outputs = self._functions[signature_name](**feeds)
             return {alias: outputs[alias].numpy() for alias in output_aliases}
         except tf.errors.OpError as error:
-            raise errors.ServingError(errors.code_from_number(error.error_code),
-                                      _session_style_message(error.message)) from None
+            raise errors.ServingError(
+                errors.code_from_number(error.error_code), _session_style_message(error.message)
+            ) from None
 
     def release(self) -> None:
         """Drops the TF objects so their memory can be reclaimed at unload."""
@@ -181,13 +198,16 @@ class Servable:
         self._loaded = None
 
 
-def load_servable(model_name: str, version: int, export_dir: str,
-                  tags: Sequence[str] = ("serve",)) -> Servable:
+def load_servable(
+    model_name: str, version: int, export_dir: str, tags: Sequence[str] = ("serve",)
+) -> Servable:
     """Loads a version and logs like TF Serving's SavedModel loader."""
     logger.info("Reading SavedModel from: %s", export_dir)
     start = time.monotonic()
     servable = Servable(model_name, version, export_dir, tags)
-    logger.info("SavedModel load for tags { %s }; Status: success: OK. Took %d microseconds.",
-                " ".join(tags), int((time.monotonic() - start) * 1e6))
+    logger.info(
+        "SavedModel load for tags { %s }; Status: success: OK. Took %d microseconds.",
+        " ".join(tags),
+        int((time.monotonic() - start) * 1e6),
+    )
     return servable
-

@@ -30,7 +30,6 @@ import sys
 import threading
 import time
 from concurrent import futures
-from typing import List, Optional, Tuple
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -53,13 +52,27 @@ SERVICE_NAMES = ("tensorflow.serving.PredictionService", "tensorflow.serving.Mod
 # Real tensorflow_model_server flags that this server does not implement: naming
 # them gets a precise error instead of "unrecognized argument".
 UNSUPPORTED_REAL_FLAGS = (
-    "grpc_socket_path", "ssl_config_file", "platform_config_file", "monitoring_config_file",
-    "use_alts_credentials", "prefer_tflite_model", "num_tflite_pools",
-    "num_tflite_interpreters_per_pool", "enable_per_model_batching_parameters",
-    "tensorflow_session_config_file", "num_load_threads", "num_unload_threads",
-    "remove_unused_fields_from_bundle_metagraph", "enable_signature_method_name_check",
-    "xla_cpu_compilation_enabled", "enable_profiler", "thread_pool_factory_config_file",
-    "mixed_precision", "skip_initialize_tpu", "use_tflite_model")
+    "grpc_socket_path",
+    "ssl_config_file",
+    "platform_config_file",
+    "monitoring_config_file",
+    "use_alts_credentials",
+    "prefer_tflite_model",
+    "num_tflite_pools",
+    "num_tflite_interpreters_per_pool",
+    "enable_per_model_batching_parameters",
+    "tensorflow_session_config_file",
+    "num_load_threads",
+    "num_unload_threads",
+    "remove_unused_fields_from_bundle_metagraph",
+    "enable_signature_method_name_check",
+    "xla_cpu_compilation_enabled",
+    "enable_profiler",
+    "thread_pool_factory_config_file",
+    "mixed_precision",
+    "skip_initialize_tpu",
+    "use_tflite_model",
+)
 # Real flags that are accepted and have no effect here.
 IGNORED_REAL_FLAGS = ("flush_filesystem_caches", "per_process_gpu_memory_fraction")
 
@@ -76,7 +89,7 @@ class ServerOptions:
 
     port: int = 8500
     grpc_bind_address: str = "127.0.0.1"
-    rest_api_port: Optional[int] = None
+    rest_api_port: int | None = None
     rest_api_bind_address: str = "127.0.0.1"
     rest_api_num_threads: int = 4 * (os.cpu_count() or 1)
     rest_api_timeout_in_ms: int = 30000
@@ -104,14 +117,15 @@ class ServerOptions:
     shutdown_grace_seconds: float = 10.0
 
 
-def parse_grpc_channel_arguments(text: str) -> List[Tuple[str, object]]:
+def parse_grpc_channel_arguments(text: str) -> list[tuple[str, object]]:
     """`k=v,k2=v2` -> gRPC options; integer values become ints (as the real server does)."""
     arguments = []
     for item in filter(None, (part.strip() for part in text.split(","))):
         key, separator, value = item.partition("=")
         if not separator or not key:
             raise config_lib.ConfigError(
-                f"--grpc_channel_arguments: '{item}' is not of the form key=value")
+                f"--grpc_channel_arguments: '{item}' is not of the form key=value"
+            )
         try:
             arguments.append((key, int(value)))
         except ValueError:
@@ -146,19 +160,19 @@ class ModelServer:
 
     def __init__(self, options: ServerOptions):
         self.options = options
-        self.grpc_port: Optional[int] = None
-        self.rest_port: Optional[int] = None
-        self.core: Optional[ServingCore] = None
-        self._grpc_server: Optional[grpc.Server] = None
-        self._rest_server: Optional[RestServer] = None
-        self._rest_thread: Optional[threading.Thread] = None
+        self.grpc_port: int | None = None
+        self.rest_port: int | None = None
+        self.core: ServingCore | None = None
+        self._grpc_server: grpc.Server | None = None
+        self._rest_server: RestServer | None = None
+        self._rest_thread: threading.Thread | None = None
         self._health = health.HealthServicer()
         self._config_poll_stop = threading.Event()
-        self._config_poll_thread: Optional[threading.Thread] = None
+        self._config_poll_thread: threading.Thread | None = None
         self._stopped = threading.Event()
 
     @property
-    def batch_stats(self) -> Optional[BatchStats]:
+    def batch_stats(self) -> BatchStats | None:
         """Processed batch sizes when batching is enabled, else None."""
         return self.core.batcher.stats if self.core and self.core.batcher else None
 
@@ -168,31 +182,39 @@ class ModelServer:
         options = self.options
         if options.model_config_file:
             if options.model_base_path:
-                logger.warning("--model_config_file is set: --model_name and --model_base_path "
-                               "are ignored")
+                logger.warning(
+                    "--model_config_file is set: --model_name and --model_base_path are ignored"
+                )
             return config_lib.load_model_server_config(options.model_config_file)
         if not options.model_base_path:
             raise config_lib.ConfigError(
-                "Both --model_base_path and --model_config_file are empty: give one of them")
-        logger.info("Building single TensorFlow model file config:  model_name: %s "
-                    "model_base_path: %s", options.model_name, options.model_base_path)
+                "Both --model_base_path and --model_config_file are empty: give one of them"
+            )
+        logger.info(
+            "Building single TensorFlow model file config:  model_name: %s model_base_path: %s",
+            options.model_name,
+            options.model_base_path,
+        )
         return config_lib.single_model_config(options.model_name, options.model_base_path)
 
-    def _batch_scheduler(self) -> Optional[BatchScheduler]:
+    def _batch_scheduler(self) -> BatchScheduler | None:
         options = self.options
         if not options.enable_batching:
             if options.batching_parameters_file:
                 raise config_lib.ConfigError(
-                    "--batching_parameters_file is set without setting --enable_batching to true.")
+                    "--batching_parameters_file is set without setting --enable_batching to true."
+                )
             return None
         batching = config_lib.load_batching_options(options.batching_parameters_file or None)
         logger.info("Batching enabled: %s", batching)
         return BatchScheduler(batching)
 
-    def _grpc_options(self) -> List[Tuple[str, object]]:
+    def _grpc_options(self) -> list[tuple[str, object]]:
         # TF Serving calls SetMaxMessageSize(kint32max), then applies the user's arguments.
-        merged = {"grpc.max_receive_message_length": KINT32MAX,
-                  "grpc.max_send_message_length": KINT32MAX}
+        merged = {
+            "grpc.max_receive_message_length": KINT32MAX,
+            "grpc.max_send_message_length": KINT32MAX,
+        }
         merged.update(parse_grpc_channel_arguments(self.options.grpc_channel_arguments))
         return list(merged.items())
 
@@ -210,11 +232,16 @@ class ModelServer:
                 load_retry_interval_seconds=options.load_retry_interval_micros / 1e6,
                 saved_model_tags=tuple(t for t in options.saved_model_tags.split(",") if t),
                 allow_version_labels_for_unavailable_models=(
-                    options.allow_version_labels_for_unavailable_models)),
-            warmup_fn=(lambda servable: run_warmup(
-                servable, options.num_request_iterations_for_warmup))
-            if options.enable_model_warmup else None,
-            on_availability_change=self._set_health)
+                    options.allow_version_labels_for_unavailable_models
+                ),
+            ),
+            warmup_fn=(
+                lambda servable: run_warmup(servable, options.num_request_iterations_for_warmup)
+            )
+            if options.enable_model_warmup
+            else None,
+            on_availability_change=self._set_health,
+        )
         self.core = ServingCore(manager, batcher)
         try:
             manager.set_config(model_server_config)
@@ -223,52 +250,73 @@ class ModelServer:
             raise
 
         self._grpc_server = grpc.server(
-            futures.ThreadPoolExecutor(max_workers=options.grpc_max_threads,
-                                       thread_name_prefix="grpc"),
-            options=grpc_options)
+            futures.ThreadPoolExecutor(
+                max_workers=options.grpc_max_threads, thread_name_prefix="grpc"
+            ),
+            options=grpc_options,
+        )
         add_services(self._grpc_server, self.core)
         health_pb2_grpc.add_HealthServicer_to_server(self._health, self._grpc_server)
         address = f"{options.grpc_bind_address}:{options.port}"
         self.grpc_port = self._grpc_server.add_insecure_port(address)
         if not self.grpc_port:
             self._stop_core()
-            raise config_lib.ConfigError(f"Failed to BuildAndStart gRPC server: cannot bind {address}")
+            raise config_lib.ConfigError(
+                f"Failed to BuildAndStart gRPC server: cannot bind {address}"
+            )
         self._grpc_server.start()
-        logger.info("Running gRPC ModelServer at %s:%d ...", options.grpc_bind_address, self.grpc_port)
+        logger.info(
+            "Running gRPC ModelServer at %s:%d ...", options.grpc_bind_address, self.grpc_port
+        )
 
         if options.rest_api_port is not None:
             if options.rest_api_port and options.rest_api_port == self.grpc_port:
-                logger.error("--rest_api_port cannot be same as --port. Please use a different "
-                             "port for HTTP/REST API. Skipped exporting HTTP/REST API.")
+                logger.error(
+                    "--rest_api_port cannot be same as --port. Please use a different "
+                    "port for HTTP/REST API. Skipped exporting HTTP/REST API."
+                )
             else:
                 self._start_rest(dict(grpc_options)["grpc.max_receive_message_length"])
 
         manager.start_polling()
         if options.model_config_file and options.model_config_file_poll_wait_seconds > 0:
             self._config_poll_thread = threading.Thread(
-                target=self._poll_config_file, name="config_poll", daemon=True)
+                target=self._poll_config_file, name="config_poll", daemon=True
+            )
             self._config_poll_thread.start()
         return self
 
     def _start_rest(self, max_body_bytes: int) -> None:
         options = self.options
-        api = RestApi(self.core, timeout_seconds=options.rest_api_timeout_in_ms / 1000
-                      if options.rest_api_timeout_in_ms > 0 else None)
+        api = RestApi(
+            self.core,
+            timeout_seconds=options.rest_api_timeout_in_ms / 1000
+            if options.rest_api_timeout_in_ms > 0
+            else None,
+        )
         self._rest_server = RestServer(
-            (options.rest_api_bind_address, options.rest_api_port), api,
-            num_threads=options.rest_api_num_threads, max_body_bytes=max_body_bytes,
+            (options.rest_api_bind_address, options.rest_api_port),
+            api,
+            num_threads=options.rest_api_num_threads,
+            max_body_bytes=max_body_bytes,
             enable_cors=options.rest_api_enable_cors_support,
-            read_timeout_seconds=options.rest_api_read_timeout_seconds)
+            read_timeout_seconds=options.rest_api_read_timeout_seconds,
+        )
         self.rest_port = self._rest_server.server_address[1]
-        self._rest_thread = threading.Thread(target=self._rest_server.serve_forever,
-                                             name="rest", daemon=True)
+        self._rest_thread = threading.Thread(
+            target=self._rest_server.serve_forever, name="rest", daemon=True
+        )
         self._rest_thread.start()
-        logger.info("Exporting HTTP/REST API at:%s:%d ...", options.rest_api_bind_address,
-                    self.rest_port)
+        logger.info(
+            "Exporting HTTP/REST API at:%s:%d ...", options.rest_api_bind_address, self.rest_port
+        )
 
     def _set_health(self, all_available: bool) -> None:
-        status = (health_pb2.HealthCheckResponse.SERVING if all_available
-                  else health_pb2.HealthCheckResponse.NOT_SERVING)
+        status = (
+            health_pb2.HealthCheckResponse.SERVING
+            if all_available
+            else health_pb2.HealthCheckResponse.NOT_SERVING
+        )
         for service in ("",) + SERVICE_NAMES:
             self._health.set(service, status)
 
@@ -290,7 +338,7 @@ class ModelServer:
 
     # --------------------------------------------------------------- shutdown
 
-    def stop(self, grace_seconds: Optional[float] = None) -> None:
+    def stop(self, grace_seconds: float | None = None) -> None:
         """Stops accepting requests, lets requests in flight finish, then unloads the models.
 
         Args:
@@ -325,22 +373,32 @@ class ModelServer:
 
 # -------------------------------------------------------------------- command line
 
+
 def build_arg_parser() -> argparse.ArgumentParser:
     defaults = ServerOptions()
     parser = argparse.ArgumentParser(
-        prog="python -m serving.server", allow_abbrev=False,
+        prog="python -m serving.server",
+        allow_abbrev=False,
         description="Serve SavedModels over TensorFlow Serving's gRPC (PredictionService, "
-                    "ModelService, health) and REST APIs. Flags are tensorflow_model_server's.")
+        "ModelService, health) and REST APIs. Flags are tensorflow_model_server's.",
+    )
 
     def flag(name, kind, help_text, default=None):
         default = getattr(defaults, name) if default is None else default
         if kind is bool:
-            parser.add_argument(f"--{name}", type=parse_bool, nargs="?", const=True,
-                                default=default, metavar="true|false",
-                                help=f"{help_text} (default {str(default).lower()})")
+            parser.add_argument(
+                f"--{name}",
+                type=parse_bool,
+                nargs="?",
+                const=True,
+                default=default,
+                metavar="true|false",
+                help=f"{help_text} (default {str(default).lower()})",
+            )
         else:
-            parser.add_argument(f"--{name}", type=kind, default=default,
-                                help=f"{help_text} (default {default!r})")
+            parser.add_argument(
+                f"--{name}", type=kind, default=default, help=f"{help_text} (default {default!r})"
+            )
 
     flag("port", int, "gRPC port; 0 binds a free port and logs it")
     flag("grpc_bind_address", str, "[local] address the gRPC server binds")
@@ -349,52 +407,82 @@ def build_arg_parser() -> argparse.ArgumentParser:
     flag("rest_api_num_threads", int, "REST requests processed at once")
     flag("rest_api_timeout_in_ms", int, "deadline of REST predict calls; <=0 for none")
     flag("rest_api_enable_cors_support", bool, "add CORS headers to REST responses")
-    flag("rest_api_read_timeout_seconds", float,
-         "[local] a REST connection whose client sends nothing for this long is closed")
-    flag("rest_api_free_port", bool, "[local] serve REST on a free port, logged in the "
-         "'Exporting HTTP/REST API at:HOST:PORT' line (for tests; --rest_api_port=0 disables "
-         "REST, as for tensorflow_model_server)")
+    flag(
+        "rest_api_read_timeout_seconds",
+        float,
+        "[local] a REST connection whose client sends nothing for this long is closed",
+    )
+    flag(
+        "rest_api_free_port",
+        bool,
+        "[local] serve REST on a free port, logged in the "
+        "'Exporting HTTP/REST API at:HOST:PORT' line (for tests; --rest_api_port=0 disables "
+        "REST, as for tensorflow_model_server)",
+    )
     flag("model_name", str, "model name (ignored with --model_config_file)")
-    flag("model_base_path", str, "directory holding the numbered versions of the model "
-         "(ignored with --model_config_file)")
+    flag(
+        "model_base_path",
+        str,
+        "directory holding the numbered versions of the model (ignored with --model_config_file)",
+    )
     flag("model_config_file", str, "text-format ModelServerConfig serving one or more models")
-    flag("model_config_file_poll_wait_seconds", int,
-         "seconds between re-reads of --model_config_file; 0 reads it once")
+    flag(
+        "model_config_file_poll_wait_seconds",
+        int,
+        "seconds between re-reads of --model_config_file; 0 reads it once",
+    )
     flag("enable_batching", bool, "merge concurrent requests into batches")
     flag("batching_parameters_file", str, "text-format BatchingParameters")
-    flag("file_system_poll_wait_seconds", float,
-         "seconds between polls of the base paths for new versions; 0 polls once")
+    flag(
+        "file_system_poll_wait_seconds",
+        float,
+        "seconds between polls of the base paths for new versions; 0 polls once",
+    )
     flag("max_num_load_retries", int, "retries after a failed version load")
     flag("load_retry_interval_micros", int, "wait between load retries")
     flag("saved_model_tags", str, "comma-separated MetaGraphDef tags to load")
-    flag("enable_model_warmup", bool,
-         "replay assets.extra/tf_serving_warmup_requests before serving a version")
+    flag(
+        "enable_model_warmup",
+        bool,
+        "replay assets.extra/tf_serving_warmup_requests before serving a version",
+    )
     flag("num_request_iterations_for_warmup", int, "replays of each warmup request")
-    flag("allow_version_labels_for_unavailable_models", bool,
-         "allow version labels pointing at versions that are not loaded")
-    flag("grpc_channel_arguments", str, "comma-separated gRPC server arguments, e.g. "
-         "grpc.max_receive_message_length=4194304")
+    flag(
+        "allow_version_labels_for_unavailable_models",
+        bool,
+        "allow version labels pointing at versions that are not loaded",
+    )
+    flag(
+        "grpc_channel_arguments",
+        str,
+        "comma-separated gRPC server arguments, e.g. grpc.max_receive_message_length=4194304",
+    )
     flag("grpc_max_threads", int, "gRPC handler threads (requests processed at once)")
     flag("tensorflow_session_parallelism", int, "TF intra- and inter-op threads; 0 = auto")
     flag("tensorflow_intra_op_parallelism", int, "TF intra-op threads; 0 = auto")
     flag("tensorflow_inter_op_parallelism", int, "TF inter-op threads; 0 = auto")
-    flag("shutdown_grace_seconds", float,
-         "[local] on SIGTERM, how long requests in flight may take to finish")
+    flag(
+        "shutdown_grace_seconds",
+        float,
+        "[local] on SIGTERM, how long requests in flight may take to finish",
+    )
     for name in IGNORED_REAL_FLAGS:
         parser.add_argument(f"--{name}", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--version", action="store_true", help="print the version and exit")
     return parser
 
 
-def parse_flags(argv: Optional[List[str]] = None) -> ServerOptions:
+def parse_flags(argv: list[str] | None = None) -> ServerOptions:
     """Parses tensorflow_model_server-style flags into ServerOptions (exits on errors)."""
     parser = build_arg_parser()
     namespace, unknown = parser.parse_known_args(argv)
     for argument in unknown:
         name = argument.lstrip("-").split("=", 1)[0]
         if argument.startswith("--") and name in UNSUPPORTED_REAL_FLAGS:
-            parser.error(f"--{name} is a tensorflow_model_server flag that this local server "
-                         "does not implement")
+            parser.error(
+                f"--{name} is a tensorflow_model_server flag that this local server "
+                "does not implement"
+            )
         parser.error(f"unknown flag or argument: {argument} (see --help)")
     if namespace.version:
         print(f"TensorFlow ModelServer: {VERSION}")
@@ -402,8 +490,9 @@ def parse_flags(argv: Optional[List[str]] = None) -> ServerOptions:
     for name in IGNORED_REAL_FLAGS:
         if getattr(namespace, name) is not None:
             logger.warning("--%s has no effect on this server", name)
-    values = {field.name: getattr(namespace, field.name)
-              for field in dataclasses.fields(ServerOptions)}
+    values = {
+        field.name: getattr(namespace, field.name) for field in dataclasses.fields(ServerOptions)
+    }
     if values["rest_api_free_port"]:
         if values["rest_api_port"]:
             parser.error("--rest_api_free_port and a non-zero --rest_api_port exclude each other")
@@ -424,8 +513,10 @@ class _GlogFormatter(logging.Formatter):
         message = record.getMessage()
         if record.exc_info:
             message += "\n" + self.formatException(record.exc_info)
-        return (f"{record.levelname[0]}{stamp}.{micros:06d} {record.thread % 100000} "
-                f"{record.filename}:{record.lineno}] {message}")
+        return (
+            f"{record.levelname[0]}{stamp}.{micros:06d} {record.thread % 100000} "
+            f"{record.filename}:{record.lineno}] {message}"
+        )
 
 
 def configure_logging(level: int = logging.INFO) -> None:
@@ -437,15 +528,18 @@ def configure_logging(level: int = logging.INFO) -> None:
     root.propagate = False
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     configure_logging()
     options = parse_flags(argv)
     server = ModelServer(options)
     stop_requested = threading.Event()
 
     def on_signal(signum, _frame):
-        logger.info("Received signal %d: shutting down, letting requests in flight finish "
-                    "(up to %.0f s)", signum, options.shutdown_grace_seconds)
+        logger.info(
+            "Received signal %d: shutting down, letting requests in flight finish (up to %.0f s)",
+            signum,
+            options.shutdown_grace_seconds,
+        )
         stop_requested.set()
 
     signal.signal(signal.SIGTERM, on_signal)

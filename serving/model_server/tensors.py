@@ -13,9 +13,7 @@ import math
 import numpy as np
 import psutil
 import tensorflow as tf
-from tensorflow.core.framework import tensor_pb2
-from tensorflow.core.framework import tensor_shape_pb2
-from tensorflow.core.framework import types_pb2
+from tensorflow.core.framework import tensor_pb2, tensor_shape_pb2, types_pb2
 
 from serving.model_server import errors
 
@@ -38,7 +36,7 @@ _FIELD_FOR_NUMPY_DTYPE = {
 def dtype_name(dtype: int) -> str:
     """TF's DataTypeString: DT_FLOAT -> "float", DT_STRING -> "string"."""
     try:
-        return types_pb2.DataType.Name(dtype)[len("DT_"):].lower()
+        return types_pb2.DataType.Name(dtype)[len("DT_") :].lower()
     except ValueError:
         return f"unknown dtype {dtype}"
 
@@ -98,8 +96,9 @@ def tensor_proto_to_ndarray(proto: tensor_pb2.TensorProto, alias: str) -> np.nda
         raise parse_error from None
 
 
-def _decode_tensor(proto: tensor_pb2.TensorProto, shape, num_elements: int,
-                   parse_error: errors.ServingError) -> np.ndarray:
+def _decode_tensor(
+    proto: tensor_pb2.TensorProto, shape, num_elements: int, parse_error: errors.ServingError
+) -> np.ndarray:
     if proto.tensor_content or proto.dtype not in _FIELD_FOR_DATATYPE:
         try:
             array = tf.make_ndarray(proto)
@@ -138,12 +137,14 @@ def ndarray_to_tensor_proto(array: np.ndarray) -> tensor_pb2.TensorProto:
     array = np.asarray(array)
     proto = tensor_pb2.TensorProto()
     proto.tensor_shape.dim.extend(
-        tensor_shape_pb2.TensorShapeProto.Dim(size=size) for size in array.shape)
+        tensor_shape_pb2.TensorShapeProto.Dim(size=size) for size in array.shape
+    )
     flat = array.reshape(-1)
     if array.dtype.kind in ("O", "S", "U"):
         proto.dtype = types_pb2.DT_STRING
         proto.string_val.extend(
-            value if isinstance(value, bytes) else str(value).encode("utf-8") for value in flat)
+            value if isinstance(value, bytes) else str(value).encode("utf-8") for value in flat
+        )
     elif array.dtype == np.float16:
         proto.dtype = types_pb2.DT_HALF
         proto.half_val.extend(flat.view(np.uint16).tolist())

@@ -13,14 +13,13 @@ import collections
 import dataclasses
 import math
 import statistics
-from typing import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from tqdm import tqdm
 
 VerseRef = tuple[str, int, int]  # (OSIS book id, chapter, verse), e.g. ("Gen", 1, 1)
 ChapterRef = tuple[str, int]
 VerseTexts = dict[VerseRef, str]
-
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,7 +41,7 @@ class LengthRatioModel:
     scale: float
 
     @classmethod
-    def fit(cls, pairs: Iterable[tuple[str, str]]) -> "LengthRatioModel":
+    def fit(cls, pairs: Iterable[tuple[str, str]]) -> LengthRatioModel:
         lengths = [(len(source), len(target)) for source, target in pairs]
         ratio = sum(target for _, target in lengths) / sum(source for source, _ in lengths)
         deviations = [cls._deviation(source, target, ratio) for source, target in lengths]
@@ -116,7 +115,9 @@ def align_chapter(
                 if previous is None:
                     continue
                 candidate = previous + _bead_cost(
-                    [text for _, text in source[i - di:i]], [text for _, text in target[j - dj:j]], model
+                    [text for _, text in source[i - di : i]],
+                    [text for _, text in target[j - dj : j]],
+                    model,
                 )
                 if candidate < best:
                     best, best_step = candidate, (di, dj)
@@ -128,12 +129,16 @@ def align_chapter(
     i, j = n, m
     while i or j:
         di, dj = back[(i, j)]
-        beads.append((tuple(v for v, _ in source[i - di:i]), tuple(v for v, _ in target[j - dj:j])))
+        beads.append(
+            (tuple(v for v, _ in source[i - di : i]), tuple(v for v, _ in target[j - dj : j]))
+        )
         i, j = i - di, j - dj
     return beads[::-1], cost[(n, m)]
 
 
-def identity_beads(source: Sequence[tuple[int, str]], target: Sequence[tuple[int, str]]) -> list[Bead]:
+def identity_beads(
+    source: Sequence[tuple[int, str]], target: Sequence[tuple[int, str]]
+) -> list[Bead]:
     """The alignment the modules claim: verse v with verse v, unmatched verses alone."""
     source_verses = {verse for verse, _ in source}
     target_verses = {verse for verse, _ in target}
@@ -144,7 +149,10 @@ def identity_beads(source: Sequence[tuple[int, str]], target: Sequence[tuple[int
 
 
 def alignment_cost(
-    beads: Iterable[Bead], source: Mapping[int, str], target: Mapping[int, str], model: LengthRatioModel
+    beads: Iterable[Bead],
+    source: Mapping[int, str],
+    target: Mapping[int, str],
+    model: LengthRatioModel,
 ) -> float:
     """Cost in nats of an alignment (same scale as `align_chapter`)."""
     return sum(
@@ -189,7 +197,9 @@ def _deviating_spans(beads: Sequence[Bead], claimed: Sequence[Bead]) -> list[tup
     return spans
 
 
-def _verses_by_chapter(verses: VerseTexts, books: set[str]) -> dict[ChapterRef, list[tuple[int, str]]]:
+def _verses_by_chapter(
+    verses: VerseTexts, books: set[str]
+) -> dict[ChapterRef, list[tuple[int, str]]]:
     chapters: dict[ChapterRef, list[tuple[int, str]]] = collections.defaultdict(list)
     for (book, chapter, verse), text in verses.items():
         if text and book in books:
@@ -239,7 +249,9 @@ def detect_misaligned_chapters(
         if gain < min_gain:
             continue
         deviations = tuple(bead for bead in beads if bead not in claimed)
-        flagged[chapter] = Misalignment(chapter, tuple(_deviating_spans(beads, claimed)), gain, deviations)
+        flagged[chapter] = Misalignment(
+            chapter, tuple(_deviating_spans(beads, claimed)), gain, deviations
+        )
     return flagged
 
 
@@ -255,4 +267,8 @@ def length_ratio_outliers(
     Returns:
       The references with |z| of the length ratio above `max_abs_z`.
     """
-    return {ref for ref, (source, target) in pairs.items() if abs(model.z(len(source), len(target))) > max_abs_z}
+    return {
+        ref
+        for ref, (source, target) in pairs.items()
+        if abs(model.z(len(source), len(target))) > max_abs_z
+    }

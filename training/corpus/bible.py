@@ -31,8 +31,8 @@ import json
 import logging
 import subprocess
 import time
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Iterable, Mapping
 
 from tqdm import tqdm
 
@@ -43,7 +43,12 @@ from training.corpus.alignment import (
     detect_misaligned_chapters,
     length_ratio_outliers,
 )
-from training.corpus.osis import build_casing_table, fix_caps_opening, strip_markup, strip_subscription
+from training.corpus.osis import (
+    build_casing_table,
+    fix_caps_opening,
+    strip_markup,
+    strip_subscription,
+)
 from training.corpus.splitting import dedup_against, split_for_key
 from training.corpus.tsv import SPLITS, CorpusError, write_tsv
 
@@ -70,7 +75,9 @@ def _run(command: list[str], cwd: Path) -> subprocess.CompletedProcess:
         ) from exc
 
 
-def fetch_sword_packages(cache_dir: Path, packages: Iterable[str] = (SOURCE_PACKAGE, TARGET_PACKAGE)) -> Path:
+def fetch_sword_packages(
+    cache_dir: Path, packages: Iterable[str] = (SOURCE_PACKAGE, TARGET_PACKAGE)
+) -> Path:
     """Downloads and unpacks the SWORD module packages; reuses what is cached.
 
     `apt-get download` needs no root, but if the package lists are missing
@@ -100,17 +107,23 @@ def fetch_sword_packages(cache_dir: Path, packages: Iterable[str] = (SOURCE_PACK
                     raise CorpusError(f"apt-get update failed: {update.stderr.strip()[-500:]}")
                 result = _run(["apt-get", "download", package], cache_dir)
             if result.returncode != 0:
-                raise CorpusError(f"apt-get download {package} failed: {result.stderr.strip()[-500:]}")
+                raise CorpusError(
+                    f"apt-get download {package} failed: {result.stderr.strip()[-500:]}"
+                )
             debs = sorted(cache_dir.glob(f"{package}_*.deb"))
             if not debs:
                 raise CorpusError(f"apt-get download {package} produced no .deb in {cache_dir}")
-        result = _run(["dpkg-deb", "-x", str(debs[-1].resolve()), str(unpacked.resolve())], cache_dir)
+        result = _run(
+            ["dpkg-deb", "-x", str(debs[-1].resolve()), str(unpacked.resolve())], cache_dir
+        )
         if result.returncode != 0:
             raise CorpusError(f"dpkg-deb -x {debs[-1]} failed: {result.stderr.strip()}")
     return unpacked / "usr" / "share" / "sword"
 
 
-def package_versions(cache_dir: Path, packages: Iterable[str] = (SOURCE_PACKAGE, TARGET_PACKAGE)) -> dict[str, str]:
+def package_versions(
+    cache_dir: Path, packages: Iterable[str] = (SOURCE_PACKAGE, TARGET_PACKAGE)
+) -> dict[str, str]:
     """Debian versions of the cached packages, read from the .deb file names."""
     versions = {}
     for package in packages:
@@ -139,7 +152,9 @@ def read_sword_module(sword_root: Path, module: str) -> VerseTexts:
     modules = SwordModules(str(sword_root))
     found = modules.parse_modules()
     if module not in found:
-        raise CorpusError(f"SWORD module {module} not found in {sword_root} (found: {sorted(found)})")
+        raise CorpusError(
+            f"SWORD module {module} not found in {sword_root} (found: {sorted(found)})"
+        )
     bible = modules.get_bible_from_module(module)
     # pysword decompresses the whole book block again for every verse; with
     # BlockType=BOOK that makes a full read take minutes instead of a second.
@@ -156,7 +171,9 @@ def read_sword_module(sword_root: Path, module: str) -> VerseTexts:
             for verse in range(1, n_verses + 1)
         ]
         if len(texts) != len(refs):
-            raise CorpusError(f"{module} {book.osis_name}: {len(texts)} texts for {len(refs)} verse slots")
+            raise CorpusError(
+                f"{module} {book.osis_name}: {len(texts)} texts for {len(refs)} verse slots"
+            )
         verses.update(zip(refs, texts))
     return verses
 
@@ -195,7 +212,9 @@ def clean_target_verses(raw: VerseTexts) -> VerseTexts:
 # --------------------------------------------------------------------- 4. pair
 
 
-def pair_verses(source: VerseTexts, target: VerseTexts) -> tuple[dict[VerseRef, tuple[str, str]], collections.Counter]:
+def pair_verses(
+    source: VerseTexts, target: VerseTexts
+) -> tuple[dict[VerseRef, tuple[str, str]], collections.Counter]:
     """Pairs verses that both modules have, by reference.
 
     Books only one module has (the WEB's deuterocanon) are not paired and not
@@ -254,7 +273,9 @@ def split_by_chapter(
     splits: dict[str, list] = {split: [] for split in SPLITS}
     for ref, pair in pairs.items():
         book, chapter, _ = ref
-        splits[split_for_key(f"{salt}:{book}.{chapter}", dev_fraction, test_fraction)].append((ref, pair))
+        splits[split_for_key(f"{salt}:{book}.{chapter}", dev_fraction, test_fraction)].append(
+            (ref, pair)
+        )
     return splits
 
 
@@ -265,7 +286,9 @@ def _outputs(out_dir: Path) -> list[Path]:
     return [out_dir / f"{split}.tsv" for split in SPLITS] + [out_dir / "stats.json"]
 
 
-def build_bible_corpus(out_dir: Path | str, cache_dir: Path | str = DEFAULT_CACHE_DIR, force: bool = False) -> dict:
+def build_bible_corpus(
+    out_dir: Path | str, cache_dir: Path | str = DEFAULT_CACHE_DIR, force: bool = False
+) -> dict:
     """Builds train/dev/test.tsv and stats.json of the Bible corpus in `out_dir`.
 
     Args:
@@ -285,8 +308,11 @@ def build_bible_corpus(out_dir: Path | str, cache_dir: Path | str = DEFAULT_CACH
     existing = [path for path in outputs if path.exists()]
     if existing and not force:
         if len(existing) == len(outputs):
-            logger.info("%s already holds the corpus (train/dev/test.tsv, stats.json); "
-                        "nothing to do, pass --force to rebuild", out_dir)
+            logger.info(
+                "%s already holds the corpus (train/dev/test.tsv, stats.json); "
+                "nothing to do, pass --force to rebuild",
+                out_dir,
+            )
             return {}
         raise FileExistsError(
             f"{out_dir} holds a partial corpus ({', '.join(p.name for p in existing)}); "
@@ -311,8 +337,12 @@ def build_bible_corpus(out_dir: Path | str, cache_dir: Path | str = DEFAULT_CACH
         paired = len(pairs)
         model = LengthRatioModel.fit(pairs.values())
         misaligned = detect_misaligned_chapters(source, target, model)
-        _drop(pairs, [ref for ref in pairs if ref[:2] in misaligned and misaligned[ref[:2]].covers(ref[2])],
-              "misaligned_verse_numbering", drops)
+        _drop(
+            pairs,
+            [ref for ref in pairs if ref[:2] in misaligned and misaligned[ref[:2]].covers(ref[2])],
+            "misaligned_verse_numbering",
+            drops,
+        )
         _drop(pairs, length_ratio_outliers(pairs, model), "length_ratio_outlier", drops)
         steps.update()
         steps.set_postfix_str("split and write")
@@ -338,7 +368,9 @@ def build_bible_corpus(out_dir: Path | str, cache_dir: Path | str = DEFAULT_CACH
         "dropped": {reason: count for reason, count in sorted(drops.items()) if count},
         "misaligned_chapters": {
             f"{book} {chapter}": {
-                "verses": ", ".join(f"{first}-{last}" if first != last else str(first) for first, last in m.spans),
+                "verses": ", ".join(
+                    f"{first}-{last}" if first != last else str(first) for first, last in m.spans
+                ),
                 "gain_nats": round(m.gain, 1),
             }
             for (book, chapter), m in misaligned.items()
@@ -353,7 +385,9 @@ def build_bible_corpus(out_dir: Path | str, cache_dir: Path | str = DEFAULT_CACH
         "build_seconds": round(time.monotonic() - started, 1),
     }
     # Written last: its presence marks a complete build.
-    (out_dir / "stats.json").write_text(json.dumps(stats, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    (out_dir / "stats.json").write_text(
+        json.dumps(stats, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
+    )
     _log_summary(stats)
     return stats
 
@@ -385,13 +419,19 @@ def _split_and_dedup(
 def _log_summary(stats: dict) -> None:
     for module, count in stats["verses_read"].items():
         logger.info("verses read from %s: %d", module, count)
-    logger.info("WEB verses in books the RV1909 lacks (deuterocanon, not paired): %d",
-                stats["target_verses_in_books_without_source"])
+    logger.info(
+        "WEB verses in books the RV1909 lacks (deuterocanon, not paired): %d",
+        stats["target_verses_in_books_without_source"],
+    )
     logger.info("pairs by reference: %d", stats["paired_by_reference"])
     for reason, count in stats["dropped"].items():
         logger.info("dropped %6d  %s", count, reason)
     logger.info("misaligned verse numbering in %d chapters:", len(stats["misaligned_chapters"]))
     for chapter, info in stats["misaligned_chapters"].items():
-        logger.info("  %-10s verses %-12s (evidence %.1f nats)", chapter, info["verses"], info["gain_nats"])
-    logger.info("pairs per split: %s; chapters per split: %s", stats["split_pairs"], stats["split_chapters"])
+        logger.info(
+            "  %-10s verses %-12s (evidence %.1f nats)", chapter, info["verses"], info["gain_nats"]
+        )
+    logger.info(
+        "pairs per split: %s; chapters per split: %s", stats["split_pairs"], stats["split_chapters"]
+    )
     logger.info("built in %.1f s", stats["build_seconds"])

@@ -50,7 +50,9 @@ def _tfds_split_name(builder, split: str, name: str) -> str:
     for candidate in _TFDS_SPLIT_ALIASES.get(split, (split,)):
         if candidate in available:
             return candidate
-    raise CorpusError(f"TFDS dataset {name!r} has no {split!r} split (it has {', '.join(available)})")
+    raise CorpusError(
+        f"TFDS dataset {name!r} has no {split!r} split (it has {', '.join(available)})"
+    )
 
 
 def load_tfds_pairs(
@@ -100,7 +102,8 @@ def load_tfds_pairs(
         logger.info(
             "TFDS dataset %r is not in %s yet: downloading and preparing it "
             "(offline, this fails only after TFDS's download retries, a few minutes)",
-            name, builder.data_dir_root,
+            name,
+            builder.data_dir_root,
         )
         try:
             builder.download_and_prepare()
@@ -148,9 +151,11 @@ def load_pairs(
         raise CorpusError(f"unknown split {split!r}; expected one of {', '.join(SPLITS)}")
 
     if source_spec.startswith(TFDS_PREFIX):
-        name = source_spec[len(TFDS_PREFIX):]
+        name = source_spec[len(TFDS_PREFIX) :]
         if not name:
-            raise CorpusError("empty TFDS name in source spec 'tfds:'; e.g. tfds:ted_hrlr_translate/pt_to_en")
+            raise CorpusError(
+                "empty TFDS name in source spec 'tfds:'; e.g. tfds:ted_hrlr_translate/pt_to_en"
+            )
         return load_tfds_pairs(name, split, data_dir=tfds_data_dir, download=tfds_download)
 
     if source_spec == BIBLE_SPEC:

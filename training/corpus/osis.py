@@ -10,8 +10,7 @@ from __future__ import annotations
 import collections
 import html
 import re
-from typing import Iterable, Mapping
-
+from collections.abc import Iterable, Mapping
 
 # Back matter that the WEB module appends after the closing book milestone of
 # Revelation (a whole glossary inside the text of Rev 22:21).
@@ -27,14 +26,29 @@ _TITLE = re.compile(r"<title\b([^>]*)>(.*?)</title>", re.S)
 _ADJACENT_WORD_ELEMENTS = re.compile(r"(</(?:w|transChange)>)(?=<(?:w|transChange)\b)")
 # ...except an added enclitic pronoun, which belongs to the verb before it
 # ("sáca</w><transChange>lo</transChange>" is "sácalo").
-_ADDED_CLITIC = re.compile(r"</w>(?=<transChange\b[^>]*>(?:lo|la|le|los|las|les|me|te|se|nos|os)</transChange>)")
+_ADDED_CLITIC = re.compile(
+    r"</w>(?=<transChange\b[^>]*>(?:lo|la|le|los|las|les|me|te|se|nos|os)</transChange>)"
+)
 _LAST_WORD = re.compile(r"(\w+)$")
 _ACCENTED = set("áéíóú")
 # Accented words that are not verbs with an enclitic split off.
-_NOT_CLITIC_HOSTS = {"cuánto", "cuánta", "cuántos", "cuántas", "cómo", "dónde", "cuándo", "quién", "quiénes", "cuál"}
+_NOT_CLITIC_HOSTS = {
+    "cuánto",
+    "cuánta",
+    "cuántos",
+    "cuántas",
+    "cómo",
+    "dónde",
+    "cuándo",
+    "quién",
+    "quiénes",
+    "cuál",
+}
 # Inline markup sits inside running text; any other tag (line, paragraph,
 # chapter and list milestones) separates words.
-_INLINE_TAG = re.compile(r"</?(?:w|transChange|seg|name|hi|divineName|foreign|inscription|mentioned)\b[^>]*>")
+_INLINE_TAG = re.compile(
+    r"</?(?:w|transChange|seg|name|hi|divineName|foreign|inscription|mentioned)\b[^>]*>"
+)
 # Quotation elements may or may not separate words: the WEB closes a quote
 # right against the next word ("righteousness.”</q><w>Then"), but also opens
 # one inside a sentence ("he said, <q>“Go"); decided like dropped content.
@@ -123,7 +137,9 @@ def strip_markup(osis: str) -> str:
     """
     text = _BOOK_END.sub("", osis)
     text = _DROPPED_ELEMENTS.sub(_GAP, text)
-    text = _TITLE.sub(lambda m: f" {m.group(2)} " if 'canonical="true"' in m.group(1) else _GAP, text)
+    text = _TITLE.sub(
+        lambda m: f" {m.group(2)} " if 'canonical="true"' in m.group(1) else _GAP, text
+    )
     text = _QUOTE_TAG.sub(_GAP, text)
     text = _ADDED_CLITIC.sub(_join_added_clitic, text)
     text = _ADJACENT_WORD_ELEMENTS.sub(r"\1 ", text)
@@ -143,7 +159,9 @@ def _is_caps_word(word: str) -> bool:
     return len(word) >= 2 and word.isalpha() and word.isupper()
 
 
-_SENTENCE_START = re.compile(r"(?:^|[" + re.escape(_SENTENCE_END) + r"])[\s" + re.escape(_OPENING_PUNCT) + r"]*(?=\w)")
+_SENTENCE_START = re.compile(
+    r"(?:^|[" + re.escape(_SENTENCE_END) + r"])[\s" + re.escape(_OPENING_PUNCT) + r"]*(?=\w)"
+)
 
 
 def _sentence_starts(text: str) -> set[int]:
@@ -172,7 +190,11 @@ def build_casing_table(texts: Iterable[str]) -> dict[str, str]:
 
 
 def _opens_caps_run(
-    text: str, words: list[re.Match], index: int, casing: Mapping[str, str], sentence_starts: set[int]
+    text: str,
+    words: list[re.Match],
+    index: int,
+    casing: Mapping[str, str],
+    sentence_starts: set[int],
 ) -> int | None:
     """Where the drop-cap run holding `words[index]` starts, or None if it is not one.
 
@@ -185,14 +207,14 @@ def _opens_caps_run(
     word = words[index].group()
     if not _is_caps_word(word):
         return None
-    if word.lower() not in casing and text[words[index].end():].lstrip().startswith("."):
+    if word.lower() not in casing and text[words[index].end() :].lstrip().startswith("."):
         return None
     start = index
     while (
         start > 0
         and len(words[start - 1].group()) == 1
         and words[start - 1].group().isupper()
-        and text[words[start - 1].end():words[start].start()].isspace()
+        and text[words[start - 1].end() : words[start].start()].isspace()
     ):
         start -= 1
     return start if words[start].start() in sentence_starts else None
@@ -230,7 +252,7 @@ def fix_caps_opening(text: str, casing: Mapping[str, str]) -> str:
     while (
         end + 1 < len(words)
         and _is_caps_word(words[end + 1].group())
-        and text[words[end].end():words[end + 1].start()].isspace()
+        and text[words[end].end() : words[end + 1].start()].isspace()
     ):
         end += 1
     pieces, cursor = [], 0
@@ -239,7 +261,7 @@ def fix_caps_opening(text: str, casing: Mapping[str, str]) -> str:
         word = casing.get(match.group().lower(), match.group().lower())
         if position == start:  # no single capital letter before it: it opens the sentence
             word = word[:1].upper() + word[1:]
-        pieces += [text[cursor:match.start()], word]
+        pieces += [text[cursor : match.start()], word]
         cursor = match.end()
     return "".join(pieces) + text[cursor:]
 

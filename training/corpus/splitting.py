@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import unicodedata
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from training.corpus.tsv import SPLITS, Pair
 
@@ -70,7 +70,9 @@ def dedup_against(pairs: Sequence[Pair], reference: Iterable[Pair]) -> tuple[lis
     return kept, len(pairs) - len(kept)
 
 
-def split_single_file(pairs: Sequence[Pair], heldout_fraction: float = HELDOUT_FRACTION) -> dict[str, list[Pair]]:
+def split_single_file(
+    pairs: Sequence[Pair], heldout_fraction: float = HELDOUT_FRACTION
+) -> dict[str, list[Pair]]:
     """Splits one corpus into train/dev/test by a hash of each normalized source.
 
     Identical sources hash alike, so a sentence never leaks from train into dev

@@ -11,8 +11,8 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 logger = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ def _parse_tsv_line(raw: bytes) -> tuple[Pair | None, str | None]:
     try:
         line = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        return None, f"invalid UTF-8 (byte {exc.start}: {raw[exc.start:exc.start + 1]!r})"
+        return None, f"invalid UTF-8 (byte {exc.start}: {raw[exc.start : exc.start + 1]!r})"
     if not line.strip():
         return None, None
     fields = line.split("\t")
@@ -126,15 +126,15 @@ def read_tsv(
     if len(found) > _MAX_LOGGED_PROBLEMS:
         logger.warning(
             "%s: %d malformed lines skipped in total (first %d logged)",
-            path, len(found), _MAX_LOGGED_PROBLEMS,
+            path,
+            len(found),
+            _MAX_LOGGED_PROBLEMS,
         )
     if problems is not None:
         problems.extend(found)
     if not pairs:
         detail = f" ({len(found)} malformed lines, first: {found[0]})" if found else ""
-        raise CorpusError(
-            f"corpus file {path} has no valid 'source<TAB>target' pair{detail}"
-        )
+        raise CorpusError(f"corpus file {path} has no valid 'source<TAB>target' pair{detail}")
     return pairs
 
 
