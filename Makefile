@@ -24,7 +24,7 @@ SERVER_FLAGS := --port=$(PORT) --rest_api_port=$(REST_PORT) --model_name=$(MODEL
 	--model_base_path=$(abspath $(EXPORT_BASE))/$(MODEL_NAME) --enable_batching \
 	--batching_parameters_file=serving/batching.config
 
-.PHONY: setup test data train average evaluate export serve query demo demo-train pretrained notebooks \
+.PHONY: setup test lint data train average evaluate export serve query demo demo-train pretrained notebooks \
 	bench-train bench-decode bench-serve bench-sweep bench-tokenizer export-ctranslate2 clean-venv
 
 setup: $(STAMP)
@@ -39,8 +39,12 @@ $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	touch $(STAMP)
 
 # The tokenizer tests read every sentence of the embedded corpus: `data` builds it when missing.
-test: $(STAMP) data
+test: $(STAMP) data lint
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile tests
+
+lint: $(STAMP)  ## The house style: ruff's lint and format checks (`ruff format .` fixes the latter).
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 
 data: $(STAMP)  ## The embedded Spanish→English corpus (rebuilt only when missing).
 	$(PY) -m training.prepare_data --out data/bible
