@@ -25,7 +25,6 @@ import contextlib
 import dataclasses
 import os
 import shlex
-import socket
 import subprocess
 import sys
 import tempfile
@@ -38,6 +37,7 @@ import psutil
 from tqdm import tqdm
 
 from benchmarks.sentences import SPANISH_SENTENCES
+from serving.model_server.server import GRPC_PORT_LOG_LINE
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SERVING_DIR = os.path.join(REPO_ROOT, "serving")  # the committed batching.config
@@ -132,21 +132,15 @@ def measure_interleaved(
     return sorted(rows, key=lambda row: list(callers).index(row[0]))
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 @contextlib.contextmanager
 def server_process(model_name: str, base_path: str, extra_flags: Sequence[str]) -> Iterator[tuple]:
-    """Starts `python -m serving.server` and yields (address, psutil.Process) once it answers."""
-    port = free_port()
+    """Starts `python -m serving.server` on a port it picks (`--port=0`) and yields
+    (address, psutil.Process) once it answers."""
     command = [
         sys.executable,
         "-m",
         "serving.server",
-        f"--port={port}",
+        "--port=0",
         f"--model_name={model_name}",
         f"--model_base_path={base_path}",
         "--file_system_poll_wait_seconds=0",
@@ -161,14 +155,20 @@ def server_process(model_name: str, base_path: str, extra_flags: Sequence[str]) 
         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
     )
     try:
-        channel = grpc.insecure_channel(f"127.0.0.1:{port}")
-        try:
-            grpc.channel_ready_future(channel).result(timeout=180)
-        except grpc.FutureTimeoutError:
+        port = None
+        deadline = time.monotonic() + 180
+        while port is None:
             log.seek(0)
-            raise RuntimeError(
-                "server did not start:\n" + log.read().decode(errors="replace")
-            ) from None
+            text = log.read().decode(errors="replace")
+            match = GRPC_PORT_LOG_LINE.search(text)
+            if match:
+                port = int(match.group(1))
+            elif process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("server did not start:\n" + text)
+            else:
+                time.sleep(0.1)
+        channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+        grpc.channel_ready_future(channel).result(timeout=60)
         channel.close()
         yield f"127.0.0.1:{port}", psutil.Process(process.pid)
     finally:

@@ -24,7 +24,6 @@ them from its log; `reserved_port` holds a port for a server that starts later.
 
 import contextlib
 import os
-import re
 import shutil
 import socket
 import subprocess
@@ -37,6 +36,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 from tensorflow_serving.apis import predict_pb2, prediction_log_pb2
+
+from serving.model_server.server import GRPC_PORT_LOG_LINE, REST_PORT_LOG_LINE
 
 MODEL_NAME = "translator"
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -257,10 +258,6 @@ def wait_for(
         time.sleep(interval)
 
 
-_GRPC_PORT_LINE = re.compile(r"Running gRPC ModelServer at [^ ]+:(\d+) \.\.\.")
-_REST_PORT_LINE = re.compile(r"Exporting HTTP/REST API at:[^ ]+:(\d+) \.\.\.")
-
-
 class ServerProcess:
     """`python -m serving.server` in a subprocess, on ports the server picked itself.
 
@@ -307,7 +304,10 @@ class ServerProcess:
     def _read_log(self) -> None:
         for line in self.process.stdout:
             self._lines.append(line)
-            grpc_match, rest_match = _GRPC_PORT_LINE.search(line), _REST_PORT_LINE.search(line)
+            grpc_match, rest_match = (
+                GRPC_PORT_LOG_LINE.search(line),
+                REST_PORT_LOG_LINE.search(line),
+            )
             if grpc_match:
                 self.grpc_port = int(grpc_match.group(1))
             if rest_match:

@@ -25,6 +25,7 @@ import argparse
 import dataclasses
 import logging
 import os
+import re
 import signal
 import sys
 import threading
@@ -42,6 +43,11 @@ from serving.model_server.manager import ManagerOptions, ServableManager
 from serving.model_server.predict import run_warmup
 from serving.model_server.rest import RestApi, RestServer
 from training.config import parse_bool
+
+# The lines that say where the server listens (TF Serving's wording): with --port=0 and
+# --rest_api_free_port, whoever started the server reads the ports it picked from them.
+GRPC_PORT_LOG_LINE = re.compile(r"Running gRPC ModelServer at [^ ]+:(\d+) \.\.\.")
+REST_PORT_LOG_LINE = re.compile(r"Exporting HTTP/REST API at:[^ ]+:(\d+) \.\.\.")
 
 logger = logging.getLogger("serving.server")
 
