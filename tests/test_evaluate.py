@@ -8,7 +8,7 @@ import pytest
 import sacrebleu
 import tensorflow as tf
 
-from model.decoding import greedy_decode
+from model.decoding import beam_search_decode, greedy_decode
 from model.special_tokens import END_ID, START_ID
 from serving.export import export_run
 from training import artifacts
@@ -63,6 +63,23 @@ def test_beam_search_evaluation_and_cli(tiny_run, tmp_path, capsys):
     assert "BLEU" in out and "chrF" in out and "beam 3" in out
     report = json.loads((tmp_path / "test.beam3.report.json").read_text())
     assert report["sentences"] == 8 and np.isfinite(report["bleu"])
+
+
+def test_beam_hypotheses_are_beam_search_decode_one_sentence_at_a_time(tiny_run, tmp_path):
+    run_dir = tiny_run["run_dir"]
+    evaluate(
+        run_dir, "test", beam_width=3, alpha=1.0, limit=6, batch_size=1, output_dir=str(tmp_path)
+    )
+    hypotheses = (tmp_path / "test.beam3.hyp.txt").read_text(encoding="utf-8").splitlines()
+    model, source_tokenizer, target_tokenizer, config = artifacts.load_trained(run_dir)
+    for (source, _), hypothesis in zip(
+        load_pairs(config["data"], "test")[:6], hypotheses, strict=True
+    ):
+        ids = source_tokenizer.tokenize(tf.constant([source])).to_tensor()
+        tokens = beam_search_decode(
+            model, tf.cast(ids, tf.int32), START_ID, END_ID, beam_width=3, alpha=1.0
+        )["tokens"]
+        assert target_tokenizer.detokenize(tokens).numpy()[0].decode() == hypothesis
 
 
 @pytest.mark.parametrize("beam_width", [1, 4], ids=["greedy", "beam4"])
