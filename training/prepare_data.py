@@ -41,10 +41,15 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="rebuild and replace the output files if they already exist",
     )
+    parser.add_argument(
+        "--books",
+        help="comma-separated OSIS book names (e.g. Ruth,Jonah) for a quick partial build",
+    )
     args = parser.parse_args(argv)
+    books = [name.strip() for name in args.books.split(",") if name.strip()] if args.books else None
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
-        build_bible_corpus(args.out, args.cache, force=args.force)
+        build_bible_corpus(args.out, args.cache, force=args.force, books=books)
     except (CorpusError, FileExistsError) as exc:
         logger.error("error: %s", exc)
         return 1

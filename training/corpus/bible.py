@@ -136,12 +136,15 @@ def package_versions(
 # -------------------------------------------------------------------- 2. read
 
 
-def read_sword_module(sword_root: Path, module: str) -> VerseTexts:
+def read_sword_module(
+    sword_root: Path, module: str, books: Iterable[str] | None = None
+) -> VerseTexts:
     """Reads every verse slot of a SWORD Bible module as raw OSIS markup.
 
     Args:
       sword_root: directory holding `mods.d/` and `modules/`.
       module: module name, e.g. `spaRV1909eb`.
+      books: OSIS book names to read (e.g. `Jonah`); None reads them all.
 
     Returns:
       `{(book, chapter, verse): osis_text}` over all slots of the module's
@@ -162,8 +165,15 @@ def read_sword_module(sword_root: Path, module: str) -> VerseTexts:
     bible._decompressed_text = functools.lru_cache(maxsize=2)(bible._decompressed_text)
 
     verses: VerseTexts = {}
-    books = [book for testament in bible.get_structure().get_books().values() for book in testament]
-    for book in tqdm(books, desc=f"read {module}", unit="book", leave=False):
+    wanted = None if books is None else set(books)
+    all_books = [
+        book for testament in bible.get_structure().get_books().values() for book in testament
+    ]
+    chosen = [book for book in all_books if wanted is None or book.osis_name in wanted]
+    if wanted is not None and len(chosen) != len(wanted):
+        unknown = sorted(wanted - {book.osis_name for book in chosen})
+        raise CorpusError(f"{module} has no book(s) {', '.join(unknown)} (OSIS names, e.g. Gen)")
+    for book in tqdm(chosen, desc=f"read {module}", unit="book", leave=False):
         texts = list(bible.get_iter(books=[book.name], clean=False))
         refs = [
             (book.osis_name, chapter, verse)
@@ -287,7 +297,10 @@ def _outputs(out_dir: Path) -> list[Path]:
 
 
 def build_bible_corpus(
-    out_dir: Path | str, cache_dir: Path | str = DEFAULT_CACHE_DIR, force: bool = False
+    out_dir: Path | str,
+    cache_dir: Path | str = DEFAULT_CACHE_DIR,
+    force: bool = False,
+    books: Iterable[str] | None = None,
 ) -> dict:
     """Builds train/dev/test.tsv and stats.json of the Bible corpus in `out_dir`.
 
@@ -295,6 +308,7 @@ def build_bible_corpus(
       out_dir: output directory (created).
       cache_dir: where the .deb packages are downloaded and unpacked.
       force: rebuild even if all outputs exist (they are then replaced).
+      books: only these OSIS books (a quick build, e.g. for tests); None: the whole Bible.
 
     Returns:
       The statistics also written to stats.json (empty dict if nothing was done).
@@ -325,8 +339,8 @@ def build_bible_corpus(
         sword_root = fetch_sword_packages(cache_dir)
         steps.update()
         steps.set_postfix_str("read modules")
-        raw_source = read_sword_module(sword_root, SOURCE_MODULE)
-        raw_target = read_sword_module(sword_root, TARGET_MODULE)
+        raw_source = read_sword_module(sword_root, SOURCE_MODULE, books)
+        raw_target = read_sword_module(sword_root, TARGET_MODULE, books)
         steps.update()
         steps.set_postfix_str("clean markup")
         source = clean_source_verses(raw_source)
