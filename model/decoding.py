@@ -62,12 +62,18 @@ def length_penalty(length, alpha):
     return tf.pow((5.0 + tf.cast(length, tf.float32)) / 6.0, alpha)
 
 
-def transformer_step_fn(model):
-    """The step function of a `Transformer` whose state is its decoding cache (`init_cache`)."""
+def transformer_step_fn(model, with_alignment=True):
+    """The step function of a `Transformer` whose state is its decoding cache (`init_cache`).
+
+    Without alignment, it returns a `(rows, 0)` one, so a search carries no alignment at all.
+    """
 
     def step_fn(ids, step, cache):
         output = model.decode(ids[:, tf.newaxis], cache, step)
-        return output.logits[:, 0], output.alignment[:, 0], output.cache
+        alignment = output.alignment[:, 0]
+        if not with_alignment:
+            alignment = alignment[:, :0]
+        return output.logits[:, 0], alignment, output.cache
 
     return step_fn
 
@@ -643,15 +649,28 @@ def _store(outputs, best, max_length):
         "tokens": tf.tensor_scatter_nd_update(
             outputs["tokens"], rows, tf.pad(best["tokens"], [[0, 0], [0, room]])
         ),
-        "alignment": tf.tensor_scatter_nd_update(
-            outputs["alignment"], rows, tf.pad(best["alignment"], [[0, 0], [0, room], [0, 0]])
+        # A search without alignments carries them zero wide, where a scatter is an error.
+        "alignment": tf.cond(
+            tf.size(outputs["alignment"]) > 0,
+            lambda: tf.tensor_scatter_nd_update(
+                outputs["alignment"], rows, tf.pad(best["alignment"], [[0, 0], [0, room], [0, 0]])
+            ),
+            lambda: outputs["alignment"],
         ),
         "scores": tf.tensor_scatter_nd_update(outputs["scores"], rows, best["scores"]),
     }
 
 
 def beam_search_decode(
-    model, inp, start_id, end_id, beam_width=4, alpha=0.6, max_length=None, min_length=0
+    model,
+    inp,
+    start_id,
+    end_id,
+    beam_width=4,
+    alpha=0.6,
+    max_length=None,
+    min_length=0,
+    with_alignment=True,
 ):
     """`beam_search` over a `Transformer` with its key/value cache.
 
@@ -662,10 +681,13 @@ def beam_search_decode(
         beam_width: hypotheses kept per sentence (1 = greedy when alpha = 0).
         alpha: length-penalty exponent (0.6 in GNMT and the paper).
         max_length, min_length: as in `greedy_decode`.
+        with_alignment: False skips the alignments (every beam's would be gathered and
+            concatenated at each step, for nothing when only the translation is wanted).
 
     Returns:
         dict: `tokens` `(batch, out_len)` of the best hypothesis, `scores` `(batch,)` its
-        length-normalized log-probability, `alignment` `(batch, out_len, inp_len)`.
+        length-normalized log-probability, `alignment` `(batch, out_len, inp_len)` (or
+        `(batch, out_len, 0)` without alignment).
     """
     if max_length is None:
         max_length = max_output_length(inp, limit=model.pe_target - 1)
@@ -673,12 +695,12 @@ def beam_search_decode(
     start_ids = tf.fill([tf.shape(inp)[0]], tf.cast(start_id, tf.int32))
     return _trim(
         beam_search(
-            transformer_step_fn(model),
+            transformer_step_fn(model, with_alignment),
             start_ids,
             end_id,
             cache,
             max_length,
-            alignment_width=tf.shape(inp)[1],
+            alignment_width=tf.shape(inp)[1] if with_alignment else 0,
             beam_width=beam_width,
             alpha=alpha,
             min_length=min_length,

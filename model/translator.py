@@ -152,6 +152,7 @@ class Translator:
             beam_width=self.options.beam_width,
             alpha=self.options.alpha,
             max_length=self._max_output_length(source_ids),
+            with_alignment=False,
         )
         return {
             "translation": self.target_tokenizer.detokenize(decoded["tokens"]),

@@ -4,6 +4,9 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+import model  # noqa: E402, F401  (the first TensorFlow import: no start-up notices)
+
+# isort: split
 import keras  # noqa: E402
 import pytest  # noqa: E402
 

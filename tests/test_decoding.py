@@ -159,6 +159,19 @@ def test_beam_width_one_equals_greedy(trained_reverse_model, sources):
     np.testing.assert_allclose(beam["scores"], greedy["scores"], atol=1e-4)
 
 
+def test_beam_search_without_alignment_finds_the_same_hypotheses(untrained_model):
+    """The served beam search skips the alignments; what it finds must not change."""
+    source = np.random.default_rng(2).integers(4, 30, size=(5, 8))
+    source[1, 5:] = 0
+    with_alignment = in_graph(beam_search_decode, untrained_model, max_length=10)(source)
+    without = in_graph(beam_search_decode, untrained_model, max_length=10, with_alignment=False)(
+        source
+    )
+    np.testing.assert_array_equal(without["tokens"], with_alignment["tokens"])
+    np.testing.assert_array_equal(without["scores"], with_alignment["scores"])
+    assert with_alignment["alignment"].shape[2] == 8 and without["alignment"].shape[2] == 0
+
+
 @pytest.mark.parametrize("alpha", [0.0, 0.6, 1.0])
 def test_beam_never_scores_below_greedy(untrained_model, alpha):
     """Under beam search's own score (log P / length penalty), checked by teacher forcing."""
