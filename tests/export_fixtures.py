@@ -4,9 +4,9 @@
 
 `build_tiny_run` learns SentencePiece vocabularies from `PAIRS` and fits a 1-layer, d_model 32
 Transformer on them (teacher forcing: decoder input = target[:-1], labels = target[1:]) until it
-reproduces the training translations, so exports of it emit real words and [END]. It takes
-about 15 s on two CPU cores. Tests that need a real translator (export, serving) build one per
-session or module with it instead of waiting for a full training run.
+reproduces the training translations, so exports of it emit real words and [END]. Tests that
+need a real translator (export, serving) build one per session or module with it instead of
+waiting for a full training run.
 """
 
 import json

@@ -90,7 +90,7 @@ PRESETS = {
         log_every=25,
         dev_batches=5,
     ),
-    # The CPU default: about 45 minutes on 2 cores (see README for the measured numbers).
+    # The CPU default, sized for well under an hour on 2 cores (README has the measured time).
     "small": dict(
         vocab_size=8000,
         max_length=96,
