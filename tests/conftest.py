@@ -44,3 +44,12 @@ def tiny_run(tiny_corpus, tmp_path_factory):
     config = resolve_config("tiny", overrides={"data": tiny_corpus, "train_steps": 60})
     dev_loss, dev_accuracy = train(config, run_dir, preset="tiny")
     return {"run_dir": run_dir, "dev_loss": dev_loss, "dev_accuracy": dev_accuracy}
+
+
+@pytest.fixture(scope="session")
+def exports(tmp_path_factory):
+    """`{version: export dir}`: the toy translator exported as versions 1 and 2, once per session
+    (tests/serving_fixtures.py; the server and client tests install them into model bases)."""
+    from tests.serving_fixtures import toy_exports
+
+    return toy_exports(tmp_path_factory)

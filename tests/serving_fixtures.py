@@ -187,18 +187,10 @@ def export_toy_translator(export_dir: str, version: int, with_warmup: bool = Tru
     return export_dir
 
 
-_EXPORT_CACHE: dict[str, dict[int, str]] = {}
-
-
 def toy_exports(tmp_path_factory) -> dict[int, str]:
-    """Exports of versions 1 and 2, built once per test session (exports take seconds)."""
-    key = str(tmp_path_factory.getbasetemp())
-    if key not in _EXPORT_CACHE:
-        root = tmp_path_factory.mktemp("toy_exports")
-        _EXPORT_CACHE[key] = {
-            version: export_toy_translator(str(root / str(version)), version) for version in (1, 2)
-        }
-    return _EXPORT_CACHE[key]
+    """Exports of versions 1 and 2 (exports take seconds: use the session fixture `exports`)."""
+    root = tmp_path_factory.mktemp("toy_exports")
+    return {version: export_toy_translator(str(root / str(version)), version) for version in (1, 2)}
 
 
 def install_version(

@@ -19,15 +19,9 @@ from tests.serving_fixtures import (
     expected_greedy_score,
     make_model_base,
     reserved_port,
-    toy_exports,
 )
 
 SENTENCES = ["hello big world", "good morning", "a", ""]
-
-
-@pytest.fixture(scope="module")
-def exports(tmp_path_factory):
-    return toy_exports(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")

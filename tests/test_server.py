@@ -54,7 +54,6 @@ from tests.serving_fixtures import (
     install_version,
     make_model_base,
     texts_request,
-    toy_exports,
     wait_for,
 )
 
@@ -181,11 +180,6 @@ def write_batching_file(path, **values) -> str:
 
 
 # -------------------------------------------------------------------------- fixtures
-
-
-@pytest.fixture(scope="module")
-def exports(tmp_path_factory):
-    return toy_exports(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")

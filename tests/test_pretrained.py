@@ -1,0 +1,60 @@
+"""The bundled pretrained model (pretrained/bible-es-en): its size, and that its reported
+evaluation is what its committed weights translate and what sacreBLEU scores."""
+
+import json
+import os
+
+import sacrebleu
+
+from training import artifacts
+from training.corpus import load_pairs
+from training.evaluate import BATCH_SIZE, run_translate_function, translate
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PRETRAINED = os.path.join(ROOT, artifacts.PRETRAINED_RUN)
+SIZE_BUDGET_BYTES = 25 * 2**20  # issue #15: at most 25 MB in the repository
+
+
+def read_lines(path):
+    with open(path, encoding="utf-8") as handle:
+        return handle.read().splitlines()
+
+
+def test_the_bundle_is_complete_and_within_its_size_budget():
+    for name in (
+        "config.json",
+        "model.keras",
+        "tokenizer",
+        "README.md",
+        "training_curves.png",
+        "eval/test.greedy.report.json",
+        "eval/test.beam4.report.json",
+    ):
+        assert os.path.exists(os.path.join(PRETRAINED, name)), name
+    size = sum(
+        os.path.getsize(os.path.join(root, name))
+        for root, _, names in os.walk(PRETRAINED)
+        for name in names
+    )
+    assert size <= SIZE_BUDGET_BYTES
+
+
+def test_reported_scores_are_sacrebleu_on_the_written_hypotheses_and_in_the_card():
+    references = [target for _, target in load_pairs("bible", "test")]
+    card = "\n".join(read_lines(os.path.join(PRETRAINED, "README.md")))
+    for stem in ("test.greedy", "test.beam4"):
+        with open(os.path.join(PRETRAINED, "eval", f"{stem}.report.json"), encoding="utf-8") as f:
+            report = json.load(f)
+        hypotheses = read_lines(os.path.join(PRETRAINED, "eval", f"{stem}.hyp.txt"))
+        assert len(hypotheses) == len(references) == report["sentences"]
+        assert report["bleu"] == round(sacrebleu.corpus_bleu(hypotheses, [references]).score, 2)
+        assert report["chrf"] == round(sacrebleu.corpus_chrf(hypotheses, [references]).score, 2)
+        assert f"| {report['decoding']} | {report['bleu']:.2f} | {report['chrf']:.2f} |" in card
+
+
+def test_the_committed_weights_translate_as_reported():
+    """The first batch of the test split, greedy, as `training.evaluate` batches it."""
+    translate_batch, _ = run_translate_function(PRETRAINED)
+    sources = [source for source, _ in load_pairs("bible", "test")[:BATCH_SIZE]]
+    reported = read_lines(os.path.join(PRETRAINED, "eval", "test.greedy.hyp.txt"))[:BATCH_SIZE]
+    assert translate(sources, translate_batch, show_progress=False) == reported
