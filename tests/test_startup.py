@@ -50,3 +50,21 @@ def test_the_filter_keeps_real_warnings_and_errors():
     )
     assert filter_start_up_notices(notices + real) == real
     assert filter_start_up_notices(notices) == b""
+
+
+def test_a_training_run_logs_no_tensorflow_internals(tiny_corpus, tmp_path):
+    log = stderr_of(
+        "-m",
+        "training.train",
+        "--preset",
+        "tiny",
+        "--data",
+        tiny_corpus,
+        "--run_dir",
+        str(tmp_path / "run"),
+        "--train_steps",
+        "4",
+    ).decode()
+    assert "training.train:" in log  # the run's own INFO lines stay
+    for noise in ("Sharding callback duration", "absl::InitializeLog", "cuInit", "oneDNN custom"):
+        assert noise not in log, noise
