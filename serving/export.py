@@ -247,12 +247,15 @@ def export_translator(
     return write_version(archive, export_base, model_name, info)
 
 
-def export_run(run_dir, export_base="exports", model_name="translator", options=DecodingOptions()):
-    """Loads a training run (`training.artifacts.load_trained`) and exports it.
+def export_run(run_dir, export_base="exports", model_name="translator", options=None):
+    """Loads a training run (`training.artifacts.load_trained`) and exports it, decoding with
+    `options` (default: the run's own, `training.artifacts.decoding_options`).
 
     Returns:
         str, the new version directory.
     """
+    if options is None:
+        options = artifacts.decoding_options(run_dir)
     model, source_tokenizer, target_tokenizer, config = artifacts.load_trained(run_dir)
     return export_translator(
         model, source_tokenizer, target_tokenizer, export_base, model_name, options, config
@@ -287,14 +290,14 @@ def main(argv=None):
     parser.add_argument(
         "--beam_width",
         type=int,
-        default=defaults.beam_width,
-        help=f"beam width of the beam_search signature (default: {defaults.beam_width})",
+        help="beam width of the beam_search signature (default: the run's decoding.json, "
+        f"else {defaults.beam_width})",
     )
     parser.add_argument(
         "--alpha",
         type=float,
-        default=defaults.alpha,
-        help=f"beam search length-penalty exponent (default: {defaults.alpha})",
+        help="beam search length-penalty exponent (default: the run's decoding.json, else "
+        f"{defaults.alpha})",
     )
     parser.add_argument(
         "--max_length_ratio",
@@ -311,9 +314,13 @@ def main(argv=None):
     )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    run_options = artifacts.decoding_options(args.run_dir)
     try:
         options = DecodingOptions(
-            args.beam_width, args.alpha, args.max_length_ratio, args.max_length_offset
+            run_options.beam_width if args.beam_width is None else args.beam_width,
+            run_options.alpha if args.alpha is None else args.alpha,
+            args.max_length_ratio,
+            args.max_length_offset,
         )
     except ValueError as error:
         parser.error(str(error))

@@ -24,7 +24,7 @@ def bundled(tiny_run, tmp_path_factory):
     shutil.copytree(tiny_run["run_dir"], run_dir)
     average_run(run_dir, 2)
     bundle_dir = str(work / "pretrained" / "tiny-es-en")
-    reports = bundle(run_dir, bundle_dir, REPRODUCE, beam_width=2)
+    reports = bundle(run_dir, bundle_dir, REPRODUCE, beam_width=2, alpha=1.0)
     return run_dir, bundle_dir, reports
 
 
@@ -68,7 +68,7 @@ def test_the_bundle_translates_as_the_run_does_and_its_card_reports_it(bundled, 
     with open(os.path.join(bundle_dir, "eval", "test.greedy.hyp.txt"), encoding="utf-8") as handle:
         assert handle.read() == run_hypotheses
     greedy, beam = reports
-    assert greedy["bleu"] == from_run["bleu"] and beam["decoding"] == "beam 2, alpha 0.6"
+    assert greedy["bleu"] == from_run["bleu"] and beam["decoding"] == "beam 2, alpha 1.0"
     with open(os.path.join(bundle_dir, "README.md"), encoding="utf-8") as handle:
         card = handle.read()
     for report in reports:
@@ -107,3 +107,17 @@ def test_the_notebooks_fall_back_on_the_pretrained_model_last():
     support = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(support)
     assert support.TRAINED_RUN_DIRS[-1] == support.REPO_ROOT / artifacts.PRETRAINED_RUN
+
+
+def test_exports_and_evaluations_of_the_bundle_use_its_decoding_options(bundled, tmp_path):
+    from model.translator import EXPORT_INFO_PATH
+    from serving.export import export_run
+
+    _, bundle_dir, reports = bundled
+    assert artifacts.decoding_options(bundle_dir).alpha == 1.0
+    version_dir = export_run(bundle_dir, export_base=str(tmp_path / "exports"))
+    with open(os.path.join(version_dir, EXPORT_INFO_PATH), encoding="utf-8") as handle:
+        assert json.load(handle)["decoding"]["beam_width"] == 2
+    report = evaluate(bundle_dir, "test", beam_width=2, output_dir=str(tmp_path / "eval"))
+    assert report["decoding"] == "beam 2, alpha 1.0" and report["bleu"] == reports[1]["bleu"]
+    assert evaluate(export_dir=version_dir, split="test", beam_width=2)["bleu"] == report["bleu"]

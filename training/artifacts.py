@@ -23,6 +23,7 @@ import keras
 
 from model import Transformer
 from model.tokenizer import load_tokenizers
+from model.translator import DecodingOptions
 
 CONFIG_FILE = "config.json"
 TOKENIZER_DIR = "tokenizer"
@@ -33,6 +34,10 @@ AVERAGED_DIR = "averaged"
 AVERAGE_INFO_FILE = "average.json"
 BEST_DIR = "best"
 BEST_INFO_FILE = "best.json"
+# Decoding options chosen for the run (on the dev split; `training.bundle` writes it): the
+# defaults of `serving.export` and `training.evaluate` for this run, so that what is served is
+# what was scored.
+DECODING_FILE = "decoding.json"
 # The trained model committed to the repository (`training.bundle`, `make pretrained`), relative
 # to the repository root: `make demo` serves it and the notebooks fall back on it.
 PRETRAINED_RUN = os.path.join("pretrained", "bible-es-en")
@@ -143,6 +148,15 @@ def _checkpoint_with_info(directory, info_file_name):
         return None
     with open(os.path.join(directory, info_file_name), encoding="utf-8") as info_file:
         return path, json.load(info_file)
+
+
+def decoding_options(run_dir):
+    """The run's `DecodingOptions` (`decoding.json`), or the defaults when it has none."""
+    path = os.path.join(run_dir, DECODING_FILE)
+    if not os.path.exists(path):
+        return DecodingOptions()
+    with open(path, encoding="utf-8") as handle:
+        return DecodingOptions(**json.load(handle))
 
 
 def select_weights(run_dir):

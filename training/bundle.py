@@ -5,6 +5,7 @@
 
     <output_dir>/
         config.json            the run's configuration
+        decoding.json          the beam width and length penalty chosen for it (export uses them)
         tokenizer/             its vocabulary
         model.keras            the weights `training.artifacts.load_trained` picks (averaged >
                                best dev BLEU > final), float32
@@ -21,6 +22,7 @@ bundle as it was.
 """
 
 import argparse
+import json
 import os
 import shutil
 import sys
@@ -41,7 +43,7 @@ def directory_bytes(path):
     )
 
 
-def model_card(config, weights, reports, reproduce, size_bytes):
+def model_card(config, weights, reports, reproduce, size_bytes, notes=""):
     lines = [
         "# Pretrained Spanish→English Transformer (Bible corpus)",
         "",
@@ -53,7 +55,8 @@ def model_card(config, weights, reports, reproduce, size_bytes):
     for report in reports:
         lines.append(
             f"| {report['decoding']} | {report['bleu']:.2f} | {report['chrf']:.2f} | "
-            f"{report['sentences']} | `{report['bleu_signature']}` |"
+            # A pipe inside a table cell must be escaped, even within code.
+            f"{report['sentences']} | `{report['bleu_signature'].replace('|', chr(92) + '|')}` |"
         )
     settings = ", ".join(
         f"{name}={value}" for name, value in config.items() if name not in ("data",)
@@ -63,6 +66,7 @@ def model_card(config, weights, reports, reproduce, size_bytes):
         "The test split is the held-out chapters of `make data` (never seen in training); "
         "chrF signature: `" + reports[0]["chrf_signature"] + "`.",
         "",
+        *([notes, ""] if notes else []),
         "## Recipe",
         "",
         settings,
@@ -78,8 +82,12 @@ def model_card(config, weights, reports, reproduce, size_bytes):
     return "\n".join(lines) + "\n"
 
 
-def bundle(run_dir, output_dir, reproduce, beam_width=4, alpha=0.6):
-    """Writes the bundle of `run_dir` to `output_dir` (replacing it) and returns its reports."""
+def bundle(run_dir, output_dir, reproduce, beam_width=4, alpha=0.6, notes=""):
+    """Writes the bundle of `run_dir` to `output_dir` (replacing it) and returns its reports.
+
+    `beam_width` and `alpha` (choose them on the dev split) go to `decoding.json`, so that
+    exports of the bundle serve the beam search its card reports.
+    """
     model, _, _, config = artifacts.load_trained(run_dir)
     weights = artifacts.select_weights(run_dir)[1]
     parent = os.path.dirname(os.path.abspath(output_dir))
@@ -91,12 +99,16 @@ def bundle(run_dir, output_dir, reproduce, beam_width=4, alpha=0.6):
         shutil.copy(os.path.join(run_dir, artifacts.CONFIG_FILE), staging)
         for name in (artifacts.TOKENIZER_DIR, artifacts.LOG_DIR):
             shutil.copytree(os.path.join(run_dir, name), os.path.join(staging, name))
-        plot_training_curves(staging, os.path.join(staging, "training_curves.png"))
+        with open(os.path.join(staging, artifacts.DECODING_FILE), "w", encoding="utf-8") as f:
+            json.dump({"beam_width": beam_width, "alpha": alpha}, f, indent=2)
+        plot_training_curves(
+            staging, os.path.join(staging, "training_curves.png"), os.path.basename(output_dir)
+        )
         reports = [
             evaluate(staging, "test", width, alpha, output_dir=os.path.join(staging, "eval"))
             for width in (1, beam_width)
         ]
-        card = model_card(config, weights, reports, reproduce, directory_bytes(staging))
+        card = model_card(config, weights, reports, reproduce, directory_bytes(staging), notes)
         with open(os.path.join(staging, BUNDLE_README), "w", encoding="utf-8") as handle:
             handle.write(card)
         previous = None
@@ -124,9 +136,12 @@ def main(argv=None):
     )
     parser.add_argument("--beam_width", type=int, default=4)
     parser.add_argument("--alpha", type=float, default=0.6)
+    parser.add_argument("--notes", default="", help="a paragraph for the model card")
     args = parser.parse_args(argv)
     try:
-        reports = bundle(args.run_dir, args.output_dir, args.reproduce, args.beam_width, args.alpha)
+        reports = bundle(
+            args.run_dir, args.output_dir, args.reproduce, args.beam_width, args.alpha, args.notes
+        )
     except (FileNotFoundError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1

@@ -16,7 +16,8 @@ def read_scalars(log_dir, wall_time=False):
 
     series = {}
     for path in sorted(glob.glob(os.path.join(log_dir, "events.out.tfevents.*"))):
-        for event in tf.compat.v1.train.summary_iterator(path):
+        for record in tf.data.TFRecordDataset(path):
+            event = tf.compat.v1.Event.FromString(record.numpy())
             for value in event.summary.value:
                 scalar = (
                     float(tf.make_ndarray(value.tensor))
@@ -37,7 +38,7 @@ def read_scalars(log_dir, wall_time=False):
     }
 
 
-def plot_training_curves(run_dir, output=None):
+def plot_training_curves(run_dir, output=None, name=None):
     """Loss and accuracy, train and dev, and dev BLEU/chrF when the run measured them, against
     steps; saved to `output` (PNG) when given.
 
@@ -76,7 +77,7 @@ def plot_training_curves(run_dir, output=None):
         axes[2].set_ylabel("sacreBLEU score")
         axes[2].grid(alpha=0.3)
         axes[2].legend()
-    figure.suptitle(f"training curves: {os.path.basename(os.path.normpath(run_dir))}")
+    figure.suptitle(f"training curves: {name or os.path.basename(os.path.normpath(run_dir))}")
     figure.tight_layout()
     if output:
         figure.savefig(output, dpi=110)

@@ -39,10 +39,12 @@ TEXT_SPEC = tf.TensorSpec([None], tf.string)
 BATCH_SIZE = 32
 
 
-def run_translate_function(run_dir, beam_width=1, alpha=0.6):
+def run_translate_function(run_dir, beam_width=1, alpha=None):
     """`(translate, config)` for a training run: `translate` maps a `[batch]` string tensor to
     translations, traced once (`Translator.greedy`, or `beam_search` when `beam_width` > 1)."""
     model, source_tokenizer, target_tokenizer, config = artifacts.load_trained(run_dir)
+    if alpha is None:
+        alpha = artifacts.decoding_options(run_dir).alpha
     options = DecodingOptions(beam_width=beam_width, alpha=alpha)
     translator = Translator(model, source_tokenizer, target_tokenizer, options)
     method = translator.greedy if beam_width == 1 else translator.beam_search
@@ -110,7 +112,7 @@ def evaluate(
     run_dir=None,
     split="test",
     beam_width=1,
-    alpha=0.6,
+    alpha=None,
     batch_size=BATCH_SIZE,
     limit=None,
     output_dir=None,
@@ -121,6 +123,8 @@ def evaluate(
 
     Args:
         run_dir: a training run directory; or None with `export_dir`.
+        alpha: beam search's length-penalty exponent (default: the run's own,
+            `training.artifacts.decoding_options`; an export always uses its own).
         export_dir: an exported SavedModel version (`<export_base>/<model>/<version>`), scored
             through its signatures instead of a run directory.
 
@@ -135,6 +139,8 @@ def evaluate(
         alpha = info["decoding"]["alpha"]
         source = export_dir
     else:
+        if alpha is None:
+            alpha = artifacts.decoding_options(run_dir).alpha
         translate_batch, config = run_translate_function(run_dir, beam_width, alpha)
         source = run_dir
     if not (data or config.get("data")):
@@ -184,7 +190,10 @@ def main(argv=None):
     parser.add_argument("--data", help="corpus to evaluate on (default: the run's own)")
     parser.add_argument("--beam_width", type=int, default=1, help="1 = greedy")
     parser.add_argument(
-        "--alpha", type=float, default=0.6, help="length penalty exponent (an export uses its own)"
+        "--alpha",
+        type=float,
+        help="length penalty exponent (default: the run's decoding.json, else 0.6; an export "
+        "uses its own)",
     )
     parser.add_argument("--batch_size", type=int, default=BATCH_SIZE)
     parser.add_argument("--limit", type=int, help="only the first N sentences")
