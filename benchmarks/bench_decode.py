@@ -57,6 +57,8 @@ from serving.export_ctranslate2 import TransformerConverter, decoding_options, s
 
 SECTION_TITLE = "Decoding"
 NAIVE, CACHED, BEAM = "naive greedy (no cache)", "cached greedy", "beam search (beam {beam})"
+# The served beam search skips alignments; this row keeps them, as exports before 344a34e did.
+BEAM_ALIGNED = "beam search with alignments (beam {beam})"
 CACHED_XLA = "cached greedy, XLA (jit_compile)"
 FLOOR = "floor: a cached step's matmuls alone, XLA"
 SAVED_GREEDY = "SavedModel serving_default (greedy), TF1 Session"
@@ -155,6 +157,18 @@ def python_decoders(model, args):
             input_signature=ids_spec,
         ),
         BEAM.format(beam=args.beam_width): tf.function(
+            lambda ids: beam_search_decode(
+                model,
+                ids,
+                START_ID,
+                END_ID,
+                beam_width=args.beam_width,
+                with_alignment=False,
+                **forced,
+            )["tokens"],
+            input_signature=ids_spec,
+        ),
+        BEAM_ALIGNED.format(beam=args.beam_width): tf.function(
             lambda ids: beam_search_decode(
                 model, ids, START_ID, END_ID, beam_width=args.beam_width, **forced
             )["tokens"],
