@@ -36,11 +36,13 @@ def filter_start_up_notices(captured):
 def import_tensorflow_quietly():
     """Imports TensorFlow and sets up its devices, with the start-up notices filtered out.
 
-    Also raises Python's `absl` logger to WARNING: its INFO records are TensorFlow internals
-    (tf.data's "Sharding callback duration: ..."), printed by every CLI that logs at INFO.
+    Also raises Python's `absl` and `tensorflow` loggers to WARNING: their INFO records are
+    TensorFlow internals (tf.data's "Sharding callback duration: ...", SavedModel's "Assets
+    written to: ..."), printed by every CLI that logs at INFO.
     """
     if os.environ.get("TF_CPP_MIN_LOG_LEVEL") != "0":
-        logging.getLogger("absl").setLevel(logging.WARNING)
+        for name in ("absl", "tensorflow"):
+            logging.getLogger(name).setLevel(logging.WARNING)
     if "tensorflow" in sys.modules or os.environ.get("TF_CPP_MIN_LOG_LEVEL") == "0":
         import tensorflow  # noqa: F401
 
