@@ -8,6 +8,7 @@ import sys
 
 import numpy as np
 
+from tests.training_cli import run_training_cli
 from training import artifacts
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -98,26 +99,10 @@ def test_two_workers_train_in_lockstep_and_end_with_identical_weights(tiny_corpu
 
 def test_multi_worker_without_tf_config_fails_naming_it(tiny_corpus, tmp_path):
     env = {key: value for key, value in os.environ.items() if key != "TF_CONFIG"}
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "training.train",
-            "--preset",
-            "tiny",
-            "--data",
-            tiny_corpus,
-            "--run_dir",
-            str(tmp_path / "run"),
-            "--distribution",
-            "multi_worker",
-        ],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
+    result = run_training_cli(
+        "--preset", "tiny", "--data", tiny_corpus, "--run_dir", str(tmp_path / "run"),
+        "--distribution", "multi_worker", env=env, timeout=240,
+    )  # fmt: skip
     assert result.returncode != 0
     assert "--distribution multi_worker needs the TF_CONFIG environment variable" in result.stderr
     assert not os.path.exists(tmp_path / "run" / artifacts.MODEL_FILE)

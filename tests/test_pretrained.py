@@ -7,6 +7,7 @@ import os
 import sacrebleu
 
 from training import artifacts
+from training.bundle import directory_bytes
 from training.corpus import load_pairs
 from training.evaluate import BATCH_SIZE, run_translate_function, translate
 
@@ -31,12 +32,7 @@ def test_the_bundle_is_complete_and_within_its_size_budget():
         "eval/test.beam4.report.json",
     ):
         assert os.path.exists(os.path.join(PRETRAINED, name)), name
-    size = sum(
-        os.path.getsize(os.path.join(root, name))
-        for root, _, names in os.walk(PRETRAINED)
-        for name in names
-    )
-    assert size <= SIZE_BUDGET_BYTES
+    assert directory_bytes(PRETRAINED) <= SIZE_BUDGET_BYTES
 
 
 def test_reported_scores_are_sacrebleu_on_the_written_hypotheses_and_in_the_card():

@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 from model._startup import START_UP_NOTICES, filter_start_up_notices
+from tests.training_cli import run_training_cli
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RAW_IMPORT = "import tensorflow as tf; tf.config.list_physical_devices()"
@@ -53,18 +54,12 @@ def test_the_filter_keeps_real_warnings_and_errors():
 
 
 def test_a_training_run_logs_no_tensorflow_internals(tiny_corpus, tmp_path):
-    log = stderr_of(
-        "-m",
-        "training.train",
-        "--preset",
-        "tiny",
-        "--data",
-        tiny_corpus,
-        "--run_dir",
-        str(tmp_path / "run"),
-        "--train_steps",
-        "4",
-    ).decode()
+    result = run_training_cli(
+        "--preset", "tiny", "--data", tiny_corpus, "--run_dir", str(tmp_path / "run"),
+        "--train_steps", "4",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    log = result.stderr
     assert "training.train:" in log  # the run's own INFO lines stay
     for noise in ("Sharding callback duration", "absl::InitializeLog", "cuInit", "oneDNN custom"):
         assert noise not in log, noise

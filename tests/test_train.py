@@ -13,6 +13,7 @@ import pytest
 import tensorflow as tf
 
 from model import Transformer
+from tests.training_cli import run_training_cli
 from training import artifacts
 from training.config import TrainConfig, resolve_config
 from training.losses import masked_token_losses
@@ -33,18 +34,6 @@ def tiny(corpus, **overrides):
 def final_weights(run_dir):
     model, *_ = artifacts.load_trained(run_dir)
     return [w.numpy() for w in model.weights]
-
-
-def run_cli(*args, **kwargs):
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1"}
-    return subprocess.run(
-        [sys.executable, "-m", "training.train", *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        **kwargs,
-    )
 
 
 def test_tiny_run_writes_the_run_directory_and_learns(tiny_run):
@@ -181,7 +170,9 @@ def test_kill_9_then_resume_loses_at_most_one_interval(corpus, tmp_path):
     killed_at = artifacts.checkpoint_step(tf.train.latest_checkpoint(checkpoint_dir))
     assert killed_at >= seen  # nothing written before the kill was lost
 
-    result = run_cli(*args[:-4], "--train_steps", str(killed_at + 10), "--resume", timeout=600)
+    result = run_training_cli(
+        *args[:-4], "--train_steps", str(killed_at + 10), "--resume", timeout=600
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     assert f"resumed from {os.path.join(checkpoint_dir, f'ckpt-{killed_at}')}" in result.stderr
     assert tf.train.latest_checkpoint(checkpoint_dir).endswith(f"ckpt-{killed_at + 10}")
@@ -251,7 +242,7 @@ def test_mixed_precision_with_xla_trains_like_float32(corpus, tiny_run, tmp_path
     """mixed_float16 (loss-scaled) with the XLA-compiled step: the run completes, saves a
     float16-compute model, and learns as far as the float32 run of the same 60 steps."""
     run_dir = str(tmp_path / "mixed")
-    result = run_cli(
+    result = run_training_cli(
         "--preset",
         "tiny",
         "--data",
@@ -414,7 +405,7 @@ def test_a_run_from_before_tying_stays_untied(corpus, tmp_path):
         np.testing.assert_array_equal(got, want)
     with pytest.raises(TrainingError, match="different tie_embeddings: False -> True"):
         train(tiny(corpus, train_steps=10, checkpoint_every=5), run_dir, resume=True)
-    result = run_cli(
+    result = run_training_cli(
         "--preset",
         "tiny",
         "--data",

@@ -39,12 +39,10 @@ TEXT_SPEC = tf.TensorSpec([None], tf.string)
 BATCH_SIZE = 32
 
 
-def run_translate_function(run_dir, beam_width=1, alpha=None):
+def run_translate_function(run_dir, beam_width=1, alpha=0.6):
     """`(translate, config)` for a training run: `translate` maps a `[batch]` string tensor to
     translations, traced once (`Translator.greedy`, or `beam_search` when `beam_width` > 1)."""
     model, source_tokenizer, target_tokenizer, config = artifacts.load_trained(run_dir)
-    if alpha is None:
-        alpha = artifacts.decoding_options(run_dir).alpha
     options = DecodingOptions(beam_width=beam_width, alpha=alpha)
     translator = Translator(model, source_tokenizer, target_tokenizer, options)
     method = translator.greedy if beam_width == 1 else translator.beam_search
