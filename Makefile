@@ -14,7 +14,7 @@ REST_PORT ?= 8501
 TEXT ?= ¿Dónde está mi hermano?
 # Checkpoints `make average` averages (training keeps --keep_checkpoints, 3 by default).
 AVERAGE_LAST ?= 3
-# pytest-xdist processes for `make test`, one test file each at a time (TEST_WORKERS=0: serial).
+# pytest-xdist processes for `make test` (TEST_WORKERS=0: serial); tests/conftest.py groups the files.
 TEST_WORKERS ?= 2
 
 export TF_CPP_MIN_LOG_LEVEL ?= 2
@@ -22,7 +22,7 @@ export PYTHONUNBUFFERED := 1
 
 SERVER_FLAGS := --port=$(PORT) --rest_api_port=$(REST_PORT) --model_name=$(MODEL_NAME) \
 	--model_base_path=$(abspath $(EXPORT_BASE))/$(MODEL_NAME) --enable_batching \
-	--batching_parameters_file=serving/batching.config
+	--batching_parameters_file=serving/batching.config $(SERVE_ARGS)
 
 .PHONY: setup test lint data train average evaluate export serve query demo demo-train pretrained notebooks \
 	bench-train bench-decode bench-serve bench-sweep bench-tokenizer export-ctranslate2 clean-venv
@@ -40,7 +40,7 @@ $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 
 # The tokenizer tests read every sentence of the embedded corpus: `data` builds it when missing.
 test: $(STAMP) data lint
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile tests
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup tests
 
 lint: $(STAMP)  ## The house style: ruff's lint and format checks (`ruff format .` fixes the latter).
 	$(VENV)/bin/ruff check .
@@ -58,14 +58,15 @@ average: $(STAMP)  ## RUN_DIR/averaged/: mean of the last AVERAGE_LAST checkpoin
 evaluate: $(STAMP)  ## BLEU/chrF of RUN_DIR (or of EXPORT_DIR=exports/translator/N) on its test split (EVAL_ARGS="--beam_width 4").
 	$(PY) -m training.evaluate $(if $(EXPORT_DIR),--export_dir $(EXPORT_DIR),--run_dir $(RUN_DIR)) $(EVAL_ARGS)
 
-export: $(STAMP)  ## exports/translator/<next version>/ from RUN_DIR.
-	$(PY) -m serving.export --run_dir $(RUN_DIR) --export_base $(EXPORT_BASE) --model_name $(MODEL_NAME)
+export: $(STAMP)  ## exports/translator/<next version>/ from RUN_DIR (EXPORT_ARGS="--jit_compile": XLA greedy).
+	$(PY) -m serving.export --run_dir $(RUN_DIR) --export_base $(EXPORT_BASE) --model_name $(MODEL_NAME) \
+		$(EXPORT_ARGS)
 
 CT2_DIR ?= exports/ctranslate2
 export-ctranslate2: $(STAMP)  ## RUN_DIR as a CTranslate2 model in CT2_DIR (CT2_ARGS="--quantization int8 --force").
 	$(PY) -m serving.export_ctranslate2 --run_dir $(RUN_DIR) --output_dir $(CT2_DIR) $(CT2_ARGS)
 
-serve: $(STAMP)  ## The real tensorflow_model_server when installed, else the local one; same flags.
+serve: $(STAMP)  ## The real tensorflow_model_server when installed, else the local one; same flags (SERVE_ARGS="--xla_cpu_compilation_enabled=true" for --jit_compile exports).
 	@if command -v tensorflow_model_server >/dev/null 2>&1; then \
 		echo "serving with tensorflow_model_server"; tensorflow_model_server $(SERVER_FLAGS); \
 	else \

@@ -26,8 +26,9 @@ output_tokens`, timed in the same interleaved rounds. The report gives every pro
 time as a multiple of CTranslate2's.
 
 Goals (issue 18): the exported SavedModel at least as fast as CTranslate2 float32 at batch 32
-(greedy and beam 4), and no slower at batch 1; batch 32 ≥ 8× batch 1 in sentences/s for cached
-greedy.
+(greedy and beam 4), and no slower at batch 1; the `--jit_compile` export's greedy signature
+(what TF Serving runs with `--xla_cpu_compilation_enabled`) at batch 1 in at most half
+CTranslate2 float32's time; batch 32 ≥ 8× batch 1 in sentences/s for cached greedy.
 """
 
 import argparse
@@ -63,6 +64,7 @@ CACHED_XLA = "cached greedy, XLA (jit_compile)"
 FLOOR = "floor: a cached step's matmuls alone, XLA"
 SAVED_GREEDY = "SavedModel serving_default (greedy), TF1 Session"
 SAVED_BEAM = "SavedModel beam_search (beam {beam}), TF1 Session"
+SAVED_XLA_GREEDY = "SavedModel serving_default (greedy), --jit_compile export, TF1 Session"
 CT2_GREEDY = "CTranslate2 {precision} greedy"
 CT2_BEAM = "CTranslate2 {precision} beam search (beam {beam})"
 CT2_PRECISIONS = ("float32", "int8")
@@ -217,11 +219,15 @@ def matmul_floor(model, steps):
     return floor
 
 
-def export_benchmark_model(model, tokenizer, args, export_base):
+def export_benchmark_model(model, tokenizer, args, export_base, jit_compile=False):
     options = export.DecodingOptions(
-        beam_width=args.beam_width, max_length_ratio=0.0, max_length_offset=args.output_tokens
+        beam_width=args.beam_width,
+        max_length_ratio=0.0,
+        max_length_offset=args.output_tokens,
+        jit_compile=jit_compile,
     )
-    return export.export_translator(model, tokenizer, tokenizer, export_base, "bench", options)
+    name = "bench-xla" if jit_compile else "bench"
+    return export.export_translator(model, tokenizer, tokenizer, export_base, name, options)
 
 
 class SessionSignatures:
@@ -388,6 +394,21 @@ def main(argv=None):
 
         signatures = SessionSignatures(export_dir, args.threads)
         served_texts = [served_texts[i % len(served_texts)] for i in range(max_batch)]
+        if not args.export_dir:
+            # What TF Serving runs with --xla_cpu_compilation_enabled.
+            xla_signatures = SessionSignatures(
+                export_benchmark_model(model, tokenizer, args, work_dir, jit_compile=True),
+                args.threads,
+            )
+            cases += [
+                (
+                    SAVED_XLA_GREEDY,
+                    functools.partial(xla_signatures, export.GREEDY_SIGNATURE),
+                    batch,
+                    served_texts[:batch],
+                )
+                for batch in args.batch_sizes
+            ]
         output_tokens = mean_output_tokens(signatures, served_texts)
         if not args.export_dir and output_tokens != args.output_tokens:
             raise RuntimeError(
@@ -444,6 +465,11 @@ def side_by_side(args, results):
             "exported SavedModel, TF1 Session (what TF Serving runs)",
             {"greedy": SAVED_GREEDY, "beam": SAVED_BEAM.format(beam=beam)},
         ),
+        (
+            "exported with --jit_compile, TF1 Session (TF Serving with "
+            "--xla_cpu_compilation_enabled)",
+            {"greedy": SAVED_XLA_GREEDY},
+        ),
         ("in-process, plain graph", {"greedy": CACHED, "beam": BEAM.format(beam=beam)}),
         ("in-process, XLA", {"greedy": CACHED_XLA}),
     ]
@@ -488,6 +514,13 @@ def side_by_side(args, results):
             f"(goal ≥ 1: {'met' if throughput >= 1 else 'not met'}); latency at batch {small} "
             f"**{latency:.2f}×** its (goal ≤ 1: {'met' if latency <= 1 else 'not met'})."
         )
+    xla_latency = milliseconds(SAVED_XLA_GREEDY, small) / milliseconds(
+        ct2["float32"]["greedy"], small
+    )
+    goals.append(
+        f"- {SAVED_XLA_GREEDY}: latency at batch {small} **{xla_latency:.2f}×** CTranslate2 "
+        f"float32's (goal ≤ 0.5: {'met' if xla_latency <= 0.5 else 'not met'})."
+    )
     return "\n".join(lines), "\n".join(goals)
 
 
@@ -499,7 +532,7 @@ def report(args, command, results, served_tokens, step_weight_bytes, load_before
         served_tokens: mean output tokens per sentence of the SavedModel rows.
         step_weight_bytes: the size of `step_kernels`.
     """
-    saved_names = {SAVED_GREEDY, SAVED_BEAM.format(beam=args.beam_width)}
+    saved_names = {SAVED_GREEDY, SAVED_XLA_GREEDY, SAVED_BEAM.format(beam=args.beam_width)}
     rows = []
     for (name, batch), (median, fastest) in results.items():
         tokens = served_tokens if name in saved_names else args.output_tokens

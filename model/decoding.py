@@ -269,9 +269,10 @@ def greedy_decode(model, inp, start_id, end_id, max_length=None, min_length=0, j
             by the model's positional encodings.
         min_length: [END] is forbidden before this many tokens (use = max_length to force a length).
         jit_compile: compile the encoder and the whole decoding loop with XLA (see
-            `_run_loop`). Leave it off in graphs for TF Serving, which runs XLA only with
-            `--xla_cpu_compilation_enabled`. Called eagerly, it runs through one traced
-            function per model (`_eager_xla_greedy`), so only new shapes compile again.
+            `_run_loop`). TF Serving runs a graph holding it only with
+            `--xla_cpu_compilation_enabled` (`serving.export --jit_compile`). Called eagerly, it
+            runs through one traced function per model (`_eager_xla_greedy`), so only new
+            shapes compile again.
 
     Returns:
         dict: `tokens` `(batch, out_len)`, `scores` `(batch,)` summed log-probabilities of the
@@ -297,22 +298,56 @@ def greedy_decode(model, inp, start_id, end_id, max_length=None, min_length=0, j
             slots=slots,
         )
 
-    return _trim(_run_loop(search, inp, max_length, jit_compile))
+    return _trim(_run_loop(search, inp, max_length, jit_compile, model.pe_input))
 
 
-def _run_loop(search, inp, max_length, jit_compile):
+def _run_loop(search, inp, max_length, jit_compile, max_source_length):
     """Runs `search(inp, max_length, slots)`, whose buffers hold `slots` output positions.
 
     Every buffer of the loop (key/value caches, tokens, alignments) has a fixed size, so that each
     step has the same shapes. In a plain graph that size is `max_length` itself. XLA compiles one
-    program per set of static sizes: with `jit_compile` the loop runs as one XLA function, whose
-    `slots` is `max_length` rounded up to a multiple of `SLOT_GRANULARITY`, so a few programs serve
-    every length (XLA reads such size arguments at run time and compiles per value).
+    program per set of static sizes, so with `jit_compile` the loop runs as one XLA function on
+    sizes rounded up to a few buckets: `slots` is `max_length` rounded up
+    to a multiple of `SLOT_GRANULARITY` (XLA reads such size arguments at run time and compiles
+    per value), and `inp` is padded as `_pad_to_xla_buckets` says; the padding is cut off the
+    outputs again, so they equal the plain graph's.
     """
     if not jit_compile:
         return search(inp, max_length, max_length)
-    slots = (max_length + SLOT_GRANULARITY - 1) // SLOT_GRANULARITY * SLOT_GRANULARITY
-    return tf.function(search, jit_compile=True, autograph=False)(inp, max_length, slots)
+    slots = _round_up(max_length, SLOT_GRANULARITY)
+    batch_size, width = tf.shape(inp)[0], tf.shape(inp)[1]
+    padded = _pad_to_xla_buckets(inp, max_source_length)
+    outputs = tf.function(search, jit_compile=True, autograph=False)(padded, max_length, slots)
+    return {
+        "tokens": outputs["tokens"][:batch_size],
+        "scores": outputs["scores"][:batch_size],
+        "alignment": outputs["alignment"][:batch_size, :, :width],
+        "length": outputs["length"],
+    }
+
+
+def _round_up(value, multiple):
+    return (value + multiple - 1) // multiple * multiple
+
+
+def _pad_to_xla_buckets(inp, max_source_length):
+    """`inp` `(batch, width)` padded for XLA to one of a few shapes, so that a server compiles
+    a handful of programs rather than one per request shape.
+
+    Columns: padding (masked out everywhere) up to a multiple of `SLOT_GRANULARITY`, at most
+    `max_source_length` (the model's positional encodings). Rows: copies of the first row up to
+    the next power of two; copies of a real sentence end when it ends, where rows of padding
+    might never produce [END] and keep the fixed-shape loop running to `max_length`.
+    """
+    batch_size, width = tf.shape(inp)[0], tf.shape(inp)[1]
+    padded_width = tf.maximum(
+        tf.minimum(_round_up(width, SLOT_GRANULARITY), max_source_length), width
+    )
+    powers_of_two = tf.bitwise.left_shift(1, tf.range(31))
+    padded_batch = tf.reduce_min(tf.boolean_mask(powers_of_two, powers_of_two >= batch_size))
+    rows = tf.range(padded_batch)
+    inp = tf.gather(inp, tf.where(rows < batch_size, rows, 0))
+    return tf.pad(inp, [[0, 0], [0, padded_width - width]], constant_values=PAD_ID)
 
 
 # model -> its traced XLA greedy decoder. Weak keys: a model that is gone takes its entry along.

@@ -29,12 +29,17 @@ class DecodingOptions:
         alpha: GNMT length-penalty exponent of beam search (0 disables it).
         max_length_ratio, max_length_offset: at most `ceil(ratio * S) + offset` output tokens for
             a batch whose longest source has S tokens, capped by the model's positional encodings.
+        jit_compile: greedy decoding (`greedy` and `alignments`) runs as one XLA function
+            (`greedy_decode(jit_compile=True)`). TF Serving runs such a graph only with
+            `--xla_cpu_compilation_enabled`; without it every call fails with INTERNAL "XLA
+            compilation disabled". Beam search stays a plain graph.
     """
 
     beam_width: int = 4
     alpha: float = 0.6
     max_length_ratio: float = 1.5
     max_length_offset: int = 10
+    jit_compile: bool = False
 
     def __post_init__(self):
         if not isinstance(self.beam_width, int) or self.beam_width < 1:
@@ -131,7 +136,12 @@ class Translator:
     def _greedy_decode(self, text):
         source_ids = self.source_ids(text)
         decoded = greedy_decode(
-            self.model, source_ids, START_ID, END_ID, max_length=self._max_output_length(source_ids)
+            self.model,
+            source_ids,
+            START_ID,
+            END_ID,
+            max_length=self._max_output_length(source_ids),
+            jit_compile=self.options.jit_compile,
         )
         return source_ids, decoded
 

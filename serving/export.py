@@ -15,7 +15,8 @@ sees a half-written version, and no existing version is ever overwritten.
 
 Signatures (input `text`: tf.string `[batch]`; every output's first dimension is the batch):
 
-    serving_default  greedy decoding with the key/value cache:
+    serving_default  greedy decoding with the key/value cache (with `--jit_compile`, one XLA
+                     function, which TF Serving runs only with --xla_cpu_compilation_enabled):
                      `translation` string [batch], `score` float32 [batch] (summed log-probability)
     beam_search      beam search (GNMT length penalty): `translation`, `score` (length-normalized)
     alignments       greedy, plus `source_tokens` string [batch, S] (subword pieces as the model saw
@@ -312,6 +313,12 @@ def main(argv=None):
         default=defaults.max_length_offset,
         help=f"see --max_length_ratio (default: {defaults.max_length_offset})",
     )
+    parser.add_argument(
+        "--jit_compile",
+        action="store_true",
+        help="compile greedy decoding (serving_default, alignments) with XLA: faster, and served "
+        "only by a server started with --xla_cpu_compilation_enabled=true",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     run_options = artifacts.decoding_options(args.run_dir)
@@ -321,6 +328,7 @@ def main(argv=None):
             run_options.alpha if args.alpha is None else args.alpha,
             args.max_length_ratio,
             args.max_length_offset,
+            args.jit_compile,
         )
     except ValueError as error:
         parser.error(str(error))

@@ -1,4 +1,5 @@
-"""Shared test set-up: quiet TensorFlow logs and deterministic seeds."""
+"""Shared test set-up: quiet TensorFlow logs, deterministic seeds, and the trained models that
+several test files share (session fixtures, built once per test process)."""
 
 import os
 
@@ -9,6 +10,22 @@ import model  # noqa: E402, F401  (the first TensorFlow import: no start-up noti
 # isort: split
 import keras  # noqa: E402
 import pytest  # noqa: E402
+
+# Session fixtures that train or export a model. Under pytest-xdist (`make test`: `--dist
+# loadgroup`), every test file runs on one worker, and the files that use the same one of these
+# run on the same worker, so each is built once per test run.
+SHARED_FIXTURES = ("trained_reverse_model", "tiny_run", "tiny_export_run", "exports")
+
+
+def pytest_collection_modifyitems(config, items):
+    files = {}
+    for item in items:
+        files.setdefault(item.nodeid.split("::")[0], []).append(item)
+    for path, file_items in files.items():
+        used = set().union(*(item.fixturenames for item in file_items))
+        group = next((name for name in SHARED_FIXTURES if name in used), path)
+        for item in file_items:
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.fixture(autouse=True)
@@ -44,6 +61,17 @@ def tiny_run(tiny_corpus, tmp_path_factory):
     config = resolve_config("tiny", overrides={"data": tiny_corpus, "train_steps": 60})
     dev_loss, dev_accuracy = train(config, run_dir, preset="tiny")
     return {"run_dir": run_dir, "dev_loss": dev_loss, "dev_accuracy": dev_accuracy}
+
+
+@pytest.fixture(scope="session")
+def tiny_export_run(tmp_path_factory):
+    """A tiny Spanish→English run directory that translates its 40 training pairs
+    (tests/export_fixtures.py), built once per session for the export tests; read-only."""
+    from tests.export_fixtures import build_tiny_run
+
+    run_dir = tmp_path_factory.mktemp("tiny_export_run")
+    build_tiny_run(run_dir)
+    return run_dir
 
 
 @pytest.fixture(scope="session")

@@ -1,25 +1,17 @@
-"""A tiny trained Spanish→English run directory, laid out exactly as `training.artifacts` says.
+"""A tiny trained Spanish→English run directory, trained by `training.train` itself.
 
-    <run_dir>/config.json, <run_dir>/tokenizer/, <run_dir>/model.keras
-
-`build_tiny_run` learns SentencePiece vocabularies from `PAIRS` and fits a 1-layer, d_model 32
-Transformer on them (teacher forcing: decoder input = target[:-1], labels = target[1:]) until it
-reproduces the training translations, so exports of it emit real words and [END]. Tests that
-need a real translator (export, serving) build one per session or module with it instead of
-waiting for a full training run.
+`build_tiny_run` writes `PAIRS` as a corpus directory (train/dev/test.tsv) and trains a 1-layer,
+d_model 32 Transformer on it with the training code users run (`training.train.train`, the
+`tiny` preset with the overrides of `TINY_CONFIG`) until it reproduces the training translations,
+so exports of it emit real words and [END]. Tests that need a real translator (export, serving,
+CTranslate2) share one per session (`tiny_export_run` in conftest.py) instead of waiting for a
+corpus-sized run.
 """
 
-import json
 import os
 
-import keras
-import numpy as np
-import tensorflow as tf
-
-from training.artifacts import CONFIG_FILE, MODEL_FILE, TOKENIZER_DIR, build_model
-from training.losses import MaskedAccuracy, MaskedSparseCrossEntropy
-from training.schedule import CustomSchedule, paper_adam
-from training.vocabulary import build_run_tokenizers
+from training.config import resolve_config
+from training.train import train
 
 # Short sentences sharing words, so 40 pairs are enough to learn a word-level mapping.
 PAIRS = (
@@ -65,6 +57,7 @@ PAIRS = (
     ("Hasta mañana.", "See you tomorrow."),
 )
 
+# Overrides of the `tiny` preset.
 TINY_CONFIG = {
     "num_layers": 1,
     "d_model": 32,
@@ -81,79 +74,44 @@ TINY_CONFIG = {
     "vocab_size": 400,
     "shared_vocab": False,
     "lower_case": False,
-    "batch_size": len(PAIRS),
-    "train_steps": 150,
+    "batch_tokens": 1024,
+    "train_steps": 300,
     "warmup_steps": 40,
+    # A peak learning rate of about 1e-2 at step 40: (32 * 40) ** -0.5 * 0.36.
+    "lr_scale": 0.36,
+    "label_smoothing": 0.0,
+    "checkpoint_every": 300,
+    "dev_batches": 1,
+    "dev_bleu_sentences": 0,
     "seed": 0,
 }
 
 
-def _teacher_forcing_arrays(source_tokenizer, target_tokenizer, pairs):
-    """Padded `(source, decoder_input, labels)` int32 arrays of the tokenized pairs."""
-    sources = tf.constant([source for source, _ in pairs])
-    targets = tf.constant([target for _, target in pairs])
-    source_ids = source_tokenizer.tokenize(sources).to_tensor().numpy().astype(np.int32)
-    target_ids = target_tokenizer.tokenize(targets).to_tensor().numpy().astype(np.int32)
-    # The [END] of a shorter target is followed by padding, so dropping the last column only
-    # removes padding or the longest target's [END] from the decoder input.
-    return source_ids, target_ids[:, :-1], target_ids[:, 1:]
+def write_pairs_corpus(directory, pairs=PAIRS):
+    """`directory`/train.tsv, dev.tsv and test.tsv, each holding `pairs`; returns `directory`."""
+    os.makedirs(directory, exist_ok=True)
+    lines = "".join(f"{source}\t{target}\n" for source, target in pairs)
+    for split in ("train", "dev", "test"):
+        with open(os.path.join(directory, f"{split}.tsv"), "w", encoding="utf-8") as handle:
+            handle.write(lines)
+    return directory
 
 
 def build_tiny_run(run_dir, pairs=PAIRS, config=None):
-    """Writes a trained tiny run to `run_dir` (created; must not hold a run yet).
+    """Trains the tiny run into `run_dir` with `training.train` (its corpus goes to
+    `<run_dir>-corpus`).
 
     Args:
-        run_dir: str or os.PathLike.
+        run_dir: str or os.PathLike; must not hold a run yet.
         pairs: `(spanish, english)` str pairs to learn.
         config: overrides of `TINY_CONFIG`.
 
     Returns:
-        dict: the run config written to `config.json`, plus `final_loss` and
-        `final_accuracy` (masked, on the training pairs).
+        The `TrainConfig` of the run.
     """
-    config = {**TINY_CONFIG, **(config or {})}
     run_dir = os.fspath(run_dir)
-    if os.path.exists(os.path.join(run_dir, CONFIG_FILE)):
-        raise FileExistsError(f"{run_dir} already holds a run ({CONFIG_FILE} exists).")
-    keras.utils.set_random_seed(config["seed"])
-    source_tokenizer, target_tokenizer = build_run_tokenizers(
-        list(pairs), config, os.path.join(run_dir, TOKENIZER_DIR)
-    )
-    source, decoder_input, labels = _teacher_forcing_arrays(
-        source_tokenizer, target_tokenizer, pairs
-    )
-    if max(source.shape[1], decoder_input.shape[1]) > config["max_length"]:
-        raise ValueError(f"a pair is longer than max_length={config['max_length']} tokens.")
-
-    model = build_model(config, source_tokenizer.vocab_size, target_tokenizer.vocab_size)
-    # Peak rate 1e-2 at `warmup_steps`: the paper's curve, scaled for 40 sentences.
-    peak = (config["d_model"] * config["warmup_steps"]) ** -0.5
-    model.compile(
-        optimizer=paper_adam(
-            CustomSchedule(config["d_model"], config["warmup_steps"], scale=1e-2 / peak)
-        ),
-        loss=MaskedSparseCrossEntropy(),
-        metrics=[MaskedAccuracy()],
-    )
-    dataset = (
-        tf.data.Dataset.from_tensor_slices(((source, decoder_input), labels))
-        .batch(config["batch_size"])
-        .repeat()
-    )
-    history = model.fit(
-        dataset, epochs=1, steps_per_epoch=config["train_steps"], shuffle=False, verbose=0
-    )
-    # Saved without its compile config (optimizer, schedule, loss), as the training CLI's
-    # custom loop saves it: loading it then needs nothing but the model's own classes.
-    inference_model = build_model(config, source_tokenizer.vocab_size, target_tokenizer.vocab_size)
-    inference_model.build(((None, None), (None, None)))
-    inference_model.set_weights(model.get_weights())
-    inference_model.save(os.path.join(run_dir, MODEL_FILE))
-    with open(os.path.join(run_dir, CONFIG_FILE), "w", encoding="utf-8") as config_file:
-        json.dump(config, config_file, indent=2)
-        config_file.write("\n")
-    return {
-        **config,
-        "final_loss": float(history.history["loss"][-1]),
-        "final_accuracy": float(history.history["masked_accuracy"][-1]),
-    }
+    corpus = write_pairs_corpus(run_dir.rstrip(os.sep) + "-corpus", pairs)
+    overrides = {**TINY_CONFIG, **(config or {}), "data": corpus}
+    run_config = resolve_config("tiny", overrides=overrides)
+    train(run_config, run_dir, preset="tiny")
+    return run_config

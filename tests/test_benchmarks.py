@@ -164,6 +164,7 @@ def test_bench_decode_side_by_side_gives_each_decoder_as_a_multiple_of_ctranslat
         bench_decode.CT2_BEAM.format(precision="int8", beam=beam): (150, 1000),
         bench_decode.SAVED_GREEDY: (220, 400),
         bench_decode.SAVED_BEAM.format(beam=beam): (360, 2800),
+        bench_decode.SAVED_XLA_GREEDY: (90, 380),
         bench_decode.CACHED: (250, 600),
         bench_decode.BEAM.format(beam=beam): (450, 2100),
         bench_decode.CACHED_XLA: (80, 350),
@@ -176,7 +177,7 @@ def test_bench_decode_side_by_side_gives_each_decoder_as_a_multiple_of_ctranslat
     table, goals = bench_decode.side_by_side(args, results)
     lines = table.splitlines()
     assert lines[0] == "| decoder | greedy b=1 | greedy b=32 | beam 4 b=1 | beam 4 b=32 |"
-    saved = next(line for line in lines if line.startswith("| exported SavedModel"))
+    saved = next(line for line in lines if line.startswith("| exported SavedModel, TF1"))
     # 220 / 200 and 220 / 100; 2800 / 1400 and 2800 / 1000.
     assert "| 220 ms (1.10× / 2.20×) |" in saved and "| 2,800 ms (2.00× / 2.80×) |" in saved
     xla = next(line for line in lines if line.startswith("| in-process, XLA"))
@@ -185,3 +186,7 @@ def test_bench_decode_side_by_side_gives_each_decoder_as_a_multiple_of_ctranslat
     assert "batch 32 **1.25×** CTranslate2 float32's (goal ≥ 1: met)" in goals
     assert "latency at batch 1 **1.10×** its (goal ≤ 1: not met)" in goals
     assert "batch 32 **0.50×** CTranslate2 float32's (goal ≥ 1: not met)" in goals
+    saved_xla = next(line for line in lines if line.startswith("| exported with --jit_compile"))
+    assert saved_xla.endswith("| 90 ms (0.45× / 0.90×) | 380 ms (0.76× / 0.95×) | – | – |")
+    # 90 / 200 = 0.45: within half of CTranslate2 float32's latency.
+    assert "latency at batch 1 **0.45×** CTranslate2 float32's (goal ≤ 0.5: met)" in goals

@@ -12,6 +12,7 @@ from model import Transformer
 from model.decoding import (
     _EAGER_XLA_GREEDY,
     _drop_finished_rows,
+    _pad_to_xla_buckets,
     beam_search,
     beam_search_decode,
     greedy_decode,
@@ -109,6 +110,23 @@ def test_xla_compiled_greedy_equals_graph_greedy(
     np.testing.assert_allclose(xla["alignment"], graph["alignment"], atol=1e-4)
     if forced_length:
         assert xla["tokens"].shape == (3, forced_length)
+
+
+@pytest.mark.parametrize(
+    "batch, width, max_source, padded_shape",
+    [(1, 5, 80, (1, 16)), (3, 16, 80, (4, 16)), (5, 17, 80, (8, 32)), (32, 70, 72, (32, 72))],
+)
+def test_xla_inputs_are_padded_to_a_few_shapes(batch, width, max_source, padded_shape):
+    """Rows up to a power of two (copies of row 0), columns up to a multiple of 16 (padding,
+    capped by the positional encodings): a server compiles a few programs, not one per shape."""
+    inp = np.random.default_rng(batch).integers(1, 30, size=(batch, width)).astype(np.int32)
+    padded = _pad_to_xla_buckets(tf.constant(inp), max_source).numpy()
+    assert padded.shape == padded_shape
+    np.testing.assert_array_equal(padded[:batch, :width], inp)
+    np.testing.assert_array_equal(
+        padded[batch:, :width], np.repeat(inp[:1], len(padded) - batch, 0)
+    )
+    assert not padded[:, width:].any()
 
 
 def test_eager_xla_greedy_is_traced_once_per_model(trained_reverse_model, sources):

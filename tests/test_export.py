@@ -28,7 +28,7 @@ from model import translator
 from model.decoding import beam_search_decode, greedy_decode
 from model.special_tokens import END_ID, START_ID
 from serving import export
-from tests.export_fixtures import PAIRS, build_tiny_run
+from tests.export_fixtures import PAIRS
 from training.artifacts import CONFIG_FILE, load_trained
 
 MODEL_NAME = "translator"
@@ -132,10 +132,8 @@ def _decoded(strings):
 
 
 @pytest.fixture(scope="module")
-def run_dir(tmp_path_factory):
-    run_dir = tmp_path_factory.mktemp("tiny_run")
-    build_tiny_run(run_dir)
-    return run_dir
+def run_dir(tiny_export_run):
+    return tiny_export_run
 
 
 @pytest.fixture(scope="module")
@@ -329,6 +327,7 @@ def test_command_line_export_layout_and_metadata(exported, run_dir):
         "alpha": ALPHA,
         "max_length_ratio": 1.5,
         "max_length_offset": 10,
+        "jit_compile": False,
     }
     assert info["max_source_tokens"] == info["run_config"]["max_length"]
     assert info["signatures"] == list(SIGNATURE_OUTPUTS)

@@ -13,6 +13,7 @@ import re
 import time
 from collections.abc import Iterable, Mapping, Sequence
 
+import grpc
 import numpy as np
 import tensorflow as tf
 
@@ -31,6 +32,10 @@ SAVED_MODEL_FILENAMES = ("saved_model.pb", "saved_model.pbtxt")
 # Same location and record cap as TF Serving's saved_model_warmup_util.
 WARMUP_FILE = os.path.join("assets.extra", "tf_serving_warmup_requests")
 MAX_WARMUP_RECORDS = 1000
+# What TF Serving answers (INTERNAL) when a graph reaches an XLA-compiled function and the server
+# runs without --xla_cpu_compilation_enabled (TF's DisableXlaCompilation()).
+XLA_DISABLED_MESSAGE = "XLA compilation disabled"
+_XLA_MUST_COMPILE = "_XlaMustCompile"
 
 
 def is_complete_version_dir(path: str) -> bool:
@@ -105,6 +110,57 @@ def read_warmup_requests(export_dir: str) -> list[predict_pb2.PredictRequest]:
     return requests
 
 
+def _called_functions(attrs):
+    """Names of the functions an attr map refers to (`f`, `body`, `then_branch`, lists...)."""
+    for value in attrs.values():
+        if value.HasField("func"):
+            yield value.func.name
+        elif value.HasField("list"):
+            yield from (function.name for function in value.list.func)
+
+
+def _must_compile(attrs) -> bool:
+    return _XLA_MUST_COMPILE in attrs and attrs[_XLA_MUST_COMPILE].b
+
+
+def xla_signature_names(meta_graph: meta_graph_pb2.MetaGraphDef) -> set[str]:
+    """The signatures whose computation reaches an XLA-compiled function (`_XlaMustCompile`).
+
+    Walks back from each signature's outputs through the main graph's inputs, then through
+    every function those nodes call, transitively: the functions TF Serving's Session would run.
+    """
+    graph = meta_graph.graph_def
+    library = {function.signature.name: function for function in graph.library.function}
+    nodes = {node.name: node for node in graph.node}
+    compiles = {}  # function name -> whether it or a function it calls is XLA-compiled
+
+    def node_compiles(node):
+        return _must_compile(node.attr) or any(map(function_compiles, _called_functions(node.attr)))
+
+    def function_compiles(name):
+        if name not in compiles:
+            compiles[name] = False  # a recursive call sees False: no cycle is followed twice
+            function = library.get(name)
+            compiles[name] = function is not None and (
+                _must_compile(function.attr) or any(map(node_compiles, function.node_def))
+            )
+        return compiles[name]
+
+    names = set()
+    for key, signature in meta_graph.signature_def.items():
+        pending = [info.name.split(":")[0] for info in signature.outputs.values()]
+        seen = set()
+        while pending and key not in names:
+            node = nodes.get(pending.pop())
+            if node is None or node.name in seen:
+                continue
+            seen.add(node.name)
+            if node_compiles(node):
+                names.add(key)
+            pending += [name.lstrip("^").split(":")[0] for name in node.input]
+    return names
+
+
 def _session_style_message(message: str) -> str:
     """Strips the eager runtime's wrapper from a TF error message.
 
@@ -133,21 +189,32 @@ class Servable:
         version: integer version (the directory name).
         export_dir: the version directory `<base_path>/<version>`.
         tags: MetaGraphDef tag set to load (TF Serving's `--saved_model_tags`).
+        xla_compilation_enabled: TF Serving's `--xla_cpu_compilation_enabled`; when false, a
+            signature that reaches an XLA-compiled function fails with INTERNAL
+            `XLA_DISABLED_MESSAGE`, as there.
 
     Attributes:
         signature_defs: SignatureDef protos by signature key, as stored in the
             SavedModel (including `__saved_model_init_op` like TF Serving's
             metadata).
+        xla_signatures: keys of the signatures that run XLA-compiled functions.
     """
 
     def __init__(
-        self, model_name: str, version: int, export_dir: str, tags: Sequence[str] = ("serve",)
+        self,
+        model_name: str,
+        version: int,
+        export_dir: str,
+        tags: Sequence[str] = ("serve",),
+        xla_compilation_enabled: bool = False,
     ):
         self.model_name = model_name
         self.version = version
         self.export_dir = export_dir
         meta_graph = read_meta_graph(export_dir, tags)
         self.signature_defs = dict(meta_graph.signature_def)
+        self.xla_signatures = xla_signature_names(meta_graph)
+        self._xla_compilation_enabled = xla_compilation_enabled
         self._loaded = tf.saved_model.load(export_dir, tags=list(tags))
         self._functions = {
             name: self._loaded.signatures[name]
@@ -179,6 +246,8 @@ class Servable:
             ServingError: the model raised a TensorFlow error; its canonical code
                 and message are kept, as TF Serving passes Session::Run errors on.
         """
+        if signature_name in self.xla_signatures and not self._xla_compilation_enabled:
+            raise errors.ServingError(grpc.StatusCode.INTERNAL, XLA_DISABLED_MESSAGE)
         signature = self.signature_defs[signature_name]
         feeds = {
             alias: tf.convert_to_tensor(array, dtype=tf.as_dtype(signature.inputs[alias].dtype))
@@ -199,12 +268,16 @@ class Servable:
 
 
 def load_servable(
-    model_name: str, version: int, export_dir: str, tags: Sequence[str] = ("serve",)
+    model_name: str,
+    version: int,
+    export_dir: str,
+    tags: Sequence[str] = ("serve",),
+    xla_compilation_enabled: bool = False,
 ) -> Servable:
     """Loads a version and logs like TF Serving's SavedModel loader."""
     logger.info("Reading SavedModel from: %s", export_dir)
     start = time.monotonic()
-    servable = Servable(model_name, version, export_dir, tags)
+    servable = Servable(model_name, version, export_dir, tags, xla_compilation_enabled)
     logger.info(
         "SavedModel load for tags { %s }; Status: success: OK. Took %d microseconds.",
         " ".join(tags),

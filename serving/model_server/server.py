@@ -23,6 +23,7 @@ set like the real server's, with
 
 import argparse
 import dataclasses
+import functools
 import logging
 import os
 import re
@@ -42,6 +43,7 @@ from serving.model_server.grpc_service import add_services
 from serving.model_server.manager import ManagerOptions, ServableManager
 from serving.model_server.predict import run_warmup
 from serving.model_server.rest import RestApi, RestServer
+from serving.model_server.servable import load_servable
 from training.config import parse_bool
 
 # The lines that say where the server listens (TF Serving's wording): with --port=0 and
@@ -72,7 +74,6 @@ UNSUPPORTED_REAL_FLAGS = (
     "num_unload_threads",
     "remove_unused_fields_from_bundle_metagraph",
     "enable_signature_method_name_check",
-    "xla_cpu_compilation_enabled",
     "enable_profiler",
     "thread_pool_factory_config_file",
     "mixed_precision",
@@ -121,6 +122,7 @@ class ServerOptions:
     tensorflow_intra_op_parallelism: int = 0
     tensorflow_inter_op_parallelism: int = 0
     shutdown_grace_seconds: float = 10.0
+    xla_cpu_compilation_enabled: bool = False
 
 
 def parse_grpc_channel_arguments(text: str) -> list[tuple[str, object]]:
@@ -247,6 +249,9 @@ class ModelServer:
             if options.enable_model_warmup
             else None,
             on_availability_change=self._set_health,
+            load_fn=functools.partial(
+                load_servable, xla_compilation_enabled=options.xla_cpu_compilation_enabled
+            ),
         )
         self.core = ServingCore(manager, batcher)
         try:
@@ -467,6 +472,12 @@ def build_arg_parser() -> argparse.ArgumentParser:
     flag("tensorflow_session_parallelism", int, "TF intra- and inter-op threads; 0 = auto")
     flag("tensorflow_intra_op_parallelism", int, "TF intra-op threads; 0 = auto")
     flag("tensorflow_inter_op_parallelism", int, "TF inter-op threads; 0 = auto")
+    flag(
+        "xla_cpu_compilation_enabled",
+        bool,
+        "run XLA-compiled functions (an export with --jit_compile); without it their signatures "
+        "fail with INTERNAL 'XLA compilation disabled', and so does their warmup",
+    )
     flag(
         "shutdown_grace_seconds",
         float,
