@@ -102,8 +102,9 @@ pretrained: $(STAMP) data  ## Reproduce pretrained/bible-es-en (about 2 hours on
 notebooks: $(STAMP)
 	$(VENV)/bin/jupyter lab notebooks $(if $(filter 0,$(shell id -u)),--allow-root)
 
-bench-train: $(STAMP)
+bench-train: $(STAMP)  ## Our input pipeline vs the tutorial's; then the XLA and bfloat16 training steps.
 	$(PY) -m benchmarks.bench_train --output BENCHMARKS.md
+	$(PY) -m benchmarks.bench_train --variants --steps 15 --rounds 4 --output BENCHMARKS.md
 
 bench-sweep: $(STAMP) data  ## Training recipes at equal time budgets (SWEEP_ARGS="--minutes 10 --cpus 1"), hours.
 	$(PY) -m benchmarks.sweep_recipe --output BENCHMARKS.md $(SWEEP_ARGS)

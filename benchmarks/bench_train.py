@@ -7,11 +7,20 @@ Compares, on the same model, data and training step:
 Reports real (non-pad) tokens per second, the padding fraction, the model's FLOPs per token
 counted from the layer shapes, and the achieved FLOP/s against a dense float32 matmul measured
 in the same run.
+
+With `--variants`, it also times this project's training step as `--jit_compile` and
+`--mixed_precision mixed_bfloat16` run it (alone and together), in interleaved rounds (section
+"Training step: XLA and bfloat16"): the steady-state step time and real tokens per second, and
+the time spent compiling (the steps that took over 3× the median).
 """
 
 import argparse
+import dataclasses
+import statistics
+import sys
 import time
 
+import keras
 import tensorflow as tf
 
 from benchmarks.report import machine_description, write_section
@@ -107,6 +116,91 @@ def measure(trainer, dataset, config, source_vocab, target_vocab, steps, warmup_
     }
 
 
+# name -> TrainConfig overrides
+STEP_VARIANTS = {
+    "float32": {},
+    "XLA (--jit_compile)": {"jit_compile": True},
+    "bfloat16 (--mixed_precision mixed_bfloat16)": {"mixed_precision": "mixed_bfloat16"},
+    "XLA + bfloat16": {"jit_compile": True, "mixed_precision": "mixed_bfloat16"},
+}
+COMPILING_STEP = 3.0  # a step this many times the median is counted as compilation
+
+
+def measure_variants(config, source_ids, target_ids, source_vocab, target_vocab, rounds, steps):
+    """Times the training step of each `STEP_VARIANTS` entry, `steps` steps per variant in
+    each of `rounds` interleaved rounds (each variant has its own model, optimizer and data).
+
+    Returns:
+        `{name: {"median_ms", "tokens_per_second", "compile_seconds", "compiling_steps"}}`;
+        tokens per second counts real tokens over the steps that did not compile.
+    """
+    runs = {}
+    for name, overrides in STEP_VARIANTS.items():
+        variant = dataclasses.replace(config, **overrides)
+        # The policy is read when layers are built; each model keeps the one it was built with.
+        keras.config.set_dtype_policy(
+            "float32" if variant.mixed_precision == "none" else variant.mixed_precision
+        )
+        model = artifacts.build_model(vars(variant), source_vocab, target_vocab)
+        model.build(((None, None), (None, None)))
+        optimizer, _ = make_optimizer(variant)
+        dataset = make_dataset(
+            source_ids,
+            target_ids,
+            variant.max_length,
+            variant.batch_tokens,
+            pad_to_bucket=variant.jit_compile,
+        )
+        runs[name] = {
+            "trainer": Trainer(variant, tf.distribute.get_strategy(), model, optimizer),
+            "iterator": iter(dataset),
+            "mirror": iter(dataset),
+            "times": [],
+            "tokens": [],
+        }
+    keras.config.set_dtype_policy("float32")
+    for _ in range(rounds):
+        for run in runs.values():
+            for _ in range(steps):
+                started = time.perf_counter()
+                float(run["trainer"].train_step(run["iterator"])[0])
+                run["times"].append(time.perf_counter() - started)
+                (source, _), labels = next(run["mirror"])
+                run["tokens"].append(
+                    float(tf.math.count_nonzero(source)) + float(tf.math.count_nonzero(labels))
+                )
+    results = {}
+    for name, run in runs.items():
+        median = statistics.median(run["times"])
+        compiling = [t > COMPILING_STEP * median for t in run["times"]]
+        steady = [(t, n) for t, n, c in zip(run["times"], run["tokens"], compiling) if not c]
+        results[name] = {
+            "median_ms": 1000 * median,
+            "tokens_per_second": sum(n for _, n in steady) / sum(t for t, _ in steady),
+            "compile_seconds": sum(t for t, c in zip(run["times"], compiling) if c),
+            "compiling_steps": sum(compiling),
+        }
+    return results
+
+
+def variants_section(results, command, config, preset, rounds, steps):
+    reference = results["float32"]["tokens_per_second"]
+    rows = "\n".join(
+        f"| {name} | {r['median_ms']:,.0f} | {r['tokens_per_second']:,.0f} | "
+        f"{r['tokens_per_second'] / reference:.2f}× | {r['compiling_steps']} | "
+        f"{r['compile_seconds']:.1f} |"
+        for name, r in results.items()
+    )
+    return f"""Command: `{command}`
+Machine: {machine_description()}
+Model: preset `{preset}` ({config.num_layers}+{config.num_layers} layers, d_model {config.d_model}), dropout off, batch_tokens {config.batch_tokens}; each variant its own model and data iterator, {rounds} interleaved rounds of {steps} steps. XLA batches are padded to their length bucket's bound (`pad_to_bucket`: one compiled program per bucket), so its real tokens per step are fewer; "compiling" steps took over {COMPILING_STEP:g}× the median and are left out of tokens/s.
+
+| training step | median ms/step | real tokens/s | vs float32 | compiling steps | compiling s |
+| --- | ---: | ---: | ---: | ---: | ---: |
+{rows}
+"""
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m benchmarks.bench_train", description=__doc__)
     parser.add_argument("--preset", default="small")
@@ -119,6 +213,12 @@ def main(argv=None):
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--warmup_steps", type=int, default=8)
     parser.add_argument("--output", help="write the results into this Markdown file")
+    parser.add_argument(
+        "--variants",
+        action="store_true",
+        help="time the XLA and bfloat16 training steps instead of the pipelines",
+    )
+    parser.add_argument("--rounds", type=int, default=4, help="interleaved rounds (--variants)")
     args = parser.parse_args(argv)
 
     config = resolve_config(args.preset, overrides={"data": args.data, "dropout": 0.0})
@@ -128,6 +228,20 @@ def main(argv=None):
         *tokenize_pairs(pairs, source_tokenizer, target_tokenizer), config.max_length
     )
     source_vocab, target_vocab = source_tokenizer.vocab_size, target_tokenizer.vocab_size
+    if args.variants:
+        results = measure_variants(
+            config, source_ids, target_ids, source_vocab, target_vocab, args.rounds, args.steps
+        )
+        command = "python -m benchmarks.bench_train " + " ".join(
+            argv if argv is not None else sys.argv[1:]
+        )
+        body = variants_section(
+            results, command.strip(), config, args.preset, args.rounds, args.steps
+        )
+        print(body)
+        if args.output:
+            write_section(args.output, "Training step: XLA and bfloat16", body)
+        return
 
     results = {}
     pipelines = {

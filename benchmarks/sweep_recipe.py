@@ -1,6 +1,6 @@
 """Training-recipe sweep at equal wall-clock budgets: `make bench-sweep` (into BENCHMARKS.md).
 
-Each point is the `small` preset with one or two settings changed, trained in its own run
+Each point is a preset (`--preset`, default `small`) with one or two settings changed, trained in its own run
 directory for the same number of minutes (`--train_minutes`), each in a fresh process, one after
 the other (optionally pinned to a CPU set with `taskset`, so that a long run elsewhere on the
 machine does not share its cores). Every point is then scored on the held-out test split with
@@ -20,17 +20,22 @@ import time
 from benchmarks.report import machine_description, write_section
 from training.curves import read_scalars
 
-# name → (settings changed from the `small` preset, what the point asks)
+# name → (settings changed from the preset, what the point asks)
 POINTS = {
-    "baseline": ({}, "the small preset"),
-    "lr_scale=1.0": ({"lr_scale": 1.0}, "learning rate ×2"),
+    "baseline": ({}, "the preset as it is"),
+    "lr_scale=1.0": ({"lr_scale": 1.0}, "learning rate 1.0× the paper's"),
+    "lr_scale=2.0": ({"lr_scale": 2.0}, "learning rate 2× the paper's"),
     "vocab=4000": ({"vocab_size": 4000}, "half the shared vocabulary"),
     "2x128": ({"num_layers": 2, "d_model": 128, "dff": 512}, "narrower and shallower"),
-    "batch=2048": ({"batch_tokens": 2048}, "half the tokens per step"),
+    "vocab=2000": ({"vocab_size": 2000}, "a 2,000-piece shared vocabulary"),
+    "batch=2048": ({"batch_tokens": 2048}, "2,048 tokens per step"),
+    "batch=4096": ({"batch_tokens": 4096}, "4,096 tokens per step"),
     "warmup=400": ({"warmup_steps": 400}, "shorter warmup"),
     "untied": ({"tie_embeddings": False}, "own output projection"),
     "dropout=0": ({"dropout": 0.0}, "no dropout"),
     "label_smoothing=0": ({"label_smoothing": 0.0}, "no label smoothing"),
+    "no_regularization": ({"dropout": 0.0, "label_smoothing": 0.0}, "no dropout, no smoothing"),
+    "norm_first": ({"norm_first": True}, "pre-layer normalization"),
     "jit_compile": ({"jit_compile": True}, "XLA training step"),
     "bfloat16": ({"mixed_precision": "mixed_bfloat16"}, "bfloat16 compute"),
 }
@@ -43,7 +48,7 @@ def run_command(command, cpus, log_path):
         subprocess.run(prefix + command, stdout=log, stderr=subprocess.STDOUT, check=True)
 
 
-def run_point(name, sweep_dir, minutes, cpus, settings, dev_sentences, checkpoint_every):
+def run_point(name, sweep_dir, preset, minutes, cpus, settings, dev_sentences, checkpoint_every):
     run_dir = os.path.join(sweep_dir, name)
     result_path = os.path.join(run_dir, RESULT_FILE)
     if os.path.exists(result_path):
@@ -59,7 +64,7 @@ def run_point(name, sweep_dir, minutes, cpus, settings, dev_sentences, checkpoin
         "checkpoint_every": checkpoint_every,
         **settings,
     }
-    command = [sys.executable, "-m", "training.train", "--preset", "small", "--run_dir", run_dir]
+    command = [sys.executable, "-m", "training.train", "--preset", preset, "--run_dir", run_dir]
     for flag, value in flags.items():
         command += [f"--{flag}", str(value).lower() if isinstance(value, bool) else str(value)]
     started = time.time()
@@ -79,6 +84,7 @@ def run_point(name, sweep_dir, minutes, cpus, settings, dev_sentences, checkpoin
     ]
     result = {
         "name": name,
+        "preset": preset,
         "settings": settings,
         "minutes": minutes,
         "cpus": cpus or "all",
@@ -94,7 +100,7 @@ def run_point(name, sweep_dir, minutes, cpus, settings, dev_sentences, checkpoin
     return result
 
 
-def plot(results, path):
+def plot(results, path, preset):
     import matplotlib
 
     matplotlib.use("Agg")
@@ -111,19 +117,19 @@ def plot(results, path):
         )
     axes.set_xlabel("wall-clock minutes (setup and dev evaluations included)")
     axes.set_ylabel("dev BLEU (greedy)")
-    axes.set_title("Training recipes at equal time budgets (small preset)")
+    axes.set_title(f"Training recipes at equal time budgets ({preset} preset)")
     axes.grid(alpha=0.3)
     axes.legend(fontsize=8)
     figure.tight_layout()
     figure.savefig(path, dpi=110)
 
 
-def markdown(results, command, plot_path):
+def markdown(results, command, plot_path, preset):
     lines = [
         f"Machine: {machine_description()}.",
         f"Command: `{command}`.",
         "",
-        "Each point: the `small` preset with the listed change, trained in a fresh process for "
+        f"Each point: the `{preset}` preset with the listed change, trained in a fresh process for "
         f"{results[0]['minutes']:g} minutes of wall clock (CPUs: {results[0]['cpus']}), then "
         "scored on the 637 held-out test sentences with greedy decoding (sacreBLEU, "
         f"`{results[0]['bleu_signature']}`), at its best dev-BLEU checkpoint.",
@@ -147,18 +153,25 @@ def main(argv=None):
     parser.add_argument(
         "--points", default=",".join(POINTS), help=f"comma-separated subset of: {', '.join(POINTS)}"
     )
+    parser.add_argument("--preset", default="small", help="the preset every point changes")
     parser.add_argument("--minutes", type=float, default=12.0, help="training budget per point")
     parser.add_argument("--cpus", help="taskset CPU list for every point, e.g. 1 (default: all)")
-    parser.add_argument("--sweep_dir", default=os.path.join("runs", "sweep"))
+    parser.add_argument("--sweep_dir", help="run directories (default: runs/sweep[-PRESET])")
     parser.add_argument("--dev_bleu_sentences", type=int, default=100)
     parser.add_argument("--checkpoint_every", type=int, default=200)
     parser.add_argument("--output", help="Markdown file to write the section into")
-    parser.add_argument("--plot", default=os.path.join("docs", "recipe_sweep.png"))
+    parser.add_argument(
+        "--section",
+        help="its title (default: 'Training recipe sweep', plus the preset unless small)",
+    )
+    parser.add_argument("--plot", help="the plot's path (default: docs/recipe_sweep[_PRESET].png)")
     args = parser.parse_args(argv)
     names = [name.strip() for name in args.points.split(",") if name.strip()]
     unknown = [name for name in names if name not in POINTS]
     if unknown:
         parser.error(f"unknown point(s): {', '.join(unknown)}")
+    suffix = "" if args.preset == "small" else f"-{args.preset}"
+    args.sweep_dir = args.sweep_dir or os.path.join("runs", f"sweep{suffix}")
     os.makedirs(args.sweep_dir, exist_ok=True)
     results = []
     for index, name in enumerate(names, 1):
@@ -166,6 +179,7 @@ def main(argv=None):
         result = run_point(
             name,
             args.sweep_dir,
+            args.preset,
             args.minutes,
             args.cpus,
             POINTS[name][0],
@@ -174,14 +188,16 @@ def main(argv=None):
         )
         results.append(result)
         print(f"    {result['steps']} steps, test BLEU {result['test_bleu']:.2f}", flush=True)
-    plot(results, args.plot)
+    plot_path = args.plot or os.path.join("docs", f"recipe_sweep{suffix.replace('-', '_')}.png")
+    plot(results, plot_path, args.preset)
     command = "python -m benchmarks.sweep_recipe " + " ".join(
         argv if argv is not None else sys.argv[1:]
     )
-    text = markdown(results, command.strip(), args.plot)
+    text = markdown(results, command.strip(), plot_path, args.preset)
     print(text)
     if args.output:
-        write_section(args.output, "Training recipe sweep", text)
+        title = "Training recipe sweep" + ("" if args.preset == "small" else f", {args.preset}")
+        write_section(args.output, args.section or title, text)
     return 0
 
 
