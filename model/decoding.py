@@ -78,21 +78,28 @@ def transformer_step_fn(model, with_alignment=True):
     return step_fn
 
 
-def _next_token_log_probs(logits, step, min_length, end_id):
-    """Log-probabilities `(rows, vocab)` of the token at `step` from its logits.
+def output_log_probs(logits):
+    """Log-probabilities over the tokens a decoder may output: the softmax of `logits`
+    `(..., vocab)` without the pad id.
 
-    The pad id is never a real output (labels never contain it), and emitting it would corrupt
-    the prefix: the decoder's self-attention masks pad positions out. [END] is forbidden before
-    `min_length` tokens (forced lengths, benchmarks).
+    The pad id is never a real output (labels never contain it, so its logit is untrained), and
+    emitting it would corrupt the prefix: the decoder's self-attention masks pad positions out.
+    It is left out of the softmax, not just forbidden after it, so the scores are those of a
+    distribution over real tokens (as CTranslate2 computes them with [PAD] suppressed).
     """
-    log_probs = tf.nn.log_softmax(tf.cast(logits, tf.float32), axis=-1)
-    vocab_size = tf.shape(log_probs)[-1]
-    forbidden = tf.one_hot(PAD_ID, vocab_size, on_value=NEG_INF, off_value=0.0)
-    end_forbidden = tf.one_hot(end_id, vocab_size, on_value=NEG_INF, off_value=0.0)
-    forbidden += tf.where(
+    logits = tf.cast(logits, tf.float32)
+    no_pad = tf.one_hot(PAD_ID, tf.shape(logits)[-1], on_value=NEG_INF, off_value=0.0)
+    return tf.nn.log_softmax(logits + no_pad, axis=-1)
+
+
+def _next_token_log_probs(logits, step, min_length, end_id):
+    """`output_log_probs` of the token at `step`, with [END] forbidden before `min_length`
+    tokens (forced lengths, benchmarks)."""
+    log_probs = output_log_probs(logits)
+    end_forbidden = tf.one_hot(end_id, tf.shape(log_probs)[-1], on_value=NEG_INF, off_value=0.0)
+    return log_probs + tf.where(
         tf.less(step + 1, min_length), end_forbidden, tf.zeros_like(end_forbidden)
     )
-    return log_probs + forbidden
 
 
 def _unknown_shapes(structure):
@@ -442,8 +449,7 @@ def sequence_log_prob(model, inp, tokens, start_id):
     decoder_input = tf.concat(
         [tf.fill([batch_size, 1], tf.cast(start_id, tf.int32)), tokens[:, :-1]], axis=1
     )
-    logits = model((inp, decoder_input), training=False)
-    log_probs = tf.nn.log_softmax(tf.cast(logits, tf.float32), axis=-1)
+    log_probs = output_log_probs(model((inp, decoder_input), training=False))
     token_log_probs = tf.gather(log_probs, tokens, axis=2, batch_dims=2)
     return tf.reduce_sum(token_log_probs * tf.cast(tf.not_equal(tokens, PAD_ID), tf.float32), 1)
 

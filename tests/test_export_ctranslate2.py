@@ -142,7 +142,7 @@ def test_greedy_equals_ours_token_for_token(run):
     ct2_ids, ct2_scores = _translate_ct2(run, TEXTS, 1, 0.0, max_length)
     assert ct2_ids == ours_ids
     assert len({len(row) for row in ours_ids}) > 2  # the batch really has different lengths
-    # Summed log-probabilities; ours leaves [PAD]'s tiny mass in the softmax, CTranslate2 not.
+    # Summed log-probabilities, [PAD] left out of the softmax by both.
     np.testing.assert_allclose(ct2_scores, ours_scores, atol=1e-3)
 
 
@@ -174,10 +174,21 @@ def test_beam_search_without_length_penalty_equals_ours(run):
     np.testing.assert_allclose(ct2_scores, ours_scores, atol=1e-3)
 
 
+def _confident_texts(run, threshold=-1.0):
+    """The texts the model translates greedily with a summed log-probability above
+    `threshold`: there one hypothesis wins by far, so search details cannot reorder them."""
+    source_ids = _source_ids(run, TEXTS)
+    scores = greedy_decode(run["model"], source_ids, START_ID, END_ID)["scores"].numpy()
+    confident = [text for text, score in zip(TEXTS, scores) if score > threshold]
+    assert len(confident) >= 3, f"the tiny run is unsure of most texts: {scores}"
+    return confident
+
+
 def test_beam_search_with_length_penalty_differs_only_in_the_normalization(run):
     """Ours: log P / ((5 + |y|) / 6)^alpha (GNMT); CTranslate2: log P / |y|^alpha; |y| counts
-    [END] in both. On this confident model both rank the same hypothesis first."""
-    source_ids = _source_ids(run, TEXTS)
+    [END] in both. Where the model is confident, both rank the same hypothesis first."""
+    texts = _confident_texts(run)
+    source_ids = _source_ids(run, texts)
     max_length = _max_length(run, source_ids)
     ours_ids, ours_scores = _ours(
         beam_search_decode(
@@ -190,7 +201,7 @@ def test_beam_search_with_length_penalty_differs_only_in_the_normalization(run):
             max_length=max_length,
         )
     )
-    ct2_ids, ct2_scores = _translate_ct2(run, TEXTS, BEAM_WIDTH, ALPHA, max_length)
+    ct2_ids, ct2_scores = _translate_ct2(run, texts, BEAM_WIDTH, ALPHA, max_length)
     assert ct2_ids == ours_ids
     lengths = np.array([len(row) for row in ours_ids], np.float64)
     np.testing.assert_allclose(
@@ -208,10 +219,15 @@ def test_int8_export_translates_like_float32(run, tmp_path):
     ]
     assert sizes[1] < 0.5 * sizes[0]
     translator = ctranslate2.Translator(int8_dir, device="cpu", compute_type="int8")
-    vocab = run["target"].vocab
-    pieces = source_pieces(run["source"], TEXTS[:5])
-    int8 = translator.translate_batch(pieces, beam_size=1, **decoding_options(vocab))
-    float32 = run["translator"].translate_batch(pieces, beam_size=1, **decoding_options(vocab))
+    # int8 logits differ from float32's by about 1%: compare where the model is confident.
+    texts = _confident_texts(run)
+    options = dict(
+        beam_size=1,
+        max_decoding_length=_max_length(run, _source_ids(run, texts)),
+        **decoding_options(run["target"].vocab),
+    )
+    int8 = translator.translate_batch(source_pieces(run["source"], texts), **options)
+    float32 = run["translator"].translate_batch(source_pieces(run["source"], texts), **options)
     assert [result.hypotheses for result in int8] == [result.hypotheses for result in float32]
 
 
