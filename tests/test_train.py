@@ -316,8 +316,9 @@ def test_training_curves_read_back_from_tensorboard(tiny_run, tmp_path):
     assert list(dev_steps) == [20, 40, 60]
     assert dev_accuracy[-1] == pytest.approx(tiny_run["dev_accuracy"], abs=1e-6)
     output = tmp_path / "curves.png"
-    plot_training_curves(run_dir, str(output))
+    figure = plot_training_curves(run_dir, str(output))
     assert output.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert figure.get_suptitle() == f"training curves: {os.path.basename(run_dir)}"
 
 
 def dev_batches(shapes, seed=0):

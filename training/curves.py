@@ -59,20 +59,20 @@ def plot_training_curves(run_dir, output=None, name=None):
         (axes[0], "loss", "cross-entropy per token"),
         (axes[1], "accuracy", "next-token accuracy"),
     ):
-        for series, name, style in (
+        for series, series_label, style in (
             (train, "train (label-smoothed)" if tag == "loss" else "train", "-"),
             (dev, "dev", "o-"),
         ):
             if tag in series:
-                axis.plot(*series[tag], style, label=name, markersize=4)
+                axis.plot(*series[tag], style, label=series_label, markersize=4)
         axis.set_xlabel("step")
         axis.set_ylabel(label)
         axis.grid(alpha=0.3)
         axis.legend()
     if with_bleu:
-        for tag, name in (("bleu", "dev BLEU (greedy)"), ("chrf", "dev chrF")):
+        for tag, series_label in (("bleu", "dev BLEU (greedy)"), ("chrf", "dev chrF")):
             if tag in dev:
-                axes[2].plot(*dev[tag], "o-", label=name, markersize=4)
+                axes[2].plot(*dev[tag], "o-", label=series_label, markersize=4)
         axes[2].set_xlabel("step")
         axes[2].set_ylabel("sacreBLEU score")
         axes[2].grid(alpha=0.3)
