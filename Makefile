@@ -25,7 +25,7 @@ SERVER_FLAGS := --port=$(PORT) --rest_api_port=$(REST_PORT) --model_name=$(MODEL
 	--batching_parameters_file=serving/batching.config $(SERVE_ARGS)
 
 .PHONY: setup test lint data train average evaluate export serve query demo demo-train pretrained notebooks \
-	bench-train bench-decode bench-serve bench-sweep bench-tokenizer export-ctranslate2 clean-venv
+	bench-train bench-decode bench-profile bench-serve bench-sweep bench-tokenizer export-ctranslate2 clean-venv
 
 setup: $(STAMP)
 
@@ -114,6 +114,9 @@ bench-tokenizer: $(STAMP) data  ## Vocabulary learning time, in-graph throughput
 
 bench-decode: $(STAMP)
 	$(PY) -m benchmarks.bench_decode --output BENCHMARKS.md
+
+bench-profile: $(STAMP)  ## Op profile of the served beam_search at batch 32 (where a step's time goes).
+	$(PY) -m benchmarks.profile_decode --output BENCHMARKS.md
 
 bench-serve: $(STAMP)  ## Serving throughput/latency at default TF threads, then with one intra-op thread.
 	$(PY) -m benchmarks.bench_serve --model_base_path $(EXPORT_BASE)/$(MODEL_NAME) --output BENCHMARKS.md

@@ -254,12 +254,15 @@ class SessionSignatures:
             )
         self._signatures = meta_graph.signature_def
 
-    def __call__(self, signature_name, texts):
-        """`texts`: list of str → `{output name: NumPy array}`."""
+    def __call__(self, signature_name, texts, **run_arguments):
+        """`texts`: list of str → `{output name: NumPy array}`; `run_arguments` go to
+        `Session.run` (`options`, `run_metadata`)."""
         signature = self._signatures[signature_name]
         fetches = {name: info.name for name, info in signature.outputs.items()}
         feed = np.array([text.encode("utf-8") for text in texts], dtype=object)
-        return self._session.run(fetches, {signature.inputs[export.TEXT_INPUT].name: feed})
+        return self._session.run(
+            fetches, {signature.inputs[export.TEXT_INPUT].name: feed}, **run_arguments
+        )
 
 
 def mean_output_tokens(signatures, texts):
@@ -299,7 +302,8 @@ def ctranslate2_decoders(model, vocab, args, directory):
     return decoders
 
 
-def main(argv=None):
+def parse_args(argv=None):
+    """The benchmark's options (the model's sizes among them), validated."""
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.bench_decode",
         description="Time naive vs cached greedy vs beam decoding, the exported SavedModel and "
@@ -348,11 +352,16 @@ def main(argv=None):
     )
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
+    if args.max_positions <= args.output_tokens:
+        parser.error("--max_positions must be larger than --output_tokens.")
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
     if args.threads:
         tf.config.threading.set_intra_op_parallelism_threads(args.threads)
         tf.config.threading.set_inter_op_parallelism_threads(args.threads)
-    if args.max_positions <= args.output_tokens:
-        parser.error("--max_positions must be larger than --output_tokens.")
     command = shlex.join(
         ["python", "-m", "benchmarks.bench_decode", *(argv if argv is not None else sys.argv[1:])]
     )

@@ -190,3 +190,25 @@ def test_bench_decode_side_by_side_gives_each_decoder_as_a_multiple_of_ctranslat
     assert saved_xla.endswith("| 90 ms (0.45× / 0.90×) | 380 ms (0.76× / 0.95×) | – | – |")
     # 90 / 200 = 0.45: within half of CTranslate2 float32's latency.
     assert "latency at batch 1 **0.45×** CTranslate2 float32's (goal ≤ 0.5: met)" in goals
+
+
+def test_profile_decode_sums_a_traced_session_run_by_op_type():
+    from benchmarks.profile_decode import op_times
+
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [None, 8])
+        y = tf.nn.relu(tf.matmul(x, tf.ones([8, 8])))
+        z = tf.matmul(y, tf.ones([8, 4]))
+    with tf.compat.v1.Session(graph=graph) as session:
+        run_metadata = tf.compat.v1.RunMetadata()
+        session.run(
+            z,
+            {x: np.ones([2, 8], np.float32)},
+            options=tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE),
+            run_metadata=run_metadata,
+        )
+    times = op_times(run_metadata)
+    matmuls = {op: value for op, value in times.items() if "MatMul" in op}
+    assert sum(count for _, count in matmuls.values()) == 2
+    assert all(micros >= 0 for micros, _ in times.values())
