@@ -72,20 +72,23 @@ PRESETS = {
         dev_batches=2,
         dev_bleu_sentences=0,
     ),
-    # `make demo`: a few minutes on 2 cores; rough translations, every stage exercised.
+    # `make demo-train`: 3 minutes on one core (BENCHMARKS.md, "Training recipe sweep, demo"):
+    # pre-LN, which learns fastest early, no regularization, which a run this short never needs,
+    # and a small vocabulary.
     "demo": dict(
-        vocab_size=4000,
+        vocab_size=2000,
         max_length=64,
         num_layers=2,
         d_model=128,
         num_heads=4,
         dff=512,
-        dropout=0.1,
-        train_steps=500,
+        norm_first=True,
+        dropout=0.0,
+        train_steps=750,
         batch_tokens=2048,
         warmup_steps=200,
         lr_scale=1.0,
-        label_smoothing=0.1,
+        label_smoothing=0.0,
         checkpoint_every=250,
         log_every=25,
         dev_batches=5,
