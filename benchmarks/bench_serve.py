@@ -220,16 +220,20 @@ def in_process_caller(
     base_path: str, signature: str, batches: list[list[str]], server_flags: Sequence[str] = ()
 ):
     """A function running batch i % len(batches) through the SavedModel in this process,
-    with the TensorFlow thread settings that `server_flags` give the servers."""
+    with the TensorFlow thread and XLA settings that `server_flags` give the servers."""
     from serving.model_server import server
     from serving.model_server.servable import load_servable
 
-    server.configure_tensorflow_threads(
-        server.parse_flags([f"--model_base_path={base_path}", *server_flags])
-    )
+    options = server.parse_flags([f"--model_base_path={base_path}", *server_flags])
+    server.configure_tensorflow_threads(options)
 
     version = max(int(name) for name in os.listdir(base_path) if name.isdigit())
-    servable = load_servable("bench", version, os.path.join(base_path, str(version)))
+    servable = load_servable(
+        "bench",
+        version,
+        os.path.join(base_path, str(version)),
+        xla_compilation_enabled=options.xla_cpu_compilation_enabled,
+    )
     outputs = sorted(servable.signature_defs[signature].outputs)
     inputs = [{"text": np.array([t.encode() for t in batch], dtype=object)} for batch in batches]
     servable.run(signature, inputs[0], outputs)  # First call traces the function.
@@ -336,9 +340,10 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--server_flags",
         nargs="*",
+        action="extend",
         default=[],
         help="extra flags for both servers, e.g. "
-        "--server_flags=--tensorflow_intra_op_parallelism=1",
+        "--server_flags=--tensorflow_intra_op_parallelism=1 (repeat it for more than one)",
     )
     parser.add_argument(
         "--section", default="Serving", help="title of the section written into --output"
