@@ -8,10 +8,34 @@ CTranslate2) share one per session (`tiny_export_run` in conftest.py) instead of
 corpus-sized run.
 """
 
+import json
 import os
+import sys
 
 from training.config import resolve_config
 from training.train import train
+
+# The stock saved_model_cli does not import tensorflow_text, whose ops the tokenizer uses
+# (see model/tokenizer.py); TF Serving's model server links them.
+SAVED_MODEL_CLI_WITH_TF_TEXT = (
+    "import sys, runpy, tensorflow_text; sys.argv = sys.argv[1:]; "
+    "runpy.run_path(sys.argv[0], run_name='__main__')"
+)
+
+
+def saved_model_cli_path():
+    return os.path.join(os.path.dirname(sys.executable), "saved_model_cli")
+
+
+def saved_model_cli(*args):
+    """argv running the .venv's `saved_model_cli` with tensorflow_text's ops registered."""
+    return [sys.executable, "-c", SAVED_MODEL_CLI_WITH_TF_TEXT, saved_model_cli_path(), *args]
+
+
+def text_literal(texts):
+    """A Python list literal for `saved_model_cli --input_exprs`."""
+    return "[" + ", ".join(json.dumps(text, ensure_ascii=False) for text in texts) + "]"
+
 
 # Short sentences sharing words, so 40 pairs are enough to learn a word-level mapping.
 PAIRS = (

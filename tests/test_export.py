@@ -28,7 +28,7 @@ from model import translator
 from model.decoding import beam_search_decode, greedy_decode
 from model.special_tokens import END_ID, START_ID
 from serving import export
-from tests.export_fixtures import PAIRS
+from tests.export_fixtures import PAIRS, saved_model_cli, saved_model_cli_path, text_literal
 from training.artifacts import CONFIG_FILE, load_trained
 
 MODEL_NAME = "translator"
@@ -59,12 +59,6 @@ SIGNATURE_OUTPUTS = {
     },
 }
 
-# The stock saved_model_cli does not import tensorflow_text, whose ops the tokenizer uses
-# (see model/tokenizer.py); TF Serving's model server links them.
-SAVED_MODEL_CLI_WITH_TF_TEXT = (
-    "import sys, runpy, tensorflow_text; sys.argv = sys.argv[1:]; "
-    "runpy.run_path(sys.argv[0], run_name='__main__')"
-)
 # `python -c OP_CHECK_THEN_CLI saved_model.pb CLI ARGS...`, in a fresh interpreter importing
 # nothing but TensorFlow and tensorflow-text (what TF Serving links): prints an `OP_CHECK {json}`
 # line on the ops of the graph and of every library function (While/If bodies included), then
@@ -108,20 +102,6 @@ def _subprocess_env():
         "TF_NUM_INTRAOP_THREADS": "1",
         "TF_NUM_INTEROP_THREADS": "1",
     }
-
-
-def _saved_model_cli_path():
-    return os.path.join(os.path.dirname(sys.executable), "saved_model_cli")
-
-
-def _saved_model_cli(*args):
-    """argv running the .venv's `saved_model_cli` with tensorflow_text's ops registered."""
-    return [sys.executable, "-c", SAVED_MODEL_CLI_WITH_TF_TEXT, _saved_model_cli_path(), *args]
-
-
-def _text_literal(texts):
-    """A Python list literal for `saved_model_cli --input_exprs`."""
-    return "[" + ", ".join(json.dumps(text, ensure_ascii=False) for text in texts) + "]"
 
 
 def _decoded(strings):
@@ -227,7 +207,7 @@ def exported(run_dir, tmp_path_factory):
             "-c",
             OP_CHECK_THEN_CLI,
             os.path.join(path, "saved_model.pb"),
-            _saved_model_cli_path(),
+            saved_model_cli_path(),
             "show",
             "--all",
             "--dir",
@@ -237,7 +217,7 @@ def exported(run_dir, tmp_path_factory):
     outdirs = {}
     for signature in SIGNATURE_OUTPUTS:
         outdirs[signature] = str(tmp_path_factory.mktemp(f"cli_{signature}"))
-        commands[signature] = _saved_model_cli(
+        commands[signature] = saved_model_cli(
             "run",
             "--dir",
             path,
@@ -246,7 +226,7 @@ def exported(run_dir, tmp_path_factory):
             "--signature_def",
             signature,
             "--input_exprs",
-            f"text={_text_literal(MIXED_TEXTS)}",
+            f"text={text_literal(MIXED_TEXTS)}",
             "--outdir",
             outdirs[signature],
             "--overwrite",

@@ -12,19 +12,20 @@ import dataclasses
 import json
 import os
 import subprocess
-import sys
 
 import grpc
 import numpy as np
 import pytest
 import tensorflow as tf
-from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
+from tensorflow_serving.apis import prediction_service_pb2_grpc
 
 from serving import export
 from serving.model_server import servable as servable_lib
 from serving.model_server.errors import ServingError
 from serving.model_server.predict import run_warmup
 from serving.model_server.server import ModelServer, ServerOptions
+from tests.export_fixtures import saved_model_cli, text_literal
+from tests.serving_fixtures import texts_request
 from training import artifacts
 
 MODEL_NAME = "translator"
@@ -94,15 +95,8 @@ def test_the_server_finds_the_signatures_that_run_xla(versions):
 def test_tf1_session_loader_runs_the_xla_export(versions, loaded):
     """`saved_model_cli run`: the TF1 loader into a Session, what tensorflow_model_server does."""
     outdir = versions["xla"] + "-cli"
-    cli = os.path.join(os.path.dirname(sys.executable), "saved_model_cli")
-    text_literal = "[" + ", ".join(json.dumps(text, ensure_ascii=False) for text in TEXTS) + "]"
     result = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            "import sys, runpy, tensorflow_text; sys.argv = sys.argv[1:]; "
-            "runpy.run_path(sys.argv[0], run_name='__main__')",
-            cli,
+        saved_model_cli(
             "run",
             "--dir",
             versions["xla"],
@@ -111,10 +105,10 @@ def test_tf1_session_loader_runs_the_xla_export(versions, loaded):
             "--signature_def",
             export.GREEDY_SIGNATURE,
             "--input_exprs",
-            f"text={text_literal}",
+            f"text={text_literal(TEXTS)}",
             "--outdir",
             outdir,
-        ],
+        ),
         capture_output=True,
         text=True,
         timeout=300,
@@ -152,10 +146,7 @@ def _serve(base_path, **flags):
 
 
 def _predict(server, signature):
-    request = predict_pb2.PredictRequest()
-    request.model_spec.name = MODEL_NAME
-    request.model_spec.signature_name = signature
-    request.inputs["text"].CopyFrom(tf.make_tensor_proto(TEXTS, dtype=tf.string))
+    request = texts_request(TEXTS, signature, MODEL_NAME)
     with grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}") as channel:
         stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
         response = stub.Predict(request, timeout=120)
