@@ -1,0 +1,56 @@
+"""Decoding: greedy search, beam search and scoring as graph-friendly functions over a step function.
+
+Everything here runs inside `tf.function` / a SavedModel: loops are `tf.while_loop`s bounded by
+`maximum_iterations`, batched, and stop early once every sequence has produced `end_id`.
+
+One strategy a file, as keras-hub's `samplers/`:
+
+| module | what |
+| --- | --- |
+| `step` | the step-function contract, and `transformer_step_fn` over a `Transformer`'s cache |
+| `common` | output-length bound, length penalty, the log-probabilities a decoder chooses from |
+| `greedy` | `greedy_search` over a step function, `greedy_decode`, `naive_greedy_decode` |
+| `beam` | `beam_search` over a step function, `beam_search_decode` |
+| `scoring` | `sequence_log_prob`: teacher-forced log-probability of given outputs |
+| `xla` | the bucket shapes XLA-compiled decoding runs on |
+
+The searches (`greedy_search`, `beam_search`) know nothing of the model: they call a step
+function (`model.decoding.step` states the contract). `greedy_decode` and `beam_search_decode`
+run them over a `Transformer` (`encode`, `init_cache`, `decode`, `reorder_cache`).
+
+Shared conventions:
+    inp: source token ids `(batch, inp_len)`, 0 = padding.
+    Returned tokens: `(batch, out_len)` int32, without [START], including [END], then 0s.
+    alignment: last decoder layer's cross-attention averaged over heads, `(batch, out_len, inp_len)`:
+        for each output token, how much it attended to each source token; 0 after [END].
+"""
+
+from model.decoding.beam import BeamState, beam_search, beam_search_decode
+from model.decoding.common import (
+    NEG_INF,
+    length_penalty,
+    mask_after_end,
+    max_output_length,
+    output_log_probs,
+)
+from model.decoding.greedy import greedy_decode, greedy_search, naive_greedy_decode
+from model.decoding.scoring import sequence_log_prob
+from model.decoding.step import transformer_step_fn
+from model.decoding.xla import SLOT_GRANULARITY
+
+__all__ = [
+    "NEG_INF",
+    "SLOT_GRANULARITY",
+    "BeamState",
+    "beam_search",
+    "beam_search_decode",
+    "greedy_decode",
+    "greedy_search",
+    "length_penalty",
+    "mask_after_end",
+    "max_output_length",
+    "naive_greedy_decode",
+    "output_log_probs",
+    "sequence_log_prob",
+    "transformer_step_fn",
+]

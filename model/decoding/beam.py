@@ -1,0 +1,317 @@
+"""Beam search with the GNMT length penalty, a finished set and a per-sentence early exit.
+
+`beam_search` runs over any step function (`model.decoding.step`); `beam_search_decode` runs it
+over a `Transformer`, whose `reorder_cache` moves each hypothesis's key/value cache to its parent.
+"""
+
+from typing import NamedTuple
+
+import tensorflow as tf
+
+from model.decoding.common import (
+    NEG_INF,
+    empty_outputs,
+    length_penalty,
+    max_output_length,
+    next_token_log_probs,
+    take_rows,
+    trim,
+    unknown_shapes,
+)
+from model.decoding.step import transformer_step_fn
+
+
+class BeamState(NamedTuple):
+    """The sentences still searching. Per sentence, `(sentences, ...)` or `(sentences, beam, ...)`:
+
+    Attributes:
+        rows: `(sentences,)` int32, each sentence's row in the batch.
+        alive_seq: `(sentences, beam, t)` int32, the hypotheses that have not ended.
+        alive_log_probs: `(sentences, beam)` their log-probabilities, best first.
+        alive_alignment: `(sentences, beam, t, alignment_width)`.
+        finished_seq, finished_scores, finished_alignment: the same for the best hypotheses that
+            ended with [END], scored log P / length_penalty (NEG_INF where there are none yet),
+            padded to length t.
+
+    Per beam, `(sentences * beam, ...)`, what the step function reads:
+        last_ids: `(sentences * beam,)` int32, each alive hypothesis's last token.
+        step_state: the step function's state.
+    """
+
+    rows: tf.Tensor
+    alive_seq: tf.Tensor
+    alive_log_probs: tf.Tensor
+    alive_alignment: tf.Tensor
+    finished_seq: tf.Tensor
+    finished_scores: tf.Tensor
+    finished_alignment: tf.Tensor
+    last_ids: tf.Tensor
+    step_state: object
+
+
+def beam_search(
+    step_fn,
+    start_ids,
+    end_id,
+    state,
+    max_length,
+    alignment_width,
+    beam_width=4,
+    alpha=0.6,
+    min_length=0,
+    reorder_state=take_rows,
+):
+    """Beam search with the GNMT length penalty.
+
+    Each step expands the `beam_width` alive hypotheses, keeps the 2·beam_width best
+    continuations (so that beam_width of them are still alive even if the rest ended), and
+    merges the ended ones into the finished set, scored by log P(y | x) / length_penalty(|y|).
+    A sentence's search is over once no alive hypothesis can still beat its worst finished one
+    (`_search_is_over`); its best hypothesis is then stored and its beams leave the loop, which
+    runs until the last sentence's search is over, or `max_length`.
+
+    Args:
+        step_fn, reorder_state: see `model.decoding.step`.
+        start_ids: `(batch,)` int32, the first token fed to `step_fn`.
+        end_id: the [END] id.
+        state: `step_fn`'s state for the batch (one row per sentence; repeated here per beam).
+        max_length: int32 scalar, tokens output at most.
+        alignment_width: the second dimension of `step_fn`'s alignment.
+        beam_width: hypotheses kept per sentence (1 = greedy when alpha = 0).
+        alpha: length-penalty exponent (0.6 in GNMT and the paper).
+        min_length: `end_id` is forbidden before this many tokens.
+
+    Returns:
+        dict: `tokens` `(batch, max_length)` of each sentence's best hypothesis, `scores`
+        `(batch,)` its length-normalized log-probability, `alignment`
+        `(batch, max_length, alignment_width)`, and `length`, the positions the loop ran.
+    """
+    batch_size = tf.shape(start_ids)[0]
+
+    def body(step, beams, outputs):
+        beams = _beam_step(
+            step_fn, reorder_state, beams, step, beam_width, end_id, min_length, alpha
+        )
+        over = _search_is_over(beams, max_length, alpha)
+
+        def store_and_drop_finished_searches():
+            done = take_rows(_best_hypotheses(beams, alpha), tf.where(over)[:, 0])
+            return (
+                _keep_searches(beams, tf.where(tf.logical_not(over))[:, 0], beam_width),
+                _store(outputs, done, max_length),
+            )
+
+        return (step + 1,) + tf.cond(
+            tf.reduce_any(over), store_and_drop_finished_searches, lambda: (beams, outputs)
+        )
+
+    def cond(step, beams, outputs):
+        return tf.size(beams.rows) > 0
+
+    loop_vars = (
+        tf.constant(0),
+        _initial_beams(start_ids, state, beam_width, alignment_width),
+        empty_outputs(batch_size, max_length, alignment_width),
+    )
+    steps, beams, outputs = tf.while_loop(
+        cond,
+        body,
+        loop_vars,
+        shape_invariants=unknown_shapes(loop_vars),
+        maximum_iterations=max_length,
+    )
+    # Sentences still searching when max_length cut the loop short.
+    outputs = _store(outputs, _best_hypotheses(beams, alpha), max_length)
+    return {**outputs, "length": steps}
+
+
+def _initial_beams(start_ids, state, beam_width, alignment_width):
+    """Every sentence searching, with only beam 0 alive (the others would duplicate it)."""
+    batch_size = tf.shape(start_ids)[0]
+    empty_seq = tf.zeros([batch_size, beam_width, 0], tf.int32)
+    empty_alignment = tf.zeros([batch_size, beam_width, 0, alignment_width], tf.float32)
+    return BeamState(
+        rows=tf.range(batch_size),
+        alive_seq=empty_seq,
+        alive_log_probs=tf.tile(
+            tf.concat([[0.0], tf.fill([beam_width - 1], NEG_INF)], axis=0)[tf.newaxis],
+            [batch_size, 1],
+        ),
+        alive_alignment=empty_alignment,
+        finished_seq=empty_seq,
+        finished_scores=tf.fill([batch_size, beam_width], NEG_INF),
+        finished_alignment=empty_alignment,
+        last_ids=tf.repeat(start_ids, beam_width, axis=0),
+        step_state=tf.nest.map_structure(lambda t: tf.repeat(t, beam_width, axis=0), state),
+    )
+
+
+def _gather_beams(x, beam_indices):
+    """Picks `(sentences, n)` beams from `x` of shape `(sentences, beam, ...)`."""
+    return tf.gather(x, beam_indices, axis=1, batch_dims=1)
+
+
+def _beam_step(step_fn, reorder_state, beams, step, beam_width, end_id, min_length, alpha):
+    """One step of every searching sentence: the next `BeamState`."""
+    count = tf.shape(beams.rows)[0]
+    logits, step_alignment, step_state = step_fn(beams.last_ids, step, beams.step_state)
+    log_probs = next_token_log_probs(logits, step, min_length, end_id)
+    vocab_size = tf.shape(log_probs)[-1]
+    log_probs = tf.reshape(log_probs, [count, beam_width, vocab_size])
+    step_alignment = tf.reshape(step_alignment, [count, beam_width, 1, -1])
+
+    # The 2k best continuations over all beams and tokens.
+    candidates = tf.reshape(beams.alive_log_probs[:, :, tf.newaxis] + log_probs, [count, -1])
+    top_log_probs, top_indices = tf.math.top_k(candidates, k=2 * beam_width)
+    top_origins = top_indices // vocab_size
+    top_tokens = top_indices % vocab_size
+    top_seq = tf.concat(
+        [_gather_beams(beams.alive_seq, top_origins), top_tokens[:, :, tf.newaxis]], axis=2
+    )
+    top_alignment = tf.concat(
+        [
+            _gather_beams(beams.alive_alignment, top_origins),
+            _gather_beams(step_alignment, top_origins),
+        ],
+        axis=2,
+    )
+    top_ended = tf.cast(tf.equal(top_tokens, end_id), tf.float32)
+
+    # Alive: the k best continuations that did not end.
+    alive_log_probs, alive_choice = tf.math.top_k(top_log_probs + top_ended * NEG_INF, k=beam_width)
+    alive_seq = _gather_beams(top_seq, alive_choice)
+
+    # Finished: the k best among the previous finished and the continuations that ended now.
+    new_scores = top_log_probs / length_penalty(step + 1, alpha) + (1.0 - top_ended) * NEG_INF
+    padded_finished = tf.pad(beams.finished_seq, [[0, 0], [0, 0], [0, 1]])
+    padded_alignment = tf.pad(beams.finished_alignment, [[0, 0], [0, 0], [0, 1], [0, 0]])
+    finished_scores, finished_choice = tf.math.top_k(
+        tf.concat([beams.finished_scores, new_scores], axis=1), k=beam_width
+    )
+
+    # Each alive hypothesis continues the step state of its parent beam.
+    parents = _gather_beams(top_origins, alive_choice)
+    parent_rows = tf.reshape(parents + tf.range(count)[:, tf.newaxis] * beam_width, [-1])
+    return BeamState(
+        rows=beams.rows,
+        alive_seq=alive_seq,
+        alive_log_probs=alive_log_probs,
+        alive_alignment=_gather_beams(top_alignment, alive_choice),
+        finished_seq=_gather_beams(tf.concat([padded_finished, top_seq], axis=1), finished_choice),
+        finished_scores=finished_scores,
+        finished_alignment=_gather_beams(
+            tf.concat([padded_alignment, top_alignment], axis=1), finished_choice
+        ),
+        last_ids=tf.reshape(alive_seq[:, :, -1], [-1]),
+        step_state=reorder_state(step_state, parent_rows),
+    )
+
+
+def _search_is_over(beams, max_length, alpha):
+    """`(sentences,)` bool: no alive hypothesis can still beat the worst finished one.
+
+    Log-probabilities only fall as a hypothesis grows, so an alive one's best reachable score
+    is its log-probability / length_penalty(max_length).
+    """
+    best_alive = beams.alive_log_probs[:, 0] / length_penalty(max_length, alpha)
+    return best_alive <= tf.reduce_min(beams.finished_scores, axis=1)
+
+
+def _keep_searches(beams, keep, beam_width):
+    """The `BeamState` of the sentences `keep` `(n,)` (indices among the searching ones)."""
+    keep = tf.cast(keep, tf.int32)
+    keep_beams = tf.reshape(keep[:, tf.newaxis] * beam_width + tf.range(beam_width), [-1])
+    per_sentence = take_rows(beams._replace(last_ids=(), step_state=()), keep)
+    return per_sentence._replace(
+        last_ids=tf.gather(beams.last_ids, keep_beams),
+        step_state=take_rows(beams.step_state, keep_beams),
+    )
+
+
+def _best_hypotheses(beams, alpha):
+    """Each searching sentence's best finished hypothesis, or its best alive one if none has
+    finished (max_length reached): dict of `rows` `(n,)`, `tokens` `(n, t)`, `scores` `(n,)`,
+    `alignment` `(n, t, alignment_width)`."""
+    has_finished = beams.finished_scores[:, 0] > NEG_INF / 2
+    alive_length = tf.shape(beams.alive_seq)[2]
+    alive_scores = beams.alive_log_probs[:, 0] / length_penalty(alive_length, alpha)
+    return {
+        "rows": beams.rows,
+        "tokens": tf.where(
+            has_finished[:, tf.newaxis], beams.finished_seq[:, 0], beams.alive_seq[:, 0]
+        ),
+        "scores": tf.where(has_finished, beams.finished_scores[:, 0], alive_scores),
+        "alignment": tf.where(
+            has_finished[:, tf.newaxis, tf.newaxis],
+            beams.finished_alignment[:, 0],
+            beams.alive_alignment[:, 0],
+        ),
+    }
+
+
+def _store(outputs, best, max_length):
+    """`outputs` with the hypotheses `best` (from `_best_hypotheses`) written at their rows."""
+    rows = best["rows"][:, tf.newaxis]
+    room = max_length - tf.shape(best["tokens"])[1]
+    return {
+        "tokens": tf.tensor_scatter_nd_update(
+            outputs["tokens"], rows, tf.pad(best["tokens"], [[0, 0], [0, room]])
+        ),
+        # A search without alignments carries them zero wide, where a scatter is an error.
+        "alignment": tf.cond(
+            tf.size(outputs["alignment"]) > 0,
+            lambda: tf.tensor_scatter_nd_update(
+                outputs["alignment"], rows, tf.pad(best["alignment"], [[0, 0], [0, room], [0, 0]])
+            ),
+            lambda: outputs["alignment"],
+        ),
+        "scores": tf.tensor_scatter_nd_update(outputs["scores"], rows, best["scores"]),
+    }
+
+
+def beam_search_decode(
+    model,
+    inp,
+    start_id,
+    end_id,
+    beam_width=4,
+    alpha=0.6,
+    max_length=None,
+    min_length=0,
+    with_alignment=True,
+):
+    """`beam_search` over a `Transformer` with its key/value cache.
+
+    Args:
+        model: a `Transformer`.
+        inp: `(batch, inp_len)` source ids.
+        start_id, end_id: the [START] and [END] ids.
+        beam_width: hypotheses kept per sentence (1 = greedy when alpha = 0).
+        alpha: length-penalty exponent (0.6 in GNMT and the paper).
+        max_length, min_length: as in `greedy_decode`.
+        with_alignment: False skips the alignments (every beam's would be gathered and
+            concatenated at each step, for nothing when only the translation is wanted).
+
+    Returns:
+        dict: `tokens` `(batch, out_len)` of the best hypothesis, `scores` `(batch,)` its
+        length-normalized log-probability, `alignment` `(batch, out_len, inp_len)` (or
+        `(batch, out_len, 0)` without alignment).
+    """
+    if max_length is None:
+        max_length = max_output_length(inp, limit=model.pe_target - 1)
+    cache = model.init_cache(*model.encode(inp, training=False), max_length)
+    start_ids = tf.fill([tf.shape(inp)[0]], tf.cast(start_id, tf.int32))
+    return trim(
+        beam_search(
+            transformer_step_fn(model, with_alignment),
+            start_ids,
+            end_id,
+            cache,
+            max_length,
+            alignment_width=tf.shape(inp)[1] if with_alignment else 0,
+            beam_width=beam_width,
+            alpha=alpha,
+            min_length=min_length,
+            reorder_state=model.reorder_cache,
+        )
+    )

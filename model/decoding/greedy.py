@@ -1,0 +1,272 @@
+"""Greedy search: each row takes its most probable next token until it produces [END].
+
+`greedy_search` runs over any step function (`model.decoding.step`); `greedy_decode` runs it over a
+`Transformer` and its key/value cache, optionally compiled with XLA (`model.decoding.xla`).
+`naive_greedy_decode` recomputes the whole prefix each step (the classic tutorial's
+`Translator`): the reference the cached decoder is tested and timed against.
+"""
+
+import weakref
+
+import tensorflow as tf
+
+from model.buffers import write_slot
+from model.decoding.common import (
+    empty_outputs,
+    mask_after_end,
+    max_output_length,
+    next_token_log_probs,
+    take_rows,
+    trim,
+    unknown_shapes,
+)
+from model.decoding.step import transformer_step_fn
+from model.decoding.xla import run_loop
+from model.masks import PAD_ID
+
+
+def greedy_search(
+    step_fn,
+    start_ids,
+    end_id,
+    state,
+    max_length,
+    alignment_width,
+    min_length=0,
+    fixed_shape=False,
+    slots=None,
+):
+    """Greedy search: each row takes its most probable next token until it produces `end_id`.
+
+    Args:
+        step_fn: see `model.decoding.step`.
+        start_ids: `(batch,)` int32, the first token fed to `step_fn`.
+        end_id: the [END] id.
+        state: `step_fn`'s state for the batch.
+        max_length: int32 scalar, tokens output at most.
+        alignment_width: the second dimension of `step_fn`'s alignment.
+        min_length: `end_id` is forbidden before this many tokens.
+        fixed_shape: every row steps until the last one ends (`_greedy_fixed_shape`, for XLA),
+            instead of rows leaving the loop as they end (`_greedy_dropping_finished`).
+        slots: positions of the output buffers, ≥ max_length (default max_length).
+
+    Returns:
+        dict: `tokens` `(batch, slots)`, `scores` `(batch,)` summed log-probabilities of the
+        tokens up to and including [END], `alignment` `(batch, slots, alignment_width)`, and
+        `length`, the positions written (the loop's steps).
+    """
+    slots = max_length if slots is None else slots
+    loop = _greedy_fixed_shape if fixed_shape else _greedy_dropping_finished
+    return loop(
+        step_fn,
+        start_ids,
+        end_id,
+        state,
+        max_length,
+        min_length,
+        empty_outputs(tf.shape(start_ids)[0], slots, alignment_width),
+    )
+
+
+def _greedy_step(step_fn, ids, step, state, end_id, min_length):
+    """One greedy step of every row: `(next_ids, their log-probabilities, alignment, state)`."""
+    logits, alignment, state = step_fn(ids, step, state)
+    log_probs = next_token_log_probs(logits, step, min_length, end_id)
+    next_ids = tf.argmax(log_probs, axis=-1, output_type=tf.int32)
+    return next_ids, tf.gather(log_probs, next_ids, axis=1, batch_dims=1), alignment, state
+
+
+def _greedy_fixed_shape(step_fn, start_ids, end_id, state, max_length, min_length, outputs):
+    """Greedy loop whose shapes never change (XLA compiles one program): every row steps until
+    the last one ends, and rows that have ended write padding."""
+
+    def body(step, ids, finished, state, outputs):
+        next_ids, log_probs, alignment, state = _greedy_step(
+            step_fn, ids, step, state, end_id, min_length
+        )
+        next_ids = tf.where(finished, PAD_ID, next_ids)
+        alignment = tf.where(finished[:, tf.newaxis], 0.0, alignment)
+        outputs = {
+            "tokens": write_slot(outputs["tokens"], next_ids[:, tf.newaxis], step, axis=1),
+            "alignment": write_slot(outputs["alignment"], alignment[:, tf.newaxis], step, axis=1),
+            "scores": outputs["scores"] + tf.where(finished, 0.0, log_probs),
+        }
+        return step + 1, next_ids, finished | tf.equal(next_ids, end_id), state, outputs
+
+    def cond(step, ids, finished, state, outputs):
+        return tf.logical_not(tf.reduce_all(finished))
+
+    steps, _, _, _, outputs = tf.while_loop(
+        cond,
+        body,
+        (tf.constant(0), start_ids, tf.zeros(tf.shape(start_ids), tf.bool), state, outputs),
+        maximum_iterations=max_length,
+    )
+    return {**outputs, "length": steps}
+
+
+def _greedy_dropping_finished(step_fn, start_ids, end_id, state, max_length, min_length, outputs):
+    """Greedy loop in which a row leaves once it has produced [END] (`_drop_finished_rows`), so
+    a batch's short sentences do not pay the steps of its longest. Outside XLA only: the
+    loop's batch dimension changes."""
+
+    def body(step, alive, outputs):
+        next_ids, log_probs, alignment, state = _greedy_step(
+            step_fn, alive["ids"], step, alive["state"], end_id, min_length
+        )
+        # No row here has ended: each writes at its batch index.
+        rows = alive["rows"]
+        at_step = tf.stack([rows, tf.fill(tf.shape(rows), step)], axis=1)
+        outputs = {
+            "tokens": tf.tensor_scatter_nd_update(outputs["tokens"], at_step, next_ids),
+            "alignment": tf.tensor_scatter_nd_update(outputs["alignment"], at_step, alignment),
+            "scores": tf.tensor_scatter_nd_add(outputs["scores"], rows[:, tf.newaxis], log_probs),
+        }
+        alive = {"ids": next_ids, "rows": rows, "state": state}
+        return step + 1, _drop_finished_rows(alive, tf.equal(next_ids, end_id)), outputs
+
+    def cond(step, alive, outputs):
+        return tf.size(alive["rows"]) > 0
+
+    alive = {"ids": start_ids, "rows": tf.range(tf.shape(start_ids)[0]), "state": state}
+    loop_vars = (tf.constant(0), alive, outputs)
+    steps, _, outputs = tf.while_loop(
+        cond,
+        body,
+        loop_vars,
+        maximum_iterations=max_length,
+        shape_invariants=unknown_shapes(loop_vars),
+    )
+    return {**outputs, "length": steps}
+
+
+def _drop_finished_rows(alive, finished):
+    """The rows of `alive` (a nest of tensors whose first dimension is the row) where
+    `finished` `(rows,)` is False.
+
+    Gathering the rest costs one copy of their state, so it happens only on the steps where
+    some row ends.
+    """
+    return tf.cond(
+        tf.reduce_any(finished),
+        lambda: take_rows(alive, tf.where(tf.logical_not(finished))[:, 0]),
+        lambda: alive,
+    )
+
+
+def greedy_decode(model, inp, start_id, end_id, max_length=None, min_length=0, jit_compile=False):
+    """Greedy decoding of a `Transformer` with its key/value cache: one decoder step per token.
+
+    A sentence leaves the loop once it has produced [END], except under XLA, whose shapes are
+    fixed: there every row steps until the last one ends.
+
+    Args:
+        model: a `Transformer`.
+        inp: `(batch, inp_len)` source ids.
+        start_id, end_id: the [START] and [END] ids.
+        max_length: output-token bound (int32 scalar); default `max_output_length(inp)` capped
+            by the model's positional encodings.
+        min_length: [END] is forbidden before this many tokens (use = max_length to force a length).
+        jit_compile: compile the encoder and the whole decoding loop with XLA (see
+            `run_loop`). TF Serving runs a graph holding it only with
+            `--xla_cpu_compilation_enabled` (`serving.export --jit_compile`). Called eagerly, it
+            runs through one traced function per model (`_eager_xla_greedy`), so only new
+            shapes compile again.
+
+    Returns:
+        dict: `tokens` `(batch, out_len)`, `scores` `(batch,)` summed log-probabilities of the
+        tokens up to and including [END], `alignment` `(batch, out_len, inp_len)`.
+    """
+    if jit_compile and tf.executing_eagerly():
+        return _eager_xla_greedy(model)(inp, start_id, end_id, max_length, min_length)
+    if max_length is None:
+        max_length = max_output_length(inp, limit=model.pe_target - 1)
+
+    def search(inp, max_length, slots):
+        cache = model.init_cache(*model.encode(inp, training=False), slots)
+        start_ids = tf.fill([tf.shape(inp)[0]], tf.cast(start_id, tf.int32))
+        return greedy_search(
+            transformer_step_fn(model),
+            start_ids,
+            end_id,
+            cache,
+            max_length,
+            alignment_width=tf.shape(inp)[1],
+            min_length=min_length,
+            fixed_shape=jit_compile,
+            slots=slots,
+        )
+
+    return trim(run_loop(search, inp, max_length, jit_compile, model.pe_input))
+
+
+# model -> its traced XLA greedy decoder. Weak keys: a model that is gone takes its entry along.
+_EAGER_XLA_GREEDY = weakref.WeakKeyDictionary()
+
+
+def _eager_xla_greedy(model):
+    """`greedy_decode(model, ..., jit_compile=True)` as one `tf.function` per model.
+
+    Eagerly, `run_loop` would wrap a fresh closure in a fresh XLA function at each call and
+    compile it again (seconds). Traced once, the inner XLA function persists, and XLA's cache
+    compiles only shapes it has not seen. The function reaches the model through a weak
+    reference, or the cache entry would keep its own key alive.
+    """
+    if model not in _EAGER_XLA_GREEDY:
+        model_ref = weakref.ref(model)
+        _EAGER_XLA_GREEDY[model] = tf.function(
+            lambda inp, start_id, end_id, max_length, min_length: greedy_decode(
+                model_ref(), inp, start_id, end_id, max_length, min_length, jit_compile=True
+            ),
+            reduce_retracing=True,
+        )
+    return _EAGER_XLA_GREEDY[model]
+
+
+def naive_greedy_decode(model, inp, start_id, end_id, max_length=None, min_length=0):
+    """Greedy decoding that re-runs the decoder on the whole prefix every step.
+
+    The classic tutorial's `Translator` loop, batched: O(n²) decoder work for n tokens (each
+    step writes the whole prefix into the same empty cache). Kept as the reference for
+    `greedy_decode` (same tokens on the same weights) and for benchmarks.
+
+    Returns:
+        dict with `tokens` and `scores` as `greedy_decode`.
+    """
+    batch_size = tf.shape(inp)[0]
+    if max_length is None:
+        max_length = max_output_length(inp, limit=model.pe_target - 1)
+    empty_cache = model.init_cache(*model.encode(inp, training=False), max_length)
+
+    def body(step, prefix, scores, finished):
+        logits = model.decode(prefix, empty_cache, 0).logits[:, -1]
+        log_probs = next_token_log_probs(logits, step, min_length, end_id)
+        next_token = tf.argmax(log_probs, axis=-1, output_type=tf.int32)
+        scores += tf.where(finished, 0.0, tf.gather(log_probs, next_token, axis=1, batch_dims=1))
+        # Finished rows keep extending with [END], not pad: a pad id would be masked out of the
+        # decoder's self-attention and change nothing, but [END] keeps the prefix a real sentence.
+        next_token = tf.where(finished, tf.cast(end_id, tf.int32), next_token)
+        finished |= tf.equal(next_token, end_id)
+        return step + 1, tf.concat([prefix, next_token[:, tf.newaxis]], axis=1), scores, finished
+
+    def cond(step, prefix, scores, finished):
+        return tf.logical_not(tf.reduce_all(finished))
+
+    _, prefix, scores, _ = tf.while_loop(
+        cond,
+        body,
+        (
+            tf.constant(0),
+            tf.fill([batch_size, 1], tf.cast(start_id, tf.int32)),
+            tf.zeros([batch_size], tf.float32),
+            tf.zeros([batch_size], tf.bool),
+        ),
+        shape_invariants=(
+            tf.TensorShape([]),
+            tf.TensorShape([None, None]),
+            tf.TensorShape([None]),
+            tf.TensorShape([None]),
+        ),
+        maximum_iterations=max_length,
+    )
+    return {"tokens": mask_after_end(prefix[:, 1:], end_id), "scores": scores}
