@@ -4,15 +4,13 @@ import gc
 import itertools
 import weakref
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from model import Transformer
 from model.decoding import (
-    _EAGER_XLA_GREEDY,
-    _drop_finished_rows,
-    _pad_to_xla_buckets,
     beam_search,
     beam_search_decode,
     greedy_decode,
@@ -23,6 +21,10 @@ from model.decoding import (
     naive_greedy_decode,
     sequence_log_prob,
 )
+from model.decoding.beam import _beam_step, _initial_beams
+from model.decoding.common import NEG_INF, take_rows
+from model.decoding.greedy import _EAGER_XLA_GREEDY, _drop_finished_rows
+from model.decoding.xla import pad_to_xla_buckets
 from tests.reverse_task import END, START, reverse_task
 
 _GRAPHS = {}
@@ -120,7 +122,7 @@ def test_xla_inputs_are_padded_to_a_few_shapes(batch, width, max_source, padded_
     """Rows up to a power of two (copies of row 0), columns up to a multiple of 16 (padding,
     capped by the positional encodings): a server compiles a few programs, not one per shape."""
     inp = np.random.default_rng(batch).integers(1, 30, size=(batch, width)).astype(np.int32)
-    padded = _pad_to_xla_buckets(tf.constant(inp), max_source).numpy()
+    padded = pad_to_xla_buckets(tf.constant(inp), max_source).numpy()
     assert padded.shape == padded_shape
     np.testing.assert_array_equal(padded[:batch, :width], inp)
     np.testing.assert_array_equal(
@@ -190,13 +192,36 @@ def test_beam_search_without_alignment_finds_the_same_hypotheses(untrained_model
     assert with_alignment["alignment"].shape[2] == 8 and without["alignment"].shape[2] == 0
 
 
+@pytest.fixture(scope="module")
+def half_trained_model():
+    """The reverse task after 60 training steps: every output ends with [END], but the model is
+    unsure enough that beam search and greedy decoding often disagree (an untrained model never
+    ends a sentence; a fully trained one is certain)."""
+    from tests.reverse_task import train_reverse_model
+
+    keras.utils.set_random_seed(0)
+    return train_reverse_model(steps=60)[0]
+
+
 @pytest.mark.parametrize("alpha", [0.0, 0.6, 1.0])
-def test_beam_never_scores_below_greedy(untrained_model, alpha):
-    """Under beam search's own score (log P / length penalty), checked by teacher forcing."""
-    source = np.random.default_rng(1).integers(4, 30, size=(6, 7))
-    model = untrained_model
-    greedy = in_graph(greedy_decode, model, max_length=12)(source)
-    beam = in_graph(beam_search_decode, model, beam_width=4, alpha=alpha, max_length=12)(source)
+def test_beam_never_scores_below_greedy(half_trained_model, alpha):
+    """Under beam search's own score (log P / length penalty), checked by teacher forcing, on
+    outputs that end with [END] at several lengths."""
+    source, _, _ = reverse_task(np.random.default_rng(1), 30)
+    # Sources of at most 6 tokens leave room to end below the positional encodings' cap.
+    source = source[np.sum(source != 0, axis=1) <= 6][:, :6]
+    model = half_trained_model
+    greedy = in_graph(greedy_decode, model)(source)
+    beam = in_graph(beam_search_decode, model, beam_width=4, alpha=alpha)(source)
+    width = max(greedy["tokens"].shape[1], beam["tokens"].shape[1])
+    greedy_tokens, beam_tokens = (
+        np.pad(tokens.numpy(), ((0, 0), (0, width - tokens.shape[1])))
+        for tokens in (greedy["tokens"], beam["tokens"])
+    )
+    for tokens in (greedy_tokens, beam_tokens):
+        assert np.all(np.any(tokens == END, axis=1)), "an output did not end"
+        assert len(set(decode_lengths(tokens))) > 2, "outputs of too few lengths"
+    assert np.any(beam_tokens != greedy_tokens), "beam search found only greedy's outputs"
 
     def own_score(tokens):
         log_prob = sequence_log_prob(model, source, tokens, START)
@@ -323,7 +348,8 @@ def test_decoders_run_in_a_graph_with_dynamic_shapes(trained_reverse_model, sour
     greedy_tokens, beam_tokens = translate(tf.constant(source[:5]))
     expected = in_graph(greedy_decode, model)(source[:5])["tokens"]
     np.testing.assert_array_equal(greedy_tokens, expected)
-    assert beam_tokens.shape[0] == 5
+    expected_beam = in_graph(beam_search_decode, model, beam_width=3)(source[:5])["tokens"]
+    np.testing.assert_array_equal(beam_tokens, expected_beam)
     translate(tf.constant(source[:2, :5]))  # a second shape reuses the same graph
     assert translate.experimental_get_tracing_count() == 1
 
@@ -470,6 +496,109 @@ def test_wide_beam_search_equals_exhaustive_search(alpha, min_length):
         table,
         [exhaustive_best(table, sentence, alpha, min_length) for sentence in range(sentences)],
     )
+
+
+def reference_beam_search(table, sentence, beam_width, alpha, max_length, min_length=0):
+    """Beam search written out over the table, as `beam_search` documents it.
+
+    Each step expands the alive hypotheses and keeps the 2·beam_width best continuations; the
+    beam_width best of those that did not end stay alive, those that ended join the finished
+    set (its beam_width best by log P / length penalty). A search is over once the best alive
+    hypothesis, at the penalty of `max_length`, cannot beat the worst of beam_width finished ones.
+
+    Returns:
+        `((tokens, score), end_outranked_a_parent)`: the best hypothesis, and whether at some
+        step an ended candidate ranked above a prefix of it (so that the alive beams' parents are
+        not the first beam_width origins of the ranking).
+    """
+    alive, finished, ranked_below_an_end = [(0.0, ())], [], set()
+    for step in range(max_length):
+        candidates = []
+        for log_prob, tokens in alive:
+            log_probs = table.path_log_probs(sentence, (*tokens, FAKE_END))[-1].copy()
+            if step + 1 < min_length:
+                log_probs[FAKE_END] = -np.inf
+            candidates += [
+                (log_prob + log_probs[token], (*tokens, token))
+                for token in (FAKE_END, *FAKE_WORDS)
+                if log_probs[token] > FAKE_IMPOSSIBLE / 2
+            ]
+        top = sorted(candidates, key=lambda candidate: -candidate[0])[: 2 * beam_width]
+        ended = [tokens[-1] == FAKE_END for _, tokens in top]
+        for rank, (_, tokens) in enumerate(top):
+            if not ended[rank] and any(ended[:rank]):
+                ranked_below_an_end.add(tokens)
+        alive = [candidate for candidate, end in zip(top, ended) if not end][:beam_width]
+        finished = sorted(
+            finished
+            + [
+                (gnmt_score(log_prob, step + 1, alpha), tokens)
+                for (log_prob, tokens), end in zip(top, ended)
+                if end
+            ],
+            key=lambda hypothesis: -hypothesis[0],
+        )[:beam_width]
+        if not alive or (
+            len(finished) == beam_width
+            and gnmt_score(alive[0][0], max_length, alpha) <= finished[-1][0]
+        ):
+            break
+    score, tokens = finished[0] if finished else (gnmt_score(*alive[0], len(alive[0][1])), ())
+    outranked = any(tokens[:length] in ranked_below_an_end for length in range(len(tokens)))
+    return (tokens, score), outranked
+
+
+@pytest.mark.parametrize("min_length", [0, 2])
+@pytest.mark.parametrize("alpha", [0.0, 0.6, 1.0, 2.0])
+@pytest.mark.parametrize("beam_width", [2, 3])
+def test_narrow_beam_search_equals_the_reference_beam_search(beam_width, alpha, min_length):
+    """Narrow beams drop hypotheses, so they are checked against the same algorithm written out
+    in Python, including sentences whose winner continues a beam that ranked below an [END]
+    candidate (where the alive beams' parents are not the ranking's first origins)."""
+    sentences = 60
+    table = FakeTable(np.random.default_rng(23), sentences)
+    found = fake_search(
+        beam_search,
+        table,
+        sentences,
+        max_length=8,
+        beam_width=beam_width,
+        alpha=alpha,
+        min_length=min_length,
+    )
+    references = [
+        reference_beam_search(table, sentence, beam_width, alpha, 8, min_length)
+        for sentence in range(sentences)
+    ]
+    assert_outputs_equal(found, table, [best for best, _ in references])
+    # Longer hypotheses win only under a strong length penalty, so only there do winners
+    # continue beams that an [END] outranked.
+    if alpha >= 1.0:
+        assert any(outranked for _, outranked in references), "no winner ranked below an [END]"
+
+
+def test_each_alive_beam_carries_the_state_of_its_own_prefix():
+    """After every step, the step state of each alive hypothesis is the one its own prefix
+    produced (the table's state names the prefix it has read), with [END]
+    candidates among the kept continuations."""
+    sentences, beam_width = 16, 2
+    table = FakeTable(np.random.default_rng(23), sentences)
+    beams = _initial_beams(
+        tf.fill([sentences], FAKE_START), table.initial_state(sentences), beam_width, FAKE_VOCAB
+    )
+    ended_candidates = 0
+    for step in range(FAKE_LONGEST):
+        beams = _beam_step(
+            table.step_fn, take_rows, beams, tf.constant(step), beam_width, FAKE_END, 0, 0.6
+        )
+        alive_seq, rows = beams.alive_seq.numpy(), beams.step_state["row"].numpy()
+        is_alive = beams.alive_log_probs.numpy() > NEG_INF / 2
+        for sentence, beam in zip(*np.nonzero(is_alive)):
+            prefix = tuple(alive_seq[sentence, beam, :-1])
+            assert rows[sentence * beam_width + beam] == table.row_of[prefix], (step, sentence)
+            assert beams.step_state["sentence"][sentence * beam_width + beam] == sentence
+        ended_candidates += np.sum(beams.finished_scores.numpy() > NEG_INF / 2)
+    assert ended_candidates > 0, "no [END] candidate: the table tests too little"
 
 
 def greedy_reference(table, sentence, min_length):
