@@ -24,7 +24,7 @@ SERVER_FLAGS := --port=$(PORT) --rest_api_port=$(REST_PORT) --model_name=$(MODEL
 	--model_base_path=$(abspath $(EXPORT_BASE))/$(MODEL_NAME) --enable_batching \
 	--batching_parameters_file=serving/batching.config $(SERVE_ARGS)
 
-.PHONY: setup test lint data train average evaluate export serve query demo demo-train pretrained notebooks \
+.PHONY: setup test check-mutations lint data train average evaluate export serve query demo demo-train pretrained notebooks \
 	bench-train bench-decode bench-profile bench-serve bench-sweep bench-tokenizer export-ctranslate2 clean-venv
 
 setup: $(STAMP)
@@ -41,6 +41,9 @@ $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 # The tokenizer tests read every sentence of the embedded corpus: `data` builds it when missing.
 test: $(STAMP) data lint
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup tests
+
+check-mutations: $(STAMP) data  ## Realistic bugs injected one at a time must each fail their tests (tests/mutations.py; not part of make test).
+	$(PY) -m tests.mutations $(MUTATION_ARGS)
 
 lint: $(STAMP)  ## The house style: ruff's lint and format checks (`ruff format .` fixes the latter).
 	$(VENV)/bin/ruff check .

@@ -409,10 +409,13 @@ def test_long_input_is_truncated_to_model_length_keeping_end(loaded, trained, re
     np.testing.assert_allclose(outputs["score"][0], expected["score"][0], rtol=1e-5, atol=1e-5)
     assert outputs["alignment"].shape[1] <= model.pe_target - 1
 
-    for signature in ("serving_default", "beam_search"):
+    for signature, decoder in (("serving_default", "greedy"), ("beam_search", "beam")):
         long_outputs = _run_signature(loaded, signature, [LONG_TEXT])
-        assert long_outputs["translation"].shape == (1,)
-        assert np.isfinite(long_outputs["score"][0])
+        expected = reference(truncated, decoder)
+        assert _decoded(long_outputs["translation"]) == expected["translation"], signature
+        np.testing.assert_allclose(
+            long_outputs["score"], expected["score"], rtol=1e-5, atol=1e-5, err_msg=signature
+        )
 
 
 def test_truncate_source_ids_cuts_only_long_rows():

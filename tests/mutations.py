@@ -1,0 +1,215 @@
+"""Keeps the suite honest: realistic bugs, each injected into a copy of the repository, must make
+the tests that guard that code fail (`make check-mutations`; not part of `make test`).
+
+    .venv/bin/python -m tests.mutations                 # every mutation
+    .venv/bin/python -m tests.mutations --only beam     # those whose name contains "beam"
+    .venv/bin/python -m tests.mutations --list
+
+Each `Mutation` replaces one snippet of one file (the snippet must occur exactly once, so a
+mutation whose code has moved is reported as stale, not silently skipped) and names the pytest
+selection that should catch it. The repository's tracked files are copied once into a temporary
+directory; each mutation is applied there, its tests are run in a fresh process with that copy
+first on the import path, and the file is restored. Outcomes:
+
+    killed    the tests failed (pytest exit code 1): the suite catches the bug
+    survived  the tests passed: a bug the suite lets through
+    stale     the snippet is not in the file (update the mutation)
+    error     pytest could not run the tests (collection error, no test selected, timeout)
+
+The exit code is 0 only when every mutation is killed.
+"""
+
+import argparse
+import dataclasses
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
+# A mutation's tests must fail well within this; a hang counts as an error, not a kill.
+TIMEOUT_SECONDS = 900
+
+
+@dataclasses.dataclass(frozen=True)
+class Mutation:
+    """One realistic bug: `original` replaced by `mutated` in `path`, caught by `tests`
+    (pytest arguments: files, node ids, `-k` expressions)."""
+
+    name: str
+    path: str
+    original: str
+    mutated: str
+    tests: tuple
+
+
+MUTATIONS = (
+    Mutation(
+        "beam search continues the first beam_width origins, not the alive beams' parents",
+        "model/decoding/beam.py",
+        "parents = _gather_beams(top_origins, alive_choice)",
+        "parents = top_origins[:, :beam_width]",
+        ("tests/test_decoding.py", "-k", "narrow or own_prefix"),
+    ),
+    Mutation(
+        "beam search's finished scores without the length penalty",
+        "model/decoding/beam.py",
+        "new_scores = top_log_probs / length_penalty(step + 1, alpha)",
+        "new_scores = top_log_probs",
+        ("tests/test_decoding.py", "-k", "exhaustive or narrow"),
+    ),
+    Mutation(
+        "GNMT length penalty with 5 in the denominator",
+        "model/decoding/common.py",
+        "return tf.pow((5.0 + tf.cast(length, tf.float32)) / 6.0, alpha)",
+        "return tf.pow((5.0 + tf.cast(length, tf.float32)) / 5.0, alpha)",
+        ("tests/test_decoding.py", "-k", "length_penalty"),
+    ),
+    Mutation(
+        "greedy decoding keeps finished rows and drops the others",
+        "model/decoding/greedy.py",
+        "lambda: take_rows(alive, tf.where(tf.logical_not(finished))[:, 0]),",
+        "lambda: take_rows(alive, tf.where(finished)[:, 0]),",
+        ("tests/test_decoding.py", "-k", "greedy_search_follows or naive"),
+    ),
+    Mutation(
+        "only the served greedy signature cuts sources one token shorter than the model allows",
+        "model/translator.py",
+        "        _, decoded = self._greedy_decode(text)\n        return {",
+        "        ids = truncate_source_ids(self.source_tokenizer.tokenize(text), self.model.pe_input - 1)\n"
+        "        decoded = greedy_decode(\n"
+        "            self.model, ids, START_ID, END_ID, max_length=self._max_output_length(ids)\n"
+        "        )\n"
+        "        return {",
+        ("tests/test_export.py", "-k", "long_input"),
+    ),
+    Mutation(
+        "attention without the 1/sqrt(d_k) scaling",
+        "model/attention.py",
+        "scaled_q = q * tf.math.rsqrt(depth)",
+        "scaled_q = q",
+        ("tests/test_attention.py",),
+    ),
+    Mutation(
+        "look-ahead mask that hides the past instead of the future",
+        "model/masks.py",
+        "return 1.0 - tf.linalg.band_part(tf.ones((size, size)), -1, 0)",
+        "return 1.0 - tf.linalg.band_part(tf.ones((size, size)), 0, -1)",
+        ("tests/test_masks.py",),
+    ),
+    Mutation(
+        "positional encoding with sin and cos swapped",
+        "model/positional_encoding.py",
+        "np.where(np.arange(d_model) % 2 == 0, np.sin(angles), np.cos(angles))",
+        "np.where(np.arange(d_model) % 2 == 0, np.cos(angles), np.sin(angles))",
+        ("tests/test_positional_encoding.py",),
+    ),
+    Mutation(
+        "warmup schedule rising with warmup_steps^-0.5",
+        "training/schedule.py",
+        "rise = step_num * warmup**-1.5",
+        "rise = step_num * warmup**-0.5",
+        ("tests/test_schedule.py",),
+    ),
+    Mutation(
+        "loss averaged over every position, pads included",
+        "training/losses.py",
+        "return tf.reduce_sum(token_loss) / tf.maximum(tf.reduce_sum(mask), 1.0)",
+        "return tf.reduce_mean(token_loss)",
+        ("tests/test_losses.py",),
+    ),
+    Mutation(
+        "beam search's cache reorder ignores the parents",
+        "model/decoder.py",
+        "layer.name: layer.reorder_cache(cache[layer.name], indices) for layer in self.dec_layers",
+        "layer.name: cache[layer.name] for layer in self.dec_layers",
+        ("tests/test_transformer.py", "tests/test_decoding.py", "-k", "reorder or beam"),
+    ),
+    Mutation(
+        "checkpoint averaging divides by one checkpoint too many",
+        "training/average.py",
+        "weight.assign((total / len(checkpoint_paths)).astype(weight.dtype))",
+        "weight.assign((total / (len(checkpoint_paths) + 1)).astype(weight.dtype))",
+        ("tests/test_average.py",),
+    ),
+    Mutation(
+        "TSV lines with more than one tab accepted",
+        "training/corpus/tsv.py",
+        "if len(fields) > 2:",
+        "if len(fields) > 3:",
+        ("tests/test_corpus.py",),
+    ),
+)
+
+
+def tracked_copy(destination):
+    """The repository's tracked files (as in the working tree) copied under `destination`, with
+    the untracked build outputs the tests read (`data/`) linked in."""
+    files = subprocess.run(
+        ["git", "ls-files", "-z"], cwd=REPO_ROOT, check=True, capture_output=True
+    ).stdout.split(b"\0")
+    for name in filter(None, files):
+        source = REPO_ROOT / os.fsdecode(name)
+        if source.is_file():
+            target = destination / os.fsdecode(name)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target)
+    if (REPO_ROOT / "data").exists():
+        (destination / "data").symlink_to(REPO_ROOT / "data")
+
+
+def run_mutation(mutation, copy_root):
+    """Applies `mutation` in `copy_root`, runs its tests, restores the file: `(outcome, seconds)`."""
+    path = copy_root / mutation.path
+    original_text = path.read_text(encoding="utf-8")
+    if original_text.count(mutation.original) != 1:
+        return "stale", 0.0
+    path.write_text(original_text.replace(mutation.original, mutation.mutated), encoding="utf-8")
+    started = time.monotonic()
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-n", "0"]
+            + list(mutation.tests),
+            cwd=copy_root,
+            env={**os.environ, "PYTHONPATH": str(copy_root)},
+            capture_output=True,
+            timeout=TIMEOUT_SECONDS,
+        )
+        outcome = {0: "survived", 1: "killed"}.get(result.returncode, "error")
+    except subprocess.TimeoutExpired:
+        outcome = "error"
+    finally:
+        path.write_text(original_text, encoding="utf-8")
+    return outcome, time.monotonic() - started
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", default="", help="run the mutations whose name contains this")
+    parser.add_argument("--list", action="store_true", help="list the mutations and exit")
+    args = parser.parse_args(argv)
+    selected = [m for m in MUTATIONS if args.only.lower() in m.name.lower()]
+    if args.list or not selected:
+        for mutation in MUTATIONS:
+            print(f"{mutation.path}: {mutation.name}")
+        return 0 if args.list else 2
+    outcomes = {}
+    with tempfile.TemporaryDirectory(prefix="mutations-") as temporary:
+        copy_root = pathlib.Path(temporary)
+        tracked_copy(copy_root)
+        for number, mutation in enumerate(selected, 1):
+            outcome, seconds = run_mutation(mutation, copy_root)
+            outcomes[mutation.name] = outcome
+            print(f"[{number}/{len(selected)}] {outcome:8} {seconds:6.1f} s  {mutation.name}")
+    not_killed = {name: outcome for name, outcome in outcomes.items() if outcome != "killed"}
+    print(f"{len(outcomes) - len(not_killed)} of {len(outcomes)} mutations killed")
+    for name, outcome in not_killed.items():
+        print(f"  {outcome}: {name}")
+    return 0 if not not_killed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
