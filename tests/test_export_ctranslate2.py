@@ -148,11 +148,12 @@ def test_greedy_equals_ours_token_for_token(run):
 
 def test_greedy_translations_equal_the_saved_model_functions(run):
     endpoints = Translator(run["model"], run["source"], run["target"])
-    served = endpoints.greedy(tf.constant(TEXTS))["translation"].numpy()
+    served = endpoints.greedy(tf.constant(TEXTS))
     max_length = _max_length(run, _source_ids(run, TEXTS))
-    ct2_ids, _ = _translate_ct2(run, TEXTS, 1, 0.0, max_length)
+    ct2_ids, ct2_scores = _translate_ct2(run, TEXTS, 1, 0.0, max_length)
     padded = tf.ragged.constant(ct2_ids).to_tensor()
-    assert list(run["target"].detokenize(padded).numpy()) == list(served)
+    assert list(run["target"].detokenize(padded).numpy()) == list(served["translation"].numpy())
+    np.testing.assert_allclose(ct2_scores, served["score"].numpy(), atol=1e-3)
 
 
 def test_beam_search_without_length_penalty_equals_ours(run):
