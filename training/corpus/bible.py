@@ -38,7 +38,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from model.spelling import MODERN, modernize_counting
+from model.spelling import MODERN, modernize_counting, old_spelling
 from training.corpus.alignment import (
     LengthRatioModel,
     VerseRef,
@@ -68,6 +68,7 @@ SPLIT_SALT = "bible-es-en-v1"
 # "format_version"): the RV1909 in its 1909 spelling; 2: the Spanish side in modern spelling.
 CORPUS_FORMAT_VERSION = 2
 STATS_FILE = "stats.json"
+NOT_RESTORED_KEY = "verses old_spelling does not restore"
 
 
 # ------------------------------------------------------------------ 1. packages
@@ -277,14 +278,17 @@ def modernize_sources(
     """The pairs with their Spanish side in modern spelling (`model.spelling.modernize`).
 
     Returns:
-      `(pairs, counts)`: counts maps each spelling rule ("fué→fue") to the words it rewrote.
+      `(pairs, counts)`: counts maps each spelling rule ("fué→fue") to the words it rewrote,
+      and `NOT_RESTORED_KEY` to the verses that `old_spelling` does not turn back into their
+      1909 text (the 1909 text's own irregularities, training/CORPUS.md).
     """
     counts: collections.Counter = collections.Counter()
     modern = {}
     for ref, (source, target) in pairs.items():
-        source, applied = modernize_counting(source)
+        modern_source, applied = modernize_counting(source)
         counts.update(applied)
-        modern[ref] = (source, target)
+        counts[NOT_RESTORED_KEY] += old_spelling(modern_source) != source
+        modern[ref] = (modern_source, target)
     return modern, counts
 
 
@@ -451,7 +455,10 @@ def build_bible_corpus(
             for (book, chapter), m in misaligned.items()
         },
         "length_ratio_model": {"ratio": round(model.ratio, 4), "scale": round(model.scale, 4)},
-        "spelling_rules_applied": dict(spelling_counts.most_common()),
+        "spelling_rules_applied": {
+            rule: count for rule, count in spelling_counts.most_common() if rule != NOT_RESTORED_KEY
+        },
+        "spelling_not_restored": spelling_counts[NOT_RESTORED_KEY],
         "split_pairs": {split: len(split_pairs[split]) for split in SPLITS},
         "split_chapters": split_chapters,
         "split_rule": (
