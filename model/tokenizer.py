@@ -21,6 +21,12 @@ A tokenizer directory (`training.vocabulary.build_tokenizers` writes one, `load_
 it) holds `tokenizer_config.json` and, per vocabulary, `spm.{shared,src,tgt}.model` (SentencePiece
 model protos) or `vocab.{shared,src,tgt}.txt` (WordPiece, one token per line, line number = id).
 
+A run trained on a corpus in modern Spanish spelling records `"source_spelling": "modern"` in
+`tokenizer_config.json`; its source tokenizer then rewrites 1909 spellings ("á", "fué", "crió")
+in the graph before the subword model (`model.spelling.modernize_graph`), so export, evaluation and
+the notebooks all read old-spelled input as the modern text the run learned. Without the key
+(runs trained on the 1909 spelling) the input is tokenized as it is.
+
 In an exported SavedModel the graph holds tensorflow-text ops (`SentencepieceOp`,
 `SentencepieceTokenizeOp`, `SentencepieceDetokenizeOp`, `FastWordpieceTokenizeWithOffsets`, ...):
 TF Serving's model server links them; a plain Python process must `import tensorflow_text` before
@@ -39,6 +45,7 @@ from tensorflow_text.python.ops.sentencepiece_tokenizer import gen_sentencepiece
 
 from model.files import write_atomically
 from model.special_tokens import END_ID, PAD_ID, RESERVED_TOKENS, START_ID, UNK_ID
+from model.spelling import MODERN, modernize_graph
 
 CONFIG_FILE = "tokenizer_config.json"
 TOKENIZER_TYPES = ("sentencepiece", "wordpiece")
@@ -80,13 +87,17 @@ class Tokenizer(tf.Module):
     """Strings <-> `[START] pieces... [END]` id sequences, in the graph (base class).
 
     Subclasses wrap one keras-hub tokenizer (`self.subword_tokenizer`) and define how kept pieces
-    join back into text (`_join`).
+    join back into text (`_join`). `spelling="modern"` (`model.spelling.MODERN`) modernizes the
+    input before tokenizing it (a source tokenizer, see the module docstring); None leaves it.
     """
 
-    def __init__(self, subword_tokenizer, lower_case=False, name=None):
+    def __init__(self, subword_tokenizer, lower_case=False, spelling=None, name=None):
         super().__init__(name=name)
+        if spelling not in (None, MODERN):
+            raise ValueError(f"spelling must be None or {MODERN!r}, got {spelling!r}.")
         self.subword_tokenizer = subword_tokenizer
         self._lower_case = lower_case
+        self._spelling = spelling
         self._vocab = list(subword_tokenizer.get_vocabulary())
         if tuple(self._vocab[: len(RESERVED_TOKENS)]) != RESERVED_TOKENS:
             raise ValueError(
@@ -110,6 +121,10 @@ class Tokenizer(tf.Module):
     def lower_case(self):
         return self._lower_case
 
+    @property
+    def spelling(self):
+        return self._spelling
+
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
     def tokenize(self, strings):
         """Tokenizes strings into `[START] pieces... [END]` ids.
@@ -121,6 +136,8 @@ class Tokenizer(tf.Module):
             `tf.RaggedTensor` of int64, shape `[batch, (tokens)]`; an empty string gives
             `[START_ID, END_ID]`.
         """
+        if self._spelling == MODERN:
+            strings = modernize_graph(strings)
         ids = tf.cast(self.subword_tokenizer.tokenize(strings), tf.int64)
         edge_shape = tf.stack([ids.nrows(), 1])
         starts = tf.fill(edge_shape, tf.constant(START_ID, tf.int64))
@@ -186,6 +203,7 @@ class SentencePieceTokenizer(Tokenizer):
             (as `training.vocabulary.learn_sentencepiece` writes).
         lower_case: bool, recorded for `normalize`; the lowercasing itself is in the model's
             normalization rule.
+        spelling: None, or "modern" to modernize the input first (see `Tokenizer`).
         name: optional module name.
 
     Example:
@@ -195,18 +213,18 @@ class SentencePieceTokenizer(Tokenizer):
     >>> tokenizer.detokenize(ids)  # tf.string [1]: "¿Dónde está?" in UTF-8
     """
 
-    def __init__(self, proto, lower_case=False, name=None):
+    def __init__(self, proto, lower_case=False, spelling=None, name=None):
         self.proto = bytes(proto)
         subword_tokenizer = keras_hub.tokenizers.SentencePieceTokenizer(
             proto=self.proto, dtype="int32"
         )
         subword_tokenizer._sentence_piece._model_resource = _SharedSentencePieceModel(self.proto)
-        super().__init__(subword_tokenizer, lower_case=lower_case, name=name)
+        super().__init__(subword_tokenizer, lower_case=lower_case, spelling=spelling, name=name)
 
     @classmethod
-    def from_file(cls, path, lower_case=False):
+    def from_file(cls, path, lower_case=False, spelling=None):
         with open(path, "rb") as model_file:
-            return cls(model_file.read(), lower_case=lower_case)
+            return cls(model_file.read(), lower_case=lower_case, spelling=spelling)
 
     def save(self, path):
         write_atomically(path, self.proto)
@@ -244,10 +262,11 @@ class WordPieceTokenizer(Tokenizer):
     Args:
         vocab: list of str, index = id, starting with `RESERVED_TOKENS`.
         lower_case: bool, lowercase the input (must match how the vocabulary was learned).
+        spelling: None, or "modern" to modernize the input first (see `Tokenizer`).
         name: optional module name.
     """
 
-    def __init__(self, vocab, lower_case=False, name=None):
+    def __init__(self, vocab, lower_case=False, spelling=None, name=None):
         super().__init__(
             keras_hub.tokenizers.WordPieceTokenizer(
                 vocabulary=list(vocab),
@@ -256,16 +275,17 @@ class WordPieceTokenizer(Tokenizer):
                 dtype="int64",
             ),
             lower_case=lower_case,
+            spelling=spelling,
             name=name,
         )
 
     @classmethod
-    def from_file(cls, path, lower_case=False):
+    def from_file(cls, path, lower_case=False, spelling=None):
         with open(path, encoding="utf-8", newline="") as vocab_file:
             vocab = vocab_file.read().split("\n")
         if vocab and vocab[-1] == "":
             vocab.pop()  # the final newline ends the last token
-        return cls(vocab, lower_case=lower_case)
+        return cls(vocab, lower_case=lower_case, spelling=spelling)
 
     def save(self, path):
         write_atomically(path, "".join(token + "\n" for token in self._vocab).encode("utf-8"))
@@ -299,7 +319,9 @@ def load_tokenizers(directory):
         directory: a directory written by `training.vocabulary.build_tokenizers`.
 
     Returns:
-        `(source_tokenizer, target_tokenizer)`, the same object twice for a shared vocabulary.
+        `(source_tokenizer, target_tokenizer)`, the same object twice for a shared vocabulary,
+        unless the config records a "source_spelling": then the source tokenizer modernizes its
+        input and the target one does not, so they are two objects.
 
     Raises:
         FileNotFoundError: no `tokenizer_config.json` there.
@@ -315,14 +337,15 @@ def load_tokenizers(directory):
         SentencePieceTokenizer if config["type"] == "sentencepiece" else WordPieceTokenizer
     )
 
-    def load(side):
+    def load(side, spelling=None):
         path = os.path.join(directory, model_file(config["type"], side))
-        return tokenizer_class.from_file(path, lower_case=config["lower_case"])
+        return tokenizer_class.from_file(path, lower_case=config["lower_case"], spelling=spelling)
 
+    source_spelling = config.get("source_spelling")
     if config["shared"]:
         shared = load("shared")
-        return shared, shared
-    return load("src"), load("tgt")
+        return (load("shared", source_spelling) if source_spelling else shared), shared
+    return load("src", source_spelling), load("tgt")
 
 
 def _dense_ids(ids):

@@ -33,6 +33,7 @@ from model.tokenizer import (
     model_file,
     read_tokenizer_config,
 )
+from training.corpus import corpus_source_spelling
 
 logger = logging.getLogger(__name__)
 
@@ -127,6 +128,7 @@ def build_tokenizers(
     shared=True,
     lower_case=False,
     model_type="unigram",
+    source_spelling=None,
 ):
     """Learns (or reloads) the source and target tokenizers.
 
@@ -143,6 +145,10 @@ def build_tokenizers(
         shared: bool, one vocabulary for both languages.
         lower_case: bool, lowercase the text.
         model_type: SentencePiece's "unigram" or "bpe" (ignored for WordPiece).
+        source_spelling: the spelling of the source side, "modern" for a corpus in modern
+            Spanish spelling (`training.corpus.corpus_source_spelling`): recorded in the config,
+            so the source tokenizer modernizes its input (`model.tokenizer.load_tokenizers`).
+            None records nothing.
 
     Returns:
         `(source_tokenizer, target_tokenizer)`, the same object twice when `shared`.
@@ -160,6 +166,8 @@ def build_tokenizers(
         lower_case=lower_case,
         model_type=model_type if tokenizer_type == "sentencepiece" else None,
     )
+    if source_spelling is not None:  # absent, as in the configs written before it existed
+        config["source_spelling"] = source_spelling
     os.makedirs(out_dir, exist_ok=True)
     existing = read_tokenizer_config(out_dir)
     if existing is not None:
@@ -193,7 +201,8 @@ def build_tokenizers(
 
 
 def build_run_tokenizers(pairs, config, out_dir):
-    """`build_tokenizers` with a training config's settings (a `TrainConfig` or its dict)."""
+    """`build_tokenizers` with a training config's settings (a `TrainConfig` or its dict); the
+    source spelling is the one the config's corpus records (`corpus_source_spelling`)."""
     settings = config if isinstance(config, dict) else vars(config)
     return build_tokenizers(
         pairs,
@@ -203,6 +212,7 @@ def build_run_tokenizers(pairs, config, out_dir):
         shared=settings["shared_vocab"],
         lower_case=settings["lower_case"],
         model_type=settings["subword_model"],
+        source_spelling=corpus_source_spelling(settings["data"]),
     )
 
 
@@ -242,6 +252,7 @@ def main(argv=None):
         shared=not args.separate_vocabs,
         lower_case=args.lower_case,
         model_type=args.model_type,
+        source_spelling=corpus_source_spelling(args.data_dir),
     )
     for name, tokenizer, texts in (
         ("source", source_tokenizer, [source for source, _ in pairs[:3]]),

@@ -8,13 +8,14 @@ One concern per module, each importing only the ones listed before it:
 * `alignment`: length-based verse alignment (Gale & Church) and the mismatches it finds.
 * `bible`: downloads and builds the embedded Spanish->English Bible corpus
   (command line: `python -m training.prepare_data`).
-* `loading`: `load_pairs(source_spec, split)`, the one entry point of the trainer.
+* `loading`: `load_pairs(source_spec, split)`, the one entry point of the trainer; the
+  spelling a corpus records (`corpus_source_spelling`) and a run's view of it (`load_run_pairs`).
 
 The entry point and its error are importable from the package itself:
 `from training.corpus import CorpusError, load_pairs`.
 """
 
-from training.corpus.loading import load_pairs
+from training.corpus.loading import corpus_source_spelling, load_pairs, load_run_pairs
 from training.corpus.tsv import CorpusError
 
-__all__ = ["CorpusError", "load_pairs"]
+__all__ = ["CorpusError", "corpus_source_spelling", "load_pairs", "load_run_pairs"]

@@ -16,7 +16,9 @@ Pipeline (each step is a small function below):
      training/corpus/alignment.py)
      and `length_ratio_outliers`: drop verses whose Spanish is numbered
      differently from what the module claims, or that do not translate each other.
-  6. `split_by_chapter` + `dedup_against`: train/dev/test by a hash of
+  6. `modernize_sources`: the Spanish side in today's spelling (`model.spelling`: "á" -> "a",
+     "fué" -> "fue", "crió" -> "creó"...).
+  7. `split_by_chapter` + `dedup_against`: train/dev/test by a hash of
      book+chapter; dev and test lose sources that occur in train.
 
 Command line: `python -m training.prepare_data --out data/bible [--cache .debs] [--force]`
@@ -36,6 +38,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from model.spelling import MODERN, modernize_counting, old_spelling
 from training.corpus.alignment import (
     LengthRatioModel,
     VerseRef,
@@ -61,6 +64,11 @@ DEFAULT_CACHE_DIR = PROJECT_ROOT / ".debs"
 DEV_FRACTION = TEST_FRACTION = 0.02
 # Salt of the chapter hash: changing it reshuffles which chapters are held out.
 SPLIT_SALT = "bible-es-en-v1"
+# Recorded in stats.json; a corpus built with another version is rebuilt. 1 (no
+# "format_version"): the RV1909 in its 1909 spelling; 2: the Spanish side in modern spelling.
+CORPUS_FORMAT_VERSION = 2
+STATS_FILE = "stats.json"
+NOT_RESTORED_KEY = "verses old_spelling does not restore"
 
 
 # ------------------------------------------------------------------ 1. packages
@@ -261,7 +269,30 @@ def pair_verses(
     return pairs, drops
 
 
-# --------------------------------------------------------------------- 6. split
+# ------------------------------------------------------------------- 6. spelling
+
+
+def modernize_sources(
+    pairs: Mapping[VerseRef, tuple[str, str]],
+) -> tuple[dict[VerseRef, tuple[str, str]], collections.Counter]:
+    """The pairs with their Spanish side in modern spelling (`model.spelling.modernize`).
+
+    Returns:
+      `(pairs, counts)`: counts maps each spelling rule ("fué→fue") to the words it rewrote,
+      and `NOT_RESTORED_KEY` to the verses that `old_spelling` does not turn back into their
+      1909 text (the 1909 text's own irregularities, training/CORPUS.md).
+    """
+    counts: collections.Counter = collections.Counter()
+    modern = {}
+    for ref, (source, target) in pairs.items():
+        modern_source, applied = modernize_counting(source)
+        counts.update(applied)
+        counts[NOT_RESTORED_KEY] += old_spelling(modern_source) != source
+        modern[ref] = (modern_source, target)
+    return modern, counts
+
+
+# --------------------------------------------------------------------- 7. split
 
 
 def split_by_chapter(
@@ -293,7 +324,33 @@ def split_by_chapter(
 
 
 def _outputs(out_dir: Path) -> list[Path]:
-    return [out_dir / f"{split}.tsv" for split in SPLITS] + [out_dir / "stats.json"]
+    return [out_dir / f"{split}.tsv" for split in SPLITS] + [out_dir / STATS_FILE]
+
+
+def read_corpus_stats(directory: Path | str) -> dict | None:
+    """The `stats.json` a corpus build wrote into `directory`, or None if there is none.
+
+    Raises:
+      CorpusError: the file is not valid JSON.
+    """
+    path = Path(directory) / STATS_FILE
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise CorpusError(f"{path}: not a valid stats file ({exc})") from exc
+
+
+def _stale_reason(out_dir: Path) -> str | None:
+    """Why a complete corpus in `out_dir` must be rebuilt, or None if it is current."""
+    version = (read_corpus_stats(out_dir) or {}).get("format_version", 1)
+    if version == CORPUS_FORMAT_VERSION:
+        return None
+    return (
+        f"{out_dir} holds a corpus of format version {version}, this build writes version "
+        f"{CORPUS_FORMAT_VERSION} (the Spanish side in modern spelling): rebuilding it"
+    )
 
 
 def build_bible_corpus(
@@ -307,7 +364,8 @@ def build_bible_corpus(
     Args:
       out_dir: output directory (created).
       cache_dir: where the .deb packages are downloaded and unpacked.
-      force: rebuild even if all outputs exist (they are then replaced).
+      force: rebuild even if all outputs exist (they are then replaced). A corpus that an
+        older version of this build wrote (see `CORPUS_FORMAT_VERSION`) is always rebuilt.
       books: only these OSIS books (a quick build, e.g. for tests); None: the whole Bible.
 
     Returns:
@@ -320,7 +378,10 @@ def build_bible_corpus(
     out_dir, cache_dir = Path(out_dir), Path(cache_dir)
     outputs = _outputs(out_dir)
     existing = [path for path in outputs if path.exists()]
-    if existing and not force:
+    stale = len(existing) == len(outputs) and _stale_reason(out_dir)
+    if stale:
+        logger.info("%s", stale)
+    elif existing and not force:
         if len(existing) == len(outputs):
             logger.info(
                 "%s already holds the corpus (train/dev/test.tsv, stats.json); "
@@ -358,6 +419,8 @@ def build_bible_corpus(
             drops,
         )
         _drop(pairs, length_ratio_outliers(pairs, model), "length_ratio_outlier", drops)
+        # After the alignment, which therefore sees the 1909 text (the rules keep lengths).
+        pairs, spelling_counts = modernize_sources(pairs)
         steps.update()
         steps.set_postfix_str("split and write")
         split_pairs, split_chapters = _split_and_dedup(pairs, drops)
@@ -368,6 +431,8 @@ def build_bible_corpus(
 
     shared_books = {book for book, _, _ in source} & {book for book, _, _ in target}
     stats = {
+        "format_version": CORPUS_FORMAT_VERSION,
+        "source_spelling": MODERN,
         "source": {"package": SOURCE_PACKAGE, "module": SOURCE_MODULE, "language": "es"},
         "target": {"package": TARGET_PACKAGE, "module": TARGET_MODULE, "language": "en"},
         "package_versions": package_versions(cache_dir),
@@ -390,6 +455,10 @@ def build_bible_corpus(
             for (book, chapter), m in misaligned.items()
         },
         "length_ratio_model": {"ratio": round(model.ratio, 4), "scale": round(model.scale, 4)},
+        "spelling_rules_applied": {
+            rule: count for rule, count in spelling_counts.most_common() if rule != NOT_RESTORED_KEY
+        },
+        "spelling_not_restored": spelling_counts[NOT_RESTORED_KEY],
         "split_pairs": {split: len(split_pairs[split]) for split in SPLITS},
         "split_chapters": split_chapters,
         "split_rule": (
@@ -399,7 +468,7 @@ def build_bible_corpus(
         "build_seconds": round(time.monotonic() - started, 1),
     }
     # Written last: its presence marks a complete build.
-    (out_dir / "stats.json").write_text(
+    (out_dir / STATS_FILE).write_text(
         json.dumps(stats, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
     )
     _log_summary(stats)
@@ -438,6 +507,11 @@ def _log_summary(stats: dict) -> None:
         stats["target_verses_in_books_without_source"],
     )
     logger.info("pairs by reference: %d", stats["paired_by_reference"])
+    logger.info(
+        "modern spelling: %d words rewritten (%s)",
+        sum(stats["spelling_rules_applied"].values()),
+        ", ".join(f"{rule} {count}" for rule, count in stats["spelling_rules_applied"].items()),
+    )
     for reason, count in stats["dropped"].items():
         logger.info("dropped %6d  %s", count, reason)
     logger.info("misaligned verse numbering in %d chapters:", len(stats["misaligned_chapters"]))

@@ -27,6 +27,7 @@ import logging
 import os
 from pathlib import Path
 
+from model.spelling import MODERN, old_spelling
 from training.corpus import bible
 from training.corpus.splitting import HELDOUT_FRACTION, split_single_file
 from training.corpus.tsv import SPLITS, CorpusError, Pair, read_tsv
@@ -183,3 +184,47 @@ def load_pairs(
         f"unknown corpus source {source_spec!r}: expected 'bible', a directory with "
         "train/dev/test.tsv, an existing .tsv file, or 'tfds:NAME'"
     )
+
+
+# ----------------------------------------------------------------------- spelling
+
+
+def corpus_source_spelling(
+    source_spec: str, bible_dir: str | os.PathLike = DEFAULT_BIBLE_DIR
+) -> str | None:
+    """The spelling a corpus's source side is written in, as its build recorded it.
+
+    A Bible corpus built by this version records `"source_spelling": "modern"` in its
+    `stats.json` (see `training.corpus.bible`); so can any corpus directory.
+
+    Returns:
+      `model.spelling.MODERN`, or None when nothing is recorded (an older Bible build, in the
+      1909 spelling, or any other corpus).
+    """
+    if source_spec.startswith(TFDS_PREFIX):
+        return None
+    directory = Path(bible_dir) if source_spec == BIBLE_SPEC else Path(source_spec)
+    if not directory.is_dir():
+        return None
+    return (bible.read_corpus_stats(directory) or {}).get("source_spelling")
+
+
+def load_run_pairs(
+    source_spec: str,
+    split: str,
+    run_source_spelling: str | None,
+    bible_dir: str | os.PathLike = DEFAULT_BIBLE_DIR,
+) -> list[Pair]:
+    """`load_pairs` as a run trained with `run_source_spelling` saw its corpus.
+
+    A run records the spelling of the corpus it learned its vocabulary from (its tokenizer
+    config's "source_spelling"). A run that recorded none (trained before the Bible corpus was
+    modernized, such as the bundled pretrained/bible-es-en) was trained and evaluated on the
+    1909 spelling, so a modern-spelled corpus is shown to it with `model.spelling.old_spelling`
+    applied to the sources: the same sources it was evaluated on, but for the few 1909
+    irregularities listed in training/CORPUS.md. Targets are never changed.
+    """
+    pairs = load_pairs(source_spec, split, bible_dir=bible_dir)
+    if run_source_spelling != MODERN and corpus_source_spelling(source_spec, bible_dir) == MODERN:
+        pairs = [(old_spelling(source), target) for source, target in pairs]
+    return pairs
