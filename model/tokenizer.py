@@ -83,10 +83,11 @@ class Tokenizer(tf.Module):
     join back into text (`_join`).
     """
 
-    def __init__(self, subword_tokenizer, lower_case=False, name=None):
+    def __init__(self, subword_tokenizer, lower_case=False, name=None, lowercase_input=False):
         super().__init__(name=name)
         self.subword_tokenizer = subword_tokenizer
         self._lower_case = lower_case
+        self._lowercase_input = lowercase_input
         self._vocab = list(subword_tokenizer.get_vocabulary())
         if tuple(self._vocab[: len(RESERVED_TOKENS)]) != RESERVED_TOKENS:
             raise ValueError(
@@ -110,6 +111,12 @@ class Tokenizer(tf.Module):
     def lower_case(self):
         return self._lower_case
 
+    @property
+    def lowercase_input(self):
+        """bool, whether `tokenize` lowercases its input first (a source-only setting: the
+        vocabulary, shared or not, keeps its case, and so does `detokenize`)."""
+        return self._lowercase_input
+
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
     def tokenize(self, strings):
         """Tokenizes strings into `[START] pieces... [END]` ids.
@@ -121,7 +128,22 @@ class Tokenizer(tf.Module):
             `tf.RaggedTensor` of int64, shape `[batch, (tokens)]`; an empty string gives
             `[START_ID, END_ID]`.
         """
-        ids = tf.cast(self.subword_tokenizer.tokenize(strings), tf.int64)
+        return self._tokenize(strings, self.subword_tokenizer.tokenize)
+
+    def sampling_tokenize(self, nbest_size, alpha):
+        """A `tokenize` that samples a segmentation per call (subword regularization).
+
+        For training only: decoding, evaluation and exports use the deterministic `tokenize`.
+
+        Raises:
+            ValueError: this tokenizer cannot sample (only SentencePiece can).
+        """
+        raise ValueError(f"{type(self).__name__} cannot sample segmentations; use SentencePiece")
+
+    def _tokenize(self, strings, subword_tokenize):
+        if self._lowercase_input:
+            strings = tf.strings.lower(strings, encoding="utf-8")
+        ids = tf.cast(subword_tokenize(strings), tf.int64)
         edge_shape = tf.stack([ids.nrows(), 1])
         starts = tf.fill(edge_shape, tf.constant(START_ID, tf.int64))
         ends = tf.fill(edge_shape, tf.constant(END_ID, tf.int64))
@@ -195,18 +217,51 @@ class SentencePieceTokenizer(Tokenizer):
     >>> tokenizer.detokenize(ids)  # tf.string [1]: "¿Dónde está?" in UTF-8
     """
 
-    def __init__(self, proto, lower_case=False, name=None):
+    def __init__(self, proto, lower_case=False, name=None, lowercase_input=False):
         self.proto = bytes(proto)
         subword_tokenizer = keras_hub.tokenizers.SentencePieceTokenizer(
             proto=self.proto, dtype="int32"
         )
-        subword_tokenizer._sentence_piece._model_resource = _SharedSentencePieceModel(self.proto)
-        super().__init__(subword_tokenizer, lower_case=lower_case, name=name)
+        self._model = _SharedSentencePieceModel(self.proto)
+        subword_tokenizer._sentence_piece._model_resource = self._model
+        super().__init__(
+            subword_tokenizer, lower_case=lower_case, name=name, lowercase_input=lowercase_input
+        )
 
     @classmethod
-    def from_file(cls, path, lower_case=False):
+    def from_file(cls, path, lower_case=False, lowercase_input=False):
         with open(path, "rb") as model_file:
-            return cls(model_file.read(), lower_case=lower_case)
+            return cls(model_file.read(), lower_case=lower_case, lowercase_input=lowercase_input)
+
+    def sampling_tokenize(self, nbest_size, alpha):
+        """A `tokenize` that samples each segmentation (Kudo 2018), for training only.
+
+        Args:
+            nbest_size: SentencePiece's: < 0 samples from every segmentation (forward-filtering
+                backward-sampling), > 1 from the `nbest_size` best; 0 and 1 do not sample.
+            alpha: the smoothing exponent of the sampling distribution, P(x)^alpha.
+
+        Returns:
+            a function of a `tf.string` `[batch]` tensor with `tokenize`'s contract. Its draws
+            come from SentencePiece's own generator, which takes no seed: they differ between
+            runs.
+        """
+
+        def subword_tokenize(strings):
+            values, row_splits = gen_sentencepiece_tokenizer.sentencepiece_tokenize_op(
+                self._model.resource_handle,
+                strings,
+                nbest_size=nbest_size,
+                alpha=alpha,
+                add_bos=False,
+                add_eos=False,
+                reverse=False,
+                out_type=tf.int32,
+                Tsplits=tf.int64,
+            )
+            return tf.RaggedTensor.from_row_splits(values, row_splits)
+
+        return lambda strings: self._tokenize(strings, subword_tokenize)
 
     def save(self, path):
         write_atomically(path, self.proto)
@@ -247,7 +302,7 @@ class WordPieceTokenizer(Tokenizer):
         name: optional module name.
     """
 
-    def __init__(self, vocab, lower_case=False, name=None):
+    def __init__(self, vocab, lower_case=False, name=None, lowercase_input=False):
         super().__init__(
             keras_hub.tokenizers.WordPieceTokenizer(
                 vocabulary=list(vocab),
@@ -257,15 +312,16 @@ class WordPieceTokenizer(Tokenizer):
             ),
             lower_case=lower_case,
             name=name,
+            lowercase_input=lowercase_input,
         )
 
     @classmethod
-    def from_file(cls, path, lower_case=False):
+    def from_file(cls, path, lower_case=False, lowercase_input=False):
         with open(path, encoding="utf-8", newline="") as vocab_file:
             vocab = vocab_file.read().split("\n")
         if vocab and vocab[-1] == "":
             vocab.pop()  # the final newline ends the last token
-        return cls(vocab, lower_case=lower_case)
+        return cls(vocab, lower_case=lower_case, lowercase_input=lowercase_input)
 
     def save(self, path):
         write_atomically(path, "".join(token + "\n" for token in self._vocab).encode("utf-8"))
@@ -315,14 +371,18 @@ def load_tokenizers(directory):
         SentencePieceTokenizer if config["type"] == "sentencepiece" else WordPieceTokenizer
     )
 
-    def load(side):
+    def load(side, lowercase_input=False):
         path = os.path.join(directory, model_file(config["type"], side))
-        return tokenizer_class.from_file(path, lower_case=config["lower_case"])
+        return tokenizer_class.from_file(
+            path, lower_case=config["lower_case"], lowercase_input=lowercase_input
+        )
 
+    # Written only when true (older directories have no such key).
+    source_lowercase = config.get("source_lower_case", False)
     if config["shared"]:
         shared = load("shared")
-        return shared, shared
-    return load("src"), load("tgt")
+        return (load("shared", True) if source_lowercase else shared), shared
+    return load("src", source_lowercase), load("tgt")
 
 
 def _dense_ids(ids):

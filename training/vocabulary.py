@@ -33,6 +33,7 @@ from model.tokenizer import (
     model_file,
     read_tokenizer_config,
 )
+from training.noise import lowercase
 
 logger = logging.getLogger(__name__)
 
@@ -127,6 +128,7 @@ def build_tokenizers(
     shared=True,
     lower_case=False,
     model_type="unigram",
+    source_lower_case=False,
 ):
     """Learns (or reloads) the source and target tokenizers.
 
@@ -143,6 +145,9 @@ def build_tokenizers(
         shared: bool, one vocabulary for both languages.
         lower_case: bool, lowercase the text.
         model_type: SentencePiece's "unigram" or "bpe" (ignored for WordPiece).
+        source_lower_case: bool, lowercase the source side only: the vocabulary is learned from
+            lowercased sources (and targets as they are), and the source tokenizer lowercases
+            its input (`Tokenizer.lowercase_input`), in training, evaluation and exports alike.
 
     Returns:
         `(source_tokenizer, target_tokenizer)`, the same object twice when `shared`.
@@ -160,6 +165,9 @@ def build_tokenizers(
         lower_case=lower_case,
         model_type=model_type if tokenizer_type == "sentencepiece" else None,
     )
+    if source_lower_case:
+        # Only when set: directories written before the setting existed still match.
+        config["source_lower_case"] = True
     os.makedirs(out_dir, exist_ok=True)
     existing = read_tokenizer_config(out_dir)
     if existing is not None:
@@ -178,6 +186,8 @@ def build_tokenizers(
 
     pairs = list(pairs)
     sources = [source for source, _ in pairs]
+    if source_lower_case:
+        sources = [text.decode("utf-8") for text in lowercase(tf.constant(sources)).numpy()]
     targets = [target for _, target in pairs]
     texts_by_side = {"shared": sources + targets} if shared else {"src": sources, "tgt": targets}
     for side, texts in texts_by_side.items():
@@ -203,6 +213,7 @@ def build_run_tokenizers(pairs, config, out_dir):
         shared=settings["shared_vocab"],
         lower_case=settings["lower_case"],
         model_type=settings["subword_model"],
+        source_lower_case=settings.get("source_lower_case", False),
     )
 
 
