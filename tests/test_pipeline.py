@@ -151,17 +151,16 @@ def test_text_dataset_tokenizes_in_the_pipeline_as_tokenize_pairs_does(toy_token
     assert len(seen) > 100 and set(seen) <= expected and len(set(seen)) > 90
 
 
-def test_text_dataset_noises_sources_only_and_reproducibly(toy_tokenizer):
+def test_text_dataset_noises_sources_only_anew_each_epoch_and_reproducibly(toy_tokenizer):
+    """Half the sources uppercased: targets never; a pair seen several times is noised in some
+    passes and not in others; the same seed gives the same stream."""
     tokenizer, pairs = toy_tokenizer
-    pairs = pairs[:100]
-    targets = {
-        tuple(t.tolist())
-        for t in tokenize_pairs(pairs, tokenizer, tokenizer, show_progress=False)[1]
-    }
-    upper_sources = {
-        tuple(row.tolist())
-        for row in tokenizer.tokenize(tf.constant([s.upper() for s, _ in pairs])).numpy()
-    }
+    pairs = pairs[:40]
+    clean_sources, targets = tokenize_pairs(pairs, tokenizer, tokenizer, show_progress=False)
+    upper_sources = tokenizer.tokenize(tf.constant([s.upper() for s, _ in pairs])).numpy()
+    by_target = {}
+    for clean, upper, target in zip(clean_sources, upper_sources, targets):
+        by_target[tuple(target.tolist())] = (tuple(clean.tolist()), tuple(upper.tolist()))
 
     def noised(seed):
         dataset = make_text_dataset(
@@ -171,17 +170,24 @@ def test_text_dataset_noises_sources_only_and_reproducibly(toy_tokenizer):
             40,
             256,
             seed=seed,
-            source_noise=1.0,
+            source_noise=0.5,
             noise_kinds=("uppercase",),
+            chunk_size=16,
         )
         return [
-            example for batch in text_batches(dataset, 10) for example in batch_examples(*batch)
+            example for batch in text_batches(dataset, 40) for example in batch_examples(*batch)
         ]
 
     first = noised(seed=5)
-    assert {source for source, _ in first} <= upper_sources
-    assert {target for _, target in first} <= targets
-    assert noised(seed=5) == first != noised(seed=6)
+    assert {target for _, target in first} <= set(by_target)
+    seen = {}
+    for source, target in first:
+        clean, upper = by_target[target]
+        assert source in (clean, upper)
+        seen.setdefault(target, set()).add(source == upper)
+    assert 0.3 < np.mean([source == by_target[t][1] for source, t in first]) < 0.7
+    assert sum(len(noised_or_not) == 2 for noised_or_not in seen.values()) > 10
+    assert noised(seed=5) == first
 
 
 def test_text_dataset_truncates_or_drops_pairs_long_after_tokenizing(toy_tokenizer):
@@ -196,7 +202,12 @@ def test_text_dataset_truncates_or_drops_pairs_long_after_tokenizing(toy_tokeniz
     assert all(side[-1] == END_ID and len(side) <= limit for e in examples for side in e)
     dropped = make_text_dataset(pairs, tokenizer.tokenize, tokenizer.tokenize, **options)
     kept = [e for batch in text_batches(dropped, 30) for e in batch_examples(*batch)]
-    assert all(max(len(s), len(t)) <= limit for s, t in kept) and kept
+    whole = {
+        (tuple(s.tolist()), tuple(t.tolist()))
+        for s, t in zip(*tokenize_pairs(pairs, tokenizer, tokenizer, show_progress=False))
+        if max(len(s), len(t)) <= limit
+    }
+    assert kept and set(kept) <= whole
 
 
 def test_sampling_tokenize_varies_the_segmentation_but_never_the_text(toy_tokenizer):
