@@ -25,7 +25,8 @@ SERVER_FLAGS := --port=$(PORT) --rest_api_port=$(REST_PORT) --model_name=$(MODEL
 	--batching_parameters_file=serving/batching.config $(SERVE_ARGS)
 
 .PHONY: setup test check-mutations lint data train average evaluate export serve query demo demo-train pretrained notebooks \
-	bench-train bench-decode bench-profile bench-serve bench-sweep bench-tokenizer export-ctranslate2 clean-venv
+	bench-train bench-decode bench-profile bench-serve bench-sweep bench-tokenizer bench-robustness \
+	export-ctranslate2 clean-venv
 
 setup: $(STAMP)
 
@@ -114,6 +115,11 @@ bench-sweep: $(STAMP) data  ## Training recipes at equal time budgets (SWEEP_ARG
 
 bench-tokenizer: $(STAMP) data  ## Vocabulary learning time, in-graph throughput, losslessness.
 	$(PY) -m benchmarks.bench_tokenizer --output BENCHMARKS.md
+
+# The bundled model unless RUN_DIR is given on the command line (ROBUSTNESS_ARGS="--beam_width 4").
+ROBUSTNESS_RUN_DIR := $(if $(filter command line,$(origin RUN_DIR)),$(RUN_DIR),$(PRETRAINED_DIR))
+bench-robustness: $(STAMP) data  ## Test BLEU, chrF, looping share under each typing perturbation (training.evaluate --perturb all).
+	$(PY) -m benchmarks.bench_robustness --run_dir $(ROBUSTNESS_RUN_DIR) --output BENCHMARKS.md $(ROBUSTNESS_ARGS)
 
 bench-decode: $(STAMP)
 	$(PY) -m benchmarks.bench_decode --output BENCHMARKS.md

@@ -7,6 +7,11 @@ machine does not share its cores). Every point is then scored on the held-out te
 greedy decoding (the checkpoint `training.evaluate` picks: best dev BLEU). The table ranks
 points by test BLEU; the plot draws each point's dev BLEU against wall-clock minutes. A point
 whose run directory already holds a result is not run again, so an interrupted sweep resumes.
+
+`--perturbed_dev` also scores each point on the dev split as written and perturbed by each
+`training.noise` perturbation (`training.evaluate --perturb all`), and the table gains the dev
+BLEU as written, its mean over the perturbations and the share of looping outputs: what the
+robustness points (`source_noise=…`, `subword_regularization`, `source_lower_case`) pay for.
 """
 
 import argparse
@@ -19,6 +24,8 @@ import time
 
 from benchmarks.report import machine_description, write_section
 from training.curves import read_scalars
+from training.evaluate import UNPERTURBED
+from training.noise import PERTURBATIONS
 
 # name → (settings changed from the preset, what the point asks)
 POINTS = {
@@ -44,6 +51,18 @@ POINTS = {
     ),
     "jit_compile": ({"jit_compile": True}, "XLA training step"),
     "bfloat16": ({"mixed_precision": "mixed_bfloat16"}, "bfloat16 compute"),
+    # Robustness to how people type (issue #23): score these with --perturbed_dev.
+    "source_noise=0.1": ({"source_noise": 0.1}, "10% of sources noised per epoch"),
+    "source_noise=0.3": ({"source_noise": 0.3}, "30% of sources noised per epoch"),
+    "subword_regularization": (
+        {"subword_nbest_size": -1, "subword_alpha": 0.1},
+        "sampled segmentations (Kudo 2018)",
+    ),
+    "source_lower_case": ({"source_lower_case": True}, "sources lowercased"),
+    "source_noise=0.3+subword_regularization": (
+        {"source_noise": 0.3, "subword_nbest_size": -1, "subword_alpha": 0.1},
+        "noise and sampled segmentations",
+    ),
 }
 RESULT_FILE = "sweep_result.json"
 
@@ -54,12 +73,60 @@ def run_command(command, cpus, log_path):
         subprocess.run(prefix + command, stdout=log, stderr=subprocess.STDOUT, check=True)
 
 
-def run_point(name, sweep_dir, preset, minutes, cpus, settings, dev_sentences, checkpoint_every):
+def perturbed_dev_scores(run_dir, cpus, log_path):
+    """Dev BLEU as written, its mean over every perturbation, and the looping share over all."""
+    run_command(
+        [
+            sys.executable,
+            "-m",
+            "training.evaluate",
+            "--run_dir",
+            run_dir,
+            "--split",
+            "dev",
+            "--perturb",
+            "all",
+        ],
+        cpus,
+        log_path,
+    )
+    reports = []
+    for name in [UNPERTURBED, *PERTURBATIONS]:
+        stem = "dev.greedy" + ("" if name == UNPERTURBED else f".{name}")
+        with open(os.path.join(run_dir, "eval", f"{stem}.report.json"), encoding="utf-8") as file:
+            reports.append(json.load(file))
+    perturbed = [report["bleu"] for report in reports[1:]]
+    return {
+        "dev_bleu": reports[0]["bleu"],
+        "dev_bleu_perturbed": round(sum(perturbed) / len(perturbed), 2),
+        "dev_bleu_by_perturbation": {r["perturbation"]: r["bleu"] for r in reports},
+        "dev_looping": round(sum(r["looping"] for r in reports) / len(reports), 4),
+    }
+
+
+def run_point(
+    name,
+    sweep_dir,
+    preset,
+    minutes,
+    cpus,
+    settings,
+    dev_sentences,
+    checkpoint_every,
+    perturbed_dev=False,
+):
     run_dir = os.path.join(sweep_dir, name)
     result_path = os.path.join(run_dir, RESULT_FILE)
     if os.path.exists(result_path):
         with open(result_path, encoding="utf-8") as handle:
-            return json.load(handle)
+            result = json.load(handle)
+        if perturbed_dev and "dev_bleu_perturbed" not in result:
+            result.update(
+                perturbed_dev_scores(run_dir, cpus, os.path.join(sweep_dir, f"{name}.log"))
+            )
+            with open(result_path, "w", encoding="utf-8") as handle:
+                json.dump(result, handle, indent=2)
+        return result
     shutil.rmtree(run_dir, ignore_errors=True)
     os.makedirs(run_dir)
     log_path = os.path.join(sweep_dir, f"{name}.log")
@@ -101,6 +168,8 @@ def run_point(name, sweep_dir, preset, minutes, cpus, settings, dev_sentences, c
         "test_chrf": report["chrf"],
         "bleu_signature": report["bleu_signature"],
     }
+    if perturbed_dev:
+        result.update(perturbed_dev_scores(run_dir, cpus, log_path))
     with open(result_path, "w", encoding="utf-8") as handle:
         json.dump(result, handle, indent=2)
     return result
@@ -130,7 +199,11 @@ def plot(results, path, preset):
     figure.savefig(path, dpi=110)
 
 
+ROBUSTNESS_COLUMNS = " dev BLEU | dev BLEU perturbed | looping |"
+
+
 def markdown(results, command, plot_path, preset):
+    robust = all("dev_bleu_perturbed" in result for result in results)
     lines = [
         f"Machine: {machine_description()}.",
         f"Command: `{command}`.",
@@ -140,16 +213,31 @@ def markdown(results, command, plot_path, preset):
         "scored on the 637 held-out test sentences with greedy decoding (sacreBLEU, "
         f"`{results[0]['bleu_signature']}`), at its best dev-BLEU checkpoint.",
         "",
-        "| point | change | steps | test BLEU | test chrF | best dev BLEU |",
-        "|---|---|---:|---:|---:|---:|",
+        "| point | change | steps | test BLEU | test chrF | best dev BLEU |"
+        + (ROBUSTNESS_COLUMNS if robust else ""),
+        "|---|---|---:|---:|---:|---:|" + ("---:|---:|---:|" if robust else ""),
     ]
     for result in sorted(results, key=lambda r: -r["test_bleu"]):
         change = ", ".join(f"{k}={v}" for k, v in result["settings"].items()) or "—"
         best_dev = max((b for _, _, b in result["dev_curve"]), default=float("nan"))
-        lines.append(
+        line = (
             f"| {result['name']} | {change} | {result['steps']} | "
             f"{result['test_bleu']:.2f} | {result['test_chrf']:.2f} | {best_dev:.2f} |"
         )
+        if robust:
+            line += (
+                f" {result['dev_bleu']:.2f} | {result['dev_bleu_perturbed']:.2f} | "
+                f"{100 * result['dev_looping']:.1f}% |"
+            )
+        lines.append(line)
+    if robust:
+        lines += [
+            "",
+            "Dev BLEU perturbed: the mean over the perturbations of `training/noise.py` ("
+            + ", ".join(PERTURBATIONS)
+            + ") of the dev BLEU with the sources perturbed; looping: the share of looping "
+            "outputs (`training.evaluate.is_looping`) over the dev split as written and perturbed.",
+        ]
     lines += ["", f"![dev BLEU against minutes]({plot_path})"]
     return "\n".join(lines)
 
@@ -165,6 +253,11 @@ def main(argv=None):
     parser.add_argument("--sweep_dir", help="run directories (default: runs/sweep[-PRESET])")
     parser.add_argument("--dev_bleu_sentences", type=int, default=100)
     parser.add_argument("--checkpoint_every", type=int, default=200)
+    parser.add_argument(
+        "--perturbed_dev",
+        action="store_true",
+        help="also score each point on the dev split perturbed (training.evaluate --perturb all)",
+    )
     parser.add_argument("--output", help="Markdown file to write the section into")
     parser.add_argument(
         "--section",
@@ -191,6 +284,7 @@ def main(argv=None):
             POINTS[name][0],
             args.dev_bleu_sentences,
             args.checkpoint_every,
+            args.perturbed_dev,
         )
         results.append(result)
         print(f"    {result['steps']} steps, test BLEU {result['test_bleu']:.2f}", flush=True)

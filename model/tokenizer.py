@@ -91,13 +91,16 @@ class Tokenizer(tf.Module):
     input before tokenizing it (a source tokenizer, see the module docstring); None leaves it.
     """
 
-    def __init__(self, subword_tokenizer, lower_case=False, spelling=None, name=None):
+    def __init__(
+        self, subword_tokenizer, lower_case=False, spelling=None, name=None, lowercase_input=False
+    ):
         super().__init__(name=name)
         if spelling not in (None, MODERN):
             raise ValueError(f"spelling must be None or {MODERN!r}, got {spelling!r}.")
         self.subword_tokenizer = subword_tokenizer
         self._lower_case = lower_case
         self._spelling = spelling
+        self._lowercase_input = lowercase_input
         self._vocab = list(subword_tokenizer.get_vocabulary())
         if tuple(self._vocab[: len(RESERVED_TOKENS)]) != RESERVED_TOKENS:
             raise ValueError(
@@ -125,6 +128,12 @@ class Tokenizer(tf.Module):
     def spelling(self):
         return self._spelling
 
+    @property
+    def lowercase_input(self):
+        """bool, whether `tokenize` lowercases its input first (a source-only setting: the
+        vocabulary, shared or not, keeps its case, and so does `detokenize`)."""
+        return self._lowercase_input
+
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
     def tokenize(self, strings):
         """Tokenizes strings into `[START] pieces... [END]` ids.
@@ -136,9 +145,24 @@ class Tokenizer(tf.Module):
             `tf.RaggedTensor` of int64, shape `[batch, (tokens)]`; an empty string gives
             `[START_ID, END_ID]`.
         """
+        return self._tokenize(strings, self.subword_tokenizer.tokenize)
+
+    def sampling_tokenize(self, nbest_size, alpha):
+        """A `tokenize` that samples a segmentation per call (subword regularization).
+
+        For training only: decoding, evaluation and exports use the deterministic `tokenize`.
+
+        Raises:
+            ValueError: this tokenizer cannot sample (only SentencePiece can).
+        """
+        raise ValueError(f"{type(self).__name__} cannot sample segmentations; use SentencePiece")
+
+    def _tokenize(self, strings, subword_tokenize):
         if self._spelling == MODERN:
             strings = modernize_graph(strings)
-        ids = tf.cast(self.subword_tokenizer.tokenize(strings), tf.int64)
+        if self._lowercase_input:
+            strings = tf.strings.lower(strings, encoding="utf-8")
+        ids = tf.cast(subword_tokenize(strings), tf.int64)
         edge_shape = tf.stack([ids.nrows(), 1])
         starts = tf.fill(edge_shape, tf.constant(START_ID, tf.int64))
         ends = tf.fill(edge_shape, tf.constant(END_ID, tf.int64))
@@ -213,18 +237,60 @@ class SentencePieceTokenizer(Tokenizer):
     >>> tokenizer.detokenize(ids)  # tf.string [1]: "¿Dónde está?" in UTF-8
     """
 
-    def __init__(self, proto, lower_case=False, spelling=None, name=None):
+    def __init__(self, proto, lower_case=False, spelling=None, name=None, lowercase_input=False):
         self.proto = bytes(proto)
         subword_tokenizer = keras_hub.tokenizers.SentencePieceTokenizer(
             proto=self.proto, dtype="int32"
         )
-        subword_tokenizer._sentence_piece._model_resource = _SharedSentencePieceModel(self.proto)
-        super().__init__(subword_tokenizer, lower_case=lower_case, spelling=spelling, name=name)
+        self._model = _SharedSentencePieceModel(self.proto)
+        subword_tokenizer._sentence_piece._model_resource = self._model
+        super().__init__(
+            subword_tokenizer,
+            lower_case=lower_case,
+            spelling=spelling,
+            name=name,
+            lowercase_input=lowercase_input,
+        )
 
     @classmethod
-    def from_file(cls, path, lower_case=False, spelling=None):
+    def from_file(cls, path, lower_case=False, spelling=None, lowercase_input=False):
         with open(path, "rb") as model_file:
-            return cls(model_file.read(), lower_case=lower_case, spelling=spelling)
+            return cls(
+                model_file.read(),
+                lower_case=lower_case,
+                spelling=spelling,
+                lowercase_input=lowercase_input,
+            )
+
+    def sampling_tokenize(self, nbest_size, alpha):
+        """A `tokenize` that samples each segmentation (Kudo 2018), for training only.
+
+        Args:
+            nbest_size: SentencePiece's: < 0 samples from every segmentation (forward-filtering
+                backward-sampling), > 1 from the `nbest_size` best; 0 and 1 do not sample.
+            alpha: the smoothing exponent of the sampling distribution, P(x)^alpha.
+
+        Returns:
+            a function of a `tf.string` `[batch]` tensor with `tokenize`'s contract. Its draws
+            come from SentencePiece's own generator, which takes no seed: they differ between
+            runs.
+        """
+
+        def subword_tokenize(strings):
+            values, row_splits = gen_sentencepiece_tokenizer.sentencepiece_tokenize_op(
+                self._model.resource_handle,
+                strings,
+                nbest_size=nbest_size,
+                alpha=alpha,
+                add_bos=False,
+                add_eos=False,
+                reverse=False,
+                out_type=tf.int32,
+                Tsplits=tf.int64,
+            )
+            return tf.RaggedTensor.from_row_splits(values, row_splits)
+
+        return lambda strings: self._tokenize(strings, subword_tokenize)
 
     def save(self, path):
         write_atomically(path, self.proto)
@@ -266,7 +332,7 @@ class WordPieceTokenizer(Tokenizer):
         name: optional module name.
     """
 
-    def __init__(self, vocab, lower_case=False, spelling=None, name=None):
+    def __init__(self, vocab, lower_case=False, spelling=None, name=None, lowercase_input=False):
         super().__init__(
             keras_hub.tokenizers.WordPieceTokenizer(
                 vocabulary=list(vocab),
@@ -277,15 +343,16 @@ class WordPieceTokenizer(Tokenizer):
             lower_case=lower_case,
             spelling=spelling,
             name=name,
+            lowercase_input=lowercase_input,
         )
 
     @classmethod
-    def from_file(cls, path, lower_case=False, spelling=None):
+    def from_file(cls, path, lower_case=False, spelling=None, lowercase_input=False):
         with open(path, encoding="utf-8", newline="") as vocab_file:
             vocab = vocab_file.read().split("\n")
         if vocab and vocab[-1] == "":
             vocab.pop()  # the final newline ends the last token
-        return cls(vocab, lower_case=lower_case, spelling=spelling)
+        return cls(vocab, lower_case=lower_case, spelling=spelling, lowercase_input=lowercase_input)
 
     def save(self, path):
         write_atomically(path, "".join(token + "\n" for token in self._vocab).encode("utf-8"))
@@ -337,15 +404,22 @@ def load_tokenizers(directory):
         SentencePieceTokenizer if config["type"] == "sentencepiece" else WordPieceTokenizer
     )
 
-    def load(side, spelling=None):
+    def load(side, source=False):
         path = os.path.join(directory, model_file(config["type"], side))
-        return tokenizer_class.from_file(path, lower_case=config["lower_case"], spelling=spelling)
+        source_settings = {
+            # Both written only when set (older directories have no such keys).
+            "spelling": config.get("source_spelling"),
+            "lowercase_input": config.get("source_lower_case", False),
+        }
+        return tokenizer_class.from_file(
+            path, lower_case=config["lower_case"], **(source_settings if source else {})
+        )
 
-    source_spelling = config.get("source_spelling")
     if config["shared"]:
         shared = load("shared")
-        return (load("shared", source_spelling) if source_spelling else shared), shared
-    return load("src", source_spelling), load("tgt")
+        source_transforms = config.get("source_spelling") or config.get("source_lower_case")
+        return (load("shared", source=True) if source_transforms else shared), shared
+    return load("src", source=True), load("tgt")
 
 
 def _dense_ids(ids):

@@ -1,6 +1,7 @@
 """The benchmarks' own logic: what the decoding floor reads, how bench-serve reports its rounds."""
 
 import argparse
+import json
 import os
 
 import numpy as np
@@ -212,3 +213,44 @@ def test_profile_decode_sums_a_traced_session_run_by_op_type():
     matmuls = {op: value for op, value in times.items() if "MatMul" in op}
     assert sum(count for _, count in matmuls.values()) == 2
     assert all(micros >= 0 for micros, _ in times.values())
+
+
+def test_bench_robustness_writes_a_section_with_a_row_per_perturbation(tiny_run, tmp_path):
+    from benchmarks.bench_robustness import SECTION
+    from benchmarks.bench_robustness import main as bench_robustness
+    from training.noise import PERTURBATIONS
+
+    output = tmp_path / "BENCHMARKS.md"
+    bench_robustness(["--run_dir", tiny_run["run_dir"], "--limit", "4", "--output", str(output)])
+    text = output.read_text(encoding="utf-8")
+    assert f"## {SECTION}" in text and "the 4 sentences of its test split" in text
+    for name in ["none", *PERTURBATIONS]:
+        report = json.loads(
+            open(
+                f"{tiny_run['run_dir']}/eval/test.greedy"
+                + ("" if name == "none" else f".{name}")
+                + ".report.json"
+            ).read()
+        )
+        assert f"| {name} | {report['bleu']:.2f} | {report['chrf']:.2f} |" in text
+
+
+def test_sweep_table_adds_the_perturbed_dev_columns_when_every_point_has_them():
+    from benchmarks.sweep_recipe import markdown
+
+    result = {
+        "name": "source_noise=0.1",
+        "settings": {"source_noise": 0.1},
+        "steps": 10,
+        "minutes": 1,
+        "cpus": "all",
+        "bleu_signature": "sig",
+        "test_bleu": 5.0,
+        "test_chrf": 20.0,
+        "dev_curve": [(1.0, 10, 4.0)],
+    }
+    assert "dev BLEU perturbed" not in markdown([result], "cmd", "plot.png", "small")
+    robust = {**result, "dev_bleu": 4.5, "dev_bleu_perturbed": 3.25, "dev_looping": 0.125}
+    assert "| 5.00 | 20.00 | 4.00 | 4.50 | 3.25 | 12.5% |" in markdown(
+        [robust], "cmd", "plot.png", "small"
+    )

@@ -13,7 +13,8 @@ from model.special_tokens import END_ID, START_ID
 from serving.export import export_run
 from training import artifacts
 from training.corpus import load_pairs
-from training.evaluate import evaluate, main
+from training.evaluate import evaluate, is_looping, main
+from training.noise import PERTURBATIONS
 
 
 def test_report_matches_sacrebleu_on_the_written_hypotheses(tiny_run, tmp_path):
@@ -109,3 +110,75 @@ def test_an_export_with_another_beam_width_is_refused(tiny_run, tmp_path, capsys
 def test_missing_run_directory_is_a_clear_error(tmp_path, capsys):
     assert main(["--run_dir", str(tmp_path / "missing")]) == 1
     assert "is not a training run directory" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "hypothesis, source, looping",
+    [
+        ("AOOOOOOOOOOOOOOOOOOOO", "DIOS ES AMOR", True),
+        ("the the the the lord", "el señor", True),
+        ("the the the lord", "el señor", False),
+        ("and the LORD and the LORD said and the LORD", "y Jehová dijo", True),
+        ("and the LORD said and the LORD", "y Jehová dijo", False),
+        ("where my brother was this,", "donde esta mi hermano", False),
+        ("Holy, holy, holy, holy is the LORD", "Santo, santo, santo, santo es Jehová", False),
+        ("Holy, holy, holy, holy is the LORD", "Santo es Jehová", True),
+        ("a thousand thousand", "mil millares", False),
+    ],
+)
+def test_looping_outputs_are_repeats_the_source_does_not_have(hypothesis, source, looping):
+    assert is_looping(hypothesis, source) is looping
+
+
+def test_perturbed_evaluation_scores_perturbed_sources_against_unchanged_references(
+    tiny_run, tmp_path, capsys
+):
+    """`--perturb all`: one report per perturbation, named by it; the hypotheses are the
+    translations of the perturbed sources; the table lists each."""
+    assert (
+        main(
+            [
+                "--run_dir",
+                tiny_run["run_dir"],
+                "--perturb",
+                "all",
+                "--limit",
+                "12",
+                "--output_dir",
+                str(tmp_path),
+            ]
+        )
+        == 0
+    )
+    out = capsys.readouterr().out
+    config = artifacts.read_config(tiny_run["run_dir"])
+    pairs = load_pairs(config["data"], "test")[:12]
+    references = [target for _, target in pairs]
+    for name in ["none", *PERTURBATIONS]:
+        stem = "test.greedy" + ("" if name == "none" else f".{name}")
+        report = json.loads((tmp_path / f"{stem}.report.json").read_text())
+        hypotheses = (tmp_path / f"{stem}.hyp.txt").read_text(encoding="utf-8").splitlines()
+        assert report["perturbation"] == name and report["sentences"] == 12
+        assert report["bleu"] == round(sacrebleu.corpus_bleu(hypotheses, [references]).score, 2)
+        assert f"| {name} | {report['bleu']:.2f} | {report['chrf']:.2f} |" in out
+    # The toy corpus is lowercase and unpunctuated: uppercase is the perturbation that bites.
+    clean = (tmp_path / "test.greedy.hyp.txt").read_text(encoding="utf-8").splitlines()
+    upper = (tmp_path / "test.greedy.uppercase.hyp.txt").read_text(encoding="utf-8").splitlines()
+    assert clean != upper
+    perturbed = evaluate(
+        tiny_run["run_dir"], "test", limit=12, output_dir=str(tmp_path / "one"), perturb="uppercase"
+    )
+    assert (
+        perturbed["bleu"]
+        == json.loads((tmp_path / "test.greedy.uppercase.report.json").read_text())["bleu"]
+    )
+    upper_sources = [source.upper() for source, _ in pairs]
+    from training.evaluate import run_translate_function, translate
+
+    translate_batch, _ = run_translate_function(tiny_run["run_dir"])
+    assert translate(upper_sources, translate_batch, show_progress=False) == upper
+
+
+def test_an_unknown_perturbation_is_a_clear_error(tiny_run, capsys):
+    assert main(["--run_dir", tiny_run["run_dir"], "--perturb", "shout"]) == 1
+    assert "unknown perturbation 'shout'" in capsys.readouterr().err

@@ -2,9 +2,16 @@
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from model.special_tokens import END_ID, START_ID
-from training.pipeline import bound_lengths, bucket_boundaries, make_dataset
+from training.pipeline import (
+    bound_lengths,
+    bucket_boundaries,
+    make_dataset,
+    make_text_dataset,
+    tokenize_pairs,
+)
 
 MAX_LENGTH, BATCH_TOKENS = 40, 256
 
@@ -114,3 +121,107 @@ def test_pad_to_bucket_gives_one_batch_shape_per_bucket():
 
     buckets = len(bucket_boundaries(MAX_LENGTH))
     assert len(shapes(pad_to_bucket=True)) <= buckets < len(shapes(pad_to_bucket=False))
+
+
+@pytest.fixture(scope="module")
+def toy_tokenizer(tiny_corpus, tmp_path_factory):
+    """A SentencePiece tokenizer learned from the toy corpus (tiny preset's 400 pieces)."""
+    from training.corpus.tsv import read_tsv
+    from training.vocabulary import build_tokenizers
+
+    pairs = read_tsv(f"{tiny_corpus}/train.tsv")
+    tokenizer, _ = build_tokenizers(pairs, 400, str(tmp_path_factory.mktemp("vocab")))
+    return tokenizer, pairs
+
+
+def text_batches(dataset, count):
+    return [batch for batch in batches(dataset.take(count))]
+
+
+def test_text_dataset_tokenizes_in_the_pipeline_as_tokenize_pairs_does(toy_tokenizer):
+    """Without noise or sampling, every example is a pair's `tokenize_pairs` ids, shifted."""
+    tokenizer, pairs = toy_tokenizer
+    pairs = pairs[:100]
+    expected = {
+        (tuple(s.tolist()), tuple(t.tolist()))
+        for s, t in zip(*tokenize_pairs(pairs, tokenizer, tokenizer, show_progress=False))
+    }
+    dataset = make_text_dataset(pairs, tokenizer.tokenize, tokenizer.tokenize, 40, 256)
+    seen = [example for batch in text_batches(dataset, 30) for example in batch_examples(*batch)]
+    assert len(seen) > 100 and set(seen) <= expected and len(set(seen)) > 90
+
+
+def test_text_dataset_noises_sources_only_anew_each_epoch_and_reproducibly(toy_tokenizer):
+    """Half the sources uppercased: targets never; a pair seen several times is noised in some
+    passes and not in others; the same seed gives the same stream."""
+    tokenizer, pairs = toy_tokenizer
+    pairs = pairs[:40]
+    clean_sources, targets = tokenize_pairs(pairs, tokenizer, tokenizer, show_progress=False)
+    upper_sources = tokenizer.tokenize(tf.constant([s.upper() for s, _ in pairs])).numpy()
+    by_target = {}
+    for clean, upper, target in zip(clean_sources, upper_sources, targets):
+        by_target[tuple(target.tolist())] = (tuple(clean.tolist()), tuple(upper.tolist()))
+
+    def noised(seed):
+        dataset = make_text_dataset(
+            pairs,
+            tokenizer.tokenize,
+            tokenizer.tokenize,
+            40,
+            256,
+            seed=seed,
+            source_noise=0.5,
+            noise_kinds=("uppercase",),
+            chunk_size=16,
+        )
+        return [
+            example for batch in text_batches(dataset, 40) for example in batch_examples(*batch)
+        ]
+
+    first = noised(seed=5)
+    assert {target for _, target in first} <= set(by_target)
+    seen = {}
+    for source, target in first:
+        clean, upper = by_target[target]
+        assert source in (clean, upper)
+        seen.setdefault(target, set()).add(source == upper)
+    assert 0.3 < np.mean([source == by_target[t][1] for source, t in first]) < 0.7
+    assert sum(len(noised_or_not) == 2 for noised_or_not in seen.values()) > 10
+    assert noised(seed=5) == first
+
+
+def test_text_dataset_truncates_or_drops_pairs_long_after_tokenizing(toy_tokenizer):
+    tokenizer, pairs = toy_tokenizer
+    limit = 7
+    options = dict(max_length=limit, batch_tokens=64)
+    cut = make_text_dataset(
+        pairs, tokenizer.tokenize, tokenizer.tokenize, **options, long_examples="truncate"
+    )
+    examples = [e for batch in text_batches(cut, 30) for e in batch_examples(*batch)]
+    assert max(len(s) for s, _ in examples) == limit
+    assert all(side[-1] == END_ID and len(side) <= limit for e in examples for side in e)
+    dropped = make_text_dataset(pairs, tokenizer.tokenize, tokenizer.tokenize, **options)
+    kept = [e for batch in text_batches(dropped, 30) for e in batch_examples(*batch)]
+    whole = {
+        (tuple(s.tolist()), tuple(t.tolist()))
+        for s, t in zip(*tokenize_pairs(pairs, tokenizer, tokenizer, show_progress=False))
+        if max(len(s), len(t)) <= limit
+    }
+    assert kept and set(kept) <= whole
+
+
+def test_sampling_tokenize_varies_the_segmentation_but_never_the_text(toy_tokenizer):
+    tokenizer, _ = toy_tokenizer
+    sentence = tf.constant(["el perro grande come pan y bebe agua azul"])
+    sample = tokenizer.sampling_tokenize(nbest_size=-1, alpha=0.1)
+    draws = [sample(sentence) for _ in range(30)]
+    segmentations = {tuple(ids.numpy()[0].tolist()) for ids in draws}
+    assert len(segmentations) > 3
+    for ids in draws:
+        row = ids.numpy()[0]
+        assert (row[0], row[-1]) == (START_ID, END_ID)
+        assert tokenizer.detokenize(ids).numpy()[0] == sentence.numpy()[0]
+    deterministic = tokenizer.sampling_tokenize(nbest_size=0, alpha=0.1)
+    assert {tuple(deterministic(sentence).numpy()[0].tolist()) for _ in range(10)} == {
+        tuple(tokenizer.tokenize(sentence).numpy()[0].tolist())
+    }

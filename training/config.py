@@ -4,6 +4,8 @@ import argparse
 import dataclasses
 import json
 
+from training.noise import DEFAULT_NOISE_KINDS, parse_kinds
+
 
 @dataclasses.dataclass
 class TrainConfig:
@@ -15,9 +17,22 @@ class TrainConfig:
     subword_model: str = "unigram"  # SentencePiece's unigram | bpe
     vocab_size: int = 8000
     shared_vocab: bool = True  # one vocabulary learned from both languages
-    lower_case: bool = False
+    lower_case: bool = False  # every vocabulary lowercased: both sides, the output too
+    # The source side only (training.vocabulary.build_tokenizers): the source tokenizer
+    # lowercases its input, wherever it runs; translations keep their case.
+    source_lower_case: bool = False
     max_length: int = 128  # tokens per side, [START]/[END] included; = the positional encodings
     long_examples: str = "drop"  # drop | truncate
+    # Robustness to how people type (training.noise, training.pipeline.make_text_dataset): the
+    # share of training sources noised per epoch, by one of these perturbations (comma-separated,
+    # "+" composes). Dev and test are never noised.
+    source_noise: float = 0.0
+    source_noise_kinds: str = ",".join(DEFAULT_NOISE_KINDS)
+    # SentencePiece subword regularization (Kudo 2018) of the training pairs, both sides:
+    # nbest_size 0 (or 1) is off, -1 samples from every segmentation, N > 1 from the N best;
+    # alpha smooths the sampling distribution. Decoding always tokenizes deterministically.
+    subword_nbest_size: int = 0
+    subword_alpha: float = 0.1
     # Model (the paper's names).
     num_layers: int = 6
     d_model: int = 512
@@ -210,5 +225,18 @@ def validate(config):
     for name in ("dev_bleu_sentences", "early_stopping_patience", "train_minutes"):
         if getattr(config, name) < 0:
             raise ValueError(f"{name} must be 0 (off) or positive, got {getattr(config, name)}")
+    if not 0.0 <= config.source_noise <= 1.0:
+        raise ValueError(f"source_noise must be within [0, 1], got {config.source_noise}")
+    parse_kinds(config.source_noise_kinds)
+    if subword_sampling(config):
+        if config.tokenizer != "sentencepiece":
+            raise ValueError("subword_nbest_size (sampling) needs tokenizer sentencepiece")
+        if config.subword_alpha <= 0:
+            raise ValueError(f"subword_alpha must be positive, got {config.subword_alpha}")
     if config.early_stopping_patience and not config.dev_bleu_sentences:
         raise ValueError("early_stopping_patience needs dev BLEU: set dev_bleu_sentences > 0")
+
+
+def subword_sampling(config):
+    """Whether the run samples segmentations of its training pairs (subword regularization)."""
+    return config.subword_nbest_size not in (0, 1)

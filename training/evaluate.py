@@ -9,11 +9,17 @@ truncation, output-length bound, decoding, detokenization) that the export's sig
 its BLEU is the BLEU of what TF Serving serves. `--export_dir` scores an exported SavedModel
 version instead, through its own signatures (`serving_default`, or `beam_search` with
 `--beam_width` > 1, whose width is the export's).
+
+`--perturb NAME` (a `training.noise` perturbation, or `all` of them and the split as written)
+scores the split with its sources perturbed as people type them (references unchanged), into
+files named by the perturbation (`test.greedy.lowercase.report.json`), and prints a table of
+BLEU, chrF and the share of looping outputs (`is_looping`) per perturbation.
 """
 
 import argparse
 import json
 import os
+import re
 import sys
 import time
 
@@ -31,6 +37,7 @@ from model.translator import (
 )
 from training import artifacts
 from training.corpus import CorpusError, load_pairs
+from training.noise import PERTURBATIONS, perturbation
 
 TEXT_SPEC = tf.TensorSpec([None], tf.string)
 # Sentences per decoding call. A batch decodes up to a length bound set by its longest source, so
@@ -106,6 +113,34 @@ def score(hypotheses, references):
     }
 
 
+# The split as written, in `--perturb all` and in the reports (`perturbation`).
+UNPERTURBED = "none"
+_LOOP_TOKEN = re.compile(r"\w+|[^\w\s]")
+_LOOP_CHARACTER = re.compile(r"(\w)\1{3}")
+
+
+def _loops(text):
+    tokens = _LOOP_TOKEN.findall(text.lower())
+    trigrams = list(zip(tokens, tokens[1:], tokens[2:]))
+    return bool(
+        _LOOP_CHARACTER.search(text.lower())
+        or any(len(set(tokens[i : i + 4])) == 1 for i in range(len(tokens) - 3))
+        or any(trigrams.count(trigram) >= 3 for trigram in set(trigrams))
+    )
+
+
+def is_looping(hypothesis, source):
+    """Whether a translation loops where its source does not.
+
+    Counted on words (runs of letters and digits, case-insensitive) and punctuation marks, and on
+    characters: a text loops when a word or mark comes more than 3 times in a row, a 3-gram of
+    them occurs 3 times or more, or a letter comes more than 3 times in a row inside a word
+    (how a runaway one-letter piece reads: "AOOOOOOOO"). A hypothesis that loops is not counted
+    when its source loops too (a repetition the text asked for).
+    """
+    return _loops(hypothesis) and not _loops(source)
+
+
 def evaluate(
     run_dir=None,
     split="test",
@@ -116,6 +151,7 @@ def evaluate(
     output_dir=None,
     data=None,
     export_dir=None,
+    perturb=None,
 ):
     """Translates `split` of the run's corpus (or `data`), scores it, writes the outputs.
 
@@ -125,10 +161,49 @@ def evaluate(
             `training.artifacts.decoding_options`; an export always uses its own).
         export_dir: an exported SavedModel version (`<export_base>/<model>/<version>`), scored
             through its signatures instead of a run directory.
+        perturb: a `training.noise` perturbation name (or "+"-composition) applied to the
+            sources; None or "none": the split as written.
 
     Returns:
-        the report dict (also written as `<split>.<decoding>.report.json`).
+        the report dict (also written as `<split>.<decoding>[.<perturb>].report.json`).
     """
+    return evaluate_perturbations(
+        [perturb or UNPERTURBED],
+        run_dir,
+        split,
+        beam_width,
+        alpha,
+        batch_size,
+        limit,
+        output_dir,
+        data,
+        export_dir,
+    )[0]
+
+
+def evaluate_perturbations(
+    perturbations,
+    run_dir=None,
+    split="test",
+    beam_width=1,
+    alpha=None,
+    batch_size=BATCH_SIZE,
+    limit=None,
+    output_dir=None,
+    data=None,
+    export_dir=None,
+):
+    """`evaluate` for each name of `perturbations` ("none": as written), the model loaded once.
+
+    Returns:
+        the report dicts, in the order of `perturbations`.
+
+    Raises:
+        ValueError: an unknown perturbation (before any translating).
+    """
+    functions = {
+        name: None if name == UNPERTURBED else perturbation(name) for name in perturbations
+    }
     if (run_dir is None) == (export_dir is None):
         raise ValueError("Give exactly one of run_dir and export_dir.")
     if export_dir is not None:
@@ -144,21 +219,38 @@ def evaluate(
     if not (data or config.get("data")):
         raise ValueError(f"{source} does not say which corpus it was trained on: pass data.")
     pairs = load_pairs(data or config["data"], split)[:limit]
-    sources = [source_text for source_text, _ in pairs]
     references = [target for _, target in pairs]
-    started = time.time()
-    hypotheses = translate(sources, translate_batch, batch_size)
-    seconds = time.time() - started
-    report = {
-        "run_dir" if export_dir is None else "export_dir": os.path.basename(
-            os.path.normpath(source)
-        ),
-        "split": split,
-        "sentences": len(pairs),
-        "decoding": "greedy" if beam_width == 1 else f"beam {beam_width}, alpha {alpha}",
-        "seconds": round(seconds, 1),
-        **score(hypotheses, references),
-    }
+    reports = []
+    for name, function in functions.items():
+        sources = [source_text for source_text, _ in pairs]
+        if function is not None:
+            sources = [text.decode("utf-8") for text in function(tf.constant(sources)).numpy()]
+        started = time.time()
+        hypotheses = translate(sources, translate_batch, batch_size)
+        seconds = time.time() - started
+        looping = sum(map(is_looping, hypotheses, sources))
+        report = {
+            "run_dir" if export_dir is None else "export_dir": os.path.basename(
+                os.path.normpath(source)
+            ),
+            "split": split,
+            "perturbation": name,
+            "sentences": len(pairs),
+            "decoding": "greedy" if beam_width == 1 else f"beam {beam_width}, alpha {alpha}",
+            "seconds": round(seconds, 1),
+            **score(hypotheses, references),
+            "looping": round(looping / max(len(pairs), 1), 4),
+            "looping_sentences": looping,
+        }
+        stem = f"{split}.{'greedy' if beam_width == 1 else f'beam{beam_width}'}"
+        if name != UNPERTURBED:
+            stem += f".{name}"
+        write_outputs(_output_dir(output_dir, run_dir, export_dir), stem, hypotheses, report)
+        reports.append(report)
+    return reports
+
+
+def _output_dir(output_dir, run_dir, export_dir):
     if output_dir is None:
         # Next to an export's versions, not inside one: TF Serving ignores the non-numeric name.
         output_dir = (
@@ -170,13 +262,34 @@ def evaluate(
                 os.path.basename(os.path.normpath(export_dir)),
             )
         )
+    return output_dir
+
+
+def write_outputs(output_dir, stem, hypotheses, report):
+    """`<stem>.hyp.txt` (one translation a line) and `<stem>.report.json` in `output_dir`."""
     os.makedirs(output_dir, exist_ok=True)
-    stem = f"{split}.{'greedy' if beam_width == 1 else f'beam{beam_width}'}"
     with open(os.path.join(output_dir, f"{stem}.hyp.txt"), "w", encoding="utf-8") as handle:
         handle.writelines(f"{line}\n" for line in hypotheses)
     with open(os.path.join(output_dir, f"{stem}.report.json"), "w", encoding="utf-8") as handle:
         json.dump(report, handle, indent=2, ensure_ascii=False)
-    return report
+
+
+def robustness_table(reports):
+    """Markdown table of perturbation reports: BLEU, chrF, looping share, and the change in BLEU
+    from the unperturbed split when it is among them."""
+    clean = next((r["bleu"] for r in reports if r["perturbation"] == UNPERTURBED), None)
+    lines = [
+        "| perturbation | BLEU | chrF | looping outputs |"
+        + (" BLEU change |" if clean is not None else ""),
+        "|---|---:|---:|---:|" + ("---:|" if clean is not None else ""),
+    ]
+    for report in reports:
+        change = f" {report['bleu'] - clean:+.2f} |" if clean is not None else ""
+        lines.append(
+            f"| {report['perturbation']} | {report['bleu']:.2f} | {report['chrf']:.2f} | "
+            f"{100 * report['looping']:.1f}% ({report['looping_sentences']}) |{change}"
+        )
+    return "\n".join(lines)
 
 
 def main(argv=None):
@@ -198,11 +311,20 @@ def main(argv=None):
     parser.add_argument(
         "--output_dir", help="default <run_dir>/eval, or <model dir>/eval/<version> for an export"
     )
+    parser.add_argument(
+        "--perturb",
+        help=f"score with the sources perturbed: {' | '.join(PERTURBATIONS)} (or several "
+        "joined by '+'), or all: each of them and the split as written",
+    )
     args = parser.parse_args(argv)
     if args.beam_width < 1:
         parser.error("--beam_width must be at least 1")
+    names = [args.perturb or UNPERTURBED]
+    if args.perturb == "all":
+        names = [UNPERTURBED, *PERTURBATIONS]
     try:
-        report = evaluate(
+        reports = evaluate_perturbations(
+            names,
             args.run_dir,
             args.split,
             args.beam_width,
@@ -216,6 +338,9 @@ def main(argv=None):
     except (CorpusError, FileNotFoundError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
+    report = reports[0]
+    if args.perturb:
+        print(robustness_table(reports))
     print(f"BLEU {report['bleu']}  ({report['bleu_signature']})")
     print(f"chrF {report['chrf']}  ({report['chrf_signature']})")
     print(f"{report['sentences']} sentences, {report['decoding']}, {report['seconds']} s")

@@ -1,4 +1,9 @@
-"""The tf.data input pipeline: tokenize once, bound lengths, bucket by length, batch by tokens.
+"""The tf.data input pipeline: tokenize, bound lengths, bucket by length, batch by tokens.
+
+`make_dataset` batches pairs tokenized once up front (`tokenize_pairs`). `make_text_dataset`
+tokenizes inside tf.data instead, so that each epoch sees each pair anew: its source noised
+(`training.noise`) and its segmentation sampled (subword regularization); the training run uses
+it only when one of those is on.
 
 Each example becomes `((source, decoder_input), labels)` with decoder_input = target[:-1]
 ([START] ...) and labels = target[1:] (... [END]), the target shifted by one.
@@ -15,6 +20,7 @@ import tensorflow as tf
 from tqdm import tqdm
 
 from model.special_tokens import END_ID
+from training.noise import perturb_sources
 
 logger = logging.getLogger(__name__)
 
@@ -57,20 +63,25 @@ def bound_lengths(source_ids, target_ids, max_length, policy="drop"):
     Returns:
         `(source_ids, target_ids, dropped_count)`.
     """
+    kept = kept_indices(source_ids, target_ids, max_length, policy)
+    return (
+        [truncate(source_ids[index], max_length) for index in kept],
+        [truncate(target_ids[index], max_length) for index in kept],
+        len(source_ids) - len(kept),
+    )
+
+
+def kept_indices(source_ids, target_ids, max_length, policy="drop"):
+    """The indices of the pairs `bound_lengths` keeps (every pair under "truncate")."""
     if policy not in LONG_EXAMPLE_POLICIES:
         raise ValueError(
             f"long-example policy must be one of {LONG_EXAMPLE_POLICIES}, got {policy!r}"
         )
-    kept_source, kept_target, dropped = [], [], 0
-    for source, target in zip(source_ids, target_ids):
-        if max(len(source), len(target)) > max_length:
-            if policy == "drop":
-                dropped += 1
-                continue
-            source, target = truncate(source, max_length), truncate(target, max_length)
-        kept_source.append(source)
-        kept_target.append(target)
-    return kept_source, kept_target, dropped
+    return [
+        index
+        for index, (source, target) in enumerate(zip(source_ids, target_ids))
+        if policy == "truncate" or max(len(source), len(target)) <= max_length
+    ]
 
 
 def bucket_boundaries(max_length, smallest=8, growth=1.25):
@@ -136,21 +147,33 @@ def make_dataset(
     """
     if not source_ids:
         raise ValueError("no examples to batch: the corpus is empty after length filtering")
-    boundaries = bucket_boundaries(max_length)
-    batch_sizes = [max(1, batch_tokens // bound) for bound in boundaries] + [1]
+    _check_batch_tokens(max_length, batch_tokens)
+    dataset, lookup = _example_indices(source_ids, target_ids)
+    dataset = _ordered(dataset, len(source_ids), shuffle, seed, shuffle_buffer, repeat)
+    dataset = dataset.map(lookup, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    return _bucketed(dataset, max_length, batch_tokens, pad_to_bucket)
+
+
+def _check_batch_tokens(max_length, batch_tokens):
     if batch_tokens < max_length:
         raise ValueError(
             f"batch_tokens ({batch_tokens}) must be at least max_length ({max_length}) so the "
             "longest sequence fits in a batch"
         )
-    dataset, lookup = _example_indices(source_ids, target_ids)
+
+
+def _ordered(dataset, size, shuffle, seed, shuffle_buffer, repeat):
     if shuffle:
         dataset = dataset.shuffle(
-            min(shuffle_buffer, len(source_ids)), seed=seed, reshuffle_each_iteration=True
+            min(shuffle_buffer, size), seed=seed, reshuffle_each_iteration=True
         )
-    if repeat:
-        dataset = dataset.repeat()
-    dataset = dataset.map(lookup, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    return dataset.repeat() if repeat else dataset
+
+
+def _bucketed(dataset, max_length, batch_tokens, pad_to_bucket):
+    """`(source, target)` id sequences → length-bucketed `((source, decoder_input), labels)`."""
+    boundaries = bucket_boundaries(max_length)
+    batch_sizes = [max(1, batch_tokens // bound) for bound in boundaries] + [1]
     dataset = dataset.bucket_by_sequence_length(
         element_length_func=lambda source, target: tf.maximum(
             tf.shape(source)[0], tf.shape(target)[0]
@@ -163,3 +186,90 @@ def make_dataset(
     return dataset.map(_shift_target, num_parallel_calls=tf.data.AUTOTUNE).prefetch(
         tf.data.AUTOTUNE
     )
+
+
+def _bound_in_graph(max_length, policy):
+    """`bound_lengths` for one tokenized pair inside tf.data: `(keep, cut)` functions."""
+
+    def within(source, target):
+        return tf.maximum(tf.size(source), tf.size(target)) <= max_length
+
+    def cut(source, target):
+        def one(ids):
+            too_long = tf.size(ids) > max_length
+            shortened = tf.concat([ids[: max_length - 1], tf.constant([END_ID], ids.dtype)], 0)
+            return tf.cond(too_long, lambda: shortened, lambda: ids)
+
+        return one(source), one(target)
+
+    if policy not in LONG_EXAMPLE_POLICIES:
+        raise ValueError(
+            f"long-example policy must be one of {LONG_EXAMPLE_POLICIES}, got {policy!r}"
+        )
+    return (None, cut) if policy == "truncate" else (within, None)
+
+
+def make_text_dataset(
+    pairs,
+    source_tokenize,
+    target_tokenize,
+    max_length,
+    batch_tokens,
+    long_examples="drop",
+    seed=0,
+    shuffle_buffer=20_000,
+    pad_to_bucket=False,
+    source_noise=0.0,
+    noise_kinds=(),
+    chunk_size=256,
+):
+    """`make_dataset`'s batches, tokenized inside tf.data: each pass over the data anew.
+
+    Training only (it shuffles and repeats forever). Chunks of `chunk_size` pairs, in shuffled
+    order, get their sources noised (`training.noise.perturb_sources`, seeded with `(seed,
+    chunk position)`: reproducible, and a resumed iterator noises as an uninterrupted one), then
+    both sides tokenized by `source_tokenize`/`target_tokenize` (`Tokenizer.tokenize`, or
+    `Tokenizer.sampling_tokenize` for subword regularization). Pairs that come out longer than
+    `max_length` are dropped or truncated per `long_examples`, as `bound_lengths` does.
+
+    Args:
+        pairs: list of `(source, target)` str, non-empty. Give the pairs `bound_lengths` keeps
+            (under "drop", a pair too long as written is too long when noised, mostly).
+        source_tokenize, target_tokenize: `[batch]` tf.string → ragged `[START] ids [END]`.
+        source_noise, noise_kinds: the share of sources noised, and by which perturbations.
+
+    Returns:
+        `tf.data.Dataset` of `((source, decoder_input), labels)` int32 batches.
+    """
+    if not pairs:
+        raise ValueError("no examples to batch: the corpus is empty after length filtering")
+    _check_batch_tokens(max_length, batch_tokens)
+    sources = tf.constant([source for source, _ in pairs], tf.string)
+    targets = tf.constant([target for _, target in pairs], tf.string)
+    keep, cut = _bound_in_graph(max_length, long_examples)
+
+    def tokenize_chunk(position, indices):
+        chunk_sources, _ = perturb_sources(
+            tf.gather(sources, indices),
+            source_noise,
+            noise_kinds,
+            tf.stack([tf.constant(seed, tf.int64), position]),
+        )
+        return (
+            tf.cast(source_tokenize(chunk_sources), tf.int32),
+            tf.cast(target_tokenize(tf.gather(targets, indices)), tf.int32),
+        )
+
+    dataset = _ordered(
+        tf.data.Dataset.range(len(pairs)), len(pairs), True, seed, shuffle_buffer, True
+    )
+    dataset = dataset.batch(chunk_size).enumerate()
+    dataset = dataset.map(tokenize_chunk, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    # Unbatched rows of a ragged chunk are rank-1 ragged values: plain tensors from here on.
+    dataset = dataset.unbatch().map(lambda source, target: (_dense(source), _dense(target)))
+    dataset = dataset.filter(keep) if keep else dataset.map(cut)
+    return _bucketed(dataset, max_length, batch_tokens, pad_to_bucket)
+
+
+def _dense(ids):
+    return ids.to_tensor() if isinstance(ids, tf.RaggedTensor) else ids

@@ -14,6 +14,7 @@ only written after finite steps, so the last one is good.
 """
 
 import argparse
+import dataclasses
 import json
 import logging
 import math
@@ -25,11 +26,19 @@ import keras
 import tensorflow as tf
 
 from training import artifacts
-from training.config import TrainConfig, add_config_arguments, resolve_config
+from training.config import TrainConfig, add_config_arguments, resolve_config, subword_sampling
 from training.corpus import CorpusError, load_pairs
 from training.dev_bleu import BestCheckpoint, DevBleu
 from training.losses import masked_token_losses
-from training.pipeline import bound_lengths, bucket_boundaries, make_dataset, tokenize_pairs
+from training.noise import parse_kinds
+from training.pipeline import (
+    bound_lengths,
+    bucket_boundaries,
+    kept_indices,
+    make_dataset,
+    make_text_dataset,
+    tokenize_pairs,
+)
 from training.schedule import CustomSchedule, paper_adam
 from training.vocabulary import build_run_tokenizers
 
@@ -50,6 +59,13 @@ FIXED_ON_RESUME = (
     "dff",
     "norm_first",
     "tie_embeddings",
+    "source_lower_case",
+    # These choose the training pipeline (tokenized up front, or in tf.data), whose iterator
+    # position the checkpoints hold.
+    "source_noise",
+    "source_noise_kinds",
+    "subword_nbest_size",
+    "subword_alpha",
 )
 
 
@@ -115,7 +131,13 @@ def check_run_directory(run_dir, config, resume):
         )
     if resume and os.path.exists(os.path.join(run_dir, artifacts.CONFIG_FILE)):
         saved = artifacts.read_config(run_dir)
-        changed = [name for name in FIXED_ON_RESUME if saved.get(name) != getattr(config, name)]
+        # A setting missing from an older run's config had its default there.
+        defaults = {field.name: field.default for field in dataclasses.fields(TrainConfig)}
+        changed = [
+            name
+            for name in FIXED_ON_RESUME
+            if saved.get(name, defaults[name]) != getattr(config, name)
+        ]
         if changed:
             details = ", ".join(
                 f"{name}: {saved.get(name)!r} -> {getattr(config, name)!r}" for name in changed
@@ -135,8 +157,46 @@ def load_corpus_splits(config):
     return train_pairs, dev_pairs
 
 
+def make_train_dataset(pairs, train_ids, source_tokenizer, target_tokenizer, config):
+    """The training batches: from `train_ids` (`prepare_examples`, tokenized once), or, when
+    source noise or subword sampling is on, tokenized anew in tf.data from the same pairs."""
+    options = dict(seed=config.seed, shuffle_buffer=config.shuffle_buffer)
+    options["pad_to_bucket"] = config.jit_compile
+    if not (config.source_noise > 0 or subword_sampling(config)):
+        return make_dataset(*train_ids[:2], config.max_length, config.batch_tokens, **options)
+    source_tokenize, target_tokenize = source_tokenizer.tokenize, target_tokenizer.tokenize
+    if subword_sampling(config):
+        source_tokenize, target_tokenize = (
+            tokenizer.sampling_tokenize(config.subword_nbest_size, config.subword_alpha)
+            for tokenizer in (source_tokenizer, target_tokenizer)
+        )
+    logger.info(
+        "train: tokenized in the input pipeline, %.0f%% of sources noised (%s), subword "
+        "sampling %s",
+        100 * config.source_noise,
+        config.source_noise_kinds,
+        f"nbest_size={config.subword_nbest_size} alpha={config.subword_alpha}"
+        if subword_sampling(config)
+        else "off",
+    )
+    return make_text_dataset(
+        [pairs[index] for index in train_ids[2]],
+        source_tokenize,
+        target_tokenize,
+        config.max_length,
+        config.batch_tokens,
+        long_examples=config.long_examples,
+        source_noise=config.source_noise,
+        noise_kinds=parse_kinds(config.source_noise_kinds),
+        **options,
+    )
+
+
 def prepare_examples(pairs, source_tokenizer, target_tokenizer, config, split):
+    """`(source_ids, target_ids, kept)`: the split tokenized and length-bounded, and the indices
+    in `pairs` of the pairs kept."""
     source_ids, target_ids = tokenize_pairs(pairs, source_tokenizer, target_tokenizer)
+    kept = kept_indices(source_ids, target_ids, config.max_length, config.long_examples)
     source_ids, target_ids, dropped = bound_lengths(
         source_ids, target_ids, config.max_length, config.long_examples
     )
@@ -150,7 +210,7 @@ def prepare_examples(pairs, source_tokenizer, target_tokenizer, config, split):
         )
     if not source_ids:
         raise TrainingError(f"the {split} split has no pair within max_length={config.max_length}")
-    return source_ids, target_ids
+    return source_ids, target_ids, kept
 
 
 class Trainer:
@@ -257,13 +317,8 @@ def train(config, run_dir, resume=False, preset=None):
 
     train_ids = prepare_examples(train_pairs, source_tokenizer, target_tokenizer, config, "train")
     dev_ids = prepare_examples(dev_pairs, source_tokenizer, target_tokenizer, config, "dev")
-    train_dataset = make_dataset(
-        *train_ids,
-        config.max_length,
-        config.batch_tokens,
-        seed=config.seed,
-        shuffle_buffer=config.shuffle_buffer,
-        pad_to_bucket=config.jit_compile,
+    train_dataset = make_train_dataset(
+        train_pairs, train_ids, source_tokenizer, target_tokenizer, config
     )
     if config.jit_compile:
         logger.info(
@@ -274,7 +329,7 @@ def train(config, run_dir, resume=False, preset=None):
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
     train_dataset = train_dataset.with_options(options)
     dev_dataset = make_dataset(
-        *dev_ids, config.max_length, config.batch_tokens, shuffle=False, repeat=False
+        *dev_ids[:2], config.max_length, config.batch_tokens, shuffle=False, repeat=False
     )
 
     with strategy.scope():

@@ -1,0 +1,67 @@
+"""Robustness to how people type: `make bench-robustness` (into BENCHMARKS.md).
+
+Scores a run (default: the bundled model) on its test split as written and with the sources
+perturbed by each `training.noise` perturbation (`training.evaluate --perturb all`): BLEU, chrF
+and the share of looping outputs (`training.evaluate.is_looping`) per perturbation.
+"""
+
+import argparse
+import sys
+
+from benchmarks.report import machine_description, write_section
+from training import artifacts
+from training.evaluate import UNPERTURBED, evaluate_perturbations, robustness_table
+from training.noise import PERTURBATIONS
+
+SECTION = "Robustness to how people type"
+
+
+def markdown(reports, command):
+    first = reports[0]
+    return "\n".join(
+        [
+            f"Machine: {machine_description()}.",
+            f"Command: `{command}`.",
+            "",
+            f"`{first['run_dir']}` on the {first['sentences']} sentences of its {first['split']} "
+            f"split, {first['decoding']} decoding (sacreBLEU, `{first['bleu_signature']}`), the "
+            "sources perturbed as named (`training/noise.py`) and the references as written. "
+            "Looping outputs: `training.evaluate.is_looping`.",
+            "",
+            robustness_table(reports),
+        ]
+    )
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.bench_robustness", description=__doc__
+    )
+    parser.add_argument("--run_dir", default=artifacts.PRETRAINED_RUN)
+    parser.add_argument("--split", default="test", choices=("dev", "test"))
+    parser.add_argument("--beam_width", type=int, default=1)
+    parser.add_argument("--limit", type=int, help="only the first N sentences")
+    parser.add_argument(
+        "--perturbations",
+        default=",".join(PERTURBATIONS),
+        help="comma-separated perturbations, after the split as written",
+    )
+    parser.add_argument("--output", help="Markdown file to write the section into")
+    parser.add_argument("--section", default=SECTION)
+    args = parser.parse_args(argv)
+    names = [UNPERTURBED] + [name.strip() for name in args.perturbations.split(",") if name.strip()]
+    reports = evaluate_perturbations(
+        names, args.run_dir, args.split, beam_width=args.beam_width, limit=args.limit
+    )
+    command = "python -m benchmarks.bench_robustness " + " ".join(
+        argv if argv is not None else sys.argv[1:]
+    )
+    text = markdown(reports, command.strip())
+    print(text)
+    if args.output:
+        write_section(args.output, args.section, text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
