@@ -40,6 +40,7 @@ from tensorflow_serving.apis import (
 )
 
 from serving.model_server import config as config_lib
+from serving.model_server.rest import MAX_REQUEST_HEAD_BYTES
 from serving.model_server.server import ModelServer, ServerOptions, parse_flags
 from serving.model_server.session_bundle_config_pb2 import BatchingParameters
 from tests.serving_fixtures import (
@@ -1324,6 +1325,120 @@ def test_rest_refuses_a_content_length_that_is_not_a_byte_count(rest_server, len
     body = json.dumps({"instances": ["x" * 100_000]}).encode()  # Over the 64 KiB limit.
     status, _ = raw_predict(rest_server.server.rest_port, body, b"Content-Length: " + length)
     assert status == 400
+
+
+def json_error(payload: bytes) -> str:
+    return json.loads(payload)["error"]
+
+
+def test_rest_refuses_a_request_head_over_the_limit_before_buffering_it(rest_server):
+    """Headers are read up to MAX_REQUEST_HEAD_BYTES (TF Serving has no limit: 64 MB headers
+    were buffered whole), then refused with 431; headers within the limit are served."""
+    port = rest_server.server.rest_port
+    body = json.dumps({"instances": ["fits"]}).encode()
+    status, payload = raw_predict(
+        port, body, b"X-A: " + b"a" * 32_000 + b"\r\nContent-Length: %d" % len(body)
+    )
+    assert (status, json.loads(payload)["predictions"][0]["translation"]) == (
+        200,
+        expected_greedy("fits", 1),
+    )
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as connection:
+        try:  # The server stops reading at the limit: the rest of the header may not go out.
+            connection.sendall(
+                b"GET /v1/models/translator HTTP/1.1\r\nHost: test\r\nX-A: "
+                + b"a" * (8 * MAX_REQUEST_HEAD_BYTES)
+                + b"\r\n\r\n"
+            )
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        head, _, payload = read_until_closed(connection).partition(b"\r\n\r\n")
+    assert head.split(b"\r\n")[0] == b"HTTP/1.1 431 Request Header Fields Too Large"
+    assert json_error(payload) == (
+        f"The request line and headers are larger than the limit of {MAX_REQUEST_HEAD_BYTES} bytes"
+    )
+
+
+def test_rest_refuses_chunk_sizes_beyond_int64_or_the_body_limit_before_reading(rest_server):
+    """A chunk size that overflows int64 is malformed (it was an OverflowError: 500 with an
+    empty body); one over the limit is refused before its bytes are read or allocated."""
+    port = rest_server.server.rest_port
+    status, payload = raw_predict(
+        port, b"ffffffffffffffff\r\nabc\r\n0\r\n\r\n", b"Transfer-Encoding: chunked"
+    )
+    assert (status, json_error(payload)) == (
+        400,
+        "Malformed chunked request body: bad chunk size b'ffffffffffffffff'",
+    )
+    status, payload = raw_predict(port, b"7fffffff\r\nabc", b"Transfer-Encoding: chunked")
+    assert (status, json_error(payload)) == (
+        429,
+        "Request body of more than 65536 bytes is larger than the limit of 65536 bytes",
+    )
+
+
+def test_rest_answers_head_without_a_body_and_keeps_the_connection_in_step(main_server):
+    """TF Serving answers HEAD "Malformed request" (400) with the headers alone; a body
+    after them was read as the start of the next response on the connection."""
+    error = json.dumps({"error": "Malformed request: HEAD /v1/models/translator"}).encode()
+    with socket.create_connection(
+        ("127.0.0.1", main_server.server.rest_port), timeout=30
+    ) as client:
+        client.sendall(
+            b"HEAD /v1/models/translator HTTP/1.1\r\nHost: test\r\n\r\n"
+            b"GET /v1/models/translator HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n"
+        )
+        head_response, _, rest = read_until_closed(client).partition(b"\r\n\r\n")
+    head_lines = head_response.split(b"\r\n")
+    assert head_lines[0] == b"HTTP/1.1 400 Bad Request"
+    assert b"Content-Length: %d" % len(error) in head_lines
+    get_head, _, payload = rest.partition(b"\r\n\r\n")
+    assert get_head.split(b"\r\n")[0] == b"HTTP/1.1 200 OK"
+    assert json.loads(payload)["model_version_status"][0]["version"] == "2"
+
+
+def test_rest_refuses_two_different_content_lengths(rest_server):
+    """Which one frames the body is ambiguous (request smuggling): the last one used to win."""
+    body = json.dumps({"instances": ["a b c"]}).encode()  # 24 bytes.
+    status, payload = raw_predict(
+        rest_server.server.rest_port, body, b"Content-Length: 5\r\nContent-Length: 24"
+    )
+    assert (status, json_error(payload)) == (400, "Content-Length is given twice, as '5' and '24'")
+    status, payload = raw_predict(
+        rest_server.server.rest_port, body, b"Content-Length: 24\r\nContent-Length: 24"
+    )
+    assert (status, json.loads(payload)["predictions"][0]["translation"]) == (
+        200,
+        expected_greedy("a b c", 1),
+    )
+
+
+def peak_virtual_memory_bytes() -> int:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmPeak:"):
+                return int(line.split()[1]) * 1024
+    raise LookupError("no VmPeak in /proc/self/status")
+
+
+def test_rest_reads_a_body_as_it_arrives_not_as_announced(main_server):
+    """A 2 GB Content-Length (under the default limit, as in TF Serving) reserved 2 GB for
+    the body before any byte came; the body is now read in pieces."""
+    peak_before = peak_virtual_memory_bytes()
+    with socket.create_connection(
+        ("127.0.0.1", main_server.server.rest_port), timeout=30
+    ) as client:
+        client.sendall(
+            b"POST /v1/models/translator:predict HTTP/1.1\r\nHost: test\r\n"
+            b"Content-Length: 2000000000\r\n\r\n" + b'{"instances": '
+        )
+        client.shutdown(socket.SHUT_WR)
+        head, _, payload = read_until_closed(client).partition(b"\r\n\r\n")
+    assert (head.split(b"\r\n")[0], json_error(payload)) == (
+        b"HTTP/1.1 400 Bad Request",
+        "Request body ended after 14 of 2000000000 bytes",
+    )
+    assert peak_virtual_memory_bytes() - peak_before < 2**30
 
 
 def test_rest_closes_stalled_connections_after_the_read_timeout(rest_server):

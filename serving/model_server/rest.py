@@ -27,6 +27,7 @@ import time
 import urllib.parse
 from typing import Any
 
+import cheroot.errors
 import cheroot.server
 import grpc
 import numpy as np
@@ -706,6 +707,65 @@ class RestApi:
         }
 
 
+# The request line and headers together: TF Serving (libevent) sets no limit, which lets
+# one client make the server buffer gigabytes of headers.
+MAX_REQUEST_HEAD_BYTES = 64 * 1024
+# Bodies are read in pieces of this size, so memory follows the bytes that arrive, not
+# the Content-Length a client announces.
+_BODY_PIECE_BYTES = 1 << 20
+_MAX_CHUNK_LINE_BYTES = 4096  # A chunk-size line with its extensions, or a trailer.
+_CHUNK_SIZE = re.compile(rb"[0-9A-Fa-f]+")
+
+
+class _HeaderFields(dict):
+    """cheroot's header dict, refusing a Content-Length repeated with another value: which
+    one frames the body is ambiguous (request smuggling). cheroot answers its ValueError
+    with 400."""
+
+    def __setitem__(self, name: bytes, value: bytes) -> None:
+        if name == b"Content-Length" and self.get(name, value) != value:
+            raise ValueError(
+                f"Content-Length is given twice, as {self[name].decode('latin-1')!r} and "
+                f"{value.decode('latin-1')!r}"
+            )
+        super().__setitem__(name, value)
+
+
+class _Request(cheroot.server.HTTPRequest):
+    """cheroot's request with the REST API's error bodies: the refusals cheroot makes
+    itself (malformed requests, oversized heads, timeouts) answer `{"error": ...}`, an
+    oversized request head is 431, and no answer to HEAD carries a body."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.inheaders = _HeaderFields()
+
+    def simple_response(self, status, msg="") -> None:
+        status = str(status)
+        if status.startswith("413"):  # Only the request head is size-checked by cheroot.
+            status = "431 Request Header Fields Too Large"
+            msg = (
+                f"The request line and headers are larger than the limit of "
+                f"{MAX_REQUEST_HEAD_BYTES} bytes"
+            )
+        # Every refusal of cheroot's ends the connection (the request was not read whole).
+        self.close_connection = True
+        payload = json.dumps({"error": msg or status[4:]}).encode("utf-8")
+        head = (
+            f"{self.server.protocol} {status}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n"
+        ).encode("latin-1")
+        try:
+            self.conn.wfile.write(head if self.method == b"HEAD" else head + payload)
+        except OSError as error:
+            if error.args[0] not in cheroot.errors.socket_errors_to_ignore:
+                raise
+
+
+class _Connection(cheroot.server.HTTPConnection):
+    RequestHandlerClass = _Request
+
+
 class _RequestError(Exception):
     """A request the transport refuses before the API sees it: (HTTP status, JSON body)."""
 
@@ -773,30 +833,59 @@ class _Exchange(cheroot.server.Gateway):
                 errors.HTTP_STATUS_FOR_CODE[grpc.StatusCode.RESOURCE_EXHAUSTED],
                 f"Request body of {length} bytes is larger than the limit of {limit} bytes",
             )
-        body = request.rfile.read(length)
-        if len(body) != length:  # The client closed, or the server is stopping.
-            raise _RequestError(400, f"Request body ended after {len(body)} of {length} bytes")
-        return body
+        return self._read_exactly(request.rfile, length)
 
     def _read_chunked(self, limit: int) -> bytes:
-        pieces, size = [], 0
+        """Decodes a chunked body, refusing a chunk that would pass `limit` before reading
+        (or allocating) it, and reading the chunks in pieces."""
+        stream, pieces, size = self.req.conn.rfile, [], 0
         while True:
-            try:
-                piece = self.req.rfile.read(64 * 1024)
-            except ValueError as error:  # cheroot's message for a malformed chunk.
-                raise _RequestError(400, f"Malformed chunked request body: {error}") from None
-            if not piece:
+            line = self._read_line(stream, "chunk-size line")
+            size_text = line.split(b";", 1)[0].strip(b" \t")
+            # libevent reads chunk sizes as int64: longer ones are malformed, not large.
+            if not _CHUNK_SIZE.fullmatch(size_text) or int(size_text, 16) >= 2**63:
+                raise _RequestError(
+                    400, f"Malformed chunked request body: bad chunk size {size_text[:40]!r}"
+                )
+            chunk_size = int(size_text, 16)
+            if chunk_size == 0:
+                while self._read_line(stream, "trailer"):  # Trailers are read and ignored.
+                    pass
                 return b"".join(pieces)
-            size += len(piece)
-            if size > limit:
+            if size + chunk_size > limit:
                 raise _RequestError(
                     errors.HTTP_STATUS_FOR_CODE[grpc.StatusCode.RESOURCE_EXHAUSTED],
                     f"Request body of more than {limit} bytes is larger than the limit of "
                     f"{limit} bytes",
                 )
+            pieces.append(self._read_exactly(stream, chunk_size))
+            size += chunk_size
+            if stream.read(2) != b"\r\n":
+                raise _RequestError(400, "Malformed chunked request body: no CRLF after a chunk")
+
+    @staticmethod
+    def _read_line(stream, what: str) -> bytes:
+        """One CRLF-terminated line of chunked framing, without its CRLF."""
+        line = stream.readline(_MAX_CHUNK_LINE_BYTES + 1)
+        if not line.endswith(b"\r\n"):
+            problem = "is too long" if len(line) > _MAX_CHUNK_LINE_BYTES else "ended early"
+            raise _RequestError(400, f"Malformed chunked request body: a {what} {problem}")
+        return line[:-2]
+
+    @staticmethod
+    def _read_exactly(stream, length: int) -> bytes:
+        """`length` bytes, read in pieces so memory follows what arrives."""
+        pieces, received = [], 0
+        while received < length:
+            piece = stream.read(min(length - received, _BODY_PIECE_BYTES))
+            if not piece:  # The client closed, or the server is stopping.
+                raise _RequestError(400, f"Request body ended after {received} of {length} bytes")
             pieces.append(piece)
+            received += len(piece)
+        return b"".join(pieces)
 
     def _send(self, status: int, text: str) -> None:
+        """Answers JSON; to HEAD, the headers alone (its Content-Length is the body's)."""
         request = self.req
         payload = text.encode("utf-8")
         request.status = f"{status} {_reason(status)}".encode("ascii")
@@ -815,7 +904,8 @@ class _Exchange(cheroot.server.Gateway):
                 ]
             )
         request.ensure_headers_sent()
-        request.write(payload)
+        if request.method != b"HEAD":
+            request.write(payload)
 
 
 class RestServer:
@@ -825,7 +915,9 @@ class RestServer:
     closes connections idle or stalled for `read_timeout_seconds` (408 when a
     request was under way), and listens with the system's largest backlog.
     Request bodies are checked and read here, so the size limit and the error
-    bodies stay TF Serving's. Connections are read and written by
+    bodies stay TF Serving's; request heads (line and headers) over
+    MAX_REQUEST_HEAD_BYTES are refused with 431, a Content-Length given twice with
+    different values with 400. Connections are read and written by
     `num_io_threads` threads; at most `num_threads` requests run the model at once.
 
     Args:
@@ -861,6 +953,8 @@ class RestServer:
             maxthreads=io_threads,
             server_name="TensorFlow Serving",
         )
+        self._http.ConnectionClass = _Connection
+        self._http.max_request_header_size = MAX_REQUEST_HEAD_BYTES
         self._http.request_queue_size = socket.SOMAXCONN
         self._http.timeout = read_timeout_seconds
         self._http.prepare()
