@@ -85,7 +85,6 @@ MAX_JSON_NESTING = 254 + 4
 # numpy's NPY_MAXDIMS: arrays (and so the tensors this server builds) have at most
 # this many dimensions, where TF Serving's TensorShape allows 254.
 MAX_TENSOR_DIMENSIONS = 64
-_INT64_RANGE = (-(2**63), 2**64 - 1)  # rapidjson's Int64 and Uint64 numbers.
 _RAPIDJSON_ESCAPES = {
     '"': '\\"',
     "\\": "\\\\",
@@ -415,7 +414,7 @@ def _parse_json_int(text: str) -> int | float:
     # rapidjson keeps integers that fit int64/uint64 and reads the others as doubles.
     if len(text.lstrip("-")) <= 20:
         value = int(text)
-        if _INT64_RANGE[0] <= value <= _INT64_RANGE[1]:
+        if _INT_RANGES[types_pb2.DT_INT64][0] <= value <= _INT_RANGES[types_pb2.DT_UINT64][1]:
             return value
     return _parse_json_float(text)
 
