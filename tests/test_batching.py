@@ -1,7 +1,9 @@
 """The batch scheduler (serving/model_server/batching.py) on a NumPy model: merging, splitting, reassembly."""
 
 import concurrent.futures
+import contextlib
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -9,6 +11,9 @@ import pytest
 from serving.model_server import errors
 from serving.model_server.batching import BatchScheduler, concatenate_rows
 from serving.model_server.config import BatchingOptions, ConfigError, load_batching_options
+
+# Bounds a wait for an answer that a bug may never give (not a measured duration).
+HANG_BOUND_SECONDS = 10
 
 
 class RowModel:
@@ -61,21 +66,37 @@ def test_a_large_request_runs_as_execution_sized_pieces_and_comes_back_whole():
     assert outputs["name"].tolist() == reference["name"].tolist()
 
 
+@contextlib.contextmanager
+def clients_of(scheduler: BatchScheduler, model: RowModel):
+    """Yields `submit(values)`, which runs `model` on `values` through `scheduler` in a client
+    thread. Each call gives up after HANG_BOUND_SECONDS, and the scheduler is closed before
+    the threads are joined: a failing assertion ends the test at once instead of waiting
+    out the queued batches' (test-long) timeout."""
+    with concurrent.futures.ThreadPoolExecutor(3) as pool:
+
+        def submit(values: list[int]) -> concurrent.futures.Future:
+            deadline = time.monotonic() + HANG_BOUND_SECONDS
+            return pool.submit(scheduler.run, "q", model, {"x": np.array(values)}, deadline)
+
+        try:
+            yield submit
+        finally:
+            scheduler.close()
+
+
 def test_a_request_that_does_not_fit_fills_the_open_batch_first():
     # A batch timeout far beyond the test: batches run because they are full or closed,
     # and close() runs the last, partial one.
     scheduler = splitting_scheduler(num_batch_threads=1, batch_timeout_micros=600_000_000)
     model = RowModel()
-    try:
-        with concurrent.futures.ThreadPoolExecutor(2) as pool:
-            small = pool.submit(scheduler.run, "q", model, {"x": np.array([1])})
-            assert scheduler.wait_until_enqueued(1, timeout=30)  # It opened the batch.
-            large = pool.submit(scheduler.run, "q", model, {"x": np.array([2, 3, 4, 5])})
-            assert small.result(timeout=30)["double"].tolist() == [2]
-            scheduler.close()
-            assert large.result(timeout=30)["double"].tolist() == [4, 6, 8, 10]
-    finally:
+    with clients_of(scheduler, model) as submit:
+        small = submit([1])
+        assert scheduler.wait_until_enqueued(1, timeout=HANG_BOUND_SECONDS)  # It opened the batch.
+        large = submit([2, 3, 4, 5])
+        # Answered before close(): the large request's first rows filled the small one's batch.
+        assert small.result(timeout=HANG_BOUND_SECONDS)["double"].tolist() == [2]
         scheduler.close()
+        assert large.result(timeout=HANG_BOUND_SECONDS)["double"].tolist() == [4, 6, 8, 10]
     # [1] + the large request's first 2 rows fill a batch of 3; its last 2 rows run after.
     assert model.batch_sizes == [3, 2]
 
@@ -90,22 +111,24 @@ def test_without_splitting_a_request_never_shares_out_and_batches_reach_max_batc
         )
     )
     model = RowModel()
-    try:
+    with clients_of(scheduler, model) as submit:
+        too_large = submit([1, 2, 3, 4, 5])
         with pytest.raises(
             errors.ServingError, match="Task size 5 is larger than maximum input batch size 4"
         ):
-            scheduler.run("q", model, {"x": np.arange(1, 6)})
-        with concurrent.futures.ThreadPoolExecutor(2) as pool:
-            first = pool.submit(scheduler.run, "q", model, {"x": np.array([1, 2])})
-            assert scheduler.wait_until_enqueued(2, timeout=30)
-            second = pool.submit(scheduler.run, "q", model, {"x": np.array([3, 4, 5])})
-            # The second request closed the first one's batch, which ran without waiting.
-            assert first.result(timeout=30)["double"].tolist() == [2, 4]
-            scheduler.close()
-            assert second.result(timeout=30)["double"].tolist() == [6, 8, 10]
-    finally:
-        scheduler.close()
-    assert sorted(model.batch_sizes) == [2, 3]
+            too_large.result(timeout=HANG_BOUND_SECONDS)
+        first = submit([1, 2])
+        assert scheduler.wait_until_enqueued(2, timeout=HANG_BOUND_SECONDS)
+        second = submit([3, 4, 5])
+        # The second request, whole, does not fit beside the first: it closed the first
+        # one's batch, which ran without waiting, and opened its own.
+        assert first.result(timeout=HANG_BOUND_SECONDS)["double"].tolist() == [2, 4]
+        assert scheduler.wait_until_enqueued(5, timeout=HANG_BOUND_SECONDS)
+        third = submit([6])
+        # [3, 4, 5] + [6] make max_batch_size: the full batch runs before close().
+        assert second.result(timeout=HANG_BOUND_SECONDS)["double"].tolist() == [6, 8, 10]
+        assert third.result(timeout=HANG_BOUND_SECONDS)["double"].tolist() == [12]
+    assert model.batch_sizes == [2, 4]
 
 
 def test_a_split_request_is_refused_whole_when_its_pieces_do_not_fit_the_queue():

@@ -40,6 +40,7 @@ from tensorflow_serving.apis import (
 )
 
 from serving.model_server import config as config_lib
+from serving.model_server.rest import MAX_REQUEST_HEAD_BYTES
 from serving.model_server.server import ModelServer, ServerOptions, parse_flags
 from serving.model_server.session_bundle_config_pb2 import BatchingParameters
 from tests.serving_fixtures import (
@@ -836,12 +837,150 @@ def test_rest_status_and_metadata(main_server):
             400,
             "JSON Parse error: The document is nested deeper than 258 levels",
         ),
+        # rapidjson refuses unpaired surrogate escapes (Python's json let them through, and
+        # encoding them later failed with 500 and sometimes an empty body).
+        (
+            "POST",
+            "/v1/models/translator:predict",
+            b'{"instances": ["\\ud800"]}',
+            400,
+            "JSON Parse error: The surrogate pair in string is invalid. at offset: 16",
+        ),
+        (
+            "POST",
+            "/v1/models/translator:predict",
+            b'{"instances": "\\udc00 alone"}',
+            400,
+            "JSON Parse error: The surrogate pair in string is invalid. at offset: 15",
+        ),
+        (
+            "POST",
+            "/v1/models/translator:predict",
+            b'{"\\ud800": 1, "instances": ["a"]}',
+            400,
+            "JSON Parse error: The surrogate pair in string is invalid. at offset: 2",
+        ),
+        (
+            "POST",
+            "/v1/models/translator:predict",
+            b'{"instances": [' + b"1" * 5000 + b"]}",
+            400,
+            "JSON Parse error: Number too big to be stored in double. at offset: 15",
+        ),
+        (
+            "POST",
+            "/v1/models/translator:predict",
+            b'{"instances": ' + b"[" * 65 + b'"a"' + b"]" * 65 + b"}",
+            400,
+            "nests lists 64 deep: its tensor would have 65 dimensions, more than the 64 this "
+            "server supports",
+        ),
+        (
+            "POST",
+            "/v1/models/translator:predict",
+            b'{"inputs": ' + b"[" * 65 + b'"a"' + b"]" * 65 + b"}",
+            400,
+            "nests lists 65 deep: its tensor would have 65 dimensions, more than the 64",
+        ),
+        # rapidjson reads UTF-8 only (Python's json.loads(bytes) guesses UTF-16 and -32).
+        (
+            "POST",
+            "/v1/models/translator:predict",
+            '{"instances": ["a"]}'.encode("utf-16"),
+            400,
+            "JSON Parse error: Invalid encoding in string. at offset: 0",
+        ),
+        (
+            "POST",
+            "/v1/models/translator:predict",
+            '{"instances": ["a"]}'.encode("utf-16-le"),
+            400,
+            "JSON Parse error: Expecting property name enclosed in double quotes at offset: 1",
+        ),
     ],
 )
 def test_rest_errors_match_tf_serving(main_server, method, path, body, status, message):
     got_status, got_body = http(method, main_server.rest + path, body)
     assert got_status == status
     assert message in got_body["error"]
+
+
+PREDICT_PATH = "/v1/models/translator:predict"
+
+
+@pytest.mark.parametrize(
+    "method, path, body, message",
+    [
+        (
+            "POST",
+            PREDICT_PATH,
+            {"instances": [{"b64": "aGk=="}]},  # One "=" too many for absl.
+            "Failed to process element: 0 of 'instances' list. Error: INVALID_ARGUMENT: "
+            "Unable to base64 decode",
+        ),
+        (
+            "POST",
+            PREDICT_PATH,
+            {"inputs": {"text": [{"b64": 1}]}},
+            'JSON Value: {\n    "b64": 1\n} not formatted correctly for base64 data',
+        ),
+        (
+            "POST",
+            PREDICT_PATH,
+            {"instances": [{"source": "a"}]},
+            "Failed to process element: 0 key: source of 'instances' list. Error: "
+            "INVALID_ARGUMENT: JSON object: does not have named input: source",
+        ),
+        (
+            "POST",
+            PREDICT_PATH,
+            {"inputs": {"source": ["a"]}},
+            "Missing named input: text in 'inputs' object.",
+        ),
+        (
+            "POST",
+            PREDICT_PATH,
+            {"inputs": [["a", "b"], ["c"]]},
+            "Encountered list at unexpected size: 1 at level: 1 expected size: 2",
+        ),
+        (
+            "POST",
+            PREDICT_PATH,
+            {"inputs": ["a", ["b"]]},
+            "Encountered list at unexpected level: 1 expected < 1",
+        ),
+        (
+            "POST",
+            PREDICT_PATH,
+            {"inputs": [["a"], "b"]},
+            'JSON Value: "b" found at incorrect level: 2 in the JSON DOM. Expected at level: 2',
+        ),
+        (
+            "POST",
+            PREDICT_PATH,
+            {"instances": "a"},
+            'JSON Value: {\n    "instances": "a"\n} Expecting \'instances\' to be an list/array',
+        ),
+        ("GET", "/v1/models", None, "Missing model name in request."),
+        ("GET", "/v1/models/versions/1/metadata", None, "Missing model name in request."),
+    ],
+)
+def test_rest_json_tensor_errors_are_tf_servings_400s(main_server, method, path, body, message):
+    """Status and message as json_tensor.cc and http_rest_api_handler.cc give them
+    (INVALID_ARGUMENT, so 400), JSON values echoed as rapidjson's PrettyWriter writes them."""
+    assert http(method, main_server.rest + path, body) == (400, {"error": message})
+
+
+def test_rest_base64_is_decoded_as_absl_does(main_server):
+    """absl::Base64Unescape skips whitespace and accepts a missing padding."""
+    for encoded in ("aGkgdGhlcmU", "aGkg dGhl\ncmU=", "aGkgdGhlcmU."):  # "hi there"
+        status, body = http(
+            "POST", main_server.rest + PREDICT_PATH, {"instances": [{"b64": encoded}]}
+        )
+        assert (status, body["predictions"][0]["translation"]) == (
+            200,
+            expected_greedy("hi there", 2),
+        ), encoded
 
 
 def test_rest_unknown_paths_are_404(main_server):
@@ -1188,6 +1327,120 @@ def test_rest_refuses_a_content_length_that_is_not_a_byte_count(rest_server, len
     assert status == 400
 
 
+def json_error(payload: bytes) -> str:
+    return json.loads(payload)["error"]
+
+
+def test_rest_refuses_a_request_head_over_the_limit_before_buffering_it(rest_server):
+    """Headers are read up to MAX_REQUEST_HEAD_BYTES (TF Serving has no limit: 64 MB headers
+    were buffered whole), then refused with 431; headers within the limit are served."""
+    port = rest_server.server.rest_port
+    body = json.dumps({"instances": ["fits"]}).encode()
+    status, payload = raw_predict(
+        port, body, b"X-A: " + b"a" * 32_000 + b"\r\nContent-Length: %d" % len(body)
+    )
+    assert (status, json.loads(payload)["predictions"][0]["translation"]) == (
+        200,
+        expected_greedy("fits", 1),
+    )
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as connection:
+        try:  # The server stops reading at the limit: the rest of the header may not go out.
+            connection.sendall(
+                b"GET /v1/models/translator HTTP/1.1\r\nHost: test\r\nX-A: "
+                + b"a" * (8 * MAX_REQUEST_HEAD_BYTES)
+                + b"\r\n\r\n"
+            )
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        head, _, payload = read_until_closed(connection).partition(b"\r\n\r\n")
+    assert head.split(b"\r\n")[0] == b"HTTP/1.1 431 Request Header Fields Too Large"
+    assert json_error(payload) == (
+        f"The request line and headers are larger than the limit of {MAX_REQUEST_HEAD_BYTES} bytes"
+    )
+
+
+def test_rest_refuses_chunk_sizes_beyond_int64_or_the_body_limit_before_reading(rest_server):
+    """A chunk size that overflows int64 is malformed (it was an OverflowError: 500 with an
+    empty body); one over the limit is refused before its bytes are read or allocated."""
+    port = rest_server.server.rest_port
+    status, payload = raw_predict(
+        port, b"ffffffffffffffff\r\nabc\r\n0\r\n\r\n", b"Transfer-Encoding: chunked"
+    )
+    assert (status, json_error(payload)) == (
+        400,
+        "Malformed chunked request body: bad chunk size b'ffffffffffffffff'",
+    )
+    status, payload = raw_predict(port, b"7fffffff\r\nabc", b"Transfer-Encoding: chunked")
+    assert (status, json_error(payload)) == (
+        429,
+        "Request body of more than 65536 bytes is larger than the limit of 65536 bytes",
+    )
+
+
+def test_rest_answers_head_without_a_body_and_keeps_the_connection_in_step(main_server):
+    """TF Serving answers HEAD "Malformed request" (400) with the headers alone; a body
+    after them was read as the start of the next response on the connection."""
+    error = json.dumps({"error": "Malformed request: HEAD /v1/models/translator"}).encode()
+    with socket.create_connection(
+        ("127.0.0.1", main_server.server.rest_port), timeout=30
+    ) as client:
+        client.sendall(
+            b"HEAD /v1/models/translator HTTP/1.1\r\nHost: test\r\n\r\n"
+            b"GET /v1/models/translator HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n"
+        )
+        head_response, _, rest = read_until_closed(client).partition(b"\r\n\r\n")
+    head_lines = head_response.split(b"\r\n")
+    assert head_lines[0] == b"HTTP/1.1 400 Bad Request"
+    assert b"Content-Length: %d" % len(error) in head_lines
+    get_head, _, payload = rest.partition(b"\r\n\r\n")
+    assert get_head.split(b"\r\n")[0] == b"HTTP/1.1 200 OK"
+    assert json.loads(payload)["model_version_status"][0]["version"] == "2"
+
+
+def test_rest_refuses_two_different_content_lengths(rest_server):
+    """Which one frames the body is ambiguous (request smuggling): the last one used to win."""
+    body = json.dumps({"instances": ["a b c"]}).encode()  # 24 bytes.
+    status, payload = raw_predict(
+        rest_server.server.rest_port, body, b"Content-Length: 5\r\nContent-Length: 24"
+    )
+    assert (status, json_error(payload)) == (400, "Content-Length is given twice, as '5' and '24'")
+    status, payload = raw_predict(
+        rest_server.server.rest_port, body, b"Content-Length: 24\r\nContent-Length: 24"
+    )
+    assert (status, json.loads(payload)["predictions"][0]["translation"]) == (
+        200,
+        expected_greedy("a b c", 1),
+    )
+
+
+def peak_virtual_memory_bytes() -> int:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmPeak:"):
+                return int(line.split()[1]) * 1024
+    raise LookupError("no VmPeak in /proc/self/status")
+
+
+def test_rest_reads_a_body_as_it_arrives_not_as_announced(main_server):
+    """A 2 GB Content-Length (under the default limit, as in TF Serving) reserved 2 GB for
+    the body before any byte came; the body is now read in pieces."""
+    peak_before = peak_virtual_memory_bytes()
+    with socket.create_connection(
+        ("127.0.0.1", main_server.server.rest_port), timeout=30
+    ) as client:
+        client.sendall(
+            b"POST /v1/models/translator:predict HTTP/1.1\r\nHost: test\r\n"
+            b"Content-Length: 2000000000\r\n\r\n" + b'{"instances": '
+        )
+        client.shutdown(socket.SHUT_WR)
+        head, _, payload = read_until_closed(client).partition(b"\r\n\r\n")
+    assert (head.split(b"\r\n")[0], json_error(payload)) == (
+        b"HTTP/1.1 400 Bad Request",
+        "Request body ended after 14 of 2000000000 bytes",
+    )
+    assert peak_virtual_memory_bytes() - peak_before < 2**30
+
+
 def test_rest_closes_stalled_connections_after_the_read_timeout(rest_server):
     """Stalled clients (half a body, or nothing at all) are disconnected, 408 when a request
     was under way; the server keeps answering the others."""
@@ -1492,5 +1745,32 @@ def test_inputs_of_another_shape_than_the_signature_reach_the_model(tmp_path):
         request.inputs["text"].CopyFrom(tf.make_tensor_proto([["a", "b"], ["c", "d"]]))
         response = connection.predict.Predict(request, timeout=10)
         assert tf.make_ndarray(response.outputs["upper"]).tolist() == [[b"A", b"B"], [b"C", b"D"]]
+    finally:
+        connection.server.stop()
+
+
+class _Doubler(tf.Module):
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.float32, name="x")])
+    def double(self, x):
+        return {"y": x * 2}
+
+
+def test_rest_float_inputs_take_any_json_number_rounded(tmp_path):
+    """TF Serving 2.5 dropped the check that integers given for float inputs are exact:
+    16777217 is read as the float32 16777216, as GetFloat() rounds it."""
+    module = _Doubler()
+    tf.saved_model.save(
+        module, str(tmp_path / "doubler" / "1"), signatures={"serving_default": module.double}
+    )
+    connection = start_server(
+        tmp_path, model_name="doubler", model_base_path=str(tmp_path / "doubler"), rest_api_port=0
+    )
+    try:
+        status, body = http(
+            "POST",
+            f"{connection.rest}/v1/models/doubler:predict",
+            {"instances": [16777217, 0.25, 123456789012345678901234567890]},
+        )
+        assert (status, body) == (200, {"predictions": [33554432.0, 0.5, 2.4691358e29]})
     finally:
         connection.server.stop()

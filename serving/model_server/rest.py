@@ -15,10 +15,11 @@ HTTP/1.1 server (see its docstring for timeouts, limits and shutdown).
 """
 
 import base64
-import binascii
+import decimal
 import http
 import json
 import logging
+import math
 import re
 import socket
 import threading
@@ -26,6 +27,7 @@ import time
 import urllib.parse
 from typing import Any
 
+import cheroot.errors
 import cheroot.server
 import grpc
 import numpy as np
@@ -70,28 +72,107 @@ _INT_RANGES = {
     types_pb2.DT_UINT32: (0, 2**32 - 1),
     types_pb2.DT_UINT64: (0, 2**64 - 1),
 }
-_FLOAT_LOSSLESS_INT = {types_pb2.DT_FLOAT: 2**24 - 1, types_pb2.DT_DOUBLE: 2**53 - 1}
-_FLOAT_MAX = {
-    types_pb2.DT_FLOAT: float(np.finfo(np.float32).max),
-    types_pb2.DT_DOUBLE: float(np.finfo(np.float64).max),
-}
 
 
 # ----------------------------------------------------------------- JSON -> tensors
 
-_MAX_ECHOED_JSON_CHARS = 200
+# kMaxJsonDebugStringBytes: longer values are cut in error messages.
+_MAX_JSON_DEBUG_STRING_BYTES = 256
 # A tensor has at most 254 dimensions (TensorShape's limit), and a predict document
 # wraps it in at most 4 more levels (document, instances, row object, b64 object).
 # Deeper documents are refused before the recursive JSON -> tensor conversion sees them.
 MAX_JSON_NESTING = 254 + 4
+# numpy's NPY_MAXDIMS: arrays (and so the tensors this server builds) have at most
+# this many dimensions, where TF Serving's TensorShape allows 254.
+MAX_TENSOR_DIMENSIONS = 64
+_RAPIDJSON_ESCAPES = {
+    '"': '\\"',
+    "\\": "\\\\",
+    "\b": "\\b",
+    "\f": "\\f",
+    "\n": "\\n",
+    "\r": "\\r",
+    "\t": "\\t",
+}
+_CONTROL_CHARACTER = re.compile(r'["\\\x00-\x1f]')
+_UTF8_BOM = b"\xef\xbb\xbf"  # rapidjson's UTF-8 input stream skips it.
+_JSON_STRING_OR_NUMBER = re.compile(
+    r'"(?:[^"\\]|\\.)*"|-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?', re.DOTALL
+)
+_JSON_ESCAPE = re.compile(r"\\(?:u([0-9a-fA-F]{4})|.)", re.DOTALL)
+
+
+def _rapidjson_scalar(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return (
+            '"'
+            + _CONTROL_CHARACTER.sub(
+                lambda match: _RAPIDJSON_ESCAPES.get(match[0], f"\\u{ord(match[0]):04X}"), value
+            )
+            + '"'
+        )
+    if isinstance(value, float):
+        return _rapidjson_double(value)
+    return str(value)
+
+
+def _rapidjson_double(value: float) -> str:
+    """rapidjson's Writer::Double: the shortest round-trip digits (as Python's repr),
+    laid out by its Prettify (1.0, 1e30, 1e-7, 0.001, 1.5e-9)."""
+    if not math.isfinite(value):
+        return json.dumps(value)  # NaN, Infinity, -Infinity (kWriteNanAndInfFlag's text).
+    sign, digits, exponent = decimal.Decimal(repr(value)).normalize().as_tuple()
+    if not any(digits):
+        return "-0.0" if sign else "0.0"
+    text, length = "".join(map(str, digits)), len(digits)
+    point = length + exponent  # Where the decimal point falls in `text`.
+    if 0 <= exponent and point <= 21:
+        body = text + "0" * exponent + ".0"
+    elif 0 < point <= 21:
+        body = text[:point] + "." + text[point:]
+    elif -6 < point <= 0:
+        body = "0." + "0" * -point + text
+    elif length == 1:
+        body = f"{text}e{point - 1}"
+    else:
+        body = f"{text[0]}.{text[1:]}e{point - 1}"
+    return ("-" if sign else "") + body
+
+
+def _rapidjson_events(value: Any, prefix: str, depth: int):
+    """The text rapidjson's PrettyWriter (kFormatSingleLineArray) writes for each handler
+    event of `value`; `prefix` is what precedes its first event, `depth` the number of
+    enclosing containers."""
+    if isinstance(value, list):
+        yield prefix + "["
+        for index, item in enumerate(value):
+            yield from _rapidjson_events(item, ", " if index else "", depth + 1)
+        yield "]"
+    elif isinstance(value, dict):
+        yield prefix + "{"
+        indent = " " * 4 * (depth + 1)
+        for index, (key, item) in enumerate(value.items()):
+            yield (",\n" if index else "\n") + indent + _rapidjson_scalar(key)
+            yield from _rapidjson_events(item, ": ", depth + 1)
+        yield ("\n" + " " * 4 * depth if value else "") + "}"
+    else:
+        yield prefix + _rapidjson_scalar(value)
 
 
 def _json_text(value: Any) -> str:
-    """A JSON value for an error message, shortened so a huge body is not echoed back."""
-    text = json.dumps(value, ensure_ascii=False)
-    if len(text) > _MAX_ECHOED_JSON_CHARS:
-        text = text[:_MAX_ECHOED_JSON_CHARS] + "..."
-    return text
+    """A JSON value as TF Serving's JsonValueToDebugString writes it in error messages:
+    pretty-printed, and cut after the event that reaches 256 bytes (no ellipsis)."""
+    pieces, size = [], 0
+    for piece in _rapidjson_events(value, "", 0):
+        if size >= _MAX_JSON_DEBUG_STRING_BYTES:
+            break
+        pieces.append(piece)
+        size += len(piece.encode("utf-8"))
+    return "".join(pieces)
 
 
 def _json_type(value: Any) -> str:
@@ -112,6 +193,25 @@ def _is_base64_object(value: Any) -> bool:
     return isinstance(value, dict) and len(value) == 1 and isinstance(value.get("b64"), str)
 
 
+_BASE64_ALPHABET = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/")
+_BASE64_PADDING_FOR_REMAINDER = {0: 0, 2: 2, 3: 1}
+
+
+def _absl_base64_unescape(text: str) -> bytes | None:
+    """absl::Base64Unescape: ASCII whitespace is skipped, the padding ('=' or '.') may
+    be left out but must be complete when present; None where absl fails."""
+    data = text.encode("utf-8").translate(None, b" \t\n\v\f\r")
+    stripped = data.rstrip(b"=.")
+    padding, remainder = len(data) - len(stripped), len(stripped) % 4
+    if (
+        not _BASE64_ALPHABET.issuperset(stripped)
+        or remainder not in _BASE64_PADDING_FOR_REMAINDER
+        or padding not in (0, _BASE64_PADDING_FOR_REMAINDER[remainder])
+    ):
+        return None
+    return base64.b64decode(stripped + b"=" * _BASE64_PADDING_FOR_REMAINDER[remainder])
+
+
 def _type_error(value: Any, dtype: int) -> errors.ServingError:
     return errors.invalid_argument(
         f"JSON Value: {_json_text(value)} Type: {_json_type(value)} "
@@ -129,10 +229,10 @@ def _convert_scalar(value: Any, dtype: int):
                 raise errors.invalid_argument(
                     f"JSON Value: {_json_text(value)} not formatted correctly for base64 data"
                 )
-            try:
-                return base64.b64decode(value["b64"], validate=True)
-            except (binascii.Error, ValueError):
-                raise errors.invalid_argument("Unable to base64 decode") from None
+            decoded = _absl_base64_unescape(value["b64"])
+            if decoded is None:
+                raise errors.invalid_argument("Unable to base64 decode")
+            return decoded
         raise _type_error(value, dtype)
     if dtype == types_pb2.DT_BOOL:
         if not isinstance(value, bool):
@@ -140,17 +240,8 @@ def _convert_scalar(value: Any, dtype: int):
         return value
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise _type_error(value, dtype)
-    if dtype in _FLOAT_LOSSLESS_INT:
-        lossless = (
-            abs(value) <= _FLOAT_LOSSLESS_INT[dtype]
-            if isinstance(value, int)
-            else not np.isfinite(value) or abs(value) <= _FLOAT_MAX[dtype]
-        )
-        if not lossless:
-            raise errors.invalid_argument(
-                f"Cannot convert JSON value: {_json_text(value)} to {dtype_name(dtype)} "
-                "without loss of precision."
-            )
+    if dtype in (types_pb2.DT_FLOAT, types_pb2.DT_DOUBLE):
+        # Any number, rounded (GetFloat/GetDouble): TF Serving 2.5 dropped its precision check.
         return float(value)
     if dtype in _INT_RANGES:
         low, high = _INT_RANGES[dtype]
@@ -199,8 +290,15 @@ def _fill_values(value: Any, level: int, shape: list[int], dtype: int, out: list
         _fill_values(element, level + 1, shape, dtype, out)
 
 
-def _json_to_array(value: Any, dtype: int) -> np.ndarray:
+def _json_to_array(value: Any, dtype: int, batched: bool = False) -> np.ndarray:
+    """The tensor of one JSON value; `batched` when it is one row of a larger tensor."""
     shape = _dense_shape(value)
+    if len(shape) + batched > MAX_TENSOR_DIMENSIONS:
+        raise errors.invalid_argument(
+            f"JSON Value: {_json_text(value)} nests lists {len(shape)} deep: its tensor would "
+            f"have {len(shape) + batched} dimensions, more than the {MAX_TENSOR_DIMENSIONS} "
+            "this server supports"
+        )
     values: list = []
     _fill_values(value, 0, shape, dtype, values)
     numpy_dtype = object if dtype == types_pb2.DT_STRING else tf.as_dtype(dtype).as_numpy_dtype
@@ -212,10 +310,8 @@ def _json_to_array(value: Any, dtype: int) -> np.ndarray:
 def _tensors_from_instances(instances: list, input_dtypes: dict[str, int]) -> dict[str, np.ndarray]:
     """Row format: one element per batch row (FillTensorMapFromInstancesList)."""
     names = sorted(input_dtypes)
-    if (
-        not (isinstance(instances[0], dict) and not _is_base64_object(instances[0]))
-        and len(names) > 1
-    ):
+    # A {"b64": ...} first element passes this check (IsObject), as in TF Serving.
+    if not isinstance(instances[0], dict) and len(names) > 1:
         raise errors.invalid_argument(
             "instances is a plain list, but expecting list of objects as multiple input tensors "
             "required as per tensorinfo_map"
@@ -226,7 +322,7 @@ def _tensors_from_instances(instances: list, input_dtypes: dict[str, int]) -> di
     def add_item(item: Any, name: str) -> None:
         if name not in input_dtypes:
             raise errors.invalid_argument(f"JSON object: does not have named input: {name}")
-        array = _json_to_array(item, input_dtypes[name])
+        array = _json_to_array(item, input_dtypes[name], batched=True)
         if rows[name]:
             first = rows[name][0]
             if first.size != array.size:
@@ -310,31 +406,93 @@ def _nesting_depth(document: Any) -> int:
     return depth
 
 
+class _NumberTooBig(Exception):
+    """A JSON number beyond double's range, which rapidjson refuses."""
+
+
+def _parse_json_int(text: str) -> int | float:
+    # rapidjson keeps integers that fit int64/uint64 and reads the others as doubles.
+    if len(text.lstrip("-")) <= 20:
+        value = int(text)
+        if _INT_RANGES[types_pb2.DT_INT64][0] <= value <= _INT_RANGES[types_pb2.DT_UINT64][1]:
+            return value
+    return _parse_json_float(text)
+
+
+def _parse_json_float(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        raise _NumberTooBig
+    return value
+
+
+def _first_number_too_big(text: str) -> int:
+    """Offset in `text` (JSON that parses) of its first number beyond double's range."""
+    for match in _JSON_STRING_OR_NUMBER.finditer(text):
+        if not match[0].startswith('"') and math.isinf(float(match[0])):
+            return match.start()
+    raise AssertionError("no number too big in the document")
+
+
+def _first_invalid_surrogate(text: str, end: int) -> int | None:
+    """Offset of the first \\uD800-\\uDFFF escape before `end` that is not half of a
+    high-low pair (rapidjson refuses those, Python's json lets them through)."""
+    pending_high = None
+    for match in _JSON_ESCAPE.finditer(text, 0, end):
+        code = int(match[1], 16) if match[1] else None
+        if pending_high is not None:
+            if match.start() != pending_high.end() or code is None or not 0xDC00 <= code <= 0xDFFF:
+                return pending_high.start()
+            pending_high = None
+        elif code is not None and 0xD800 <= code <= 0xDBFF:
+            pending_high = match
+        elif code is not None and 0xDC00 <= code <= 0xDFFF:
+            return match.start()
+    return None if pending_high is None else pending_high.start()
+
+
 def parse_predict_body(body: bytes) -> tuple[dict, str | None]:
-    """Parses the JSON document and its optional signature_name.
+    """Parses the JSON document and its optional signature_name, refusing what
+    rapidjson refuses: bytes that are not UTF-8 (after an optional BOM), unpaired
+    surrogate escapes and numbers beyond double's range.
 
     Returns:
         (document, signature_name or None).
     """
     if not body.strip():
         raise errors.invalid_argument("JSON Parse error: The document is empty")
-    too_deep = errors.invalid_argument(
-        f"JSON Parse error: The document is nested deeper than {MAX_JSON_NESTING} levels"
-    )
+    bom = len(_UTF8_BOM) if body.startswith(_UTF8_BOM) else 0
     try:
-        document = json.loads(body)
-    except RecursionError:
-        raise too_deep from None
+        text = body[bom:].decode("utf-8")
     except UnicodeDecodeError as error:
         raise errors.invalid_argument(
-            f"JSON Parse error: Invalid encoding in string. at offset: {error.start}"
+            f"JSON Parse error: Invalid encoding in string. at offset: {bom + error.start}"
         ) from None
-    except json.JSONDecodeError as error:
+    failure = None
+    try:
+        document = json.loads(text, parse_int=_parse_json_int, parse_float=_parse_json_float)
+    except RecursionError:
         raise errors.invalid_argument(
-            f"JSON Parse error: {error.msg} at offset: {error.pos}"
+            f"JSON Parse error: The document is nested deeper than {MAX_JSON_NESTING} levels"
         ) from None
+    except _NumberTooBig:
+        failure = (_first_number_too_big(text), "Number too big to be stored in double.")
+    except json.JSONDecodeError as error:
+        failure = (error.pos, error.msg)
+    surrogate = (
+        _first_invalid_surrogate(text, failure[0] if failure else len(text))
+        if "\\u" in text
+        else None
+    )
+    if surrogate is not None:
+        failure = (surrogate, "The surrogate pair in string is invalid.")
+    if failure:
+        offset = bom + len(text[: failure[0]].encode("utf-8"))
+        raise errors.invalid_argument(f"JSON Parse error: {failure[1]} at offset: {offset}")
     if _nesting_depth(document) > MAX_JSON_NESTING:
-        raise too_deep
+        raise errors.invalid_argument(
+            f"JSON Parse error: The document is nested deeper than {MAX_JSON_NESTING} levels"
+        )
     if not isinstance(document, dict):
         raise errors.invalid_argument(f"JSON Value: {_json_text(document)} Is not object")
     signature_name = document.get("signature_name")
@@ -504,7 +662,7 @@ class RestApi:
             instances = document["instances"]
             if not isinstance(instances, list):
                 raise errors.invalid_argument(
-                    f"JSON Value: {_json_text(document)} Excepting 'instances' to be an list/array"
+                    f"JSON Value: {_json_text(document)} Expecting 'instances' to be an list/array"
                 )
             if not instances:
                 raise errors.invalid_argument(
@@ -546,6 +704,65 @@ class RestApi:
             "model_spec": to_dict(response.model_spec),
             "metadata": {SIGNATURE_DEF_FIELD: to_dict(signature_def_map)},
         }
+
+
+# The request line and headers together: TF Serving (libevent) sets no limit, which lets
+# one client make the server buffer gigabytes of headers.
+MAX_REQUEST_HEAD_BYTES = 64 * 1024
+# Bodies are read in pieces of this size, so memory follows the bytes that arrive, not
+# the Content-Length a client announces.
+_BODY_PIECE_BYTES = 1 << 20
+_MAX_CHUNK_LINE_BYTES = 4096  # A chunk-size line with its extensions, or a trailer.
+_CHUNK_SIZE = re.compile(rb"[0-9A-Fa-f]+")
+
+
+class _HeaderFields(dict):
+    """cheroot's header dict, refusing a Content-Length repeated with another value: which
+    one frames the body is ambiguous (request smuggling). cheroot answers its ValueError
+    with 400."""
+
+    def __setitem__(self, name: bytes, value: bytes) -> None:
+        if name == b"Content-Length" and self.get(name, value) != value:
+            raise ValueError(
+                f"Content-Length is given twice, as {self[name].decode('latin-1')!r} and "
+                f"{value.decode('latin-1')!r}"
+            )
+        super().__setitem__(name, value)
+
+
+class _Request(cheroot.server.HTTPRequest):
+    """cheroot's request with the REST API's error bodies: the refusals cheroot makes
+    itself (malformed requests, oversized heads, timeouts) answer `{"error": ...}`, an
+    oversized request head is 431, and no answer to HEAD carries a body."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.inheaders = _HeaderFields()
+
+    def simple_response(self, status, msg="") -> None:
+        status = str(status)
+        if status.startswith("413"):  # Only the request head is size-checked by cheroot.
+            status = "431 Request Header Fields Too Large"
+            msg = (
+                f"The request line and headers are larger than the limit of "
+                f"{MAX_REQUEST_HEAD_BYTES} bytes"
+            )
+        # Every refusal of cheroot's ends the connection (the request was not read whole).
+        self.close_connection = True
+        payload = json.dumps({"error": msg or status[4:]}).encode("utf-8")
+        head = (
+            f"{self.server.protocol} {status}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n"
+        ).encode("latin-1")
+        try:
+            self.conn.wfile.write(head if self.method == b"HEAD" else head + payload)
+        except OSError as error:
+            if error.args[0] not in cheroot.errors.socket_errors_to_ignore:
+                raise
+
+
+class _Connection(cheroot.server.HTTPConnection):
+    RequestHandlerClass = _Request
 
 
 class _RequestError(Exception):
@@ -615,30 +832,59 @@ class _Exchange(cheroot.server.Gateway):
                 errors.HTTP_STATUS_FOR_CODE[grpc.StatusCode.RESOURCE_EXHAUSTED],
                 f"Request body of {length} bytes is larger than the limit of {limit} bytes",
             )
-        body = request.rfile.read(length)
-        if len(body) != length:  # The client closed, or the server is stopping.
-            raise _RequestError(400, f"Request body ended after {len(body)} of {length} bytes")
-        return body
+        return self._read_exactly(request.rfile, length)
 
     def _read_chunked(self, limit: int) -> bytes:
-        pieces, size = [], 0
+        """Decodes a chunked body, refusing a chunk that would pass `limit` before reading
+        (or allocating) it, and reading the chunks in pieces."""
+        stream, pieces, size = self.req.conn.rfile, [], 0
         while True:
-            try:
-                piece = self.req.rfile.read(64 * 1024)
-            except ValueError as error:  # cheroot's message for a malformed chunk.
-                raise _RequestError(400, f"Malformed chunked request body: {error}") from None
-            if not piece:
+            line = self._read_line(stream, "chunk-size line")
+            size_text = line.split(b";", 1)[0].strip(b" \t")
+            # libevent reads chunk sizes as int64: longer ones are malformed, not large.
+            if not _CHUNK_SIZE.fullmatch(size_text) or int(size_text, 16) >= 2**63:
+                raise _RequestError(
+                    400, f"Malformed chunked request body: bad chunk size {size_text[:40]!r}"
+                )
+            chunk_size = int(size_text, 16)
+            if chunk_size == 0:
+                while self._read_line(stream, "trailer"):  # Trailers are read and ignored.
+                    pass
                 return b"".join(pieces)
-            size += len(piece)
-            if size > limit:
+            if size + chunk_size > limit:
                 raise _RequestError(
                     errors.HTTP_STATUS_FOR_CODE[grpc.StatusCode.RESOURCE_EXHAUSTED],
                     f"Request body of more than {limit} bytes is larger than the limit of "
                     f"{limit} bytes",
                 )
+            pieces.append(self._read_exactly(stream, chunk_size))
+            size += chunk_size
+            if stream.read(2) != b"\r\n":
+                raise _RequestError(400, "Malformed chunked request body: no CRLF after a chunk")
+
+    @staticmethod
+    def _read_line(stream, what: str) -> bytes:
+        """One CRLF-terminated line of chunked framing, without its CRLF."""
+        line = stream.readline(_MAX_CHUNK_LINE_BYTES + 1)
+        if not line.endswith(b"\r\n"):
+            problem = "is too long" if len(line) > _MAX_CHUNK_LINE_BYTES else "ended early"
+            raise _RequestError(400, f"Malformed chunked request body: a {what} {problem}")
+        return line[:-2]
+
+    @staticmethod
+    def _read_exactly(stream, length: int) -> bytes:
+        """`length` bytes, read in pieces so memory follows what arrives."""
+        pieces, received = [], 0
+        while received < length:
+            piece = stream.read(min(length - received, _BODY_PIECE_BYTES))
+            if not piece:  # The client closed, or the server is stopping.
+                raise _RequestError(400, f"Request body ended after {received} of {length} bytes")
             pieces.append(piece)
+            received += len(piece)
+        return b"".join(pieces)
 
     def _send(self, status: int, text: str) -> None:
+        """Answers JSON; to HEAD, the headers alone (its Content-Length is the body's)."""
         request = self.req
         payload = text.encode("utf-8")
         request.status = f"{status} {_reason(status)}".encode("ascii")
@@ -657,7 +903,8 @@ class _Exchange(cheroot.server.Gateway):
                 ]
             )
         request.ensure_headers_sent()
-        request.write(payload)
+        if request.method != b"HEAD":
+            request.write(payload)
 
 
 class RestServer:
@@ -667,7 +914,9 @@ class RestServer:
     closes connections idle or stalled for `read_timeout_seconds` (408 when a
     request was under way), and listens with the system's largest backlog.
     Request bodies are checked and read here, so the size limit and the error
-    bodies stay TF Serving's. Connections are read and written by
+    bodies stay TF Serving's; request heads (line and headers) over
+    MAX_REQUEST_HEAD_BYTES are refused with 431, a Content-Length given twice with
+    different values with 400. Connections are read and written by
     `num_io_threads` threads; at most `num_threads` requests run the model at once.
 
     Args:
@@ -703,6 +952,8 @@ class RestServer:
             maxthreads=io_threads,
             server_name="TensorFlow Serving",
         )
+        self._http.ConnectionClass = _Connection
+        self._http.max_request_header_size = MAX_REQUEST_HEAD_BYTES
         self._http.request_queue_size = socket.SOMAXCONN
         self._http.timeout = read_timeout_seconds
         self._http.prepare()
