@@ -9,6 +9,7 @@ import dataclasses
 import tensorflow as tf
 
 from model.decoding import beam_search_decode, greedy_decode, max_output_length
+from model.decoding.penalties import validate_repetition_controls
 from model.special_tokens import END_ID, PAD_ID, START_ID
 
 # The SavedModel signatures `serving.export` traces from `Translator`'s methods, and the file
@@ -33,6 +34,8 @@ class DecodingOptions:
             (`greedy_decode(jit_compile=True)`). TF Serving runs such a graph only with
             `--xla_cpu_compilation_enabled`; without it every call fails with INTERNAL "XLA
             compilation disabled". Beam search stays a plain graph.
+        repetition_penalty, no_repeat_ngram_size: CTranslate2's repetition controls, in every
+            signature (`model.decoding.penalties`); 1 and 0 disable them.
     """
 
     beam_width: int = 4
@@ -40,6 +43,8 @@ class DecodingOptions:
     max_length_ratio: float = 1.5
     max_length_offset: int = 10
     jit_compile: bool = False
+    repetition_penalty: float = 1.0
+    no_repeat_ngram_size: int = 0
 
     def __post_init__(self):
         if not isinstance(self.beam_width, int) or self.beam_width < 1:
@@ -52,6 +57,15 @@ class DecodingOptions:
             raise ValueError(
                 f"max_length_offset must be an int >= 1, got {self.max_length_offset!r}."
             )
+        validate_repetition_controls(self.repetition_penalty, self.no_repeat_ngram_size)
+
+    @property
+    def repetition_controls(self):
+        """The decoders' keyword arguments for the repetition controls."""
+        return {
+            "repetition_penalty": self.repetition_penalty,
+            "no_repeat_ngram_size": self.no_repeat_ngram_size,
+        }
 
 
 def truncate_source_ids(ids, max_tokens):
@@ -142,6 +156,7 @@ class Translator:
             END_ID,
             max_length=self._max_output_length(source_ids),
             jit_compile=self.options.jit_compile,
+            **self.options.repetition_controls,
         )
         return source_ids, decoded
 
@@ -163,6 +178,7 @@ class Translator:
             alpha=self.options.alpha,
             max_length=self._max_output_length(source_ids),
             with_alignment=False,
+            **self.options.repetition_controls,
         )
         return {
             "translation": self.target_tokenizer.detokenize(decoded["tokens"]),

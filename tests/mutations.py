@@ -87,6 +87,27 @@ MUTATIONS = (
         ("tests/test_export.py", "-k", "long_input"),
     ),
     Mutation(
+        "the repetition penalty multiplies positive logits (rewarding repeats)",
+        "model/decoding/penalties.py",
+        "tf.where(logits < 0, logits * repetition_penalty, logits / repetition_penalty)",
+        "logits * repetition_penalty",
+        ("tests/test_decoding.py", "-k", "repetition_penalty"),
+    ),
+    Mutation(
+        "repeated n-grams banned one token too early (the context is the last n tokens)",
+        "model/decoding/penalties.py",
+        "    context = ngram_size - 1\n",
+        "    context = ngram_size\n",
+        ("tests/test_decoding.py", "-k", "banned_ngrams"),
+    ),
+    Mutation(
+        "REST: a base64 value that does not decode answers INTERNAL (HTTP 500)",
+        "serving/model_server/rest.py",
+        'raise errors.invalid_argument("Unable to base64 decode")',
+        'raise errors.internal("Unable to base64 decode")',
+        ("tests/test_server.py", "-k", "json_tensor_errors"),
+    ),
+    Mutation(
         "attention without the 1/sqrt(d_k) scaling",
         "model/attention.py",
         "scaled_q = q * tf.math.rsqrt(depth)",

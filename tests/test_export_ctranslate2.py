@@ -79,9 +79,9 @@ def _source_ids(run, texts):
     return endpoints.source_ids(tf.constant(texts))
 
 
-def _translate_ct2(run, texts, beam_size, length_penalty, max_length):
+def _translate_ct2(run, texts, beam_size, length_penalty, max_length, **options):
     """CTranslate2's best hypotheses: `(list of id lists, each ending with [END] if it ended;
-    scores)`."""
+    scores)`; `options`: more of `translate_batch`'s."""
     vocab = run["target"].vocab
     results = run["translator"].translate_batch(
         source_pieces(run["source"], texts),
@@ -92,6 +92,7 @@ def _translate_ct2(run, texts, beam_size, length_penalty, max_length):
         return_scores=True,
         return_end_token=True,
         **decoding_options(vocab),
+        **options,
     )
     ids = target_ids(vocab, [result.hypotheses[0] for result in results])
     return ids, np.array([result.scores[0] for result in results])
@@ -208,6 +209,52 @@ def test_beam_search_with_length_penalty_differs_only_in_the_normalization(run):
     np.testing.assert_allclose(
         ct2_scores * lengths**ALPHA, ours_scores * ((5 + lengths) / 6) ** ALPHA, atol=1e-3
     )
+
+
+REPETITION_CONTROLS = {
+    "penalty-3": {"repetition_penalty": 3.0},
+    "penalty-0.5": {"repetition_penalty": 0.5},
+    "no-repeat-1": {"no_repeat_ngram_size": 1},
+    "no-repeat-2-penalty-1.5": {"no_repeat_ngram_size": 2, "repetition_penalty": 1.5},
+}
+
+
+@pytest.mark.parametrize(
+    "beam_size, controls",
+    [(1, name) for name in REPETITION_CONTROLS]
+    # A penalty below 1 rewards repeats: beams loop to max_length, where the two beam searches
+    # differ by design (see below).
+    + [(BEAM_WIDTH, name) for name in REPETITION_CONTROLS if name != "penalty-0.5"],
+)
+def test_repetition_controls_equal_ctranslate2(run, controls, beam_size):
+    """`repetition_penalty` and `no_repeat_ngram_size` have CTranslate2's semantics: the same
+    tokens and scores (beam search without length penalty, where the two normalize alike), on
+    settings strong enough to change outputs."""
+    source_ids = _source_ids(run, TEXTS)
+    max_length = _max_length(run, source_ids)
+
+    def decode(**options):
+        if beam_size == 1:
+            return greedy_decode(run["model"], source_ids, START_ID, END_ID, max_length, **options)
+        return beam_search_decode(
+            run["model"], source_ids, START_ID, END_ID, beam_size, 0.0, max_length, **options
+        )
+
+    controls = REPETITION_CONTROLS[controls]
+    ours_ids, ours_scores = _ours(decode(**controls))
+    assert ours_ids != _ours(decode())[0], "the controls change no output: the test tests little"
+    ct2_ids, ct2_scores = _translate_ct2(run, TEXTS, beam_size, 0.0, max_length, **controls)
+    # The two beam searches end differently at max_length (CTranslate2 closes every beam at its
+    # last step and ranks them with the finished ones; ours prefers a finished hypothesis):
+    # compared where both ended with [END].
+    ended = [
+        row
+        for row, (ours, theirs) in enumerate(zip(ours_ids, ct2_ids))
+        if beam_size == 1 or ours[-1] == theirs[-1] == END_ID
+    ]
+    assert len(ended) >= 3, f"too few outputs ended: {ours_ids}"
+    assert [ct2_ids[row] for row in ended] == [ours_ids[row] for row in ended]
+    np.testing.assert_allclose(ct2_scores[ended], ours_scores[ended], atol=1e-3)
 
 
 def test_int8_export_translates_like_float32(run, tmp_path):

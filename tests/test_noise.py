@@ -22,6 +22,7 @@ SOURCES = [
     "Año y pingüino: ÑANDÚ Über;",
     "DIOS ES AMOR",
     "Y oró Jonás desde el vientre del pez á Jehová su Dios,",
+    "En el principio creó Dios los cielos y la tierra; y fue a ver o a oír.",
 ]
 EXPECTED = {
     "lowercase": [
@@ -31,6 +32,7 @@ EXPECTED = {
         "año y pingüino: ñandú über;",
         "dios es amor",
         "y oró jonás desde el vientre del pez á jehová su dios,",
+        "en el principio creó dios los cielos y la tierra; y fue a ver o a oír.",
     ],
     "uppercase": [
         "¿DÓNDE ESTÁ MI HERMANO?",
@@ -39,6 +41,7 @@ EXPECTED = {
         "AÑO Y PINGÜINO: ÑANDÚ ÜBER;",
         "DIOS ES AMOR",
         "Y ORÓ JONÁS DESDE EL VIENTRE DEL PEZ Á JEHOVÁ SU DIOS,",
+        "EN EL PRINCIPIO CREÓ DIOS LOS CIELOS Y LA TIERRA; Y FUE A VER O A OÍR.",
     ],
     "strip_accents": [
         "¿Donde esta mi hermano?",
@@ -47,6 +50,7 @@ EXPECTED = {
         "Año y pinguino: ÑANDU Uber;",
         "DIOS ES AMOR",
         "Y oro Jonas desde el vientre del pez a Jehova su Dios,",
+        "En el principio creo Dios los cielos y la tierra; y fue a ver o a oir.",
     ],
     "strip_diacritics": [
         "¿Donde esta mi hermano?",
@@ -55,6 +59,7 @@ EXPECTED = {
         "Ano y pinguino: NANDU Uber;",
         "DIOS ES AMOR",
         "Y oro Jonas desde el vientre del pez a Jehova su Dios,",
+        "En el principio creo Dios los cielos y la tierra; y fue a ver o a oir.",
     ],
     "no_final_punct": [
         "Dónde está mi hermano",
@@ -63,6 +68,17 @@ EXPECTED = {
         "Año y pingüino: ÑANDÚ Über",
         "DIOS ES AMOR",
         "Y oró Jonás desde el vientre del pez á Jehová su Dios,",
+        "En el principio creó Dios los cielos y la tierra; y fue a ver o a oír",
+    ],
+    # Only the modern forms go back to 1909's; the 1909 "á" of the sixth stays as it is.
+    "old_spelling": [
+        "¿Dónde está mi hermano?",
+        "Y dijo: «¿Quién eres?»",
+        "¡Ay de mí! dijo él.",
+        "Año y pingüino: ÑANDÚ Über;",
+        "DIOS ES AMOR",
+        "Y oró Jonás desde el vientre del pez á Jehová su Dios,",
+        "En el principio crió Dios los cielos y la tierra; y fué á ver ó á oír.",
     ],
 }
 
@@ -77,7 +93,7 @@ def test_each_perturbation_on_spanish_sentences(name):
 
 
 def test_every_registered_perturbation_is_tested():
-    assert set(PERTURBATIONS) - {"old_spelling"} == set(EXPECTED)
+    assert set(PERTURBATIONS) == set(EXPECTED)
 
 
 def test_compositions_apply_left_to_right_and_unknown_names_are_refused():

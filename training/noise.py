@@ -23,6 +23,8 @@ input pipeline (`perturb_sources`, per example) and perturbs whole test splits i
 import tensorflow as tf
 import tensorflow_text
 
+from model.spelling import old_spelling_graph
+
 # Combining marks (after NFD): acute and diaeresis are the Spanish accents; every mark
 # (\p{Mn}) includes the tilde of ñ.
 _ACCENT_MARKS = "[\u0301\u0308]"
@@ -75,8 +77,8 @@ PERTURBATIONS = {
     "strip_accents": strip_accents,
     "strip_diacritics": strip_diacritics,
     "no_final_punct": no_final_punct,
-    # old_spelling (the 1909 forms put back) is registered here once model/spelling.py exists:
-    # "old_spelling": model.spelling.old_spelling_graph,
+    # The Reina-Valera's 1909 forms put back ("a" → "á", "fue" → "fué", "creó" → "crió").
+    "old_spelling": old_spelling_graph,
 }
 
 # What training noises sources with by default: each way of typing of issue #23, and the

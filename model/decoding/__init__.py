@@ -11,6 +11,7 @@ One strategy a file, as keras-hub's `samplers/`:
 | `common` | output-length bound, length penalty, the log-probabilities a decoder chooses from |
 | `greedy` | `greedy_search` over a step function, `greedy_decode`, `naive_greedy_decode` |
 | `beam` | `beam_search` over a step function, `beam_search_decode` |
+| `penalties` | repetition controls with CTranslate2's semantics, and the rules of each step's choice |
 | `scoring` | `sequence_log_prob`: teacher-forced log-probability of given outputs |
 | `xla` | the bucket shapes XLA-compiled decoding runs on |
 
@@ -34,6 +35,7 @@ from model.decoding.common import (
     output_log_probs,
 )
 from model.decoding.greedy import greedy_decode, greedy_search, naive_greedy_decode
+from model.decoding.penalties import ban_repeated_ngrams, penalize_repetitions
 from model.decoding.scoring import sequence_log_prob
 from model.decoding.step import transformer_step_fn
 from model.decoding.xla import SLOT_GRANULARITY
@@ -42,6 +44,7 @@ __all__ = [
     "NEG_INF",
     "SLOT_GRANULARITY",
     "BeamState",
+    "ban_repeated_ngrams",
     "beam_search",
     "beam_search_decode",
     "greedy_decode",
@@ -51,6 +54,7 @@ __all__ = [
     "max_output_length",
     "naive_greedy_decode",
     "output_log_probs",
+    "penalize_repetitions",
     "sequence_log_prob",
     "transformer_step_fn",
 ]

@@ -13,11 +13,11 @@ from model.decoding.common import (
     empty_outputs,
     length_penalty,
     max_output_length,
-    next_token_log_probs,
     take_rows,
     trim,
     unknown_shapes,
 )
+from model.decoding.penalties import NextTokenRules, validate_repetition_controls
 from model.decoding.step import transformer_step_fn
 
 
@@ -60,6 +60,8 @@ def beam_search(
     alpha=0.6,
     min_length=0,
     reorder_state=take_rows,
+    repetition_penalty=1.0,
+    no_repeat_ngram_size=0,
 ):
     """Beam search with the GNMT length penalty.
 
@@ -80,18 +82,20 @@ def beam_search(
         beam_width: hypotheses kept per sentence (1 = greedy when alpha = 0).
         alpha: length-penalty exponent (0.6 in GNMT and the paper).
         min_length: `end_id` is forbidden before this many tokens.
+        repetition_penalty, no_repeat_ngram_size: CTranslate2's repetition controls over each
+            hypothesis's own tokens (`model.decoding.penalties`); 1 and 0 disable them.
 
     Returns:
         dict: `tokens` `(batch, max_length)` of each sentence's best hypothesis, `scores`
         `(batch,)` its length-normalized log-probability, `alignment`
         `(batch, max_length, alignment_width)`, and `length`, the positions the loop ran.
     """
+    validate_repetition_controls(repetition_penalty, no_repeat_ngram_size)
+    rules = NextTokenRules(end_id, min_length, repetition_penalty, no_repeat_ngram_size)
     batch_size = tf.shape(start_ids)[0]
 
     def body(step, beams, outputs):
-        beams = _beam_step(
-            step_fn, reorder_state, beams, step, beam_width, end_id, min_length, alpha
-        )
+        beams = _beam_step(step_fn, reorder_state, beams, step, beam_width, rules, alpha)
         over = _search_is_over(beams, max_length, alpha)
 
         def store_and_drop_finished_searches():
@@ -151,11 +155,14 @@ def _gather_beams(x, beam_indices):
     return tf.gather(x, beam_indices, axis=1, batch_dims=1)
 
 
-def _beam_step(step_fn, reorder_state, beams, step, beam_width, end_id, min_length, alpha):
+def _beam_step(step_fn, reorder_state, beams, step, beam_width, rules, alpha):
     """One step of every searching sentence: the next `BeamState`."""
     count = tf.shape(beams.rows)[0]
     logits, step_alignment, step_state = step_fn(beams.last_ids, step, beams.step_state)
-    log_probs = next_token_log_probs(logits, step, min_length, end_id)
+    generated = (
+        tf.reshape(beams.alive_seq, [count * beam_width, -1]) if rules.reads_generated else None
+    )
+    log_probs = rules.log_probs(logits, step, generated)
     vocab_size = tf.shape(log_probs)[-1]
     log_probs = tf.reshape(log_probs, [count, beam_width, vocab_size])
     step_alignment = tf.reshape(step_alignment, [count, beam_width, 1, -1])
@@ -175,7 +182,7 @@ def _beam_step(step_fn, reorder_state, beams, step, beam_width, end_id, min_leng
         ],
         axis=2,
     )
-    top_ended = tf.cast(tf.equal(top_tokens, end_id), tf.float32)
+    top_ended = tf.cast(tf.equal(top_tokens, rules.end_id), tf.float32)
 
     # Alive: the k best continuations that did not end.
     alive_log_probs, alive_choice = tf.math.top_k(top_log_probs + top_ended * NEG_INF, k=beam_width)
@@ -279,6 +286,8 @@ def beam_search_decode(
     max_length=None,
     min_length=0,
     with_alignment=True,
+    repetition_penalty=1.0,
+    no_repeat_ngram_size=0,
 ):
     """`beam_search` over a `Transformer` with its key/value cache.
 
@@ -291,6 +300,7 @@ def beam_search_decode(
         max_length, min_length: as in `greedy_decode`.
         with_alignment: False skips the alignments (every beam's would be gathered and
             concatenated at each step, for nothing when only the translation is wanted).
+        repetition_penalty, no_repeat_ngram_size: as in `beam_search`.
 
     Returns:
         dict: `tokens` `(batch, out_len)` of the best hypothesis, `scores` `(batch,)` its
@@ -313,5 +323,7 @@ def beam_search_decode(
             alpha=alpha,
             min_length=min_length,
             reorder_state=model.reorder_cache,
+            repetition_penalty=repetition_penalty,
+            no_repeat_ngram_size=no_repeat_ngram_size,
         )
     )

@@ -15,11 +15,11 @@ from model.decoding.common import (
     empty_outputs,
     mask_after_end,
     max_output_length,
-    next_token_log_probs,
     take_rows,
     trim,
     unknown_shapes,
 )
+from model.decoding.penalties import NextTokenRules, validate_repetition_controls
 from model.decoding.step import transformer_step_fn
 from model.decoding.xla import run_loop
 from model.masks import PAD_ID
@@ -35,6 +35,8 @@ def greedy_search(
     min_length=0,
     fixed_shape=False,
     slots=None,
+    repetition_penalty=1.0,
+    no_repeat_ngram_size=0,
 ):
     """Greedy search: each row takes its most probable next token until it produces `end_id`.
 
@@ -49,6 +51,8 @@ def greedy_search(
         fixed_shape: every row steps until the last one ends (`_greedy_fixed_shape`, for XLA),
             instead of rows leaving the loop as they end (`_greedy_dropping_finished`).
         slots: positions of the output buffers, ≥ max_length (default max_length).
+        repetition_penalty, no_repeat_ngram_size: CTranslate2's repetition controls
+            (`model.decoding.penalties`); 1 and 0 disable them.
 
     Returns:
         dict: `tokens` `(batch, slots)`, `scores` `(batch,)` summed log-probabilities of the
@@ -57,32 +61,35 @@ def greedy_search(
     """
     slots = max_length if slots is None else slots
     loop = _greedy_fixed_shape if fixed_shape else _greedy_dropping_finished
+    validate_repetition_controls(repetition_penalty, no_repeat_ngram_size)
+    rules = NextTokenRules(end_id, min_length, repetition_penalty, no_repeat_ngram_size)
     return loop(
         step_fn,
         start_ids,
-        end_id,
+        rules,
         state,
         max_length,
-        min_length,
         empty_outputs(tf.shape(start_ids)[0], slots, alignment_width),
     )
 
 
-def _greedy_step(step_fn, ids, step, state, end_id, min_length):
-    """One greedy step of every row: `(next_ids, their log-probabilities, alignment, state)`."""
+def _greedy_step(step_fn, ids, step, state, rules, generated):
+    """One greedy step of every row: `(next_ids, their log-probabilities, alignment, state)`;
+    `generated`: the rows' tokens so far, or None when `rules` do not read them."""
     logits, alignment, state = step_fn(ids, step, state)
-    log_probs = next_token_log_probs(logits, step, min_length, end_id)
+    log_probs = rules.log_probs(logits, step, generated)
     next_ids = tf.argmax(log_probs, axis=-1, output_type=tf.int32)
     return next_ids, tf.gather(log_probs, next_ids, axis=1, batch_dims=1), alignment, state
 
 
-def _greedy_fixed_shape(step_fn, start_ids, end_id, state, max_length, min_length, outputs):
+def _greedy_fixed_shape(step_fn, start_ids, rules, state, max_length, outputs):
     """Greedy loop whose shapes never change (XLA compiles one program): every row steps until
     the last one ends, and rows that have ended write padding."""
 
     def body(step, ids, finished, state, outputs):
+        generated = outputs["tokens"] if rules.reads_generated else None
         next_ids, log_probs, alignment, state = _greedy_step(
-            step_fn, ids, step, state, end_id, min_length
+            step_fn, ids, step, state, rules, generated
         )
         next_ids = tf.where(finished, PAD_ID, next_ids)
         alignment = tf.where(finished[:, tf.newaxis], 0.0, alignment)
@@ -91,7 +98,7 @@ def _greedy_fixed_shape(step_fn, start_ids, end_id, state, max_length, min_lengt
             "alignment": write_slot(outputs["alignment"], alignment[:, tf.newaxis], step, axis=1),
             "scores": outputs["scores"] + tf.where(finished, 0.0, log_probs),
         }
-        return step + 1, next_ids, finished | tf.equal(next_ids, end_id), state, outputs
+        return step + 1, next_ids, finished | tf.equal(next_ids, rules.end_id), state, outputs
 
     def cond(step, ids, finished, state, outputs):
         return tf.logical_not(tf.reduce_all(finished))
@@ -105,17 +112,18 @@ def _greedy_fixed_shape(step_fn, start_ids, end_id, state, max_length, min_lengt
     return {**outputs, "length": steps}
 
 
-def _greedy_dropping_finished(step_fn, start_ids, end_id, state, max_length, min_length, outputs):
+def _greedy_dropping_finished(step_fn, start_ids, rules, state, max_length, outputs):
     """Greedy loop in which a row leaves once it has produced [END] (`_drop_finished_rows`), so
     a batch's short sentences do not pay the steps of its longest. Outside XLA only: the
     loop's batch dimension changes."""
 
     def body(step, alive, outputs):
+        rows = alive["rows"]
+        generated = tf.gather(outputs["tokens"], rows) if rules.reads_generated else None
         next_ids, log_probs, alignment, state = _greedy_step(
-            step_fn, alive["ids"], step, alive["state"], end_id, min_length
+            step_fn, alive["ids"], step, alive["state"], rules, generated
         )
         # No row here has ended: each writes at its batch index.
-        rows = alive["rows"]
         at_step = tf.stack([rows, tf.fill(tf.shape(rows), step)], axis=1)
         outputs = {
             "tokens": tf.tensor_scatter_nd_update(outputs["tokens"], at_step, next_ids),
@@ -123,7 +131,7 @@ def _greedy_dropping_finished(step_fn, start_ids, end_id, state, max_length, min
             "scores": tf.tensor_scatter_nd_add(outputs["scores"], rows[:, tf.newaxis], log_probs),
         }
         alive = {"ids": next_ids, "rows": rows, "state": state}
-        return step + 1, _drop_finished_rows(alive, tf.equal(next_ids, end_id)), outputs
+        return step + 1, _drop_finished_rows(alive, tf.equal(next_ids, rules.end_id)), outputs
 
     def cond(step, alive, outputs):
         return tf.size(alive["rows"]) > 0
@@ -154,7 +162,17 @@ def _drop_finished_rows(alive, finished):
     )
 
 
-def greedy_decode(model, inp, start_id, end_id, max_length=None, min_length=0, jit_compile=False):
+def greedy_decode(
+    model,
+    inp,
+    start_id,
+    end_id,
+    max_length=None,
+    min_length=0,
+    jit_compile=False,
+    repetition_penalty=1.0,
+    no_repeat_ngram_size=0,
+):
     """Greedy decoding of a `Transformer` with its key/value cache: one decoder step per token.
 
     A sentence leaves the loop once it has produced [END], except under XLA, whose shapes are
@@ -172,13 +190,20 @@ def greedy_decode(model, inp, start_id, end_id, max_length=None, min_length=0, j
             `--xla_cpu_compilation_enabled` (`serving.export --jit_compile`). Called eagerly, it
             runs through one traced function per model (`_eager_xla_greedy`), so only new
             shapes compile again.
+        repetition_penalty, no_repeat_ngram_size: as in `greedy_search`.
 
     Returns:
         dict: `tokens` `(batch, out_len)`, `scores` `(batch,)` summed log-probabilities of the
         tokens up to and including [END], `alignment` `(batch, out_len, inp_len)`.
     """
+    repetition_controls = {
+        "repetition_penalty": repetition_penalty,
+        "no_repeat_ngram_size": no_repeat_ngram_size,
+    }
     if jit_compile and tf.executing_eagerly():
-        return _eager_xla_greedy(model)(inp, start_id, end_id, max_length, min_length)
+        return _eager_xla_greedy(model, **repetition_controls)(
+            inp, start_id, end_id, max_length, min_length
+        )
     if max_length is None:
         max_length = max_output_length(inp, limit=model.pe_target - 1)
 
@@ -195,32 +220,44 @@ def greedy_decode(model, inp, start_id, end_id, max_length=None, min_length=0, j
             min_length=min_length,
             fixed_shape=jit_compile,
             slots=slots,
+            **repetition_controls,
         )
 
     return trim(run_loop(search, inp, max_length, jit_compile, model.pe_input))
 
 
-# model -> its traced XLA greedy decoder. Weak keys: a model that is gone takes its entry along.
+# model -> {repetition controls: its traced XLA greedy decoder}. Weak keys: a model that is gone
+# takes its entries along.
 _EAGER_XLA_GREEDY = weakref.WeakKeyDictionary()
 
 
-def _eager_xla_greedy(model):
-    """`greedy_decode(model, ..., jit_compile=True)` as one `tf.function` per model.
+def _eager_xla_greedy(model, **repetition_controls):
+    """`greedy_decode(model, ..., jit_compile=True)` as one `tf.function` per model (and per
+    setting of the repetition controls, which are baked into the trace).
 
     Eagerly, `run_loop` would wrap a fresh closure in a fresh XLA function at each call and
     compile it again (seconds). Traced once, the inner XLA function persists, and XLA's cache
     compiles only shapes it has not seen. The function reaches the model through a weak
     reference, or the cache entry would keep its own key alive.
     """
-    if model not in _EAGER_XLA_GREEDY:
+    decoders = _EAGER_XLA_GREEDY.setdefault(model, {})
+    key = tuple(sorted(repetition_controls.items()))
+    if key not in decoders:
         model_ref = weakref.ref(model)
-        _EAGER_XLA_GREEDY[model] = tf.function(
+        decoders[key] = tf.function(
             lambda inp, start_id, end_id, max_length, min_length: greedy_decode(
-                model_ref(), inp, start_id, end_id, max_length, min_length, jit_compile=True
+                model_ref(),
+                inp,
+                start_id,
+                end_id,
+                max_length,
+                min_length,
+                jit_compile=True,
+                **repetition_controls,
             ),
             reduce_retracing=True,
         )
-    return _EAGER_XLA_GREEDY[model]
+    return decoders[key]
 
 
 def naive_greedy_decode(model, inp, start_id, end_id, max_length=None, min_length=0):
@@ -240,7 +277,7 @@ def naive_greedy_decode(model, inp, start_id, end_id, max_length=None, min_lengt
 
     def body(step, prefix, scores, finished):
         logits = model.decode(prefix, empty_cache, 0).logits[:, -1]
-        log_probs = next_token_log_probs(logits, step, min_length, end_id)
+        log_probs = NextTokenRules(end_id, min_length).log_probs(logits, step)
         next_token = tf.argmax(log_probs, axis=-1, output_type=tf.int32)
         scores += tf.where(finished, 0.0, tf.gather(log_probs, next_token, axis=1, batch_dims=1))
         # Finished rows keep extending with [END], not pad: a pad id would be masked out of the
