@@ -11,7 +11,7 @@ whose run directory already holds a result is not run again, so an interrupted s
 `--perturbed_dev` also scores each point on the dev split as written and perturbed by each
 `training.noise` perturbation (`training.evaluate --perturb all`), and the table gains the dev
 BLEU as written, its mean over the perturbations and the share of looping outputs: what the
-robustness points (`source_noise=…`, `subword_regularization`, `source_lower_case`) pay for.
+robustness points (`source_noise=…`, `subword_regularization`, `source_casing=…`) pay for.
 """
 
 import argparse
@@ -58,7 +58,11 @@ POINTS = {
         {"subword_nbest_size": -1, "subword_alpha": 0.1},
         "sampled segmentations (Kudo 2018)",
     ),
-    "source_lower_case": ({"source_lower_case": True}, "sources lowercased"),
+    "source_casing=lower": ({"source_casing": "lower"}, "sources lowercased"),
+    "source_casing=lower_all_caps": (
+        {"source_casing": "lower_all_caps"},
+        "sources in capitals lowercased",
+    ),
     "source_noise=0.3+subword_regularization": (
         {"source_noise": 0.3, "subword_nbest_size": -1, "subword_alpha": 0.1},
         "noise and sampled segmentations",

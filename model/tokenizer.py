@@ -83,6 +83,24 @@ def normalize(text, lower_case=False):
     return text.replace(SENTENCEPIECE_WORD_MARKER, " ").strip(" ")
 
 
+# How a source tokenizer may normalize the case of its input (a run's "source_casing"):
+# "lower" lowercases every source; "lower_all_caps" lowercases only a source written in capitals
+# ("DIOS ES AMOR"), which a model trained on running text has barely seen, and keeps the case
+# of every other (names, sentence starts), which carries meaning.
+SOURCE_CASINGS = ("lower", "lower_all_caps")
+
+
+def normalize_casing(strings, casing):
+    """`strings` (`tf.string`, any shape) with their case normalized as `casing` says."""
+    if casing not in SOURCE_CASINGS:
+        raise ValueError(f"casing must be one of {SOURCE_CASINGS}, got {casing!r}.")
+    lowered = tf.strings.lower(strings, encoding="utf-8")
+    if casing == "lower":
+        return lowered
+    all_caps = tf.strings.regex_full_match(strings, r"(?s)[^\p{Ll}]*\p{Lu}[^\p{Ll}]*")
+    return tf.where(all_caps, lowered, strings)
+
+
 class Tokenizer(tf.Module):
     """Strings <-> `[START] pieces... [END]` id sequences, in the graph (base class).
 
@@ -91,16 +109,16 @@ class Tokenizer(tf.Module):
     input before tokenizing it (a source tokenizer, see the module docstring); None leaves it.
     """
 
-    def __init__(
-        self, subword_tokenizer, lower_case=False, spelling=None, name=None, lowercase_input=False
-    ):
+    def __init__(self, subword_tokenizer, lower_case=False, spelling=None, name=None, casing=None):
         super().__init__(name=name)
         if spelling not in (None, MODERN):
             raise ValueError(f"spelling must be None or {MODERN!r}, got {spelling!r}.")
+        if casing not in (None, *SOURCE_CASINGS):
+            raise ValueError(f"casing must be None or one of {SOURCE_CASINGS}, got {casing!r}.")
         self.subword_tokenizer = subword_tokenizer
         self._lower_case = lower_case
         self._spelling = spelling
-        self._lowercase_input = lowercase_input
+        self._casing = casing
         self._vocab = list(subword_tokenizer.get_vocabulary())
         if tuple(self._vocab[: len(RESERVED_TOKENS)]) != RESERVED_TOKENS:
             raise ValueError(
@@ -129,10 +147,11 @@ class Tokenizer(tf.Module):
         return self._spelling
 
     @property
-    def lowercase_input(self):
-        """bool, whether `tokenize` lowercases its input first (a source-only setting: the
-        vocabulary, shared or not, keeps its case, and so does `detokenize`)."""
-        return self._lowercase_input
+    def casing(self):
+        """How `tokenize` normalizes the case of its input first (`normalize_casing`), or None.
+        A source-only setting: the vocabulary, shared or not, keeps its case, and so does
+        `detokenize`."""
+        return self._casing
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
     def tokenize(self, strings):
@@ -160,8 +179,8 @@ class Tokenizer(tf.Module):
     def _tokenize(self, strings, subword_tokenize):
         if self._spelling == MODERN:
             strings = modernize_graph(strings)
-        if self._lowercase_input:
-            strings = tf.strings.lower(strings, encoding="utf-8")
+        if self._casing is not None:
+            strings = normalize_casing(strings, self._casing)
         ids = tf.cast(subword_tokenize(strings), tf.int64)
         edge_shape = tf.stack([ids.nrows(), 1])
         starts = tf.fill(edge_shape, tf.constant(START_ID, tf.int64))
@@ -237,7 +256,7 @@ class SentencePieceTokenizer(Tokenizer):
     >>> tokenizer.detokenize(ids)  # tf.string [1]: "¿Dónde está?" in UTF-8
     """
 
-    def __init__(self, proto, lower_case=False, spelling=None, name=None, lowercase_input=False):
+    def __init__(self, proto, lower_case=False, spelling=None, name=None, casing=None):
         self.proto = bytes(proto)
         subword_tokenizer = keras_hub.tokenizers.SentencePieceTokenizer(
             proto=self.proto, dtype="int32"
@@ -249,18 +268,13 @@ class SentencePieceTokenizer(Tokenizer):
             lower_case=lower_case,
             spelling=spelling,
             name=name,
-            lowercase_input=lowercase_input,
+            casing=casing,
         )
 
     @classmethod
-    def from_file(cls, path, lower_case=False, spelling=None, lowercase_input=False):
+    def from_file(cls, path, lower_case=False, spelling=None, casing=None):
         with open(path, "rb") as model_file:
-            return cls(
-                model_file.read(),
-                lower_case=lower_case,
-                spelling=spelling,
-                lowercase_input=lowercase_input,
-            )
+            return cls(model_file.read(), lower_case=lower_case, spelling=spelling, casing=casing)
 
     def sampling_tokenize(self, nbest_size, alpha):
         """A `tokenize` that samples each segmentation (Kudo 2018), for training only.
@@ -332,7 +346,7 @@ class WordPieceTokenizer(Tokenizer):
         name: optional module name.
     """
 
-    def __init__(self, vocab, lower_case=False, spelling=None, name=None, lowercase_input=False):
+    def __init__(self, vocab, lower_case=False, spelling=None, name=None, casing=None):
         super().__init__(
             keras_hub.tokenizers.WordPieceTokenizer(
                 vocabulary=list(vocab),
@@ -343,16 +357,16 @@ class WordPieceTokenizer(Tokenizer):
             lower_case=lower_case,
             spelling=spelling,
             name=name,
-            lowercase_input=lowercase_input,
+            casing=casing,
         )
 
     @classmethod
-    def from_file(cls, path, lower_case=False, spelling=None, lowercase_input=False):
+    def from_file(cls, path, lower_case=False, spelling=None, casing=None):
         with open(path, encoding="utf-8", newline="") as vocab_file:
             vocab = vocab_file.read().split("\n")
         if vocab and vocab[-1] == "":
             vocab.pop()  # the final newline ends the last token
-        return cls(vocab, lower_case=lower_case, spelling=spelling, lowercase_input=lowercase_input)
+        return cls(vocab, lower_case=lower_case, spelling=spelling, casing=casing)
 
     def save(self, path):
         write_atomically(path, "".join(token + "\n" for token in self._vocab).encode("utf-8"))
@@ -409,7 +423,7 @@ def load_tokenizers(directory):
         source_settings = {
             # Both written only when set (older directories have no such keys).
             "spelling": config.get("source_spelling"),
-            "lowercase_input": config.get("source_lower_case", False),
+            "casing": config.get("source_casing"),
         }
         return tokenizer_class.from_file(
             path, lower_case=config["lower_case"], **(source_settings if source else {})
@@ -417,7 +431,7 @@ def load_tokenizers(directory):
 
     if config["shared"]:
         shared = load("shared")
-        source_transforms = config.get("source_spelling") or config.get("source_lower_case")
+        source_transforms = config.get("source_spelling") or config.get("source_casing")
         return (load("shared", source=True) if source_transforms else shared), shared
     return load("src", source=True), load("tgt")
 

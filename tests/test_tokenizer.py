@@ -342,3 +342,18 @@ def test_command_line_builds_vocabularies(tmp_path, capsys):
     assert source is not target and source.vocab_size <= 350
     output = capsys.readouterr().out
     assert PAIRS[0][0] in output and "▁" in output  # the round-trip sample and its pieces
+
+
+def test_source_casing_lowercases_all_of_a_source_or_only_one_in_capitals():
+    from model.tokenizer import normalize_casing
+
+    texts = tf.constant(
+        ["DIOS ES AMOR", "¿DÓNDE ESTÁ ÑOÑO?", "YO SOY EL QUE SOY, dijo", "Dios", "12."]
+    )
+    lowered = ["dios es amor", "¿dónde está ñoño?", "yo soy el que soy, dijo", "dios", "12."]
+    as_written = ["dios es amor", "¿dónde está ñoño?", "YO SOY EL QUE SOY, dijo", "Dios", "12."]
+    for casing, expected in (("lower", lowered), ("lower_all_caps", as_written)):
+        normalized = normalize_casing(texts, casing).numpy()
+        assert [text.decode("utf-8") for text in normalized] == expected, casing
+    with pytest.raises(ValueError, match="casing must be one of"):
+        normalize_casing(texts, "upper")

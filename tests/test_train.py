@@ -475,7 +475,7 @@ def test_separate_lower_cased_vocabularies_through_train(corpus, tmp_path):
 
 def test_a_run_with_source_noise_sampling_and_source_lowercasing(corpus, tmp_path):
     """Noise and subword sampling switch training to the in-pipeline tokenization; the run
-    learns, records source_lower_case in its tokenizer config (so evaluation and exports
+    learns, records its source casing in its tokenizer config (so evaluation and exports
     lowercase sources as training did, and only sources), and cannot resume with the pipeline
     switched off."""
     from model.tokenizer import load_tokenizers
@@ -483,23 +483,24 @@ def test_a_run_with_source_noise_sampling_and_source_lowercasing(corpus, tmp_pat
     run_dir = str(tmp_path / "run")
     robust = dict(source_noise=0.3, subword_nbest_size=-1, subword_alpha=0.2)
     dev_loss, dev_accuracy = train(
-        tiny(corpus, train_steps=60, source_lower_case=True, **robust), run_dir
+        tiny(corpus, train_steps=60, source_casing="lower", **robust), run_dir
     )
     # Chance is ~5% over the 20 words; sampled segmentations make the 60 steps learn slower
     # than the plain run's (> 0.3), still far above chance.
     assert dev_accuracy > 0.15 and dev_loss < 3.0
     tokenizer_dir = os.path.join(run_dir, artifacts.TOKENIZER_DIR)
-    assert json.load(open(os.path.join(tokenizer_dir, "tokenizer_config.json")))[
-        "source_lower_case"
-    ]
+    assert (
+        json.load(open(os.path.join(tokenizer_dir, "tokenizer_config.json")))["source_casing"]
+        == "lower"
+    )
     source, target = load_tokenizers(tokenizer_dir)
-    assert (source.lowercase_input, target.lowercase_input) == (True, False)
+    assert (source.casing, target.casing) == ("lower", None)
     text = tf.constant(["El PERRO Come"])
     assert source.detokenize(source.tokenize(text)).numpy()[0] == b"el perro come"
     assert target.detokenize(target.tokenize(text)).numpy()[0] == b"El PERRO Come"
     with pytest.raises(TrainingError, match="different source_noise: 0.3 -> 0.0"):
         train(
-            tiny(corpus, train_steps=80, source_lower_case=True, **{**robust, "source_noise": 0.0}),
+            tiny(corpus, train_steps=80, source_casing="lower", **{**robust, "source_noise": 0.0}),
             run_dir,
             resume=True,
         )

@@ -18,9 +18,10 @@ class TrainConfig:
     vocab_size: int = 8000
     shared_vocab: bool = True  # one vocabulary learned from both languages
     lower_case: bool = False  # every vocabulary lowercased: both sides, the output too
-    # The source side only (training.vocabulary.build_tokenizers): the source tokenizer
-    # lowercases its input, wherever it runs; translations keep their case.
-    source_lower_case: bool = False
+    # The source side only (training.vocabulary.build_tokenizers): keep | lower (every source
+    # lowercased) | lower_all_caps (sources written in capitals lowercased), wherever the source
+    # tokenizer runs (model.tokenizer.normalize_casing); translations keep their case.
+    source_casing: str = "keep"
     max_length: int = 128  # tokens per side, [START]/[END] included; = the positional encodings
     long_examples: str = "drop"  # drop | truncate
     # Robustness to how people type (training.noise, training.pipeline.make_text_dataset): the
@@ -150,6 +151,7 @@ CHOICES = {
     "tokenizer": ("sentencepiece", "wordpiece"),
     "subword_model": ("unigram", "bpe"),
     "long_examples": ("drop", "truncate"),
+    "source_casing": ("keep", "lower", "lower_all_caps"),
     "mixed_precision": ("none", "mixed_float16", "mixed_bfloat16"),
     "distribution": ("default", "mirrored", "multi_worker"),
 }

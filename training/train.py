@@ -59,7 +59,7 @@ FIXED_ON_RESUME = (
     "dff",
     "norm_first",
     "tie_embeddings",
-    "source_lower_case",
+    "source_casing",
     # These choose the training pipeline (tokenized up front, or in tf.data), whose iterator
     # position the checkpoints hold.
     "source_noise",

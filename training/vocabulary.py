@@ -31,10 +31,10 @@ from model.tokenizer import (
     WordPieceTokenizer,
     load_tokenizers,
     model_file,
+    normalize_casing,
     read_tokenizer_config,
 )
 from training.corpus import corpus_source_spelling
-from training.noise import lowercase
 
 logger = logging.getLogger(__name__)
 
@@ -130,7 +130,7 @@ def build_tokenizers(
     lower_case=False,
     model_type="unigram",
     source_spelling=None,
-    source_lower_case=False,
+    source_casing="keep",
 ):
     """Learns (or reloads) the source and target tokenizers.
 
@@ -151,9 +151,10 @@ def build_tokenizers(
             Spanish spelling (`training.corpus.corpus_source_spelling`): recorded in the config,
             so the source tokenizer modernizes its input (`model.tokenizer.load_tokenizers`).
             None records nothing.
-        source_lower_case: bool, lowercase the source side only: the vocabulary is learned from
-            lowercased sources (and targets as they are), and the source tokenizer lowercases
-            its input (`Tokenizer.lowercase_input`), in training, evaluation and exports alike.
+        source_casing: "keep", or how the source side's case is normalized
+            (`model.tokenizer.normalize_casing`): the vocabulary is learned from normalized
+            sources (and targets as they are), and the source tokenizer normalizes its input
+            (`Tokenizer.casing`), in training, evaluation and exports alike.
 
     Returns:
         `(source_tokenizer, target_tokenizer)`, the same object twice when `shared`.
@@ -173,9 +174,9 @@ def build_tokenizers(
     )
     if source_spelling is not None:  # absent, as in the configs written before it existed
         config["source_spelling"] = source_spelling
-    if source_lower_case:
+    if source_casing != "keep":
         # Only when set: directories written before the setting existed still match.
-        config["source_lower_case"] = True
+        config["source_casing"] = source_casing
     os.makedirs(out_dir, exist_ok=True)
     existing = read_tokenizer_config(out_dir)
     if existing is not None:
@@ -194,8 +195,9 @@ def build_tokenizers(
 
     pairs = list(pairs)
     sources = [source for source, _ in pairs]
-    if source_lower_case:
-        sources = [text.decode("utf-8") for text in lowercase(tf.constant(sources)).numpy()]
+    if source_casing != "keep":
+        normalized = normalize_casing(tf.constant(sources), source_casing)
+        sources = [text.decode("utf-8") for text in normalized.numpy()]
     targets = [target for _, target in pairs]
     texts_by_side = {"shared": sources + targets} if shared else {"src": sources, "tgt": targets}
     for side, texts in texts_by_side.items():
@@ -223,7 +225,7 @@ def build_run_tokenizers(pairs, config, out_dir):
         lower_case=settings["lower_case"],
         model_type=settings["subword_model"],
         source_spelling=corpus_source_spelling(settings["data"]),
-        source_lower_case=settings.get("source_lower_case", False),
+        source_casing=settings.get("source_casing", "keep"),
     )
 
 
