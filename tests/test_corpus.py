@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import tensorflow_datasets as tfds
-from etils import epath
+from tensorflow_datasets.core.download import downloader as tfds_downloader
 
 from tests.corpus_fixtures import (
     COMMA_JOHANNEUM,
@@ -478,9 +478,6 @@ class CorpusTestTinyTranslate(tfds.core.GeneratorBasedBuilder):
     """A two-language dataset built locally, shaped like ted_hrlr_translate."""
 
     VERSION = tfds.core.Version("1.0.0")
-    # TFDS otherwise derives this from the module's package, which for a test
-    # module needs the optional `importlib_resources` package.
-    code_path = epath.Path(__file__)
 
     def _info(self):
         return tfds.core.DatasetInfo(
@@ -503,9 +500,6 @@ class CorpusTestUnreachableTranslate(tfds.core.GeneratorBasedBuilder):
     """Downloads its data from URL, which the test points at a local server."""
 
     VERSION = tfds.core.Version("1.0.0")
-    # TFDS otherwise derives this from the module's package, which for a test
-    # module needs the optional `importlib_resources` package.
-    code_path = epath.Path(__file__)
     URL = ""
 
     def _info(self):
@@ -570,6 +564,32 @@ def test_load_tfds_pairs_real_dataset_not_downloaded_is_a_clear_error(tmp_path):
     message = str(error.value)
     assert "'ted_hrlr_translate/pt_to_en'" in message and "not available locally" in message
     assert "--data" in message and "--tfds_data_dir" in message
+
+
+def test_the_real_ted_hrlr_builder_offline_fails_at_the_network(tmp_path, monkeypatch):
+    # TFDS retries a failed request 10 times with exponential backoff (minutes offline): once here.
+    monkeypatch.setattr(tfds_downloader, "MAX_RETRIES", 0)
+    with pytest.raises(CorpusError) as error:
+        loading.load_tfds_pairs("ted_hrlr_translate/pt_to_en", "train", data_dir=tmp_path)
+    message = str(error.value)
+    # The catalogue's builder got as far as its download (no missing module on the way).
+    assert message.startswith(
+        "downloading TFDS dataset 'ted_hrlr_translate/pt_to_en' failed (ConnectionError: "
+    ), message
+    assert "phontron.com" in message and "No module named" not in message
+    assert "--data" in message and "--tfds_data_dir" in message
+
+
+def test_a_missing_module_while_preparing_is_not_called_a_failed_download(tmp_path):
+    class CorpusTestNeedsAModule(CorpusTestTinyTranslate):
+        def _split_generators(self, dl_manager):
+            import no_such_corpus_module  # noqa: F401
+
+    with pytest.raises(CorpusError) as error:
+        loading.load_tfds_pairs("corpus_test_needs_a_module", "train", data_dir=tmp_path)
+    message = str(error.value)
+    assert "needs the Python module 'no_such_corpus_module'" in message, message
+    assert "downloading" not in message and "requirements.txt" in message
 
 
 def test_ted_hrlr_supervised_keys_are_pt_to_en(tmp_path):

@@ -11,12 +11,14 @@ import time
 import numpy as np
 import pytest
 import tensorflow as tf
+import tensorflow_datasets as tfds
 
 from model import Transformer
 from tests.training_cli import run_training_cli
 from training import artifacts
 from training.config import TrainConfig, resolve_config
 from training.losses import masked_token_losses
+from training.toy_corpus import word_for_word_pairs
 from training.train import Trainer, TrainingError, main, train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -471,3 +473,60 @@ def test_separate_lower_cased_vocabularies_through_train(corpus, tmp_path):
     assert round_trip(target, "The DOG eats") == "the dog eats"
     model, *_ = artifacts.load_trained(run_dir)
     assert model.get_config()["input_vocab_size"] == source.vocab_size
+
+
+class TrainTestToyTranslate(tfds.core.GeneratorBasedBuilder):
+    """The word-for-word toy corpus as a TFDS dataset, with ted_hrlr_translate's split names."""
+
+    VERSION = tfds.core.Version("1.0.0")
+
+    def _info(self):
+        return tfds.core.DatasetInfo(
+            builder=self,
+            features=tfds.features.FeaturesDict(
+                {"es": tfds.features.Text(), "en": tfds.features.Text()}
+            ),
+            supervised_keys=("es", "en"),
+        )
+
+    def _split_generators(self, dl_manager):
+        return {
+            split: self._generate_examples(word_for_word_pairs(count, seed))
+            for split, count, seed in (("train", 600, 0), ("validation", 40, 1), ("test", 40, 2))
+        }
+
+    def _generate_examples(self, pairs):
+        for index, (es, en) in enumerate(pairs):
+            yield index, {"es": es, "en": en}
+
+
+def test_a_prepared_tfds_directory_trains_and_evaluates_offline(tmp_path):
+    tfds_dir = tmp_path / "tensorflow_datasets"
+    TrainTestToyTranslate(data_dir=str(tfds_dir)).download_and_prepare()
+    run_dir = tmp_path / "run"
+    # A fresh process knows no builder class: TFDS reads the prepared files alone, as it would
+    # from a directory copied from a machine with network access.
+    result = run_training_cli(
+        "--preset", "tiny", "--data", "tfds:train_test_toy_translate", "--tfds_data_dir",
+        str(tfds_dir), "--run_dir", str(run_dir), "--train_steps", "2",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "600 train pairs, 40 dev pairs" in result.stderr
+    assert artifacts.read_config(str(run_dir))["tfds_data_dir"] == str(tfds_dir)
+    # Evaluation reads the test split from the run's own TFDS directory, or from --tfds_data_dir.
+    evaluate = [
+        sys.executable,
+        "-m",
+        "training.evaluate",
+        "--run_dir",
+        str(run_dir),
+        "--limit",
+        "3",
+    ]
+    evaluated = subprocess.run(evaluate, cwd=ROOT, capture_output=True, text=True)
+    assert evaluated.returncode == 0, evaluated.stderr[-2000:]
+    assert "3 sentences, greedy" in evaluated.stdout
+    elsewhere = ["--tfds_data_dir", str(tmp_path / "empty")]
+    evaluated = subprocess.run(evaluate + elsewhere, cwd=ROOT, capture_output=True, text=True)
+    assert evaluated.returncode == 1
+    assert "unknown TFDS dataset 'train_test_toy_translate'" in evaluated.stderr

@@ -11,6 +11,7 @@ class TrainConfig:
 
     # Data and vocabulary.
     data: str = "bible"  # bible | DIR with train/dev/test.tsv | FILE.tsv | tfds:NAME
+    tfds_data_dir: str = ""  # TFDS data directory for tfds:NAME ("": TFDS's, ~/tensorflow_datasets)
     tokenizer: str = "sentencepiece"  # sentencepiece | wordpiece (model/tokenizer.py)
     subword_model: str = "unigram"  # SentencePiece's unigram | bpe
     vocab_size: int = 8000

@@ -116,6 +116,7 @@ def evaluate(
     output_dir=None,
     data=None,
     export_dir=None,
+    tfds_data_dir=None,
 ):
     """Translates `split` of the run's corpus (or `data`), scores it, writes the outputs.
 
@@ -125,6 +126,7 @@ def evaluate(
             `training.artifacts.decoding_options`; an export always uses its own).
         export_dir: an exported SavedModel version (`<export_base>/<model>/<version>`), scored
             through its signatures instead of a run directory.
+        tfds_data_dir: TFDS data directory for a `tfds:NAME` corpus (default: the run's own).
 
     Returns:
         the report dict (also written as `<split>.<decoding>.report.json`).
@@ -143,7 +145,8 @@ def evaluate(
         source = run_dir
     if not (data or config.get("data")):
         raise ValueError(f"{source} does not say which corpus it was trained on: pass data.")
-    pairs = load_pairs(data or config["data"], split)[:limit]
+    tfds_data_dir = tfds_data_dir or config.get("tfds_data_dir") or None
+    pairs = load_pairs(data or config["data"], split, tfds_data_dir=tfds_data_dir)[:limit]
     sources = [source_text for source_text, _ in pairs]
     references = [target for _, target in pairs]
     started = time.time()
@@ -186,6 +189,9 @@ def main(argv=None):
     where.add_argument("--export_dir", help="an exported SavedModel version directory")
     parser.add_argument("--split", default="test", choices=("train", "dev", "test"))
     parser.add_argument("--data", help="corpus to evaluate on (default: the run's own)")
+    parser.add_argument(
+        "--tfds_data_dir", help="TFDS data directory for a tfds:NAME corpus (default: the run's)"
+    )
     parser.add_argument("--beam_width", type=int, default=1, help="1 = greedy")
     parser.add_argument(
         "--alpha",
@@ -212,6 +218,7 @@ def main(argv=None):
             args.output_dir,
             args.data,
             args.export_dir,
+            args.tfds_data_dir,
         )
     except (CorpusError, FileNotFoundError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)

@@ -125,8 +125,9 @@ def check_run_directory(run_dir, config, resume):
 
 def load_corpus_splits(config):
     try:
-        train_pairs = load_pairs(config.data, "train")
-        dev_pairs = load_pairs(config.data, "dev")
+        tfds_data_dir = config.tfds_data_dir or None
+        train_pairs = load_pairs(config.data, "train", tfds_data_dir=tfds_data_dir)
+        dev_pairs = load_pairs(config.data, "dev", tfds_data_dir=tfds_data_dir)
     except CorpusError as error:
         raise TrainingError(str(error)) from error
     logger.info(

@@ -107,6 +107,12 @@ def load_tfds_pairs(
         )
         try:
             builder.download_and_prepare()
+        except ImportError as exc:  # not a download failure: a dependency is missing
+            raise CorpusError(
+                f"preparing TFDS dataset {name!r} needs the Python module {exc.name!r}, which is "
+                "not installed; install the pinned requirements (.venv/bin/python -m pip install "
+                f"-r requirements.txt) or {hint}"
+            ) from exc
         except Exception as exc:  # network errors surface as many different types
             raise CorpusError(
                 f"downloading TFDS dataset {name!r} failed ({type(exc).__name__}: {exc}); {hint}"
