@@ -29,7 +29,7 @@ import tempfile
 
 START_UP_NOTICES = re.compile(
     rb"^(WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR"
-    rb"|[IW]\d{4} [\d:. ]+\d+ (port|cudart_stub|cpu_feature_guard)\.cc:\d+\] "
+    rb"|[IW]\d{4} [\d:. ]+\d+ (port|cudart_stub|cpu_feature_guard|mlir_graph_optimization_pass)\.cc:\d+\] "
     rb"|E\d{4} [\d:. ]+\d+ cuda_platform\.cc:\d+\] failed call to cuInit: .*"
     rb"(UNKNOWN ERROR \(303\)|CUDA_ERROR_NO_DEVICE)"
     rb"|E\d{4} [\d:. ]+\d+ util\.cc:\d+\] oneDNN supports DT_INT64 only on platforms with AVX-512"

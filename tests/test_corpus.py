@@ -623,6 +623,24 @@ def test_load_pairs_from_directory_single_file_and_bible_dir(tmp_path):
     assert parts == splitting.split_single_file(pairs)
 
 
+def test_a_single_file_corpus_reports_each_bad_line_once(tmp_path, caplog):
+    path = tmp_path / "pairs.tsv"
+    good = "".join(f"frase {n}\tsentence {n}\n" for n in range(200))
+    path.write_text(good + "sin tabulador\n", encoding="utf-8")
+    with caplog.at_level(logging.WARNING, logger="training.corpus"):
+        splits = {split: loading.load_pairs(str(path), split) for split in ("train", "dev", "test")}
+    assert sum(map(len, splits.values())) == 200
+    assert [record.getMessage() for record in caplog.records] == [
+        f"skipping malformed line {path}:201: no tab: expected 'source<TAB>target'"
+    ]
+    # An edited file is read again.
+    path.write_text(good + "uno\tdos\ttres\n", encoding="utf-8")
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="training.corpus"):
+        assert loading.load_pairs(str(path), "train") == splits["train"]
+    assert [f"{path}:201: 2 tabs" in record.getMessage() for record in caplog.records] == [True]
+
+
 def test_load_pairs_unknown_spec_names_it(tmp_path):
     not_tsv = tmp_path / "notes.txt"
     not_tsv.write_text("Hola\tHello\n")

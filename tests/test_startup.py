@@ -39,6 +39,8 @@ def test_the_filter_keeps_real_warnings_and_errors():
         b"WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\n"
         b"I0000 00:00:1795421525.186206   20892 port.cc:153] oneDNN custom operations are on.\n"
         b"I0000 00:00:1795421525.186206   20892 cudart_stub.cc:31] Could not find cuda drivers\n"
+        b"I0000 00:00:1795576029.419183   12642 mlir_graph_optimization_pass.cc:437] MLIR V1 "
+        b"optimization pass is not enabled\n"
         b"E0000 00:00:1795421525.186206   20892 cuda_platform.cc:52] failed call to cuInit: "
         b"INTERNAL: CUDA error: Failed call to cuInit: UNKNOWN ERROR (303)\n"
         b"E0000 00:00:1795575448.137811    4206 util.cc:131] oneDNN supports DT_INT64 only on "

@@ -444,6 +444,31 @@ def test_config_file_sits_between_the_preset_and_the_flags(corpus, tmp_path, cap
     assert not os.path.exists(tmp_path / "r")
 
 
+def test_a_malformed_config_file_is_named_with_its_line(tmp_path, capsys):
+    config_file = tmp_path / "settings.json"
+    config_file.write_text('{\n  "d_model": 48\n  "dropout": 0.2\n}\n')
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--preset", "tiny", "--config", str(config_file), "--run_dir", str(tmp_path / "r")])
+    assert exit_info.value.code == 2
+    assert f"{config_file}:3: not valid JSON: Expecting ',' delimiter" in capsys.readouterr().err
+    config_file.write_text("[1, 2]")
+    with pytest.raises(ValueError, match=f"{config_file}: expected a JSON object"):
+        resolve_config("tiny", str(config_file))
+
+
+def test_help_shows_every_presets_values(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    help_text = " ".join(capsys.readouterr().out.split())  # unwrapped
+    assert "--train_steps TRAIN_STEPS (tiny: 40, demo: 750, small: 2600, base: 100000)" in help_text
+    assert (
+        "--norm_first NORM_FIRST (tiny: False, demo: True, small: False, base: False)" in help_text
+    )
+    assert "--seed SEED (every preset: 0)" in help_text
+    assert "tiny | demo | small | base (default: small)" in help_text
+    assert "(default: None)" not in help_text
+
+
 def test_long_examples_truncate_keeps_what_drop_would_discard(corpus, tmp_path):
     """Every toy sentence is at least 5 tokens with [START]/[END]: max_length 4 drops them all,
     and truncation keeps them all."""

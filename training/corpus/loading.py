@@ -23,6 +23,7 @@ and deduplication in `training.corpus.splitting`.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from pathlib import Path
@@ -131,6 +132,13 @@ def load_tfds_pairs(
 # --------------------------------------------------------------------- entry point
 
 
+@functools.lru_cache(maxsize=1)
+def _split_file(path: Path, modified_ns: int, size: int) -> dict[str, tuple[Pair, ...]]:
+    """The splits of one `.tsv` file, read once per version of the file (the trainer asks for
+    train then dev: one read, so each malformed line is reported once)."""
+    return {split: tuple(pairs) for split, pairs in split_single_file(read_tsv(path)).items()}
+
+
 def load_pairs(
     source_spec: str,
     split: str,
@@ -178,7 +186,8 @@ def load_pairs(
             raise CorpusError(f"corpus directory {path} has no {split}.tsv")
         return read_tsv(split_file)
     if path.is_file() and path.suffix.lower() == ".tsv":
-        pairs = split_single_file(read_tsv(path))[split]
+        status = path.stat()
+        pairs = list(_split_file(path.resolve(), status.st_mtime_ns, status.st_size)[split])
         if not pairs:
             raise CorpusError(
                 f"the {split} part split off {path} is empty (corpus too small for a "
