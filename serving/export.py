@@ -321,6 +321,7 @@ def main(argv=None):
     )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    artifacts.require_trained_run(args.run_dir)
     run_options = artifacts.decoding_options(args.run_dir)
     try:
         options = DecodingOptions(

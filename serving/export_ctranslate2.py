@@ -236,6 +236,7 @@ def main(argv=None):
         parser.error("--vocab_mapping is not supported: the run's vocabularies are used whole.")
     if os.path.exists(args.output_dir) and not args.force:
         parser.error(f"{args.output_dir} already exists; pass --force to replace it.")
+    artifacts.require_trained_run(args.run_dir)
     model, source_tokenizer, target_tokenizer, _ = artifacts.load_trained(args.run_dir)
     converter = TransformerConverter(model, source_tokenizer.vocab, target_tokenizer.vocab)
     output_dir = converter.convert_from_args(args)

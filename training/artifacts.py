@@ -18,6 +18,7 @@ import json
 import logging
 import os
 import re
+import sys
 
 import keras
 
@@ -186,6 +187,17 @@ def select_weights(run_dir):
     if checkpoint_path is None:
         raise FileNotFoundError(f"{run_dir} has neither {MODEL_FILE} nor a checkpoint.")
     return checkpoint_path, f"checkpoint {os.path.basename(checkpoint_path)}"
+
+
+def require_trained_run(run_dir):
+    """For command lines: exits with status 2 and one `error: ...` line on stderr unless
+    `run_dir` is a training run with weights to load (`read_config`, `select_weights`)."""
+    try:
+        read_config(run_dir)
+        select_weights(run_dir)
+    except FileNotFoundError as error:
+        print(f"error: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 def load_trained(run_dir):
