@@ -42,6 +42,11 @@ DECODING_FILE = "decoding.json"
 # The trained model committed to the repository (`training.bundle`, `make pretrained`), relative
 # to the repository root: `make demo` serves it and the notebooks fall back on it.
 PRETRAINED_RUN = os.path.join("pretrained", "bible-es-en")
+# A bundle's model card (`training.bundle`): what tells a bundle from a run of one's own.
+BUNDLE_CARD_FILE = "README.md"
+# Where `training.evaluate` writes the outputs of evaluating a bundle (+ the bundle's name), so
+# that the bundle's committed files stay as they are.
+BUNDLE_EVAL_BASE = os.path.join("runs", "eval")
 
 logger = logging.getLogger(__name__)
 
@@ -149,6 +154,11 @@ def _checkpoint_with_info(directory, info_file_name):
         return None
     with open(os.path.join(directory, info_file_name), encoding="utf-8") as info_file:
         return path, json.load(info_file)
+
+
+def is_bundle(run_dir):
+    """Whether `run_dir` is a packaged model (`training.bundle`) rather than a training run."""
+    return os.path.isfile(os.path.join(run_dir, BUNDLE_CARD_FILE))
 
 
 def decoding_options(run_dir):

@@ -32,8 +32,6 @@ from training import artifacts
 from training.curves import plot_training_curves
 from training.evaluate import evaluate
 
-BUNDLE_README = "README.md"
-
 
 def directory_bytes(path):
     return sum(
@@ -109,7 +107,9 @@ def bundle(run_dir, output_dir, reproduce, beam_width=4, alpha=0.6, notes=""):
             for width in (1, beam_width)
         ]
         card = model_card(config, weights, reports, reproduce, directory_bytes(staging), notes)
-        with open(os.path.join(staging, BUNDLE_README), "w", encoding="utf-8") as handle:
+        with open(
+            os.path.join(staging, artifacts.BUNDLE_CARD_FILE), "w", encoding="utf-8"
+        ) as handle:
             handle.write(card)
         previous = None
         if os.path.exists(output_dir):

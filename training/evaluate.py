@@ -2,7 +2,8 @@
 
 Reports sacreBLEU's BLEU and chrF on detokenized text, with their signatures so the numbers can
 be compared with other systems, and writes the hypotheses and a JSON report to
-`<run_dir>/eval/` (or `--output_dir`).
+`<run_dir>/eval/` (or `--output_dir`); for a bundled model such as `pretrained/bible-es-en`,
+whose `eval/` is committed, to `runs/eval/<name>/` instead.
 
 A run directory is translated by `model.translator.Translator`, the same code (tokenization,
 truncation, output-length bound, decoding, detokenization) that the export's signatures run, so
@@ -106,6 +107,18 @@ def score(hypotheses, references):
     }
 
 
+def default_output_dir(run_dir=None, export_dir=None):
+    """`<run_dir>/eval`; `runs/eval/<name>` for a bundle (its committed `eval/` stays as it is);
+    for an export, next to its versions, not inside one (TF Serving ignores the non-numeric name):
+    `<model dir>/eval/<version>`."""
+    if export_dir is not None:
+        export_dir = os.path.normpath(export_dir)
+        return os.path.join(os.path.dirname(export_dir), "eval", os.path.basename(export_dir))
+    if artifacts.is_bundle(run_dir):
+        return os.path.join(artifacts.BUNDLE_EVAL_BASE, os.path.basename(os.path.normpath(run_dir)))
+    return os.path.join(run_dir, "eval")
+
+
 def evaluate(
     run_dir=None,
     split="test",
@@ -163,16 +176,7 @@ def evaluate(
         **score(hypotheses, references),
     }
     if output_dir is None:
-        # Next to an export's versions, not inside one: TF Serving ignores the non-numeric name.
-        output_dir = (
-            os.path.join(run_dir, "eval")
-            if export_dir is None
-            else os.path.join(
-                os.path.dirname(os.path.normpath(export_dir)),
-                "eval",
-                os.path.basename(os.path.normpath(export_dir)),
-            )
-        )
+        output_dir = default_output_dir(run_dir, export_dir)
     os.makedirs(output_dir, exist_ok=True)
     stem = f"{split}.{'greedy' if beam_width == 1 else f'beam{beam_width}'}"
     with open(os.path.join(output_dir, f"{stem}.hyp.txt"), "w", encoding="utf-8") as handle:
@@ -202,7 +206,9 @@ def main(argv=None):
     parser.add_argument("--batch_size", type=int, default=BATCH_SIZE)
     parser.add_argument("--limit", type=int, help="only the first N sentences")
     parser.add_argument(
-        "--output_dir", help="default <run_dir>/eval, or <model dir>/eval/<version> for an export"
+        "--output_dir",
+        help="default <run_dir>/eval (runs/eval/<name> for a bundled model such as "
+        "pretrained/bible-es-en), or <model dir>/eval/<version> for an export",
     )
     args = parser.parse_args(argv)
     if args.beam_width < 1:
