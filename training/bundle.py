@@ -1,6 +1,6 @@
 """Package a trained run as a self-contained pretrained model directory, with its evaluation.
 
-`python -m training.bundle --run_dir runs/bundle --output_dir pretrained/bible-es-en
+`.venv/bin/python -m training.bundle --run_dir runs/bundle --output_dir pretrained/bible-es-en
 --reproduce "make pretrained"` writes:
 
     <output_dir>/
@@ -41,7 +41,11 @@ def directory_bytes(path):
     )
 
 
-def model_card(config, weights, reports, reproduce, size_bytes, notes=""):
+def model_card(
+    config, weights, reports, reproduce, size_bytes, notes="", bundle_dir=artifacts.PRETRAINED_RUN
+):
+    """The bundle's README.md; its commands run from the repository root as written."""
+    name = os.path.basename(os.path.normpath(bundle_dir))
     lines = [
         "# Pretrained Spanish→English Transformer (Bible corpus)",
         "",
@@ -65,6 +69,16 @@ def model_card(config, weights, reports, reproduce, size_bytes, notes=""):
         "chrF signature: `" + reports[0]["chrf_signature"] + "`.",
         "",
         *([notes, ""] if notes else []),
+        "## Use",
+        "",
+        "From the repository root, after the README's Quickstart:",
+        "",
+        "```bash",
+        f"make export RUN_DIR={bundle_dir}      # exports/translator/<next version>/",
+        f"make evaluate RUN_DIR={bundle_dir}    # its test-split scores, into runs/eval/{name}/",
+        f".venv/bin/python -m training.evaluate --run_dir {bundle_dir} --beam_width 4",
+        "```",
+        "",
         "## Recipe",
         "",
         settings,
@@ -106,7 +120,9 @@ def bundle(run_dir, output_dir, reproduce, beam_width=4, alpha=0.6, notes=""):
             evaluate(staging, "test", width, alpha, output_dir=os.path.join(staging, "eval"))
             for width in (1, beam_width)
         ]
-        card = model_card(config, weights, reports, reproduce, directory_bytes(staging), notes)
+        card = model_card(
+            config, weights, reports, reproduce, directory_bytes(staging), notes, output_dir
+        )
         with open(
             os.path.join(staging, artifacts.BUNDLE_CARD_FILE), "w", encoding="utf-8"
         ) as handle:
