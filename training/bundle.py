@@ -61,7 +61,7 @@ def model_card(
             f"{report['sentences']} | `{report['bleu_signature'].replace('|', chr(92) + '|')}` |"
         )
     settings = ", ".join(
-        f"{name}={value}" for name, value in config.items() if name not in ("data",)
+        f"{name}={value}" for name, value in config.items() if name not in ("data", "tfds_data_dir")
     )
     lines += [
         "",
