@@ -9,6 +9,16 @@ UNKNOWN ERROR (303)", which reads as an error to a new user. Every CLI and noteb
 set-up run here once, with file descriptor 2 captured; every captured line that is not one of
 those notices is written back to stderr afterwards, so real warnings and errors still show.
 `TF_CPP_MIN_LOG_LEVEL=0` asks for everything: nothing is filtered then.
+
+One more notice comes later, at the first graph holding an int64 `Transpose` (the tokenizer's
+ragged `tf.concat` along axis 1 transposes int64 row indices): oneDNN's graph rewrite finds no
+oneDNN kernel for that dtype and logs, once per process (`DataTypeUnsupportedWarning`,
+tensorflow/core/util/util.cc), "E... oneDNN supports DT_INT64 only on platforms with AVX-512.
+Falling back to the default Eigen-based implementation", on every CPU, AVX-512 or not. It is
+triggered here while stderr is captured, in a graph of its own run by a `tf.compat.v1.Session`
+(which leaves the eager runtime uninitialized, so thread and device settings can still be made),
+and so never prints again. The same once-only message would have reported a bfloat16 or float16
+fallback; `--mixed_precision mixed_bfloat16` on a CPU without AVX-512 runs in Eigen silently.
 """
 
 import logging
@@ -19,9 +29,10 @@ import tempfile
 
 START_UP_NOTICES = re.compile(
     rb"^(WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR"
-    rb"|[IW]\d{4} [\d:. ]+\d+ (port|cudart_stub|cpu_feature_guard)\.cc:\d+\] "
+    rb"|[IW]\d{4} [\d:. ]+\d+ (port|cudart_stub|cpu_feature_guard|mlir_graph_optimization_pass)\.cc:\d+\] "
     rb"|E\d{4} [\d:. ]+\d+ cuda_platform\.cc:\d+\] failed call to cuInit: .*"
     rb"(UNKNOWN ERROR \(303\)|CUDA_ERROR_NO_DEVICE)"
+    rb"|E\d{4} [\d:. ]+\d+ util\.cc:\d+\] oneDNN supports DT_INT64 only on platforms with AVX-512"
     rb"|To enable the following instructions: .* rebuild TensorFlow with the appropriate compiler)"
 )
 
@@ -31,6 +42,15 @@ def filter_start_up_notices(captured):
     return b"".join(
         line for line in captured.splitlines(keepends=True) if not START_UP_NOTICES.match(line)
     )
+
+
+def _log_the_once_only_onednn_notice(tf):
+    """Runs an int64 `Transpose`, which makes oneDNN's graph rewrite log its once-only notice."""
+    graph = tf.Graph()
+    with graph.as_default():
+        transposed = tf.transpose(tf.constant([[0]], tf.int64))
+    with tf.compat.v1.Session(graph=graph) as session:
+        session.run(transposed)
 
 
 def import_tensorflow_quietly():
@@ -55,6 +75,7 @@ def import_tensorflow_quietly():
             import tensorflow as tf
 
             tf.config.list_physical_devices()  # the cuInit notice comes from here
+            _log_the_once_only_onednn_notice(tf)
         finally:
             os.dup2(saved_stderr, 2)
             os.close(saved_stderr)

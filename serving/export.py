@@ -222,6 +222,8 @@ def make_export_info(model, source_tokenizer, target_tokenizer, options, run_con
         "max_output_tokens": int(model.pe_target) - 1,
         "source_vocab_size": source_tokenizer.vocab_size,
         "target_vocab_size": target_tokenizer.vocab_size,
+        # What the source tokenizer reads: evaluation shows the corpus in this spelling.
+        "source_spelling": source_tokenizer.spelling,
         "run_config": run_config,
         "tensorflow_version": tf.__version__,
         "keras_version": keras.__version__,
@@ -321,6 +323,7 @@ def main(argv=None):
     )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    artifacts.require_trained_run(args.run_dir)
     run_options = artifacts.decoding_options(args.run_dir)
     try:
         options = DecodingOptions(

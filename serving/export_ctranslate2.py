@@ -56,6 +56,7 @@ import tensorflow as tf
 from ctranslate2.converters import Converter
 from ctranslate2.specs import common_spec, transformer_spec
 
+from model.decoding import max_output_length
 from model.special_tokens import END_ID, PAD_ID, START_ID, UNK_ID
 from training import artifacts
 
@@ -64,6 +65,29 @@ def decoding_options(target_vocab):
     """`translate_batch` keyword arguments that make CTranslate2 decode as the project does:
     padding never emitted (our decoders give [PAD] a log-probability of -1e9)."""
     return {"suppress_sequences": [[target_vocab[PAD_ID]]]}
+
+
+def greedy_options(run_dir, target_vocab, pieces):
+    """`translate_batch` keyword arguments that decode the batch `pieces` (`source_pieces`) as
+    the project's greedy decoding does: a beam of 1 (CTranslate2's default is 2), no [PAD]
+    (`decoding_options`), sources cut to the model's positions, and the run's output-length bound
+    for the batch's longest source (`model.decoding.max_output_length`, the run's decoding.json).
+    """
+    positions = artifacts.read_config(run_dir)["max_length"]
+    options = artifacts.decoding_options(run_dir)
+    longest = min(max(map(len, pieces), default=0) + 2, positions)  # with [START] and [END]
+    bound = max_output_length(
+        tf.ones([1, longest], tf.int32),
+        options.max_length_ratio,
+        options.max_length_offset,
+        limit=positions - 1,
+    )
+    return {
+        "beam_size": 1,
+        "max_input_length": positions,
+        "max_decoding_length": int(bound),
+        **decoding_options(target_vocab),
+    }
 
 
 def _check_vocab(vocab, side, model_size):
@@ -236,14 +260,22 @@ def main(argv=None):
         parser.error("--vocab_mapping is not supported: the run's vocabularies are used whole.")
     if os.path.exists(args.output_dir) and not args.force:
         parser.error(f"{args.output_dir} already exists; pass --force to replace it.")
+    artifacts.require_trained_run(args.run_dir)
     model, source_tokenizer, target_tokenizer, _ = artifacts.load_trained(args.run_dir)
     converter = TransformerConverter(model, source_tokenizer.vocab, target_tokenizer.vocab)
     output_dir = converter.convert_from_args(args)
     print(
         f"CTranslate2 model ({args.quantization or 'float32'} weights) written to {output_dir}.\n"
-        f"  ctranslate2.Translator({output_dir!r}).translate_batch(pieces, "
-        f"suppress_sequences=[[{target_tokenizer.vocab[PAD_ID]!r}]]),\n"
-        "  with pieces from serving.export_ctranslate2.source_pieces(tokenizer, texts)."
+        f"  ctranslate2.Translator({output_dir!r}).translate_batch(pieces, **greedy_options("
+        f"{args.run_dir!r}, target_tokenizer.vocab, pieces))\n"
+        "  translates as the project's greedy decoding (beam_size=1: CTranslate2's default is a "
+        "beam of 2),\n"
+        "  with pieces = source_pieces(source_tokenizer, texts) (serving.export_ctranslate2) and\n"
+        "  source_tokenizer, target_tokenizer = model.tokenizer.load_tokenizers("
+        f"{os.path.join(args.run_dir, artifacts.TOKENIZER_DIR)!r});\n"
+        "  back to text: target_tokenizer.detokenize(tf.ragged.constant(target_ids("
+        "target_tokenizer.vocab, [r.hypotheses[0] for r in results]), tf.int64)).\n"
+        "  README.md (CTranslate2) has the whole recipe."
     )
 
 

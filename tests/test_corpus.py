@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import tensorflow_datasets as tfds
-from etils import epath
+from tensorflow_datasets.core.download import downloader as tfds_downloader
 
 from model.spelling import modernize
 from tests.corpus_fixtures import (
@@ -481,9 +481,6 @@ class CorpusTestTinyTranslate(tfds.core.GeneratorBasedBuilder):
     """A two-language dataset built locally, shaped like ted_hrlr_translate."""
 
     VERSION = tfds.core.Version("1.0.0")
-    # TFDS otherwise derives this from the module's package, which for a test
-    # module needs the optional `importlib_resources` package.
-    code_path = epath.Path(__file__)
 
     def _info(self):
         return tfds.core.DatasetInfo(
@@ -506,9 +503,6 @@ class CorpusTestUnreachableTranslate(tfds.core.GeneratorBasedBuilder):
     """Downloads its data from URL, which the test points at a local server."""
 
     VERSION = tfds.core.Version("1.0.0")
-    # TFDS otherwise derives this from the module's package, which for a test
-    # module needs the optional `importlib_resources` package.
-    code_path = epath.Path(__file__)
     URL = ""
 
     def _info(self):
@@ -575,6 +569,32 @@ def test_load_tfds_pairs_real_dataset_not_downloaded_is_a_clear_error(tmp_path):
     assert "--data" in message and "--tfds_data_dir" in message
 
 
+def test_the_real_ted_hrlr_builder_offline_fails_at_the_network(tmp_path, monkeypatch):
+    # TFDS retries a failed request 10 times with exponential backoff (minutes offline): once here.
+    monkeypatch.setattr(tfds_downloader, "MAX_RETRIES", 0)
+    with pytest.raises(CorpusError) as error:
+        loading.load_tfds_pairs("ted_hrlr_translate/pt_to_en", "train", data_dir=tmp_path)
+    message = str(error.value)
+    # The catalogue's builder got as far as its download (no missing module on the way).
+    assert message.startswith(
+        "downloading TFDS dataset 'ted_hrlr_translate/pt_to_en' failed (ConnectionError: "
+    ), message
+    assert "phontron.com" in message and "No module named" not in message
+    assert "--data" in message and "--tfds_data_dir" in message
+
+
+def test_a_missing_module_while_preparing_is_not_called_a_failed_download(tmp_path):
+    class CorpusTestNeedsAModule(CorpusTestTinyTranslate):
+        def _split_generators(self, dl_manager):
+            import no_such_corpus_module  # noqa: F401
+
+    with pytest.raises(CorpusError) as error:
+        loading.load_tfds_pairs("corpus_test_needs_a_module", "train", data_dir=tmp_path)
+    message = str(error.value)
+    assert "needs the Python module 'no_such_corpus_module'" in message, message
+    assert "downloading" not in message and "requirements.txt" in message
+
+
 def test_ted_hrlr_supervised_keys_are_pt_to_en(tmp_path):
     assert tfds.builder(
         "ted_hrlr_translate/pt_to_en", data_dir=str(tmp_path)
@@ -604,6 +624,24 @@ def test_load_pairs_from_directory_single_file_and_bible_dir(tmp_path):
     parts = {split: loading.load_pairs(str(single), split) for split in tsv.SPLITS}
     assert sorted(p for part in parts.values() for p in part) == sorted(pairs)
     assert parts == splitting.split_single_file(pairs)
+
+
+def test_a_single_file_corpus_reports_each_bad_line_once(tmp_path, caplog):
+    path = tmp_path / "pairs.tsv"
+    good = "".join(f"frase {n}\tsentence {n}\n" for n in range(200))
+    path.write_text(good + "sin tabulador\n", encoding="utf-8")
+    with caplog.at_level(logging.WARNING, logger="training.corpus"):
+        splits = {split: loading.load_pairs(str(path), split) for split in ("train", "dev", "test")}
+    assert sum(map(len, splits.values())) == 200
+    assert [record.getMessage() for record in caplog.records] == [
+        f"skipping malformed line {path}:201: no tab: expected 'source<TAB>target'"
+    ]
+    # An edited file is read again.
+    path.write_text(good + "uno\tdos\ttres\n", encoding="utf-8")
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="training.corpus"):
+        assert loading.load_pairs(str(path), "train") == splits["train"]
+    assert [f"{path}:201: 2 tabs" in record.getMessage() for record in caplog.records] == [True]
 
 
 def test_load_pairs_unknown_spec_names_it(tmp_path):

@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -182,3 +183,26 @@ def test_perturbed_evaluation_scores_perturbed_sources_against_unchanged_referen
 def test_an_unknown_perturbation_is_a_clear_error(tiny_run, capsys):
     assert main(["--run_dir", tiny_run["run_dir"], "--perturb", "shout"]) == 1
     assert "unknown perturbation 'shout'" in capsys.readouterr().err
+
+
+def test_evaluating_a_bundle_leaves_its_files_as_they_are(tiny_run, tmp_path, monkeypatch, capsys):
+    bundle = tmp_path / "pretrained" / "tiny-es-en"
+    shutil.copytree(tiny_run["run_dir"], bundle)
+    (bundle / artifacts.BUNDLE_CARD_FILE).write_text("# model card\n", encoding="utf-8")
+    (bundle / "eval").mkdir(exist_ok=True)
+    (bundle / "eval" / "test.greedy.report.json").write_text('{"bleu": 31.67}\n')
+
+    def contents():
+        return {
+            path.relative_to(bundle): path.read_bytes()
+            for path in sorted(bundle.rglob("*"))
+            if path.is_file()
+        }
+
+    before = contents()
+    monkeypatch.chdir(tmp_path)
+    assert main(["--run_dir", str(bundle), "--limit", "3"]) == 0
+    assert contents() == before
+    report = json.loads((tmp_path / "runs/eval/tiny-es-en/test.greedy.report.json").read_text())
+    assert report["sentences"] == 3 and report["run_dir"] == "tiny-es-en"
+    assert "3 sentences, greedy" in capsys.readouterr().out

@@ -13,6 +13,7 @@ import contextlib
 import io
 import json
 import os
+import re
 
 import ctranslate2
 import numpy as np
@@ -70,6 +71,7 @@ def run(request, tmp_path_factory):
         "source": source_tokenizer,
         "target": target_tokenizer,
         "translator": translator,
+        "printed": printed.getvalue(),
     }
 
 
@@ -155,6 +157,31 @@ def test_greedy_translations_equal_the_saved_model_functions(run):
     padded = tf.ragged.constant(ct2_ids).to_tensor()
     assert list(run["target"].detokenize(padded).numpy()) == list(served["translation"].numpy())
     np.testing.assert_allclose(ct2_scores, served["score"].numpy(), atol=1e-3)
+
+
+def readme_recipe():
+    """The Python block of README.md's CTranslate2 section."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(os.path.join(root, "README.md"), encoding="utf-8") as readme:
+        section = readme.read().split("### CTranslate2", 1)[1].split("\n## ", 1)[0]
+    (recipe,) = re.findall(r"```python\n(.*?)```", section, flags=re.DOTALL)
+    return recipe
+
+
+def test_the_readme_recipe_prints_the_greedy_translations(run):
+    recipe = readme_recipe()
+    paths = re.compile(r"^RUN_DIR, CT2_DIR = .*$", flags=re.MULTILINE)
+    assert len(paths.findall(recipe)) == 1
+    recipe = paths.sub(f"RUN_DIR, CT2_DIR = {str(run['run_dir'])!r}, {run['output_dir']!r}", recipe)
+    namespace = {}
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        exec(compile(recipe, "README.md (CTranslate2)", "exec"), namespace)
+    endpoints = Translator(run["model"], run["source"], run["target"])
+    greedy = endpoints.greedy(tf.constant(namespace["texts"]))["translation"].numpy()
+    assert printed.getvalue().splitlines() == [text.decode("utf-8") for text in greedy]
+    # The command line's hint says the same.
+    assert "**greedy_options(" in run["printed"] and "load_tokenizers(" in run["printed"]
 
 
 def test_beam_search_without_length_penalty_equals_ours(run):

@@ -9,6 +9,7 @@ import pytest
 
 DISTRIBUTION = "attention-translate"
 BIN_DIR = os.path.dirname(sys.executable)
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def console_scripts():
@@ -44,3 +45,23 @@ def test_console_commands_run_outside_the_repository(command, tmp_path):
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.startswith("usage:") and result.stderr == ""
+
+
+@pytest.mark.parametrize(
+    "target, status", [("export", 2), ("export-ctranslate2", 2), ("evaluate", 1)]
+)
+def test_make_targets_without_a_run_directory_say_so_in_one_line(target, status, tmp_path):
+    missing = tmp_path / "runs" / "small"
+    result = subprocess.run(
+        ["make", "-s", "-o", ".venv/.installed", target, f"RUN_DIR={missing}",
+         f"CT2_DIR={tmp_path / 'ct2'}", f"EXPORT_BASE={tmp_path / 'exports'}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )  # fmt: skip
+    lines = result.stderr.splitlines()
+    assert lines[:-1] == [
+        f"error: {missing}/config.json not found: {missing} is not a training run directory."
+    ], result.stderr[-3000:]
+    assert lines[-1].startswith("make: ***") and lines[-1].endswith(f"Error {status}")

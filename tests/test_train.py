@@ -11,12 +11,14 @@ import time
 import numpy as np
 import pytest
 import tensorflow as tf
+import tensorflow_datasets as tfds
 
 from model import Transformer
 from tests.training_cli import run_training_cli
 from training import artifacts
 from training.config import TrainConfig, resolve_config
 from training.losses import masked_token_losses
+from training.toy_corpus import word_for_word_pairs
 from training.train import Trainer, TrainingError, main, train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -442,6 +444,31 @@ def test_config_file_sits_between_the_preset_and_the_flags(corpus, tmp_path, cap
     assert not os.path.exists(tmp_path / "r")
 
 
+def test_a_malformed_config_file_is_named_with_its_line(tmp_path, capsys):
+    config_file = tmp_path / "settings.json"
+    config_file.write_text('{\n  "d_model": 48\n  "dropout": 0.2\n}\n')
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--preset", "tiny", "--config", str(config_file), "--run_dir", str(tmp_path / "r")])
+    assert exit_info.value.code == 2
+    assert f"{config_file}:3: not valid JSON: Expecting ',' delimiter" in capsys.readouterr().err
+    config_file.write_text("[1, 2]")
+    with pytest.raises(ValueError, match=f"{config_file}: expected a JSON object"):
+        resolve_config("tiny", str(config_file))
+
+
+def test_help_shows_every_presets_values(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    help_text = " ".join(capsys.readouterr().out.split())  # unwrapped
+    assert "--train_steps TRAIN_STEPS (tiny: 40, demo: 750, small: 2600, base: 100000)" in help_text
+    assert (
+        "--norm_first NORM_FIRST (tiny: False, demo: True, small: False, base: False)" in help_text
+    )
+    assert "--seed SEED (every preset: 0)" in help_text
+    assert "tiny | demo | small | base (default: small)" in help_text
+    assert "(default: None)" not in help_text
+
+
 def test_long_examples_truncate_keeps_what_drop_would_discard(corpus, tmp_path):
     """Every toy sentence is at least 5 tokens with [START]/[END]: max_length 4 drops them all,
     and truncation keeps them all."""
@@ -521,3 +548,60 @@ def test_bad_robustness_settings_are_refused(overrides, message):
     with pytest.raises(ValueError) as failure:
         resolve_config("tiny", overrides=overrides)
     assert message in str(failure.value)
+
+
+class TrainTestToyTranslate(tfds.core.GeneratorBasedBuilder):
+    """The word-for-word toy corpus as a TFDS dataset, with ted_hrlr_translate's split names."""
+
+    VERSION = tfds.core.Version("1.0.0")
+
+    def _info(self):
+        return tfds.core.DatasetInfo(
+            builder=self,
+            features=tfds.features.FeaturesDict(
+                {"es": tfds.features.Text(), "en": tfds.features.Text()}
+            ),
+            supervised_keys=("es", "en"),
+        )
+
+    def _split_generators(self, dl_manager):
+        return {
+            split: self._generate_examples(word_for_word_pairs(count, seed))
+            for split, count, seed in (("train", 600, 0), ("validation", 40, 1), ("test", 40, 2))
+        }
+
+    def _generate_examples(self, pairs):
+        for index, (es, en) in enumerate(pairs):
+            yield index, {"es": es, "en": en}
+
+
+def test_a_prepared_tfds_directory_trains_and_evaluates_offline(tmp_path):
+    tfds_dir = tmp_path / "tensorflow_datasets"
+    TrainTestToyTranslate(data_dir=str(tfds_dir)).download_and_prepare()
+    run_dir = tmp_path / "run"
+    # A fresh process knows no builder class: TFDS reads the prepared files alone, as it would
+    # from a directory copied from a machine with network access.
+    result = run_training_cli(
+        "--preset", "tiny", "--data", "tfds:train_test_toy_translate", "--tfds_data_dir",
+        str(tfds_dir), "--run_dir", str(run_dir), "--train_steps", "2",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "600 train pairs, 40 dev pairs" in result.stderr
+    assert artifacts.read_config(str(run_dir))["tfds_data_dir"] == str(tfds_dir)
+    # Evaluation reads the test split from the run's own TFDS directory, or from --tfds_data_dir.
+    evaluate = [
+        sys.executable,
+        "-m",
+        "training.evaluate",
+        "--run_dir",
+        str(run_dir),
+        "--limit",
+        "3",
+    ]
+    evaluated = subprocess.run(evaluate, cwd=ROOT, capture_output=True, text=True)
+    assert evaluated.returncode == 0, evaluated.stderr[-2000:]
+    assert "3 sentences, greedy" in evaluated.stdout
+    elsewhere = ["--tfds_data_dir", str(tmp_path / "empty")]
+    evaluated = subprocess.run(evaluate + elsewhere, cwd=ROOT, capture_output=True, text=True)
+    assert evaluated.returncode == 1
+    assert "unknown TFDS dataset 'train_test_toy_translate'" in evaluated.stderr

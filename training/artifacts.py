@@ -18,11 +18,12 @@ import json
 import logging
 import os
 import re
+import sys
 
 import keras
 
 from model import Transformer
-from model.tokenizer import load_tokenizers
+from model.tokenizer import load_tokenizers, read_tokenizer_config
 from model.translator import DecodingOptions
 
 CONFIG_FILE = "config.json"
@@ -41,6 +42,11 @@ DECODING_FILE = "decoding.json"
 # The trained model committed to the repository (`training.bundle`, `make pretrained`), relative
 # to the repository root: `make demo` serves it and the notebooks fall back on it.
 PRETRAINED_RUN = os.path.join("pretrained", "bible-es-en")
+# A bundle's model card (`training.bundle`): what tells a bundle from a run of one's own.
+BUNDLE_CARD_FILE = "README.md"
+# Where `training.evaluate` writes the outputs of evaluating a bundle (+ the bundle's name), so
+# that the bundle's committed files stay as they are.
+BUNDLE_EVAL_BASE = os.path.join("runs", "eval")
 
 logger = logging.getLogger(__name__)
 
@@ -150,6 +156,18 @@ def _checkpoint_with_info(directory, info_file_name):
         return path, json.load(info_file)
 
 
+def is_bundle(run_dir):
+    """Whether `run_dir` is a packaged model (`training.bundle`) rather than a training run."""
+    return os.path.isfile(os.path.join(run_dir, BUNDLE_CARD_FILE))
+
+
+def source_spelling(run_dir):
+    """The spelling the run's source tokenizer reads (`model.spelling.MODERN`), or None for a
+    run trained before the corpus was modernized (its tokenizer config records none)."""
+    config = read_tokenizer_config(os.path.join(run_dir, TOKENIZER_DIR))
+    return None if config is None else config.get("source_spelling")
+
+
 def decoding_options(run_dir):
     """The run's `DecodingOptions` (`decoding.json`), or the defaults when it has none."""
     path = os.path.join(run_dir, DECODING_FILE)
@@ -186,6 +204,17 @@ def select_weights(run_dir):
     if checkpoint_path is None:
         raise FileNotFoundError(f"{run_dir} has neither {MODEL_FILE} nor a checkpoint.")
     return checkpoint_path, f"checkpoint {os.path.basename(checkpoint_path)}"
+
+
+def require_trained_run(run_dir):
+    """For command lines: exits with status 2 and one `error: ...` line on stderr unless
+    `run_dir` is a training run with weights to load (`read_config`, `select_weights`)."""
+    try:
+        read_config(run_dir)
+        select_weights(run_dir)
+    except FileNotFoundError as error:
+        print(f"error: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 def load_trained(run_dir):

@@ -1,6 +1,6 @@
 """Package a trained run as a self-contained pretrained model directory, with its evaluation.
 
-`python -m training.bundle --run_dir runs/bundle --output_dir pretrained/bible-es-en
+`.venv/bin/python -m training.bundle --run_dir runs/bundle --output_dir pretrained/bible-es-en
 --reproduce "make pretrained"` writes:
 
     <output_dir>/
@@ -32,8 +32,6 @@ from training import artifacts
 from training.curves import plot_training_curves
 from training.evaluate import evaluate
 
-BUNDLE_README = "README.md"
-
 
 def directory_bytes(path):
     return sum(
@@ -43,7 +41,11 @@ def directory_bytes(path):
     )
 
 
-def model_card(config, weights, reports, reproduce, size_bytes, notes=""):
+def model_card(
+    config, weights, reports, reproduce, size_bytes, notes="", bundle_dir=artifacts.PRETRAINED_RUN
+):
+    """The bundle's README.md; its commands run from the repository root as written."""
+    name = os.path.basename(os.path.normpath(bundle_dir))
     lines = [
         "# Pretrained Spanish→English Transformer (Bible corpus)",
         "",
@@ -59,7 +61,7 @@ def model_card(config, weights, reports, reproduce, size_bytes, notes=""):
             f"{report['sentences']} | `{report['bleu_signature'].replace('|', chr(92) + '|')}` |"
         )
     settings = ", ".join(
-        f"{name}={value}" for name, value in config.items() if name not in ("data",)
+        f"{name}={value}" for name, value in config.items() if name not in ("data", "tfds_data_dir")
     )
     lines += [
         "",
@@ -67,6 +69,16 @@ def model_card(config, weights, reports, reproduce, size_bytes, notes=""):
         "chrF signature: `" + reports[0]["chrf_signature"] + "`.",
         "",
         *([notes, ""] if notes else []),
+        "## Use",
+        "",
+        "From the repository root, after the README's Quickstart:",
+        "",
+        "```bash",
+        f"make export RUN_DIR={bundle_dir}      # exports/translator/<next version>/",
+        f"make evaluate RUN_DIR={bundle_dir}    # its test-split scores, into runs/eval/{name}/",
+        f".venv/bin/python -m training.evaluate --run_dir {bundle_dir} --beam_width 4",
+        "```",
+        "",
         "## Recipe",
         "",
         settings,
@@ -108,8 +120,12 @@ def bundle(run_dir, output_dir, reproduce, beam_width=4, alpha=0.6, notes=""):
             evaluate(staging, "test", width, alpha, output_dir=os.path.join(staging, "eval"))
             for width in (1, beam_width)
         ]
-        card = model_card(config, weights, reports, reproduce, directory_bytes(staging), notes)
-        with open(os.path.join(staging, BUNDLE_README), "w", encoding="utf-8") as handle:
+        card = model_card(
+            config, weights, reports, reproduce, directory_bytes(staging), notes, output_dir
+        )
+        with open(
+            os.path.join(staging, artifacts.BUNDLE_CARD_FILE), "w", encoding="utf-8"
+        ) as handle:
             handle.write(card)
         previous = None
         if os.path.exists(output_dir):

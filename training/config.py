@@ -13,6 +13,7 @@ class TrainConfig:
 
     # Data and vocabulary.
     data: str = "bible"  # bible | DIR with train/dev/test.tsv | FILE.tsv | tfds:NAME
+    tfds_data_dir: str = ""  # TFDS data directory for tfds:NAME ("": TFDS's, ~/tensorflow_datasets)
     tokenizer: str = "sentencepiece"  # sentencepiece | wordpiece (model/tokenizer.py)
     subword_model: str = "unigram"  # SentencePiece's unigram | bpe
     vocab_size: int = 8000
@@ -170,6 +171,14 @@ def parse_bool(text):
     raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
 
 
+def preset_values_help(field):
+    """`--help` text of a setting: its value in each preset (`(tiny: 40, ..., base: 100000)`)."""
+    values = {name: preset.get(field.name, field.default) for name, preset in PRESETS.items()}
+    if len(set(values.values())) == 1:
+        return f"(every preset: {field.default!r})"
+    return "(" + ", ".join(f"{name}: {value!r}" for name, value in values.items()) + ")"
+
+
 def add_config_arguments(parser):
     """One `--name` option per TrainConfig field (default None = not given)."""
     group = parser.add_argument_group("training settings (override the preset and --config)")
@@ -181,7 +190,7 @@ def add_config_arguments(parser):
             default=None,
             choices=CHOICES.get(field.name),
             metavar=field.name.upper() if field.name not in CHOICES else None,
-            help=f"default {field.default!r} (before the preset)",
+            help=preset_values_help(field).replace("%", "%%"),
         )
 
 
@@ -196,7 +205,15 @@ def resolve_config(preset, config_file=None, overrides=None):
     values = dict(PRESETS[preset])
     if config_file:
         with open(config_file, encoding="utf-8") as handle:
-            from_file = json.load(handle)
+            try:
+                from_file = json.load(handle)
+            except json.JSONDecodeError as error:
+                raise ValueError(
+                    f"{config_file}:{error.lineno}: not valid JSON: {error.msg} "
+                    f"(column {error.colno})"
+                ) from error
+        if not isinstance(from_file, dict):
+            raise ValueError(f"{config_file}: expected a JSON object of settings")
         known = {field.name for field in dataclasses.fields(TrainConfig)}
         unknown = sorted(set(from_file) - known)
         if unknown:

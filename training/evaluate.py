@@ -2,7 +2,8 @@
 
 Reports sacreBLEU's BLEU and chrF on detokenized text, with their signatures so the numbers can
 be compared with other systems, and writes the hypotheses and a JSON report to
-`<run_dir>/eval/` (or `--output_dir`).
+`<run_dir>/eval/` (or `--output_dir`); for a bundled model such as `pretrained/bible-es-en`,
+whose `eval/` is committed, to `runs/eval/<name>/` instead.
 
 A run directory is translated by `model.translator.Translator`, the same code (tokenization,
 truncation, output-length bound, decoding, detokenization) that the export's signatures run, so
@@ -36,7 +37,7 @@ from model.translator import (
     Translator,
 )
 from training import artifacts
-from training.corpus import CorpusError, load_pairs
+from training.corpus import CorpusError, load_run_pairs
 from training.noise import PERTURBATIONS, perturbation
 
 TEXT_SPEC = tf.TensorSpec([None], tf.string)
@@ -141,6 +142,18 @@ def is_looping(hypothesis, source):
     return _loops(hypothesis) and not _loops(source)
 
 
+def default_output_dir(run_dir=None, export_dir=None):
+    """`<run_dir>/eval`; `runs/eval/<name>` for a bundle (its committed `eval/` stays as it is);
+    for an export, next to its versions, not inside one (TF Serving ignores the non-numeric name):
+    `<model dir>/eval/<version>`."""
+    if export_dir is not None:
+        export_dir = os.path.normpath(export_dir)
+        return os.path.join(os.path.dirname(export_dir), "eval", os.path.basename(export_dir))
+    if artifacts.is_bundle(run_dir):
+        return os.path.join(artifacts.BUNDLE_EVAL_BASE, os.path.basename(os.path.normpath(run_dir)))
+    return os.path.join(run_dir, "eval")
+
+
 def evaluate(
     run_dir=None,
     split="test",
@@ -152,6 +165,7 @@ def evaluate(
     data=None,
     export_dir=None,
     perturb=None,
+    tfds_data_dir=None,
 ):
     """Translates `split` of the run's corpus (or `data`), scores it, writes the outputs.
 
@@ -163,6 +177,7 @@ def evaluate(
             through its signatures instead of a run directory.
         perturb: a `training.noise` perturbation name (or "+"-composition) applied to the
             sources; None or "none": the split as written.
+        tfds_data_dir: TFDS data directory for a `tfds:NAME` corpus (default: the run's own).
 
     Returns:
         the report dict (also written as `<split>.<decoding>[.<perturb>].report.json`).
@@ -178,6 +193,7 @@ def evaluate(
         output_dir,
         data,
         export_dir,
+        tfds_data_dir,
     )[0]
 
 
@@ -192,6 +208,7 @@ def evaluate_perturbations(
     output_dir=None,
     data=None,
     export_dir=None,
+    tfds_data_dir=None,
 ):
     """`evaluate` for each name of `perturbations` ("none": as written), the model loaded once.
 
@@ -210,15 +227,20 @@ def evaluate_perturbations(
         translate_batch, info = export_translate_function(export_dir, beam_width)
         config = info.get("run_config") or {}
         alpha = info["decoding"]["alpha"]
+        source_spelling = info.get("source_spelling")
         source = export_dir
     else:
         if alpha is None:
             alpha = artifacts.decoding_options(run_dir).alpha
         translate_batch, config = run_translate_function(run_dir, beam_width, alpha)
+        source_spelling = artifacts.source_spelling(run_dir)
         source = run_dir
     if not (data or config.get("data")):
         raise ValueError(f"{source} does not say which corpus it was trained on: pass data.")
-    pairs = load_pairs(data or config["data"], split)[:limit]
+    tfds_data_dir = tfds_data_dir or config.get("tfds_data_dir") or None
+    pairs = load_run_pairs(
+        data or config["data"], split, source_spelling, tfds_data_dir=tfds_data_dir
+    )[:limit]
     references = [target for _, target in pairs]
     reports = []
     for name, function in functions.items():
@@ -252,16 +274,7 @@ def evaluate_perturbations(
 
 def _output_dir(output_dir, run_dir, export_dir):
     if output_dir is None:
-        # Next to an export's versions, not inside one: TF Serving ignores the non-numeric name.
-        output_dir = (
-            os.path.join(run_dir, "eval")
-            if export_dir is None
-            else os.path.join(
-                os.path.dirname(os.path.normpath(export_dir)),
-                "eval",
-                os.path.basename(os.path.normpath(export_dir)),
-            )
-        )
+        output_dir = default_output_dir(run_dir, export_dir)
     return output_dir
 
 
@@ -299,6 +312,9 @@ def main(argv=None):
     where.add_argument("--export_dir", help="an exported SavedModel version directory")
     parser.add_argument("--split", default="test", choices=("train", "dev", "test"))
     parser.add_argument("--data", help="corpus to evaluate on (default: the run's own)")
+    parser.add_argument(
+        "--tfds_data_dir", help="TFDS data directory for a tfds:NAME corpus (default: the run's)"
+    )
     parser.add_argument("--beam_width", type=int, default=1, help="1 = greedy")
     parser.add_argument(
         "--alpha",
@@ -309,7 +325,9 @@ def main(argv=None):
     parser.add_argument("--batch_size", type=int, default=BATCH_SIZE)
     parser.add_argument("--limit", type=int, help="only the first N sentences")
     parser.add_argument(
-        "--output_dir", help="default <run_dir>/eval, or <model dir>/eval/<version> for an export"
+        "--output_dir",
+        help="default <run_dir>/eval (runs/eval/<name> for a bundled model such as "
+        "pretrained/bible-es-en), or <model dir>/eval/<version> for an export",
     )
     parser.add_argument(
         "--perturb",
@@ -334,6 +352,7 @@ def main(argv=None):
             args.output_dir,
             args.data,
             args.export_dir,
+            args.tfds_data_dir,
         )
     except (CorpusError, FileNotFoundError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)

@@ -147,8 +147,9 @@ def check_run_directory(run_dir, config, resume):
 
 def load_corpus_splits(config):
     try:
-        train_pairs = load_pairs(config.data, "train")
-        dev_pairs = load_pairs(config.data, "dev")
+        tfds_data_dir = config.tfds_data_dir or None
+        train_pairs = load_pairs(config.data, "train", tfds_data_dir=tfds_data_dir)
+        dev_pairs = load_pairs(config.data, "dev", tfds_data_dir=tfds_data_dir)
     except CorpusError as error:
         raise TrainingError(str(error)) from error
     logger.info(
@@ -477,11 +478,12 @@ def build_parser():
     parser = argparse.ArgumentParser(
         prog="python -m training.train",
         description=__doc__.split("\n\n")[0],
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    parser.add_argument("--preset", default="small", help="tiny | demo | small | base")
+    parser.add_argument(
+        "--preset", default="small", help="tiny | demo | small | base (default: small)"
+    )
     parser.add_argument("--config", help="JSON file of settings (between the preset and flags)")
-    parser.add_argument("--run_dir", help="output directory (default runs/PRESET)")
+    parser.add_argument("--run_dir", help="output directory (default: runs/PRESET)")
     parser.add_argument("--resume", action="store_true", help="continue from the last checkpoint")
     add_config_arguments(parser)
     return parser

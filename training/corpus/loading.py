@@ -23,6 +23,7 @@ and deduplication in `training.corpus.splitting`.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from pathlib import Path
@@ -108,6 +109,12 @@ def load_tfds_pairs(
         )
         try:
             builder.download_and_prepare()
+        except ImportError as exc:  # not a download failure: a dependency is missing
+            raise CorpusError(
+                f"preparing TFDS dataset {name!r} needs the Python module {exc.name!r}, which is "
+                "not installed; install the pinned requirements (.venv/bin/python -m pip install "
+                f"-r requirements.txt) or {hint}"
+            ) from exc
         except Exception as exc:  # network errors surface as many different types
             raise CorpusError(
                 f"downloading TFDS dataset {name!r} failed ({type(exc).__name__}: {exc}); {hint}"
@@ -124,6 +131,13 @@ def load_tfds_pairs(
 
 
 # --------------------------------------------------------------------- entry point
+
+
+@functools.lru_cache(maxsize=1)
+def _split_file(path: Path, modified_ns: int, size: int) -> dict[str, tuple[Pair, ...]]:
+    """The splits of one `.tsv` file, read once per version of the file (the trainer asks for
+    train then dev: one read, so each malformed line is reported once)."""
+    return {split: tuple(pairs) for split, pairs in split_single_file(read_tsv(path)).items()}
 
 
 def load_pairs(
@@ -173,7 +187,8 @@ def load_pairs(
             raise CorpusError(f"corpus directory {path} has no {split}.tsv")
         return read_tsv(split_file)
     if path.is_file() and path.suffix.lower() == ".tsv":
-        pairs = split_single_file(read_tsv(path))[split]
+        status = path.stat()
+        pairs = list(_split_file(path.resolve(), status.st_mtime_ns, status.st_size)[split])
         if not pairs:
             raise CorpusError(
                 f"the {split} part split off {path} is empty (corpus too small for a "
@@ -214,6 +229,7 @@ def load_run_pairs(
     split: str,
     run_source_spelling: str | None,
     bible_dir: str | os.PathLike = DEFAULT_BIBLE_DIR,
+    tfds_data_dir: str | os.PathLike | None = None,
 ) -> list[Pair]:
     """`load_pairs` as a run trained with `run_source_spelling` saw its corpus.
 
@@ -224,7 +240,7 @@ def load_run_pairs(
     applied to the sources: the same sources it was evaluated on, but for the few 1909
     irregularities listed in training/CORPUS.md. Targets are never changed.
     """
-    pairs = load_pairs(source_spec, split, bible_dir=bible_dir)
+    pairs = load_pairs(source_spec, split, bible_dir=bible_dir, tfds_data_dir=tfds_data_dir)
     if run_source_spelling != MODERN and corpus_source_spelling(source_spec, bible_dir) == MODERN:
         pairs = [(old_spelling(source), target) for source, target in pairs]
     return pairs
