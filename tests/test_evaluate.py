@@ -4,7 +4,6 @@ import json
 import os
 import shutil
 
-import numpy as np
 import pytest
 import sacrebleu
 import tensorflow as tf
@@ -62,9 +61,17 @@ def test_beam_search_evaluation_and_cli(tiny_run, tmp_path, capsys):
         == 0
     )
     out = capsys.readouterr().out
-    assert "BLEU" in out and "chrF" in out and "beam 3" in out
     report = json.loads((tmp_path / "test.beam3.report.json").read_text())
-    assert report["sentences"] == 8 and np.isfinite(report["bleu"])
+    hypotheses = (tmp_path / "test.beam3.hyp.txt").read_text(encoding="utf-8").splitlines()
+    config = artifacts.read_config(tiny_run["run_dir"])
+    references = [target for _, target in load_pairs(config["data"], "test")[:8]]
+    assert report["sentences"] == len(hypotheses) == 8
+    assert (
+        report["decoding"]
+        == f"beam 3, alpha {artifacts.decoding_options(tiny_run['run_dir']).alpha}"
+    )
+    assert report["bleu"] == round(sacrebleu.corpus_bleu(hypotheses, [references]).score, 2)
+    assert f"BLEU {report['bleu']}  (" in out and "beam 3" in out
 
 
 def test_beam_hypotheses_are_beam_search_decode_one_sentence_at_a_time(tiny_run, tmp_path):
