@@ -500,6 +500,17 @@ def test_separate_lower_cased_vocabularies_through_train(corpus, tmp_path):
     assert model.get_config()["input_vocab_size"] == source.vocab_size
 
 
+def test_a_noised_run_checkpoints_its_pipeline_and_resumes(corpus, tmp_path):
+    """Source noise alone tokenizes in tf.data with the tokenizers' traced functions, whose
+    SentencePiece resource tf.data cannot serialize: the iterator must still be checkpointed
+    (every 20 steps in the tiny preset) and the run resumed to its end."""
+    run_dir = str(tmp_path / "run")
+    train(tiny(corpus, train_steps=25, source_noise=0.3), run_dir)
+    assert artifacts.kept_checkpoints(os.path.join(run_dir, "checkpoints"))[-1][0] == 25
+    train(tiny(corpus, train_steps=45, source_noise=0.3), run_dir, resume=True)
+    assert artifacts.kept_checkpoints(os.path.join(run_dir, "checkpoints"))[-1][0] == 45
+
+
 def test_a_run_with_source_noise_sampling_and_source_lowercasing(corpus, tmp_path):
     """Noise and subword sampling switch training to the in-pipeline tokenization; the run
     learns, records its source casing in its tokenizer config (so evaluation and exports

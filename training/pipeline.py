@@ -268,7 +268,12 @@ def make_text_dataset(
     # Unbatched rows of a ragged chunk are rank-1 ragged values: plain tensors from here on.
     dataset = dataset.unbatch().map(lambda source, target: (_dense(source), _dense(target)))
     dataset = dataset.filter(keep) if keep else dataset.map(cut)
-    return _bucketed(dataset, max_length, batch_tokens, pad_to_bucket)
+    # The iterator is checkpointed (resume), and the tokenizers' ops read a resource, the
+    # SentencePiece model, which tf.data counts as state it cannot save. The model never changes
+    # and the noise draws are stateless (seeded by position), so the position alone is the state.
+    options = tf.data.Options()
+    options.experimental_external_state_policy = tf.data.experimental.ExternalStatePolicy.IGNORE
+    return _bucketed(dataset.with_options(options), max_length, batch_tokens, pad_to_bucket)
 
 
 def _dense(ids):
