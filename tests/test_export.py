@@ -308,6 +308,8 @@ def test_command_line_export_layout_and_metadata(exported, run_dir):
         "max_length_ratio": 1.5,
         "max_length_offset": 10,
         "jit_compile": False,
+        "repetition_penalty": 1.0,
+        "no_repeat_ngram_size": 0,
     }
     assert info["max_source_tokens"] == info["run_config"]["max_length"]
     assert info["signatures"] == list(SIGNATURE_OUTPUTS)
