@@ -60,7 +60,7 @@ class Transformer(keras.Model):
         (self-attention) and `decoder_layer{i}_block2` (cross-attention) to
         `(batch, num_heads, seq_len_q, seq_len_k)` tensors.
 
-    Incremental decoding (`model/decoding.py`) uses `encode`, `init_cache`, `decode` and
+    Incremental decoding (`model/decoding/`) uses `encode`, `init_cache`, `decode` and
     `reorder_cache`, and nothing else of the model.
     """
 

@@ -2,7 +2,7 @@
 
 One tiny trained run (tests/export_fixtures.py) is exported once per module, with the command
 line (`serving.export.main`). The exported signatures are compared with the in-memory model
-driven from Python (tokenizers + the decoding functions of model/decoding.py), and the
+driven from Python (tokenizers + the decoding functions of model/decoding/), and the
 command-line checks run in parallel subprocesses, as TF Serving loads the model: a fresh process
 with only TensorFlow and tensorflow-text.
 """
