@@ -30,6 +30,9 @@ class TrainConfig:
     # "+" composes). Dev and test are never noised.
     source_noise: float = 0.0
     source_noise_kinds: str = ",".join(DEFAULT_NOISE_KINDS)
+    # Names and numbers never seen (training.copying): the share of the training pairs with a
+    # name or a number on both sides that get a fresh one, on both sides, per epoch.
+    copy_substitution: float = 0.0
     # SentencePiece subword regularization (Kudo 2018) of the training pairs, both sides:
     # nbest_size 0 (or 1) is off, -1 samples from every segmentation, N > 1 from the N best;
     # alpha smooths the sampling distribution. Decoding always tokenizes deterministically.
@@ -247,6 +250,8 @@ def validate(config):
     if not 0.0 <= config.source_noise <= 1.0:
         raise ValueError(f"source_noise must be within [0, 1], got {config.source_noise}")
     parse_kinds(config.source_noise_kinds)
+    if not 0.0 <= config.copy_substitution <= 1.0:
+        raise ValueError(f"copy_substitution must be within [0, 1], got {config.copy_substitution}")
     if subword_sampling(config):
         if config.tokenizer != "sentencepiece":
             raise ValueError("subword_nbest_size (sampling) needs tokenizer sentencepiece")

@@ -20,6 +20,7 @@ import tensorflow as tf
 from tqdm import tqdm
 
 from model.special_tokens import END_ID
+from training.copying import fill_copy_slots, template_tensors
 from training.noise import perturb_sources
 
 logger = logging.getLogger(__name__)
@@ -221,13 +222,15 @@ def make_text_dataset(
     pad_to_bucket=False,
     source_noise=0.0,
     noise_kinds=(),
+    copy_substitution=0.0,
     chunk_size=256,
 ):
     """`make_dataset`'s batches, tokenized inside tf.data: each pass over the data anew.
 
     Training only (it shuffles and repeats forever). Chunks of `chunk_size` pairs, in shuffled
     order, get their sources noised (`training.noise.perturb_sources`, seeded with `(seed,
-    chunk position)`: reproducible, and a resumed iterator noises as an uninterrupted one), then
+    chunk position)`: reproducible, and a resumed iterator noises as an uninterrupted one), after
+    a share of their copy slots got fresh names and numbers (`training.copying`), then
     both sides tokenized by `source_tokenize`/`target_tokenize` (`Tokenizer.tokenize`, or
     `Tokenizer.sampling_tokenize` for subword regularization). Pairs that come out longer than
     `max_length` are dropped or truncated per `long_examples`, as `bound_lengths` does.
@@ -237,6 +240,8 @@ def make_text_dataset(
             (under "drop", a pair too long as written is too long when noised, mostly).
         source_tokenize, target_tokenize: `[batch]` tf.string → ragged `[START] ids [END]`.
         source_noise, noise_kinds: the share of sources noised, and by which perturbations.
+        copy_substitution: the share of the pairs with a copy slot (a name or number on both
+            sides) that get a fresh one (`training.copying.fill_copy_slots`).
 
     Returns:
         `tf.data.Dataset` of `((source, decoder_input), labels)` int32 batches.
@@ -246,18 +251,30 @@ def make_text_dataset(
     _check_batch_tokens(max_length, batch_tokens)
     sources = tf.constant([source for source, _ in pairs], tf.string)
     targets = tf.constant([target for _, target in pairs], tf.string)
+    if copy_substitution > 0:
+        source_templates, target_templates, slot_kinds = (
+            tf.constant(column) for column in template_tensors(pairs)
+        )
     keep, cut = _bound_in_graph(max_length, long_examples)
 
     def tokenize_chunk(position, indices):
-        chunk_sources, _ = perturb_sources(
-            tf.gather(sources, indices),
-            source_noise,
-            noise_kinds,
-            tf.stack([tf.constant(seed, tf.int64), position]),
-        )
+        chunk_seed = tf.stack([tf.constant(seed, tf.int64), position])
+        chunk_sources, chunk_targets = tf.gather(sources, indices), tf.gather(targets, indices)
+        if copy_substitution > 0:
+            chunk_sources, chunk_targets = fill_copy_slots(
+                chunk_sources,
+                chunk_targets,
+                tf.gather(source_templates, indices),
+                tf.gather(target_templates, indices),
+                tf.gather(slot_kinds, indices),
+                copy_substitution,
+                # A stream of draws apart from the noise's (which uses the chunk seed as is).
+                chunk_seed + tf.constant([0, 1 << 40], tf.int64),
+            )
+        chunk_sources, _ = perturb_sources(chunk_sources, source_noise, noise_kinds, chunk_seed)
         return (
             tf.cast(source_tokenize(chunk_sources), tf.int32),
-            tf.cast(target_tokenize(tf.gather(targets, indices)), tf.int32),
+            tf.cast(target_tokenize(chunk_targets), tf.int32),
         )
 
     dataset = _ordered(

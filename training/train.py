@@ -64,6 +64,7 @@ FIXED_ON_RESUME = (
     # position the checkpoints hold.
     "source_noise",
     "source_noise_kinds",
+    "copy_substitution",
     "subword_nbest_size",
     "subword_alpha",
 )
@@ -163,7 +164,7 @@ def make_train_dataset(pairs, train_ids, source_tokenizer, target_tokenizer, con
     source noise or subword sampling is on, tokenized anew in tf.data from the same pairs."""
     options = dict(seed=config.seed, shuffle_buffer=config.shuffle_buffer)
     options["pad_to_bucket"] = config.jit_compile
-    if not (config.source_noise > 0 or subword_sampling(config)):
+    if not (config.source_noise > 0 or config.copy_substitution > 0 or subword_sampling(config)):
         return make_dataset(*train_ids[:2], config.max_length, config.batch_tokens, **options)
     source_tokenize, target_tokenize = source_tokenizer.tokenize, target_tokenizer.tokenize
     if subword_sampling(config):
@@ -172,10 +173,11 @@ def make_train_dataset(pairs, train_ids, source_tokenizer, target_tokenizer, con
             for tokenizer in (source_tokenizer, target_tokenizer)
         )
     logger.info(
-        "train: tokenized in the input pipeline, %.0f%% of sources noised (%s), subword "
-        "sampling %s",
+        "train: tokenized in the input pipeline, %.0f%% of sources noised (%s), %.0f%% of "
+        "names and numbers fresh, subword sampling %s",
         100 * config.source_noise,
         config.source_noise_kinds,
+        100 * config.copy_substitution,
         f"nbest_size={config.subword_nbest_size} alpha={config.subword_alpha}"
         if subword_sampling(config)
         else "off",
@@ -189,6 +191,7 @@ def make_train_dataset(pairs, train_ids, source_tokenizer, target_tokenizer, con
         long_examples=config.long_examples,
         source_noise=config.source_noise,
         noise_kinds=parse_kinds(config.source_noise_kinds),
+        copy_substitution=config.copy_substitution,
         **options,
     )
 
