@@ -321,17 +321,20 @@ def main(argv=None):
         help="compile greedy decoding (serving_default, alignments) with XLA: faster, and served "
         "only by a server started with --xla_cpu_compilation_enabled=true",
     )
+    artifacts.add_repetition_arguments(parser, "default: the run's decoding.json, else off")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     artifacts.require_trained_run(args.run_dir)
-    run_options = artifacts.decoding_options(args.run_dir)
     try:
-        options = DecodingOptions(
-            run_options.beam_width if args.beam_width is None else args.beam_width,
-            run_options.alpha if args.alpha is None else args.alpha,
-            args.max_length_ratio,
-            args.max_length_offset,
-            args.jit_compile,
+        options = artifacts.decoding_options(
+            args.run_dir,
+            beam_width=args.beam_width,
+            alpha=args.alpha,
+            max_length_ratio=args.max_length_ratio,
+            max_length_offset=args.max_length_offset,
+            jit_compile=args.jit_compile,
+            repetition_penalty=args.repetition_penalty,
+            no_repeat_ngram_size=args.no_repeat_ngram_size,
         )
     except ValueError as error:
         parser.error(str(error))

@@ -112,7 +112,80 @@ def test_an_export_and_its_run_translate_the_test_split_identically(tiny_run, tm
 def test_an_export_with_another_beam_width_is_refused(tiny_run, tmp_path, capsys):
     version_dir = export_run(tiny_run["run_dir"], export_base=str(tmp_path / "exports"))
     assert main(["--export_dir", version_dir, "--beam_width", "3"]) == 1
-    assert "exported with beam width 4, not 3" in capsys.readouterr().err
+    assert "exported with beam_width 4, not 3: re-export it with --beam_width 3" in (
+        capsys.readouterr().err
+    )
+
+
+def test_repetition_controls_from_the_cli_decode_as_the_decoder_does(tiny_run, tmp_path, capsys):
+    run_dir = tiny_run["run_dir"]
+    controls = {"repetition_penalty": 1.5, "no_repeat_ngram_size": 1}
+    flags = ["--repetition_penalty", "1.5", "--no_repeat_ngram_size", "1"]
+    arguments = ["--run_dir", run_dir, "--limit", "6", "--batch_size", "1"]
+    assert main([*arguments, *flags, "--output_dir", str(tmp_path)]) == 0
+    assert "greedy, repetition_penalty 1.5, no_repeat_ngram_size 1" in capsys.readouterr().out
+    hypotheses = (tmp_path / "test.greedy.hyp.txt").read_text(encoding="utf-8").splitlines()
+    model, source_tokenizer, target_tokenizer, config = artifacts.load_trained(run_dir)
+    for (source, _), hypothesis in zip(load_pairs(config["data"], "test")[:6], hypotheses):
+        ids = tf.cast(source_tokenizer.tokenize(tf.constant([source])).to_tensor(), tf.int32)
+        tokens = greedy_decode(model, ids, START_ID, END_ID, **controls)["tokens"]
+        assert target_tokenizer.detokenize(tokens).numpy()[0].decode() == hypothesis
+        pieces = [int(token) for token in tokens[0] if token not in (0, END_ID)]
+        assert len(set(pieces)) == len(pieces)
+
+
+def test_exports_bake_the_repetition_controls_that_evaluation_checks(tiny_run, tmp_path, capsys):
+    from model.translator import EXPORT_INFO_PATH
+    from serving.export import main as export_main
+
+    run_dir = tiny_run["run_dir"]
+    export_main(
+        ["--run_dir", run_dir, "--export_base", str(tmp_path), "--no_repeat_ngram_size", "2"]
+    )
+    version_dir = capsys.readouterr().out.strip().splitlines()[-1]
+    decoding = json.load(open(os.path.join(version_dir, EXPORT_INFO_PATH)))["decoding"]
+    assert (decoding["no_repeat_ngram_size"], decoding["repetition_penalty"]) == (2, 1.0)
+    assert main(["--export_dir", version_dir, "--no_repeat_ngram_size", "3"]) == 1
+    assert "exported with no_repeat_ngram_size 2, not 3" in capsys.readouterr().err
+    from_export = evaluate(export_dir=version_dir, split="test", no_repeat_ngram_size=2)
+    from_run = evaluate(run_dir, "test", output_dir=str(tmp_path / "run"), no_repeat_ngram_size=2)
+    plain = evaluate(run_dir, "test", output_dir=str(tmp_path / "plain"))
+    assert from_export["decoding"] == from_run["decoding"] == "greedy, no_repeat_ngram_size 2"
+    assert from_export["bleu"] == from_run["bleu"] and plain["decoding"] == "greedy"
+
+
+def test_a_bad_decoding_json_is_named(tiny_run, tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    shutil.copytree(tiny_run["run_dir"], run_dir)
+    (run_dir / artifacts.DECODING_FILE).write_text('{"no_repeat_ngram_size": -1}')
+    assert main(["--run_dir", str(run_dir), "--limit", "2"]) == 1
+    error = capsys.readouterr().err
+    assert str(run_dir / artifacts.DECODING_FILE) in error and "no_repeat_ngram_size" in error
+
+
+def test_copy_rate_report_counts_the_unseen_names_and_numbers_translated(tiny_run, tmp_path):
+    from tests.test_copying import VERSES
+    from training.copying import NAMES, NUMBERS, copied, copy_rate_sets, corpus_words, proper_names
+    from training.evaluate import evaluate_copy_rates, run_translate_function, translate
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    train, test = VERSES[:3], VERSES[3:] + VERSES[:1]
+    for split, pairs in (("train", train), ("dev", test), ("test", test)):
+        lines = "".join(f"{source}\t{target}\n" for source, target in pairs)
+        (corpus / f"{split}.tsv").write_text(lines, encoding="utf-8")
+    report = evaluate_copy_rates(
+        tiny_run["run_dir"], "test", data=str(corpus), output_dir=str(tmp_path / "eval")
+    )
+    sets = copy_rate_sets(test, proper_names(train + test), excluded_words=corpus_words(train))
+    translate_batch, _ = run_translate_function(tiny_run["run_dir"])
+    for kind in (NAMES, NUMBERS):
+        translations = translate([s for s, _ in sets[kind]], translate_batch, show_progress=False)
+        hits = sum(copied(out, value) for out, (_, value) in zip(translations, sets[kind]))
+        assert report[kind]["sentences"] == len(sets[kind]) > 0
+        assert report[kind]["copied"] == hits
+    written = json.loads((tmp_path / "eval" / "test.greedy.copy.report.json").read_text())
+    assert written[NAMES] == json.loads(json.dumps(report[NAMES]))
 
 
 def test_missing_run_directory_is_a_clear_error(tmp_path, capsys):

@@ -190,6 +190,31 @@ def test_text_dataset_noises_sources_only_anew_each_epoch_and_reproducibly(toy_t
     assert noised(seed=5) == first
 
 
+@pytest.mark.parametrize("rate", [1.0, 0.5])
+def test_text_dataset_gives_names_fresh_values_on_both_sides(toy_tokenizer, rate):
+    """Every pair ends with the name "Zorro" on both sides: each example carries one name on
+    both sides, a fresh one in the share `rate` of them, anew each pass."""
+    tokenizer, pairs = toy_tokenizer
+    pairs = [(f"{source} Zorro", f"{target} Zorro") for source, target in pairs[:40]]
+    dataset = make_text_dataset(
+        pairs, tokenizer.tokenize, tokenizer.tokenize, 40, 256, copy_substitution=rate
+    )
+    names = []
+    for source_ids, target_ids in (
+        example for batch in text_batches(dataset, 40) for example in batch_examples(*batch)
+    ):
+        source_text, target_text = (
+            tokenizer.detokenize(tf.constant([ids])).numpy()[0].decode()
+            for ids in (source_ids, target_ids)
+        )
+        assert target_text.split()[-1] == source_text.split()[-1]
+        names.append(source_text.split()[-1])
+    fresh = np.mean([name != "Zorro" for name in names])
+    assert fresh == 1.0 if rate == 1.0 else 0.35 < fresh < 0.65
+    fresh_names = [name for name in names if name != "Zorro"]
+    assert len(set(fresh_names)) > 0.9 * len(fresh_names)
+
+
 def test_text_dataset_truncates_or_drops_pairs_long_after_tokenizing(toy_tokenizer):
     tokenizer, pairs = toy_tokenizer
     limit = 7

@@ -501,13 +501,14 @@ def test_separate_lower_cased_vocabularies_through_train(corpus, tmp_path):
 
 
 def test_a_noised_run_checkpoints_its_pipeline_and_resumes(corpus, tmp_path):
-    """Source noise alone tokenizes in tf.data with the tokenizers' traced functions, whose
+    """Source noise and copy substitution tokenize in tf.data with the tokenizers' traced functions, whose
     SentencePiece resource tf.data cannot serialize: the iterator must still be checkpointed
     (every 20 steps in the tiny preset) and the run resumed to its end."""
     run_dir = str(tmp_path / "run")
-    train(tiny(corpus, train_steps=25, source_noise=0.3), run_dir)
+    robust = dict(source_noise=0.3, copy_substitution=0.5)
+    train(tiny(corpus, train_steps=25, **robust), run_dir)
     assert artifacts.kept_checkpoints(os.path.join(run_dir, "checkpoints"))[-1][0] == 25
-    train(tiny(corpus, train_steps=45, source_noise=0.3), run_dir, resume=True)
+    train(tiny(corpus, train_steps=45, **robust), run_dir, resume=True)
     assert artifacts.kept_checkpoints(os.path.join(run_dir, "checkpoints"))[-1][0] == 45
 
 
@@ -549,6 +550,7 @@ def test_a_run_with_source_noise_sampling_and_source_lowercasing(corpus, tmp_pat
     [
         ({"source_noise": 1.5}, "source_noise must be within [0, 1], got 1.5"),
         ({"source_noise_kinds": "lowercase,shout"}, "unknown perturbation 'shout'"),
+        ({"copy_substitution": -0.1}, "copy_substitution must be within [0, 1], got -0.1"),
         (
             {"subword_nbest_size": -1, "tokenizer": "wordpiece"},
             "subword_nbest_size (sampling) needs tokenizer sentencepiece",

@@ -28,6 +28,7 @@ import shutil
 import sys
 import uuid
 
+from model.translator import DecodingOptions
 from training import artifacts
 from training.curves import plot_training_curves
 from training.evaluate import evaluate
@@ -94,12 +95,27 @@ def model_card(
     return "\n".join(lines) + "\n"
 
 
-def bundle(run_dir, output_dir, reproduce, beam_width=4, alpha=0.6, notes=""):
+def bundle(
+    run_dir,
+    output_dir,
+    reproduce,
+    beam_width=4,
+    alpha=0.6,
+    notes="",
+    repetition_penalty=1.0,
+    no_repeat_ngram_size=0,
+):
     """Writes the bundle of `run_dir` to `output_dir` (replacing it) and returns its reports.
 
-    `beam_width` and `alpha` (choose them on the dev split) go to `decoding.json`, so that
-    exports of the bundle serve the beam search its card reports.
+    `beam_width`, `alpha` and the repetition controls (choose them on the dev split) go to
+    `decoding.json`, so that exports of the bundle serve the decoding its card reports.
     """
+    decoding = DecodingOptions(
+        beam_width=beam_width,
+        alpha=alpha,
+        repetition_penalty=repetition_penalty,
+        no_repeat_ngram_size=no_repeat_ngram_size,
+    )
     model, _, _, config = artifacts.load_trained(run_dir)
     weights = artifacts.select_weights(run_dir)[1]
     parent = os.path.dirname(os.path.abspath(output_dir))
@@ -112,7 +128,15 @@ def bundle(run_dir, output_dir, reproduce, beam_width=4, alpha=0.6, notes=""):
         for name in (artifacts.TOKENIZER_DIR, artifacts.LOG_DIR):
             shutil.copytree(os.path.join(run_dir, name), os.path.join(staging, name))
         with open(os.path.join(staging, artifacts.DECODING_FILE), "w", encoding="utf-8") as f:
-            json.dump({"beam_width": beam_width, "alpha": alpha}, f, indent=2)
+            json.dump(
+                {
+                    "beam_width": decoding.beam_width,
+                    "alpha": decoding.alpha,
+                    **decoding.repetition_controls,
+                },
+                f,
+                indent=2,
+            )
         plot_training_curves(
             staging, os.path.join(staging, "training_curves.png"), os.path.basename(output_dir)
         )
@@ -153,10 +177,19 @@ def main(argv=None):
     parser.add_argument("--beam_width", type=int, default=4)
     parser.add_argument("--alpha", type=float, default=0.6)
     parser.add_argument("--notes", default="", help="a paragraph for the model card")
+    parser.add_argument("--repetition_penalty", type=float, default=1.0, help="1: off")
+    parser.add_argument("--no_repeat_ngram_size", type=int, default=0, help="0: off")
     args = parser.parse_args(argv)
     try:
         reports = bundle(
-            args.run_dir, args.output_dir, args.reproduce, args.beam_width, args.alpha, args.notes
+            args.run_dir,
+            args.output_dir,
+            args.reproduce,
+            args.beam_width,
+            args.alpha,
+            args.notes,
+            args.repetition_penalty,
+            args.no_repeat_ngram_size,
         )
     except (FileNotFoundError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)

@@ -18,6 +18,7 @@ BLEU, chrF and the share of looping outputs (`is_looping`) per perturbation.
 """
 
 import argparse
+import dataclasses
 import json
 import os
 import re
@@ -37,6 +38,7 @@ from model.translator import (
     Translator,
 )
 from training import artifacts
+from training.copying import KINDS, copy_rate_sets, copy_rates, corpus_words, proper_names
 from training.corpus import CorpusError, load_run_pairs
 from training.noise import PERTURBATIONS, perturbation
 
@@ -47,37 +49,121 @@ TEXT_SPEC = tf.TensorSpec([None], tf.string)
 BATCH_SIZE = 32
 
 
-def run_translate_function(run_dir, beam_width=1, alpha=0.6):
+def run_translate_function(run_dir, beam_width=1, **overrides):
     """`(translate, config)` for a training run: `translate` maps a `[batch]` string tensor to
-    translations, traced once (`Translator.greedy`, or `beam_search` when `beam_width` > 1)."""
+    translations, traced once (`Translator.greedy`, or `beam_search` when `beam_width` > 1).
+
+    The decoding options are the run's (`training.artifacts.decoding_options`: its
+    `decoding.json`, or the defaults), with `overrides` (`DecodingOptions` fields, None: the
+    run's) in their place.
+    """
+    options = artifacts.decoding_options(run_dir, beam_width=beam_width, **overrides)
     model, source_tokenizer, target_tokenizer, config = artifacts.load_trained(run_dir)
-    options = DecodingOptions(beam_width=beam_width, alpha=alpha)
     translator = Translator(model, source_tokenizer, target_tokenizer, options)
     method = translator.greedy if beam_width == 1 else translator.beam_search
     traced = tf.function(method, input_signature=[TEXT_SPEC])
     return (lambda text: traced(text)["translation"]), config
 
 
-def export_translate_function(export_dir, beam_width=1):
+def export_translate_function(export_dir, beam_width=1, **expected):
     """`(translate, export_info)` for an exported SavedModel version, through its signatures.
 
+    Args:
+        expected: `DecodingOptions` fields (None: any) the export must have been traced with.
+
     Raises:
-        ValueError: `beam_width` > 1 differs from the export's beam width.
+        ValueError: `beam_width` > 1, or a value of `expected`, differs from the export's.
     """
     import tensorflow_text  # noqa: F401  (registers the exported tokenizer's ops)
 
     with open(os.path.join(export_dir, EXPORT_INFO_PATH), encoding="utf-8") as info_file:
         info = json.load(info_file)
-    exported_width = info["decoding"]["beam_width"]
-    if beam_width > 1 and beam_width != exported_width:
-        raise ValueError(
-            f"{export_dir} was exported with beam width {exported_width}, not "
-            f"{beam_width}: re-export it with --beam_width {beam_width}."
-        )
+    exported = {**dataclasses.asdict(DecodingOptions()), **info["decoding"]}
+    if beam_width > 1:
+        expected["beam_width"] = beam_width
+    for name, value in expected.items():
+        if value is not None and value != exported[name]:
+            raise ValueError(
+                f"{export_dir} was exported with {name} {exported[name]}, not {value}: "
+                f"re-export it with --{name} {value}."
+            )
     signature = tf.saved_model.load(export_dir).signatures[
         GREEDY_SIGNATURE if beam_width == 1 else BEAM_SIGNATURE
     ]
     return (lambda text: signature(text=text)["translation"]), info
+
+
+@dataclasses.dataclass(frozen=True)
+class EvaluatedModel:
+    """A run or an export, ready to translate (`load_for_evaluation`).
+
+    Attributes:
+        translate_batch: `[batch]` tf.string → `[batch]` tf.string translations.
+        config: the run's config dict (an export's `run_config`, or {}).
+        source_spelling: the spelling its source tokenizer reads (`training.artifacts`).
+        source: the run or export directory.
+        decoding: how it decodes, for reports ("greedy", "beam 4, alpha 0.6", and the
+            repetition controls when on).
+    """
+
+    translate_batch: object
+    config: dict
+    source_spelling: str | None
+    source: str
+    decoding: str
+
+    def split_pairs(self, split, data=None, tfds_data_dir=None):
+        """The `(source, target)` pairs of `split` of the model's corpus (or `data`), in the
+        spelling its source tokenizer reads."""
+        if not (data or self.config.get("data")):
+            raise ValueError(
+                f"{self.source} does not say which corpus it was trained on: pass data."
+            )
+        tfds_data_dir = tfds_data_dir or self.config.get("tfds_data_dir") or None
+        return load_run_pairs(
+            data or self.config["data"], split, self.source_spelling, tfds_data_dir=tfds_data_dir
+        )
+
+
+def describe_decoding(options, beam_width):
+    """ "greedy" or "beam W, alpha A", then the repetition controls that are on."""
+    text = "greedy" if beam_width == 1 else f"beam {beam_width}, alpha {options.alpha}"
+    if options.repetition_penalty != 1:
+        text += f", repetition_penalty {options.repetition_penalty}"
+    if options.no_repeat_ngram_size:
+        text += f", no_repeat_ngram_size {options.no_repeat_ngram_size}"
+    return text
+
+
+def load_for_evaluation(run_dir=None, export_dir=None, beam_width=1, alpha=None, **overrides):
+    """An `EvaluatedModel` of a run directory (decoding with its `decoding.json`, `alpha` and
+    `overrides` in their place when not None) or of an export (its own decoding; `overrides`
+    must match it).
+
+    Raises:
+        ValueError: neither or both directories given; an override an export does not have.
+    """
+    if (run_dir is None) == (export_dir is None):
+        raise ValueError("Give exactly one of run_dir and export_dir.")
+    if export_dir is not None:
+        translate_batch, info = export_translate_function(export_dir, beam_width, **overrides)
+        options = DecodingOptions(**info["decoding"])
+        return EvaluatedModel(
+            translate_batch,
+            info.get("run_config") or {},
+            info.get("source_spelling"),
+            export_dir,
+            describe_decoding(options, beam_width),
+        )
+    options = artifacts.decoding_options(run_dir, beam_width=beam_width, alpha=alpha, **overrides)
+    translate_batch, config = run_translate_function(run_dir, beam_width, alpha=alpha, **overrides)
+    return EvaluatedModel(
+        translate_batch,
+        config,
+        artifacts.source_spelling(run_dir),
+        run_dir,
+        describe_decoding(options, beam_width),
+    )
 
 
 def translate(sources, translate_batch, batch_size=BATCH_SIZE, show_progress=True):
@@ -166,6 +252,7 @@ def evaluate(
     export_dir=None,
     perturb=None,
     tfds_data_dir=None,
+    **repetition_controls,
 ):
     """Translates `split` of the run's corpus (or `data`), scores it, writes the outputs.
 
@@ -178,6 +265,8 @@ def evaluate(
         perturb: a `training.noise` perturbation name (or "+"-composition) applied to the
             sources; None or "none": the split as written.
         tfds_data_dir: TFDS data directory for a `tfds:NAME` corpus (default: the run's own).
+        repetition_controls: `repetition_penalty`, `no_repeat_ngram_size` (default: the run's
+            own; an export must have been traced with them).
 
     Returns:
         the report dict (also written as `<split>.<decoding>[.<perturb>].report.json`).
@@ -194,6 +283,7 @@ def evaluate(
         data,
         export_dir,
         tfds_data_dir,
+        **repetition_controls,
     )[0]
 
 
@@ -209,6 +299,7 @@ def evaluate_perturbations(
     data=None,
     export_dir=None,
     tfds_data_dir=None,
+    **repetition_controls,
 ):
     """`evaluate` for each name of `perturbations` ("none": as written), the model loaded once.
 
@@ -221,26 +312,9 @@ def evaluate_perturbations(
     functions = {
         name: None if name == UNPERTURBED else perturbation(name) for name in perturbations
     }
-    if (run_dir is None) == (export_dir is None):
-        raise ValueError("Give exactly one of run_dir and export_dir.")
-    if export_dir is not None:
-        translate_batch, info = export_translate_function(export_dir, beam_width)
-        config = info.get("run_config") or {}
-        alpha = info["decoding"]["alpha"]
-        source_spelling = info.get("source_spelling")
-        source = export_dir
-    else:
-        if alpha is None:
-            alpha = artifacts.decoding_options(run_dir).alpha
-        translate_batch, config = run_translate_function(run_dir, beam_width, alpha)
-        source_spelling = artifacts.source_spelling(run_dir)
-        source = run_dir
-    if not (data or config.get("data")):
-        raise ValueError(f"{source} does not say which corpus it was trained on: pass data.")
-    tfds_data_dir = tfds_data_dir or config.get("tfds_data_dir") or None
-    pairs = load_run_pairs(
-        data or config["data"], split, source_spelling, tfds_data_dir=tfds_data_dir
-    )[:limit]
+    model = load_for_evaluation(run_dir, export_dir, beam_width, alpha, **repetition_controls)
+    pairs = model.split_pairs(split, data, tfds_data_dir)[:limit]
+    translate_batch, source = model.translate_batch, model.source
     references = [target for _, target in pairs]
     reports = []
     for name, function in functions.items():
@@ -258,7 +332,7 @@ def evaluate_perturbations(
             "split": split,
             "perturbation": name,
             "sentences": len(pairs),
-            "decoding": "greedy" if beam_width == 1 else f"beam {beam_width}, alpha {alpha}",
+            "decoding": model.decoding,
             "seconds": round(seconds, 1),
             **score(hypotheses, references),
             "looping": round(looping / max(len(pairs), 1), 4),
@@ -270,6 +344,57 @@ def evaluate_perturbations(
         write_outputs(_output_dir(output_dir, run_dir, export_dir), stem, hypotheses, report)
         reports.append(report)
     return reports
+
+
+def evaluate_copy_rates(
+    run_dir=None,
+    split="test",
+    beam_width=1,
+    alpha=None,
+    batch_size=BATCH_SIZE,
+    output_dir=None,
+    data=None,
+    export_dir=None,
+    tfds_data_dir=None,
+    **repetition_controls,
+):
+    """How often translations copy a name or a number never seen in training
+    (`training.copying`): the `split`'s pairs with a copy slot, filled with generated names
+    (none a word of the corpus) and with numbers in digits.
+
+    Arguments as `evaluate`'s. Returns the report (also written as
+    `<split>.<decoding>.copy.report.json`): per kind ("names", "numbers") the sentences, how
+    many translations hold the value, the rate and a few misses.
+    """
+    model = load_for_evaluation(run_dir, export_dir, beam_width, alpha, **repetition_controls)
+    pairs = model.split_pairs(split, data, tfds_data_dir)
+    training_pairs = model.split_pairs("train", data, tfds_data_dir)
+    sets = copy_rate_sets(
+        pairs, proper_names(training_pairs + pairs), excluded_words=corpus_words(training_pairs)
+    )
+    report = {
+        "run_dir" if export_dir is None else "export_dir": os.path.basename(
+            os.path.normpath(model.source)
+        ),
+        "split": split,
+        "decoding": model.decoding,
+        **copy_rates(sets, lambda texts: translate(texts, model.translate_batch, batch_size)),
+    }
+    directory = _output_dir(output_dir, run_dir, export_dir)
+    os.makedirs(directory, exist_ok=True)
+    stem = f"{split}.{'greedy' if beam_width == 1 else f'beam{beam_width}'}.copy"
+    with open(os.path.join(directory, f"{stem}.report.json"), "w", encoding="utf-8") as handle:
+        json.dump(report, handle, indent=2, ensure_ascii=False)
+    return report
+
+
+def copy_rate_table(report):
+    """Markdown table of an `evaluate_copy_rates` report."""
+    lines = ["| copied | sentences | copy rate |", "|---|---:|---:|"]
+    for kind in KINDS:
+        rates = report[kind]
+        lines.append(f"| {kind} | {rates['sentences']} | {100 * rates['rate']:.1f}% |")
+    return "\n".join(lines)
 
 
 def _output_dir(output_dir, run_dir, export_dir):
@@ -329,6 +454,15 @@ def main(argv=None):
         help="default <run_dir>/eval (runs/eval/<name> for a bundled model such as "
         "pretrained/bible-es-en), or <model dir>/eval/<version> for an export",
     )
+    artifacts.add_repetition_arguments(
+        parser, "default: the run's decoding.json, else off; an export uses its own"
+    )
+    parser.add_argument(
+        "--copy_rate",
+        action="store_true",
+        help="instead of BLEU, score how often unseen names and numbers are copied "
+        "(training.copying)",
+    )
     parser.add_argument(
         "--perturb",
         help=f"score with the sources perturbed: {' | '.join(PERTURBATIONS)} (or several "
@@ -340,7 +474,27 @@ def main(argv=None):
     names = [args.perturb or UNPERTURBED]
     if args.perturb == "all":
         names = [UNPERTURBED, *PERTURBATIONS]
+    repetition_controls = {
+        "repetition_penalty": args.repetition_penalty,
+        "no_repeat_ngram_size": args.no_repeat_ngram_size,
+    }
     try:
+        if args.copy_rate:
+            report = evaluate_copy_rates(
+                args.run_dir,
+                args.split,
+                args.beam_width,
+                args.alpha,
+                args.batch_size,
+                args.output_dir,
+                args.data,
+                args.export_dir,
+                args.tfds_data_dir,
+                **repetition_controls,
+            )
+            print(copy_rate_table(report))
+            print(f"{report['split']} split, {report['decoding']}")
+            return 0
         reports = evaluate_perturbations(
             names,
             args.run_dir,
@@ -353,6 +507,7 @@ def main(argv=None):
             args.data,
             args.export_dir,
             args.tfds_data_dir,
+            **repetition_controls,
         )
     except (CorpusError, FileNotFoundError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
