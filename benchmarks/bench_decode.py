@@ -49,6 +49,13 @@ from tqdm.auto import tqdm
 
 from benchmarks.report import machine_description, write_section
 from benchmarks.sentences import SPANISH_SENTENCES
+from common.serving_contract import (
+    ALIGNMENTS_SIGNATURE,
+    BEAM_SIGNATURE,
+    GREEDY_SIGNATURE,
+    TARGET_TOKENS_OUTPUT,
+    TEXT_INPUT,
+)
 from model import Transformer
 from model.decoding import beam_search_decode, greedy_decode, naive_greedy_decode
 from model.special_tokens import END_ID, RESERVED_TOKENS, START_ID
@@ -261,13 +268,13 @@ class SessionSignatures:
         fetches = {name: info.name for name, info in signature.outputs.items()}
         feed = np.array([text.encode("utf-8") for text in texts], dtype=object)
         return self._session.run(
-            fetches, {signature.inputs[export.TEXT_INPUT].name: feed}, **run_arguments
+            fetches, {signature.inputs[TEXT_INPUT].name: feed}, **run_arguments
         )
 
 
 def mean_output_tokens(signatures, texts):
     """Mean output tokens ([END] included) per sentence, from the `alignments` signature."""
-    target_tokens = signatures(export.ALIGNMENTS_SIGNATURE, texts)["target_tokens"]
+    target_tokens = signatures(ALIGNMENTS_SIGNATURE, texts)[TARGET_TOKENS_OUTPUT]
     return float(np.mean(np.sum(target_tokens != b"", axis=1)))
 
 
@@ -412,7 +419,7 @@ def main(argv=None):
             cases += [
                 (
                     SAVED_XLA_GREEDY,
-                    functools.partial(xla_signatures, export.GREEDY_SIGNATURE),
+                    functools.partial(xla_signatures, GREEDY_SIGNATURE),
                     batch,
                     served_texts[:batch],
                 )
@@ -425,8 +432,8 @@ def main(argv=None):
                 f"not the forced {args.output_tokens}."
             )
         for signature, label in (
-            (export.GREEDY_SIGNATURE, SAVED_GREEDY),
-            (export.BEAM_SIGNATURE, SAVED_BEAM),
+            (GREEDY_SIGNATURE, SAVED_GREEDY),
+            (BEAM_SIGNATURE, SAVED_BEAM),
         ):
             cases += [
                 (

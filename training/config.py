@@ -1,9 +1,9 @@
 """Training configuration: presets, a config file, and command-line overrides, in that order."""
 
-import argparse
 import dataclasses
 import json
 
+from common.flags import parse_bool
 from training.noise import DEFAULT_NOISE_KINDS, parse_kinds
 
 
@@ -156,19 +156,6 @@ CHOICES = {
     "mixed_precision": ("none", "mixed_float16", "mixed_bfloat16"),
     "distribution": ("default", "mirrored", "multi_worker"),
 }
-
-
-def parse_bool(text):
-    """A boolean command-line value: true/false, 1/0, yes/no, on/off (any case).
-
-    The one parser of boolean flags, for the training CLIs and the model server's.
-    """
-    lowered = str(text).lower()
-    if lowered in ("1", "true", "yes", "on"):
-        return True
-    if lowered in ("0", "false", "no", "off"):
-        return False
-    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
 
 
 def preset_values_help(field):

@@ -29,13 +29,14 @@ import sacrebleu
 import tensorflow as tf
 from tqdm import tqdm
 
-from model.translator import (
+from common.serving_contract import (
     BEAM_SIGNATURE,
     EXPORT_INFO_PATH,
     GREEDY_SIGNATURE,
-    DecodingOptions,
-    Translator,
+    TEXT_INPUT,
+    TRANSLATION_OUTPUT,
 )
+from model.translator import DecodingOptions, Translator
 from training import artifacts
 from training.corpus import CorpusError, load_run_pairs
 from training.noise import PERTURBATIONS, perturbation
@@ -55,7 +56,7 @@ def run_translate_function(run_dir, beam_width=1, alpha=0.6):
     translator = Translator(model, source_tokenizer, target_tokenizer, options)
     method = translator.greedy if beam_width == 1 else translator.beam_search
     traced = tf.function(method, input_signature=[TEXT_SPEC])
-    return (lambda text: traced(text)["translation"]), config
+    return (lambda text: traced(text)[TRANSLATION_OUTPUT]), config
 
 
 def export_translate_function(export_dir, beam_width=1):
@@ -77,7 +78,7 @@ def export_translate_function(export_dir, beam_width=1):
     signature = tf.saved_model.load(export_dir).signatures[
         GREEDY_SIGNATURE if beam_width == 1 else BEAM_SIGNATURE
     ]
-    return (lambda text: signature(text=text)["translation"]), info
+    return (lambda text: signature(**{TEXT_INPUT: text})[TRANSLATION_OUTPUT]), info
 
 
 def translate(sources, translate_batch, batch_size=BATCH_SIZE, show_progress=True):
