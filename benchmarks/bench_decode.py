@@ -109,7 +109,7 @@ def build_model(args):
     model.build(((None, None), (None, None)))
     # Forced lengths for the exported graph, which has no min_length: no greedy or beam step
     # picks a token 1e4 nats below the others. The Python decoders force it with min_length too.
-    bias = model.final_layer.bias
+    bias = model.named_weights()["pre_softmax_linear"]["b"]
     bias.assign(tf.tensor_scatter_nd_update(bias, [[END_ID]], [-1e4]))
     return model
 
@@ -194,12 +194,17 @@ def step_kernels(model):
     projections (its keys and values are projected once, before the loop), the two
     feed-forward layers; then the output layer.
     """
+    weights = model.named_weights()
     groups = []
-    for layer in model.decoder.dec_layers:
-        groups.append([layer.mha1.wq.kernel, layer.mha1.wk.kernel, layer.mha1.wv.kernel])
-        groups += [[layer.mha1.dense.kernel], [layer.mha2.wq.kernel], [layer.mha2.dense.kernel]]
-        groups += [[dense.kernel] for dense in layer.ffn.layers]
-    return groups + [[model.final_layer.kernel]]
+    for layer in weights["decoder"]["layers"]:
+        self_attention, cross_attention = (
+            layer["self_attention"],
+            layer["encoder_decoder_attention"],
+        )
+        groups.append([self_attention["W_Q"], self_attention["W_K"], self_attention["W_V"]])
+        groups += [[self_attention["W_O"]], [cross_attention["W_Q"]], [cross_attention["W_O"]]]
+        groups += [[layer["feed_forward"]["W_1"]], [layer["feed_forward"]["W_2"]]]
+    return groups + [[weights["pre_softmax_linear"]["W"]]]
 
 
 def matmul_floor(model, steps):
