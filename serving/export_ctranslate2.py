@@ -73,7 +73,7 @@ def greedy_options(run_dir, target_vocab, pieces):
     (`decoding_options`), sources cut to the model's positions, and the run's output-length bound
     for the batch's longest source (`model.decoding.max_output_length`, the run's decoding.json).
     """
-    positions = artifacts.read_config(run_dir)["max_length"]
+    positions = artifacts.read_config(run_dir)["max_sequence_length"]
     options = artifacts.decoding_options(run_dir)
     longest = min(max(map(len, pieces), default=0) + 2, positions)  # with [START] and [END]
     bound = max_output_length(

@@ -323,7 +323,7 @@ def test_command_line_export_layout_and_metadata(exported, run_dir):
         "repetition_penalty": 1.0,
         "no_repeat_ngram_size": 0,
     }
-    assert info["max_source_tokens"] == info["run_config"]["max_length"]
+    assert info["max_source_tokens"] == info["run_config"]["max_sequence_length"]
     assert info["signatures"] == list(EXPORTED_SIGNATURES)
 
 
