@@ -49,6 +49,13 @@ from tqdm.auto import tqdm
 
 from benchmarks.report import machine_description, write_section
 from benchmarks.sentences import SPANISH_SENTENCES
+from common.serving_contract import (
+    ALIGNMENTS_SIGNATURE,
+    BEAM_SIGNATURE,
+    GREEDY_SIGNATURE,
+    TARGET_TOKENS_OUTPUT,
+    TEXT_INPUT,
+)
 from model import Transformer
 from model.decoding import beam_search_decode, greedy_decode, naive_greedy_decode
 from model.special_tokens import END_ID, RESERVED_TOKENS, START_ID
@@ -102,7 +109,7 @@ def build_model(args):
     model.build(((None, None), (None, None)))
     # Forced lengths for the exported graph, which has no min_length: no greedy or beam step
     # picks a token 1e4 nats below the others. The Python decoders force it with min_length too.
-    bias = model.final_layer.bias
+    bias = model.named_weights()["pre_softmax_linear"]["b"]
     bias.assign(tf.tensor_scatter_nd_update(bias, [[END_ID]], [-1e4]))
     return model
 
@@ -187,12 +194,17 @@ def step_kernels(model):
     projections (its keys and values are projected once, before the loop), the two
     feed-forward layers; then the output layer.
     """
+    weights = model.named_weights()
     groups = []
-    for layer in model.decoder.dec_layers:
-        groups.append([layer.mha1.wq.kernel, layer.mha1.wk.kernel, layer.mha1.wv.kernel])
-        groups += [[layer.mha1.dense.kernel], [layer.mha2.wq.kernel], [layer.mha2.dense.kernel]]
-        groups += [[dense.kernel] for dense in layer.ffn.layers]
-    return groups + [[model.final_layer.kernel]]
+    for layer in weights["decoder"]["layers"]:
+        self_attention, cross_attention = (
+            layer["self_attention"],
+            layer["encoder_decoder_attention"],
+        )
+        groups.append([self_attention["W_Q"], self_attention["W_K"], self_attention["W_V"]])
+        groups += [[self_attention["W_O"]], [cross_attention["W_Q"]], [cross_attention["W_O"]]]
+        groups += [[layer["feed_forward"]["W_1"]], [layer["feed_forward"]["W_2"]]]
+    return groups + [[weights["pre_softmax_linear"]["W"]]]
 
 
 def matmul_floor(model, steps):
@@ -261,13 +273,13 @@ class SessionSignatures:
         fetches = {name: info.name for name, info in signature.outputs.items()}
         feed = np.array([text.encode("utf-8") for text in texts], dtype=object)
         return self._session.run(
-            fetches, {signature.inputs[export.TEXT_INPUT].name: feed}, **run_arguments
+            fetches, {signature.inputs[TEXT_INPUT].name: feed}, **run_arguments
         )
 
 
 def mean_output_tokens(signatures, texts):
     """Mean output tokens ([END] included) per sentence, from the `alignments` signature."""
-    target_tokens = signatures(export.ALIGNMENTS_SIGNATURE, texts)["target_tokens"]
+    target_tokens = signatures(ALIGNMENTS_SIGNATURE, texts)[TARGET_TOKENS_OUTPUT]
     return float(np.mean(np.sum(target_tokens != b"", axis=1)))
 
 
@@ -412,7 +424,7 @@ def main(argv=None):
             cases += [
                 (
                     SAVED_XLA_GREEDY,
-                    functools.partial(xla_signatures, export.GREEDY_SIGNATURE),
+                    functools.partial(xla_signatures, GREEDY_SIGNATURE),
                     batch,
                     served_texts[:batch],
                 )
@@ -425,8 +437,8 @@ def main(argv=None):
                 f"not the forced {args.output_tokens}."
             )
         for signature, label in (
-            (export.GREEDY_SIGNATURE, SAVED_GREEDY),
-            (export.BEAM_SIGNATURE, SAVED_BEAM),
+            (GREEDY_SIGNATURE, SAVED_GREEDY),
+            (BEAM_SIGNATURE, SAVED_BEAM),
         ):
             cases += [
                 (

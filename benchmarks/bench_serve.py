@@ -37,6 +37,7 @@ import psutil
 from tqdm import tqdm
 
 from benchmarks.sentences import SPANISH_SENTENCES
+from common.serving_contract import ALIGNMENTS_SIGNATURE, GREEDY_SIGNATURE, TEXT_INPUT
 from serving.model_server.server import GRPC_PORT_LOG_LINE
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -192,7 +193,7 @@ def grpc_caller(address: str, model_name: str, signature: str, batches: list[lis
         request = predict_pb2.PredictRequest()
         request.model_spec.name = model_name
         request.model_spec.signature_name = signature
-        request.inputs["text"].CopyFrom(tf.make_tensor_proto(batch, dtype=tf.string))
+        request.inputs[TEXT_INPUT].CopyFrom(tf.make_tensor_proto(batch, dtype=tf.string))
         requests.append(request)
 
     def call(index: int) -> None:
@@ -206,7 +207,6 @@ def greedy_output_lengths(address: str, model_name: str, sentences: list[str]):
     from its `alignments` signature; None if the server cannot answer that (a model without
     the signature)."""
     from serving.client import TranslationClient, TranslationError
-    from serving.export import ALIGNMENTS_SIGNATURE
 
     with TranslationClient(address, model_name, timeout=120, retries=0) as client:
         try:
@@ -235,7 +235,9 @@ def in_process_caller(
         xla_compilation_enabled=options.xla_cpu_compilation_enabled,
     )
     outputs = sorted(servable.signature_defs[signature].outputs)
-    inputs = [{"text": np.array([t.encode() for t in batch], dtype=object)} for batch in batches]
+    inputs = [
+        {TEXT_INPUT: np.array([t.encode() for t in batch], dtype=object)} for batch in batches
+    ]
     servable.run(signature, inputs[0], outputs)  # First call traces the function.
 
     def call(index: int) -> None:
@@ -324,7 +326,7 @@ def main(argv=None) -> int:
     )
     parser.add_argument("--model_base_path", required=True, help="directory of numbered versions")
     parser.add_argument("--model_name", default="translator", help="served model name")
-    parser.add_argument("--signature_name", default="serving_default")
+    parser.add_argument("--signature_name", default=GREEDY_SIGNATURE)
     parser.add_argument(
         "--sentences_file",
         help="one sentence per line (default: the Spanish sentences of benchmarks/sentences.py)",

@@ -64,12 +64,14 @@ def dense_matmul_flops_per_second(size=1024, repeats=30):
     return repeats * 2 * size**3 / (time.perf_counter() - started)
 
 
-def tutorial_dataset(pairs, source_tokenizer, target_tokenizer, max_length, batch_size=64, seed=0):
+def tutorial_dataset(
+    pairs, source_tokenizer, target_tokenizer, max_sequence_length, batch_size=64, seed=0
+):
     """The classic tutorial's pipeline, tokenizing each batch as it goes."""
 
     def prepare_batch(source, target):
-        source_ids = source_tokenizer.tokenize(source)[:, :max_length].to_tensor()
-        target_ids = target_tokenizer.tokenize(target)[:, : max_length + 1].to_tensor()
+        source_ids = source_tokenizer.tokenize(source)[:, :max_sequence_length].to_tensor()
+        target_ids = target_tokenizer.tokenize(target)[:, : max_sequence_length + 1].to_tensor()
         return (
             (tf.cast(source_ids, tf.int32), tf.cast(target_ids[:, :-1], tf.int32)),
             tf.cast(target_ids[:, 1:], tf.int32),
@@ -147,7 +149,7 @@ def measure_variants(config, source_ids, target_ids, source_vocab, target_vocab,
         dataset = make_dataset(
             source_ids,
             target_ids,
-            variant.max_length,
+            variant.max_sequence_length,
             variant.batch_tokens,
             pad_to_bucket=variant.jit_compile,
         )
@@ -225,7 +227,7 @@ def main(argv=None):
     pairs = load_pairs(args.data, "train")
     source_tokenizer, target_tokenizer = build_run_tokenizers(pairs, config, args.vocab_dir)
     source_ids, target_ids, _ = bound_lengths(
-        *tokenize_pairs(pairs, source_tokenizer, target_tokenizer), config.max_length
+        *tokenize_pairs(pairs, source_tokenizer, target_tokenizer), config.max_sequence_length
     )
     source_vocab, target_vocab = source_tokenizer.vocab_size, target_tokenizer.vocab_size
     if args.variants:
@@ -246,10 +248,10 @@ def main(argv=None):
     results = {}
     pipelines = {
         f"this project (bucketed, batch_tokens={config.batch_tokens})": make_dataset(
-            source_ids, target_ids, config.max_length, config.batch_tokens
+            source_ids, target_ids, config.max_sequence_length, config.batch_tokens
         ),
         "classic tutorial (padded batches of 64)": tutorial_dataset(
-            pairs, source_tokenizer, target_tokenizer, config.max_length
+            pairs, source_tokenizer, target_tokenizer, config.max_sequence_length
         ),
     }
     for name, dataset in pipelines.items():

@@ -21,8 +21,8 @@ import tensorflow as tf
 
 from benchmarks import bench_decode
 from benchmarks.report import machine_description, write_section
+from common.serving_contract import BEAM_SIGNATURE
 from model.tokenizer import WordPieceTokenizer
-from serving import export
 
 
 def op_times(run_metadata):
@@ -42,7 +42,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.profile_decode", description=__doc__
     )
-    parser.add_argument("--signature", default=export.BEAM_SIGNATURE)
+    parser.add_argument("--signature", default=BEAM_SIGNATURE)
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--threads", type=int, default=1, help="Session intra/inter-op threads")
     parser.add_argument("--top", type=int, default=12, help="op types listed")

@@ -3,7 +3,7 @@
 Public API: every name below is importable as `from model import NAME`.
 """
 
-from model._startup import import_tensorflow_quietly
+from common.startup import import_tensorflow_quietly
 
 import_tensorflow_quietly()  # before anything else imports TensorFlow
 

@@ -3,7 +3,7 @@
 import keras
 import tensorflow as tf
 
-from model.feed_forward import point_wise_feed_forward_network
+from model.feed_forward import feed_forward_weights, point_wise_feed_forward_network
 from model.multi_head_attention import MultiHeadAttention
 from model.sublayer import LAYER_ARGS, ResidualNorm
 
@@ -61,6 +61,25 @@ class DecoderLayer(keras.layers.Layer):
         for block in (self.self_attention_block, self.cross_attention_block, self.ffn_block):
             block.build(x_shape)
         self.built = True
+
+    def named_weights(self):
+        """The variables of the layer, by sub-layer, in the paper's names (for converters).
+
+        Returns:
+            `{"self_attention", "encoder_decoder_attention": MultiHeadAttention.named_weights(),
+            "feed_forward": feed_forward_weights(...)}`, each with `"layer_norm"` as in
+            `EncoderLayer.named_weights`. The encoder-decoder attention's `W_K`, `W_V` read the
+            encoder output, its `W_Q` the decoder.
+        """
+        return {
+            "self_attention": self.self_attention_block.with_layer_norm_weights(
+                self.mha1.named_weights()
+            ),
+            "encoder_decoder_attention": self.cross_attention_block.with_layer_norm_weights(
+                self.mha2.named_weights()
+            ),
+            "feed_forward": self.ffn_block.with_layer_norm_weights(feed_forward_weights(self.ffn)),
+        }
 
     def init_cache(self, enc_output, max_length):
         """The decoding cache before the first target token.

@@ -2,7 +2,7 @@
 
 import keras
 
-from model.feed_forward import point_wise_feed_forward_network
+from model.feed_forward import feed_forward_weights, point_wise_feed_forward_network
 from model.masks import AttentionMaskArgument
 from model.multi_head_attention import MultiHeadAttention
 from model.sublayer import LAYER_ARGS, ResidualNorm
@@ -49,6 +49,21 @@ class EncoderLayer(AttentionMaskArgument, keras.layers.Layer):
         self.attention_block.build(input_shape)
         self.ffn_block.build(input_shape)
         self.built = True
+
+    def named_weights(self):
+        """The variables of the layer, by sub-layer, in the paper's names (for converters).
+
+        Returns:
+            `{"self_attention": MultiHeadAttention.named_weights(), "feed_forward":
+            feed_forward_weights(...)}`, each with `"layer_norm"`: the LayerNorm of its residual
+            block (`layer_norm_weights`; applied after the sum, or before the sub-layer in pre-LN).
+        """
+        return {
+            "self_attention": self.attention_block.with_layer_norm_weights(
+                self.mha.named_weights()
+            ),
+            "feed_forward": self.ffn_block.with_layer_norm_weights(feed_forward_weights(self.ffn)),
+        }
 
     def call(self, x, training=None, mask=None, return_attention_weights=False):
         normed = self.attention_block.normalize_input(x)

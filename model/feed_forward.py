@@ -22,3 +22,10 @@ def point_wise_feed_forward_network(d_model, dff, dtype=None, name=None):
         ],
         name=name,
     )
+
+
+def feed_forward_weights(ffn):
+    """The variables of a `point_wise_feed_forward_network` in the paper's names (eq. 2):
+    `{"W_1": (d_in, dff), "b_1": (dff,), "W_2": (dff, d_model), "b_2": (d_model,)}`."""
+    inner, outer = ffn.layers
+    return {"W_1": inner.kernel, "b_1": inner.bias, "W_2": outer.kernel, "b_2": outer.bias}

@@ -4,7 +4,7 @@ import keras
 import tensorflow as tf
 
 from model.embedding import PositionalEmbedding
-from model.sublayer import STACK_ARGS
+from model.sublayer import LAYER_NORM_EPSILON, STACK_ARGS, layer_norm_weights
 
 
 class LayerStack(keras.layers.Layer):
@@ -79,7 +79,9 @@ class LayerStack(keras.layers.Layer):
         self.dropout = keras.layers.Dropout(rate, dtype=policy)
         # Pre-LN leaves the last residual sum unnormalized; the stack normalizes it once.
         self.final_layernorm = (
-            keras.layers.LayerNormalization(epsilon=1e-6, name="final_layernorm", dtype=policy)
+            keras.layers.LayerNormalization(
+                epsilon=LAYER_NORM_EPSILON, name="final_layernorm", dtype=policy
+            )
             if norm_first
             else None
         )
@@ -98,6 +100,24 @@ class LayerStack(keras.layers.Layer):
         if self.final_layernorm is not None:
             self.final_layernorm.build(hidden_shape)
         self.built = True
+
+    def named_weights(self):
+        """The stack's weights in the paper's names (for converters).
+
+        Returns:
+            `{"embedding": (vocab_size, d_model) token embedding matrix (scaled by √d_model when
+            read, §3.4), "positional_encoding": (maximum_position_encoding, d_model) sinusoids
+            (§3.5), "layers": [each layer's named_weights()], first to last}`, plus with pre-LN
+            `"final_layer_norm"`: `layer_norm_weights` of the norm after the last layer.
+        """
+        weights = {
+            "embedding": self.embedding.embedding.embeddings,
+            "positional_encoding": self.embedding.pos_encoding[0],
+            "layers": [layer.named_weights() for layer in self.stack],
+        }
+        if self.final_layernorm is not None:
+            weights["final_layer_norm"] = layer_norm_weights(self.final_layernorm)
+        return weights
 
     def embed(self, tokens, training, start_position=0):
         """`(batch, len)` ids → dropout(embedding·√d_model + PE): `(batch, len, d_model)`."""

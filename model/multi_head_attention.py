@@ -59,6 +59,21 @@ class MultiHeadAttention(AttentionMaskArgument, keras.layers.Layer):
         self.dense.build((None, None, self.d_model))
         self.built = True
 
+    def named_weights(self):
+        """The projections' variables in the paper's names (§3.2.2), every head at once.
+
+        Returns:
+            `{"W_Q", "W_K", "W_V": (d_in, d_model), "W_O": (d_model, d_model), "b_Q", "b_K",
+            "b_V", "b_O": (d_model,)}`; each projection is `x·W + b`, head i reads columns
+            `i·depth` to `(i + 1)·depth` of `W_Q`, `W_K`, `W_V` and rows of `W_O`.
+        """
+        projections = {"Q": self.wq, "K": self.wk, "V": self.wv, "O": self.dense}
+        weights = {}
+        for name, projection in projections.items():
+            weights[f"W_{name}"] = projection.kernel
+            weights[f"b_{name}"] = projection.bias
+        return weights
+
     def split_heads(self, x, batch_size):
         """`(batch, seq_len, d_model)` → `(batch, num_heads, seq_len, depth)`."""
         x = tf.reshape(x, (batch_size, -1, self.num_heads, self.depth))

@@ -5,6 +5,13 @@ import keras
 # Constructor arguments shared by EncoderLayer, DecoderLayer, Encoder and Decoder (their configs).
 LAYER_ARGS = ("d_model", "num_heads", "dff", "rate", "norm_first")
 STACK_ARGS = LAYER_ARGS + ("num_layers", "maximum_position_encoding")
+# Every LayerNorm of the model (the sub-layers' and the pre-LN stacks' final one).
+LAYER_NORM_EPSILON = 1e-6
+
+
+def layer_norm_weights(layer_norm):
+    """`{"gamma", "beta": (d_model,)}`: LayerNorm(x) = gamma · (x - mean) / sqrt(var + eps) + beta."""
+    return {"gamma": layer_norm.gamma, "beta": layer_norm.beta}
 
 
 class ResidualNorm(keras.layers.Layer):
@@ -26,7 +33,7 @@ class ResidualNorm(keras.layers.Layer):
         self.rate = rate
         self.norm_first = norm_first
         self.layernorm = keras.layers.LayerNormalization(
-            epsilon=1e-6, name="layernorm", dtype=self.dtype_policy
+            epsilon=LAYER_NORM_EPSILON, name="layernorm", dtype=self.dtype_policy
         )
         self.dropout = keras.layers.Dropout(rate, dtype=self.dtype_policy)
 
@@ -37,6 +44,10 @@ class ResidualNorm(keras.layers.Layer):
     def normalize_input(self, x):
         """`(batch, seq_len, d_model)` → what the sub-layer reads: LayerNorm(x) in pre-LN, else x."""
         return self.layernorm(x) if self.norm_first else x
+
+    def with_layer_norm_weights(self, sublayer_weights):
+        """`sublayer_weights` plus `"layer_norm"`: this wrapper's `layer_norm_weights`."""
+        return {**sublayer_weights, "layer_norm": layer_norm_weights(self.layernorm)}
 
     def call(self, x, sublayer_output, training=None):
         """`x` and `sublayer_output`: `(batch, seq_len, d_model)` → same shape."""

@@ -9,6 +9,7 @@ from model.decoder import Decoder
 from model.embedding import TiedOutputProjection, make_token_embedding
 from model.encoder import Encoder
 from model.masks import create_decoder_self_attention_mask, create_padding_mask
+from model.sublayer import LAYER_NORM_EPSILON
 
 
 class DecoderOutput(NamedTuple):
@@ -145,6 +146,27 @@ class Transformer(keras.Model):
         self.decoder.build(tar_shape, enc_output_shape)
         self.final_layer.build(tar_shape + (self.d_model,))
         self.built = True
+
+    def named_weights(self):
+        """Every weight in the paper's names, for converters to other runtimes (CTranslate2).
+
+        Returns:
+            `{"encoder", "decoder": LayerStack.named_weights(), "pre_softmax_linear": {"W":
+            (d_model, target_vocab_size), "b": (target_vocab_size,)}, "layer_norm_epsilon":
+            float}`: the logits are `x·W + b`; with `tie_embeddings`, W is the transposed target
+            embedding matrix (a tensor, not a variable). Tied and shared matrices appear at
+            each of their uses.
+        """
+        if self.tie_embeddings:
+            kernel = tf.transpose(self.final_layer.token_embedding.embeddings)
+        else:
+            kernel = self.final_layer.kernel
+        return {
+            "encoder": self.encoder.named_weights(),
+            "decoder": self.decoder.named_weights(),
+            "pre_softmax_linear": {"W": kernel, "b": self.final_layer.bias},
+            "layer_norm_epsilon": LAYER_NORM_EPSILON,
+        }
 
     def encode(self, inp, training=False, return_attention_weights=False):
         """Source ids `(batch, inp_len)` → `(enc_output (batch, inp_len, d_model),

@@ -8,17 +8,16 @@ import dataclasses
 
 import tensorflow as tf
 
+from common.serving_contract import (
+    ALIGNMENT_OUTPUT,
+    SCORE_OUTPUT,
+    SOURCE_TOKENS_OUTPUT,
+    TARGET_TOKENS_OUTPUT,
+    TRANSLATION_OUTPUT,
+)
 from model.decoding import beam_search_decode, greedy_decode, max_output_length
 from model.decoding.penalties import validate_repetition_controls
 from model.special_tokens import END_ID, PAD_ID, START_ID
-
-# The SavedModel signatures `serving.export` traces from `Translator`'s methods, and the file
-# (relative to an export version) that records the decoding options they were traced with.
-GREEDY_SIGNATURE = "serving_default"
-BEAM_SIGNATURE = "beam_search"
-ALIGNMENTS_SIGNATURE = "alignments"
-SIGNATURE_NAMES = (GREEDY_SIGNATURE, BEAM_SIGNATURE, ALIGNMENTS_SIGNATURE)
-EXPORT_INFO_PATH = "assets/export_info.json"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -163,8 +162,8 @@ class Translator:
     def _translate_greedy(self, text):
         _, decoded = self._greedy_decode(text)
         return {
-            "translation": self.target_tokenizer.detokenize(decoded["tokens"]),
-            "score": decoded["scores"],
+            TRANSLATION_OUTPUT: self.target_tokenizer.detokenize(decoded["tokens"]),
+            SCORE_OUTPUT: decoded["scores"],
         }
 
     def _translate_beam_search(self, text):
@@ -181,19 +180,19 @@ class Translator:
             **self.options.repetition_controls,
         )
         return {
-            "translation": self.target_tokenizer.detokenize(decoded["tokens"]),
-            "score": decoded["scores"],
+            TRANSLATION_OUTPUT: self.target_tokenizer.detokenize(decoded["tokens"]),
+            SCORE_OUTPUT: decoded["scores"],
         }
 
     def _translate_with_alignments(self, text):
         source_ids, decoded = self._greedy_decode(text)
         target_ids = decoded["tokens"]
         return {
-            "translation": self.target_tokenizer.detokenize(target_ids),
-            "score": decoded["scores"],
-            "source_tokens": _pieces_or_empty(self.source_tokenizer, source_ids),
-            "target_tokens": _pieces_or_empty(self.target_tokenizer, target_ids),
-            "alignment": decoded["alignment"],
+            TRANSLATION_OUTPUT: self.target_tokenizer.detokenize(target_ids),
+            SCORE_OUTPUT: decoded["scores"],
+            SOURCE_TOKENS_OUTPUT: _pieces_or_empty(self.source_tokenizer, source_ids),
+            TARGET_TOKENS_OUTPUT: _pieces_or_empty(self.target_tokenizer, target_ids),
+            ALIGNMENT_OUTPUT: decoded["alignment"],
         }
 
     def greedy(self, text):

@@ -1,3 +1,7 @@
 """Serving: export to SavedModel and CTranslate2, the TF-Serving-compatible server, the client."""
 
-import model  # noqa: F401  (first: TensorFlow without its start-up notices; model/_startup.py)
+from common.startup import import_tensorflow_quietly
+
+# First, before any serving module imports TensorFlow; not `import model`, which would load the
+# model code into the model server (serving/model_server/ depends on TensorFlow only).
+import_tensorflow_quietly()

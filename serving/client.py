@@ -40,7 +40,19 @@ from tensorflow_serving.apis import (
 )
 from tqdm import tqdm
 
-ALIGNMENTS_SIGNATURE = "alignments"
+from common.serving_contract import (
+    ALIGNMENT_OUTPUT,
+    ALIGNMENTS_SIGNATURE,
+    BEAM_SIGNATURE,
+    GREEDY_SIGNATURE,
+    SCORE_OUTPUT,
+    SOURCE_TOKENS_OUTPUT,
+    TARGET_TOKENS_OUTPUT,
+    TEXT_INPUT,
+    TRANSLATION_OUTPUT,
+    TRANSLATION_OUTPUTS,
+)
+
 _MAX_MESSAGE_BYTES = 2**31 - 1
 
 
@@ -122,7 +134,7 @@ class TranslationClient:
         self,
         server: str = "127.0.0.1:8500",
         model_name: str = "translator",
-        signature_name: str = "serving_default",
+        signature_name: str = GREEDY_SIGNATURE,
         timeout: float = 10.0,
         retries: int = 3,
         backoff: float = 0.1,
@@ -206,10 +218,10 @@ class TranslationClient:
         signature = signature_name or self.signature_name
         request = predict_pb2.PredictRequest()
         self._fill_model_spec(request.model_spec, signature)
-        request.inputs["text"].CopyFrom(_string_tensor(texts))
+        request.inputs[TEXT_INPUT].CopyFrom(_string_tensor(texts))
         response = self._call(self._predict_stub.Predict, request)
         outputs = {alias: tf.make_ndarray(proto) for alias, proto in response.outputs.items()}
-        missing = {"translation", "score"} - set(outputs)
+        missing = set(TRANSLATION_OUTPUTS) - set(outputs)
         if missing:
             raise TranslationError(
                 grpc.StatusCode.INTERNAL, f"signature {signature} returned no {sorted(missing)}"
@@ -218,13 +230,13 @@ class TranslationClient:
         for row, source in enumerate(texts):
             result = Translation(
                 source=source,
-                translation=_decode(outputs["translation"][row]),
-                score=float(outputs["score"][row]),
+                translation=_decode(outputs[TRANSLATION_OUTPUT][row]),
+                score=float(outputs[SCORE_OUTPUT][row]),
             )
-            if "alignment" in outputs:
-                result.source_tokens = _strip_padding(outputs["source_tokens"][row])
-                result.target_tokens = _strip_padding(outputs["target_tokens"][row])
-                result.alignment = outputs["alignment"][row][
+            if ALIGNMENT_OUTPUT in outputs:
+                result.source_tokens = _strip_padding(outputs[SOURCE_TOKENS_OUTPUT][row])
+                result.target_tokens = _strip_padding(outputs[TARGET_TOKENS_OUTPUT][row])
+                result.alignment = outputs[ALIGNMENT_OUTPUT][row][
                     : len(result.target_tokens), : len(result.source_tokens)
                 ]
             results.append(result)
@@ -329,8 +341,9 @@ def build_arg_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--signature_name",
-        default="serving_default",
-        help="serving_default (greedy), beam_search or alignments (default %(default)s)",
+        default=GREEDY_SIGNATURE,
+        help=f"{GREEDY_SIGNATURE} (greedy), {BEAM_SIGNATURE} or {ALIGNMENTS_SIGNATURE} "
+        "(default %(default)s)",
     )
     parser.add_argument("--version", type=int, help="model version (default: latest)")
     parser.add_argument(

@@ -22,6 +22,7 @@ import time
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from common.serving_contract import BEAM_SIGNATURE, GREEDY_SIGNATURE
 from serving.client import TranslationClient
 from training import artifacts
 
@@ -133,7 +134,7 @@ def main(argv=None):
     try:
         wait_until_serving(address, args.model_name, server)
         client = TranslationClient(address, args.model_name, timeout=60)
-        for signature in ("serving_default", "beam_search"):
+        for signature in (GREEDY_SIGNATURE, BEAM_SIGNATURE):
             print(f"\n{signature}:")
             for source, translation in zip(SENTENCES, client.translate(SENTENCES, signature)):
                 print(f"  {source}\n    → {translation}")

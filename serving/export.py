@@ -13,7 +13,8 @@ with `version` one higher than the highest existing one. The version is first wr
 hidden staging directory next to it and then renamed, so a server polling `<model_name>/` never
 sees a half-written version, and no existing version is ever overwritten.
 
-Signatures (input `text`: tf.string `[batch]`; every output's first dimension is the batch):
+Signatures (`common.serving_contract`; input `text`: tf.string `[batch]`; every output's first
+dimension is the batch):
 
     serving_default  greedy decoding with the key/value cache (with `--jit_compile`, one XLA
                      function, which TF Serving runs only with --xla_cpu_compilation_enabled):
@@ -50,20 +51,19 @@ import keras
 import tensorflow as tf
 from tqdm.auto import tqdm
 
-from model.translator import (
+from common.serving_contract import (
     ALIGNMENTS_SIGNATURE,
     BEAM_SIGNATURE,
     EXPORT_INFO_PATH,
     GREEDY_SIGNATURE,
     SIGNATURE_NAMES,
-    DecodingOptions,
-    Translator,
+    TEXT_INPUT,
 )
+from model.translator import DecodingOptions, Translator
 from training import artifacts
 
 logger = logging.getLogger(__name__)
 
-TEXT_INPUT = "text"
 EXPORT_INFO_FILE = os.path.basename(EXPORT_INFO_PATH)
 WARMUP_FILE = os.path.join("assets.extra", "tf_serving_warmup_requests")
 # Spanish sentences of different lengths (punctuation, accents, an inverted question mark), so

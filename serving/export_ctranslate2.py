@@ -73,7 +73,7 @@ def greedy_options(run_dir, target_vocab, pieces):
     (`decoding_options`), sources cut to the model's positions, and the run's output-length bound
     for the batch's longest source (`model.decoding.max_output_length`, the run's decoding.json).
     """
-    positions = artifacts.read_config(run_dir)["max_length"]
+    positions = artifacts.read_config(run_dir)["max_sequence_length"]
     options = artifacts.decoding_options(run_dir)
     longest = min(max(map(len, pieces), default=0) + 2, positions)  # with [START] and [END]
     bound = max_output_length(
@@ -110,62 +110,48 @@ def _check_vocab(vocab, side, model_size):
     return vocab
 
 
-def _dense(spec, dense):
-    """A Keras `Dense` (kernel `(in, out)`) into a `LinearSpec` (weight `(out, in)`)."""
-    spec.weight = np.ascontiguousarray(dense.kernel.numpy().T)
-    spec.bias = dense.bias.numpy()
+def _linear(spec, weights, *names):
+    """The projections `names` of `weights` (kernels `W_<name>` `(in, out)`, biases `b_<name>`),
+    reading the same input, as one `LinearSpec` (weight `(out, in)`, outputs stacked)."""
+    spec.weight = np.concatenate([np.asarray(weights[f"W_{name}"]).T for name in names])
+    spec.bias = np.concatenate([np.asarray(weights[f"b_{name}"]) for name in names])
 
 
-def _fused_dense(spec, denses):
-    """Several `Dense` layers reading the same input, as one `LinearSpec` (outputs stacked)."""
-    spec.weight = np.concatenate([dense.kernel.numpy().T for dense in denses])
-    spec.bias = np.concatenate([dense.bias.numpy() for dense in denses])
+def _layer_norm(spec, weights):
+    spec.gamma = np.asarray(weights["gamma"])
+    spec.beta = np.asarray(weights["beta"])
 
 
-def _layer_norm(spec, layer_norm):
-    spec.gamma = layer_norm.gamma.numpy()
-    spec.beta = layer_norm.beta.numpy()
-
-
-def _attention(spec, attention, block, self_attention):
-    """`model.MultiHeadAttention` and its `ResidualNorm` block into a `MultiHeadAttentionSpec`.
+def _attention(spec, weights, self_attention):
+    """A sub-layer's `MultiHeadAttention.named_weights` (with its `layer_norm`) into a
+    `MultiHeadAttentionSpec`.
 
     CTranslate2's attention layer owns the residual and the LayerNorm of its sub-layer, applied
-    before (pre-LN) or after the sum (post-LN), as `ResidualNorm` does.
+    before (pre-LN) or after the sum (post-LN), as the model's residual blocks do.
     """
     if self_attention:
-        _fused_dense(spec.linear[0], [attention.wq, attention.wk, attention.wv])
+        _linear(spec.linear[0], weights, "Q", "K", "V")
     else:
-        _dense(spec.linear[0], attention.wq)
-        _fused_dense(spec.linear[1], [attention.wk, attention.wv])
-    _dense(spec.linear[-1], attention.dense)
-    _layer_norm(spec.layer_norm, block.layernorm)
+        _linear(spec.linear[0], weights, "Q")
+        _linear(spec.linear[1], weights, "K", "V")
+    _linear(spec.linear[-1], weights, "O")
+    _layer_norm(spec.layer_norm, weights["layer_norm"])
 
 
-def _feed_forward(spec, ffn, block):
-    inner, outer = ffn.layers
-    _dense(spec.linear_0, inner)
-    _dense(spec.linear_1, outer)
-    _layer_norm(spec.layer_norm, block.layernorm)
+def _feed_forward(spec, weights):
+    _linear(spec.linear_0, weights, "1")
+    _linear(spec.linear_1, weights, "2")
+    _layer_norm(spec.layer_norm, weights["layer_norm"])
 
 
-def _embeddings(spec, stack):
+def _embeddings(spec, stack_weights):
     """Token embeddings and the stack's own positional encoding table `(positions, d_model)`."""
-    embedding = stack.embedding
     embeddings = spec.embeddings[0] if isinstance(spec.embeddings, list) else spec.embeddings
-    embeddings.weight = embedding.embedding.embeddings.numpy()
+    embeddings.weight = np.asarray(stack_weights["embedding"])
     spec.scale_embeddings = True
-    spec.position_encodings.encodings = np.asarray(embedding.pos_encoding)[0]
-    if stack.final_layernorm is not None:
-        _layer_norm(spec.layer_norm, stack.final_layernorm)
-
-
-def _output_projection(final_layer):
-    """`(weight (vocab, d_model), bias (vocab,))` of the pre-softmax linear layer: a `Dense`, or
-    one tied to the target embedding (its matrix E is the weight as it is, `x·Eᵀ + b`)."""
-    if hasattr(final_layer, "kernel"):
-        return final_layer.kernel.numpy().T, final_layer.bias.numpy()
-    return final_layer.token_embedding.embeddings.numpy(), final_layer.bias.numpy()
+    spec.position_encodings.encodings = np.asarray(stack_weights["positional_encoding"])
+    if "final_layer_norm" in stack_weights:
+        _layer_norm(spec.layer_norm, stack_weights["final_layer_norm"])
 
 
 def transformer_spec_of(model, source_vocab, target_vocab):
@@ -193,19 +179,20 @@ def transformer_spec_of(model, source_vocab, target_vocab):
         pre_norm=model.norm_first,
         activation=common_spec.Activation.RELU,
     )
-    encoder, decoder = model.encoder, model.decoder
+    weights = model.named_weights()
+    encoder, decoder = weights["encoder"], weights["decoder"]
     _embeddings(spec.encoder, encoder)
-    for layer_spec, layer in zip(spec.encoder.layer, encoder.enc_layers):
-        _attention(layer_spec.self_attention, layer.mha, layer.attention_block, True)
-        _feed_forward(layer_spec.ffn, layer.ffn, layer.ffn_block)
+    for layer_spec, layer in zip(spec.encoder.layer, encoder["layers"]):
+        _attention(layer_spec.self_attention, layer["self_attention"], self_attention=True)
+        _feed_forward(layer_spec.ffn, layer["feed_forward"])
     _embeddings(spec.decoder, decoder)
-    for layer_spec, layer in zip(spec.decoder.layer, decoder.dec_layers):
-        _attention(layer_spec.self_attention, layer.mha1, layer.self_attention_block, True)
-        _attention(layer_spec.attention, layer.mha2, layer.cross_attention_block, False)
-        _feed_forward(layer_spec.ffn, layer.ffn, layer.ffn_block)
-    spec.decoder.projection.weight, spec.decoder.projection.bias = _output_projection(
-        model.final_layer
-    )
+    for layer_spec, layer in zip(spec.decoder.layer, decoder["layers"]):
+        _attention(layer_spec.self_attention, layer["self_attention"], self_attention=True)
+        _attention(layer_spec.attention, layer["encoder_decoder_attention"], self_attention=False)
+        _feed_forward(layer_spec.ffn, layer["feed_forward"])
+    projection = weights["pre_softmax_linear"]
+    spec.decoder.projection.weight = np.ascontiguousarray(np.asarray(projection["W"]).T)
+    spec.decoder.projection.bias = np.asarray(projection["b"])
 
     spec.register_source_vocabulary(source_vocab)
     spec.register_target_vocabulary(target_vocab)
@@ -216,7 +203,7 @@ def transformer_spec_of(model, source_vocab, target_vocab):
     config.decoder_start_token = target_vocab[START_ID]
     config.add_source_bos = True
     config.add_source_eos = True
-    config.layer_norm_epsilon = float(encoder.enc_layers[0].ffn_block.layernorm.epsilon)
+    config.layer_norm_epsilon = float(weights["layer_norm_epsilon"])
     return spec
 
 

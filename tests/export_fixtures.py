@@ -91,7 +91,7 @@ TINY_CONFIG = {
     "norm_first": False,
     "tie_embeddings": True,
     # Short on purpose: the export tests truncate inputs longer than this.
-    "max_length": 24,
+    "max_sequence_length": 24,
     # Separate SentencePiece vocabularies (the training CLI's tests cover the shared default).
     "tokenizer": "sentencepiece",
     "subword_model": "unigram",

@@ -30,13 +30,21 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import keras
 import numpy as np
 import tensorflow as tf
 from tensorflow_serving.apis import predict_pb2, prediction_log_pb2
 
+from common.serving_contract import (
+    ALIGNMENTS_SIGNATURE,
+    BEAM_SIGNATURE,
+    GREEDY_SIGNATURE,
+    SCORE_OUTPUT,
+    TEXT_INPUT,
+    TRANSLATION_OUTPUT,
+)
 from serving.model_server.server import GRPC_PORT_LOG_LINE, REST_PORT_LOG_LINE
 
 MODEL_NAME = "translator"
@@ -113,17 +121,17 @@ class ToyTranslator(keras.layers.Layer):
         words = tf.strings.split(text)
         characters = tf.strings.unicode_decode(text, "UTF-8", errors="strict")
         return {
-            "translation": self._join_with_version(
+            TRANSLATION_OUTPUT: self._join_with_version(
                 self._reverse_rows(tf.strings.upper(words, encoding="utf-8"))
             ),
-            "score": tf.cast(characters.row_lengths(), tf.float32),
+            SCORE_OUTPUT: tf.cast(characters.row_lengths(), tf.float32),
         }
 
     def beam_search(self, text):
         words = tf.strings.split(text)
         return {
-            "translation": self._join_with_version(self._reverse_rows(words)),
-            "score": tf.cast(words.row_lengths(), tf.float32),
+            TRANSLATION_OUTPUT: self._join_with_version(self._reverse_rows(words)),
+            SCORE_OUTPUT: tf.cast(words.row_lengths(), tf.float32),
         }
 
     def alignments(self, text):
@@ -148,7 +156,7 @@ class ToyTranslator(keras.layers.Layer):
 def write_warmup_file(
     export_dir: str,
     texts: Sequence[str] = WARMUP_TEXTS,
-    signature_names: Sequence[str] = ("serving_default", "serving_default"),
+    signature_names: Sequence[str] = (GREEDY_SIGNATURE, GREEDY_SIGNATURE),
 ) -> str:
     """Writes assets.extra/tf_serving_warmup_requests (TFRecord of PredictionLog).
 
@@ -164,7 +172,7 @@ def write_warmup_file(
             request = predict_pb2.PredictRequest()
             request.model_spec.name = MODEL_NAME
             request.model_spec.signature_name = signature_name
-            request.inputs["text"].CopyFrom(tf.make_tensor_proto(list(texts), dtype=tf.string))
+            request.inputs[TEXT_INPUT].CopyFrom(tf.make_tensor_proto(list(texts), dtype=tf.string))
             log = prediction_log_pb2.PredictionLog()
             log.predict_log.request.CopyFrom(request)
             writer.write(log.SerializeToString())
@@ -177,10 +185,10 @@ def export_toy_translator(export_dir: str, version: int, with_warmup: bool = Tru
     layer.build()
     archive = keras.export.ExportArchive()
     archive.track(layer)
-    text_spec = [tf.TensorSpec([None], tf.string, name="text")]
-    archive.add_endpoint("serving_default", layer.greedy, input_signature=text_spec)
-    archive.add_endpoint("beam_search", layer.beam_search, input_signature=text_spec)
-    archive.add_endpoint("alignments", layer.alignments, input_signature=text_spec)
+    text_spec = [tf.TensorSpec([None], tf.string, name=TEXT_INPUT)]
+    archive.add_endpoint(GREEDY_SIGNATURE, layer.greedy, input_signature=text_spec)
+    archive.add_endpoint(BEAM_SIGNATURE, layer.beam_search, input_signature=text_spec)
+    archive.add_endpoint(ALIGNMENTS_SIGNATURE, layer.alignments, input_signature=text_spec)
     archive.write_out(export_dir, verbose=False)
     if with_warmup:
         write_warmup_file(export_dir)
@@ -263,10 +271,19 @@ class ServerProcess:
         flags: further server flags (model, batching, ...).
         rest: also serve REST.
         startup_timeout: seconds to wait for the ports before failing.
+        environment: further environment variables of the server process.
     """
 
-    def __init__(self, flags: Sequence[str], rest: bool = False, startup_timeout: float = 180.0):
-        environment = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=REPO_ROOT)
+    def __init__(
+        self,
+        flags: Sequence[str],
+        rest: bool = False,
+        startup_timeout: float = 180.0,
+        environment: Mapping[str, str] | None = None,
+    ):
+        environment = dict(
+            os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=REPO_ROOT, **(environment or {})
+        )
         command = [sys.executable, "-m", "serving.server", "--port=0", *flags]
         if rest:
             command.append("--rest_api_free_port")
@@ -337,7 +354,7 @@ def texts_request(
         request.model_spec.signature_name = signature_name
     if version is not None:
         request.model_spec.version.value = version
-    request.inputs["text"].CopyFrom(
+    request.inputs[TEXT_INPUT].CopyFrom(
         tf.make_tensor_proto(
             [t.encode("utf-8") if isinstance(t, str) else t for t in texts], dtype=tf.string
         )

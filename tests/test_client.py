@@ -7,6 +7,13 @@ import grpc
 import numpy as np
 import pytest
 
+from common.serving_contract import (
+    ALIGNMENT_OUTPUT,
+    ALIGNMENTS_SIGNATURE,
+    BEAM_SIGNATURE,
+    GREEDY_SIGNATURE,
+    TEXT_INPUT,
+)
 from serving import client as client_lib
 from serving.client import TranslationClient, TranslationError
 from serving.model_server.server import ModelServer, ServerOptions
@@ -86,16 +93,16 @@ def client(server):
 
 def test_translate_greedy_and_beam(client):
     assert client.translate(SENTENCES) == [expected_greedy(s, 1) for s in SENTENCES]
-    assert client.translate(SENTENCES, signature_name="beam_search") == [
+    assert client.translate(SENTENCES, signature_name=BEAM_SIGNATURE) == [
         expected_beam(s, 1) for s in SENTENCES
     ]
-    details = client.translate_with_details(SENTENCES, signature_name="beam_search")
+    details = client.translate_with_details(SENTENCES, signature_name=BEAM_SIGNATURE)
     assert [d.score for d in details] == [expected_beam_score(s) for s in SENTENCES]
     assert all(d.alignment is None and d.source_tokens is None for d in details)
 
 
 def test_translate_with_alignments(server):
-    with TranslationClient(server, signature_name="alignments") as aligning_client:
+    with TranslationClient(server, signature_name=ALIGNMENTS_SIGNATURE) as aligning_client:
         details = aligning_client.translate_with_details(SENTENCES)
     for sentence, result in zip(SENTENCES, details):
         words = sentence.split()
@@ -116,9 +123,9 @@ def test_translate_with_alignments(server):
 def test_metadata_and_status(client):
     metadata = client.metadata()
     assert metadata["version"] == 1
-    assert set(metadata["signatures"]) == {"serving_default", "beam_search", "alignments"}
-    assert metadata["signatures"]["serving_default"]["inputs"] == {"text": ("DT_STRING", [-1])}
-    assert metadata["signatures"]["alignments"]["outputs"]["alignment"] == (
+    assert set(metadata["signatures"]) == {GREEDY_SIGNATURE, BEAM_SIGNATURE, ALIGNMENTS_SIGNATURE}
+    assert metadata["signatures"][GREEDY_SIGNATURE]["inputs"] == {TEXT_INPUT: ("DT_STRING", [-1])}
+    assert metadata["signatures"][ALIGNMENTS_SIGNATURE]["outputs"][ALIGNMENT_OUTPUT] == (
         "DT_FLOAT",
         [-1, -1, -1],
     )
@@ -206,7 +213,7 @@ def test_cli_translates_arguments(server, capsys):
         expected_greedy("hello big world", 1),
         expected_greedy("a", 1),
     ]
-    assert client_lib.main(["--server", server, "--signature_name", "beam_search", "x y"]) == 0
+    assert client_lib.main(["--server", server, "--signature_name", BEAM_SIGNATURE, "x y"]) == 0
     assert capsys.readouterr().out.splitlines() == [expected_beam("x y", 1)]
 
 

@@ -135,7 +135,7 @@ def test_repetition_controls_from_the_cli_decode_as_the_decoder_does(tiny_run, t
 
 
 def test_exports_bake_the_repetition_controls_that_evaluation_checks(tiny_run, tmp_path, capsys):
-    from model.translator import EXPORT_INFO_PATH
+    from common.serving_contract import EXPORT_INFO_PATH
     from serving.export import main as export_main
 
     run_dir = tiny_run["run_dir"]

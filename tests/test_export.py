@@ -24,6 +24,18 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from common import serving_contract
+from common.serving_contract import (
+    ALIGNMENT_OUTPUT,
+    ALIGNMENTS_SIGNATURE,
+    BEAM_SIGNATURE,
+    GREEDY_SIGNATURE,
+    SCORE_OUTPUT,
+    SOURCE_TOKENS_OUTPUT,
+    TARGET_TOKENS_OUTPUT,
+    TEXT_INPUT,
+    TRANSLATION_OUTPUT,
+)
 from model import translator
 from model.decoding import beam_search_decode, greedy_decode
 from model.special_tokens import END_ID, START_ID
@@ -47,15 +59,15 @@ OLD_VERSION_MARKER = "an older deployment"
 LONG_TEXT = "El gato es negro y el perro es blanco. " * 40
 
 # The project-wide interface (tf.string `text` [batch] in; every output batch-major).
-SIGNATURE_OUTPUTS = {
-    "serving_default": {"translation": ("DT_STRING", 1), "score": ("DT_FLOAT", 1)},
-    "beam_search": {"translation": ("DT_STRING", 1), "score": ("DT_FLOAT", 1)},
-    "alignments": {
-        "translation": ("DT_STRING", 1),
-        "score": ("DT_FLOAT", 1),
-        "source_tokens": ("DT_STRING", 2),
-        "target_tokens": ("DT_STRING", 2),
-        "alignment": ("DT_FLOAT", 3),
+EXPORTED_SIGNATURES = {
+    GREEDY_SIGNATURE: {TRANSLATION_OUTPUT: ("DT_STRING", 1), SCORE_OUTPUT: ("DT_FLOAT", 1)},
+    BEAM_SIGNATURE: {TRANSLATION_OUTPUT: ("DT_STRING", 1), SCORE_OUTPUT: ("DT_FLOAT", 1)},
+    ALIGNMENTS_SIGNATURE: {
+        TRANSLATION_OUTPUT: ("DT_STRING", 1),
+        SCORE_OUTPUT: ("DT_FLOAT", 1),
+        SOURCE_TOKENS_OUTPUT: ("DT_STRING", 2),
+        TARGET_TOKENS_OUTPUT: ("DT_STRING", 2),
+        ALIGNMENT_OUTPUT: ("DT_FLOAT", 3),
     },
 }
 
@@ -215,7 +227,7 @@ def exported(run_dir, tmp_path_factory):
         ]
     }
     outdirs = {}
-    for signature in SIGNATURE_OUTPUTS:
+    for signature in EXPORTED_SIGNATURES:
         outdirs[signature] = str(tmp_path_factory.mktemp(f"cli_{signature}"))
         commands[signature] = saved_model_cli(
             "run",
@@ -261,10 +273,10 @@ def reference(trained):
     def translate(source_ids, decoder):
         decoded = decoders[decoder](tf.constant(source_ids, tf.int32))
         return {
-            "translation": _decoded(target_tokenizer.detokenize(decoded["tokens"])),
-            "score": decoded["scores"].numpy(),
+            TRANSLATION_OUTPUT: _decoded(target_tokenizer.detokenize(decoded["tokens"])),
+            SCORE_OUTPUT: decoded["scores"].numpy(),
             "tokens": decoded["tokens"].numpy(),
-            **({"alignment": decoded["alignment"].numpy()} if "alignment" in decoded else {}),
+            **({ALIGNMENT_OUTPUT: decoded["alignment"].numpy()} if "alignment" in decoded else {}),
         }
 
     return translate
@@ -311,38 +323,38 @@ def test_command_line_export_layout_and_metadata(exported, run_dir):
         "repetition_penalty": 1.0,
         "no_repeat_ngram_size": 0,
     }
-    assert info["max_source_tokens"] == info["run_config"]["max_length"]
-    assert info["signatures"] == list(SIGNATURE_OUTPUTS)
+    assert info["max_source_tokens"] == info["run_config"]["max_sequence_length"]
+    assert info["signatures"] == list(EXPORTED_SIGNATURES)
 
 
 # ------------------------------------------------------ exported vs in-memory translation
 
 
 @pytest.mark.parametrize(
-    "signature, decoder", [("serving_default", "greedy"), ("beam_search", "beam")]
+    "signature, decoder", [(GREEDY_SIGNATURE, "greedy"), (BEAM_SIGNATURE, "beam")]
 )
 def test_exported_translations_equal_in_memory_model(
     signature, decoder, loaded, trained, reference
 ):
     outputs = _run_signature(loaded, signature, MIXED_TEXTS)
     expected = reference(_source_ids(trained, MIXED_TEXTS), decoder)
-    assert _decoded(outputs["translation"]) == expected["translation"]
-    np.testing.assert_allclose(outputs["score"], expected["score"], rtol=1e-5, atol=1e-5)
-    assert np.all(np.isfinite(outputs["score"])) and np.all(outputs["score"] <= 0)
+    assert _decoded(outputs[TRANSLATION_OUTPUT]) == expected[TRANSLATION_OUTPUT]
+    np.testing.assert_allclose(outputs[SCORE_OUTPUT], expected[SCORE_OUTPUT], rtol=1e-5, atol=1e-5)
+    assert np.all(np.isfinite(outputs[SCORE_OUTPUT])) and np.all(outputs[SCORE_OUTPUT] <= 0)
 
 
 def test_exported_model_translates_the_training_pairs(loaded):
     """The fixture memorized its 40 pairs: the served graph must reproduce real English."""
-    outputs = _run_signature(loaded, "serving_default", [source for source, _ in PAIRS])
+    outputs = _run_signature(loaded, GREEDY_SIGNATURE, [source for source, _ in PAIRS])
     correct = sum(
-        got == target for got, (_, target) in zip(_decoded(outputs["translation"]), PAIRS)
+        got == target for got, (_, target) in zip(_decoded(outputs[TRANSLATION_OUTPUT]), PAIRS)
     )
     assert correct >= 0.9 * len(PAIRS)
 
 
 def test_alignments_match_tokens_and_attention(loaded, trained, reference):
     _, source_tokenizer, target_tokenizer, _ = trained
-    outputs = _run_signature(loaded, "alignments", MIXED_TEXTS)
+    outputs = _run_signature(loaded, ALIGNMENTS_SIGNATURE, MIXED_TEXTS)
     source_ids = _source_ids(trained, MIXED_TEXTS)
     expected = reference(source_ids, "greedy")
     target_ids = expected["tokens"]
@@ -351,16 +363,22 @@ def test_alignments_match_tokens_and_attention(loaded, trained, reference):
         looked_up = tokenizer.lookup(tf.constant(ids)).numpy()
         return np.where(ids != 0, looked_up, b"")
 
-    np.testing.assert_array_equal(outputs["source_tokens"], pieces(source_tokenizer, source_ids))
-    np.testing.assert_array_equal(outputs["target_tokens"], pieces(target_tokenizer, target_ids))
-    assert all(row[0] == b"[START]" for row in outputs["source_tokens"])
-    assert _decoded(outputs["translation"]) == expected["translation"]
+    np.testing.assert_array_equal(
+        outputs[SOURCE_TOKENS_OUTPUT], pieces(source_tokenizer, source_ids)
+    )
+    np.testing.assert_array_equal(
+        outputs[TARGET_TOKENS_OUTPUT], pieces(target_tokenizer, target_ids)
+    )
+    assert all(row[0] == b"[START]" for row in outputs[SOURCE_TOKENS_OUTPUT])
+    assert _decoded(outputs[TRANSLATION_OUTPUT]) == expected[TRANSLATION_OUTPUT]
 
-    alignment = outputs["alignment"]
+    alignment = outputs[ALIGNMENT_OUTPUT]
     assert alignment.shape == (len(MIXED_TEXTS), target_ids.shape[1], source_ids.shape[1])
     is_target = target_ids != 0
     is_source = source_ids != 0
-    np.testing.assert_allclose(alignment, expected["alignment"] * is_target[:, :, None], atol=1e-5)
+    np.testing.assert_allclose(
+        alignment, expected[ALIGNMENT_OUTPUT] * is_target[:, :, None], atol=1e-5
+    )
     # Each real target token's attention is a distribution over the real source tokens...
     np.testing.assert_allclose(alignment.sum(axis=2)[is_target], 1.0, atol=1e-5)
     assert np.all(alignment >= 0)
@@ -372,24 +390,24 @@ def test_alignments_match_tokens_and_attention(loaded, trained, reference):
 # ----------------------------------------------------------------------- edge inputs
 
 
-@pytest.mark.parametrize("signature", list(SIGNATURE_OUTPUTS))
+@pytest.mark.parametrize("signature", list(EXPORTED_SIGNATURES))
 def test_empty_batch_gives_empty_outputs(signature, loaded):
     outputs = _run_signature(loaded, signature, np.array([], dtype=object))
-    assert set(outputs) == set(SIGNATURE_OUTPUTS[signature])
-    for key, (dtype, rank) in SIGNATURE_OUTPUTS[signature].items():
+    assert set(outputs) == set(EXPORTED_SIGNATURES[signature])
+    for key, (dtype, rank) in EXPORTED_SIGNATURES[signature].items():
         assert outputs[key].shape[0] == 0 and outputs[key].ndim == rank, key
         assert outputs[key].dtype == (object if dtype == "DT_STRING" else np.float32), key
 
 
-@pytest.mark.parametrize("signature", list(SIGNATURE_OUTPUTS))
+@pytest.mark.parametrize("signature", list(EXPORTED_SIGNATURES))
 def test_empty_and_blank_strings_translate(signature, loaded, trained, reference):
     outputs = _run_signature(loaded, signature, ["", "   "])
-    assert outputs["translation"].shape == (2,)
-    assert np.all(np.isfinite(outputs["score"]))
-    decoder = "beam" if signature == "beam_search" else "greedy"
+    assert outputs[TRANSLATION_OUTPUT].shape == (2,)
+    assert np.all(np.isfinite(outputs[SCORE_OUTPUT]))
+    decoder = "beam" if signature == BEAM_SIGNATURE else "greedy"
     # Both tokenize to [START] [END], like the in-memory reference.
     expected = reference(np.array([[START_ID, END_ID]] * 2), decoder)
-    assert _decoded(outputs["translation"]) == expected["translation"]
+    assert _decoded(outputs[TRANSLATION_OUTPUT]) == expected[TRANSLATION_OUTPUT]
 
 
 def test_long_input_is_truncated_to_model_length_keeping_end(loaded, trained, reference):
@@ -399,24 +417,30 @@ def test_long_input_is_truncated_to_model_length_keeping_end(loaded, trained, re
     assert full_ids.shape[1] > 3 * max_tokens  # really too long for the positional encodings
     truncated = np.concatenate([full_ids[:, : max_tokens - 1], [[END_ID]]], axis=1)
 
-    outputs = _run_signature(loaded, "alignments", [LONG_TEXT, "Hola."])
-    assert outputs["source_tokens"].shape == (2, max_tokens)
-    assert outputs["source_tokens"][0, -1] == b"[END]"
+    outputs = _run_signature(loaded, ALIGNMENTS_SIGNATURE, [LONG_TEXT, "Hola."])
+    assert outputs[SOURCE_TOKENS_OUTPUT].shape == (2, max_tokens)
+    assert outputs[SOURCE_TOKENS_OUTPUT][0, -1] == b"[END]"
     np.testing.assert_array_equal(
-        outputs["source_tokens"][0, :-1],
+        outputs[SOURCE_TOKENS_OUTPUT][0, :-1],
         source_tokenizer.lookup(tf.constant(full_ids[0, : max_tokens - 1])).numpy(),
     )
     expected = reference(truncated, "greedy")
-    assert _decoded(outputs["translation"])[0] == expected["translation"][0]
-    np.testing.assert_allclose(outputs["score"][0], expected["score"][0], rtol=1e-5, atol=1e-5)
-    assert outputs["alignment"].shape[1] <= model.pe_target - 1
+    assert _decoded(outputs[TRANSLATION_OUTPUT])[0] == expected[TRANSLATION_OUTPUT][0]
+    np.testing.assert_allclose(
+        outputs[SCORE_OUTPUT][0], expected[SCORE_OUTPUT][0], rtol=1e-5, atol=1e-5
+    )
+    assert outputs[ALIGNMENT_OUTPUT].shape[1] <= model.pe_target - 1
 
-    for signature, decoder in (("serving_default", "greedy"), ("beam_search", "beam")):
+    for signature, decoder in ((GREEDY_SIGNATURE, "greedy"), (BEAM_SIGNATURE, "beam")):
         long_outputs = _run_signature(loaded, signature, [LONG_TEXT])
         expected = reference(truncated, decoder)
-        assert _decoded(long_outputs["translation"]) == expected["translation"], signature
+        assert _decoded(long_outputs[TRANSLATION_OUTPUT]) == expected[TRANSLATION_OUTPUT], signature
         np.testing.assert_allclose(
-            long_outputs["score"], expected["score"], rtol=1e-5, atol=1e-5, err_msg=signature
+            long_outputs[SCORE_OUTPUT],
+            expected[SCORE_OUTPUT],
+            rtol=1e-5,
+            atol=1e-5,
+            err_msg=signature,
         )
 
 
@@ -446,13 +470,13 @@ def test_warmup_requests_replay_through_loaded_model(exported, loaded):
         log = prediction_log_pb2.PredictionLog.FromString(record)
         request = log.predict_log.request
         assert request.model_spec.name == MODEL_NAME
-        texts = tf.make_ndarray(request.inputs["text"])
+        texts = tf.make_ndarray(request.inputs[TEXT_INPUT])
         assert _decoded(texts) == list(export.WARMUP_TEXTS)
         outputs = _run_signature(loaded, request.model_spec.signature_name, texts)
-        assert set(outputs) == set(SIGNATURE_OUTPUTS[request.model_spec.signature_name])
+        assert set(outputs) == set(EXPORTED_SIGNATURES[request.model_spec.signature_name])
         assert all(value.shape[0] == len(texts) for value in outputs.values())
         replayed.append(request.model_spec.signature_name)
-    assert sorted(replayed) == sorted(SIGNATURE_OUTPUTS)
+    assert sorted(replayed) == sorted(EXPORTED_SIGNATURES)
 
 
 # ------------------------------------------------------------------------ versioning
@@ -551,35 +575,41 @@ def _parse_signature_defs(show_output):
     return signatures
 
 
+def test_the_serving_contract_declares_what_the_export_serves():
+    declared = {name: set(outputs) for name, outputs in serving_contract.SIGNATURE_OUTPUTS.items()}
+    assert declared == {name: set(outputs) for name, outputs in EXPORTED_SIGNATURES.items()}
+    assert serving_contract.SIGNATURE_NAMES == tuple(EXPORTED_SIGNATURES)
+
+
 def test_saved_model_cli_show_lists_the_signatures(exported):
     result = exported.commands.result("show")
     assert result.returncode == 0, result.stderr[-3000:]
     signatures = _parse_signature_defs(result.stdout)
     served = {name: spec for name, spec in signatures.items() if not name.startswith("__")}
-    assert set(served) == set(SIGNATURE_OUTPUTS)
-    for name, outputs in SIGNATURE_OUTPUTS.items():
+    assert set(served) == set(EXPORTED_SIGNATURES)
+    for name, outputs in EXPORTED_SIGNATURES.items():
         # Every dimension is -1 (any batch, any length): `specs` drops fixed-size ones.
-        assert served[name]["inputs"] == {"text": ("DT_STRING", 1)}, name
+        assert served[name]["inputs"] == {TEXT_INPUT: ("DT_STRING", 1)}, name
         assert served[name]["outputs"] == outputs, name
         assert served[name]["method"] == "tensorflow/serving/predict"
 
 
-@pytest.mark.parametrize("signature", list(SIGNATURE_OUTPUTS))
+@pytest.mark.parametrize("signature", list(EXPORTED_SIGNATURES))
 def test_saved_model_cli_run_translates_through_tf1_loader(signature, exported, trained, reference):
     result = exported.commands.result(signature)
     outdir = exported.outdirs[signature]
     assert result.returncode == 0, result.stderr[-3000:]
     outputs = {
         key: np.load(os.path.join(outdir, f"{key}.npy"), allow_pickle=True)
-        for key in SIGNATURE_OUTPUTS[signature]
+        for key in EXPORTED_SIGNATURES[signature]
     }
-    for key, (_, rank) in SIGNATURE_OUTPUTS[signature].items():
+    for key, (_, rank) in EXPORTED_SIGNATURES[signature].items():
         assert outputs[key].ndim == rank and outputs[key].shape[0] == len(MIXED_TEXTS), key
     expected = reference(
-        _source_ids(trained, MIXED_TEXTS), "beam" if signature == "beam_search" else "greedy"
+        _source_ids(trained, MIXED_TEXTS), "beam" if signature == BEAM_SIGNATURE else "greedy"
     )
-    assert _decoded(outputs["translation"]) == expected["translation"]
-    np.testing.assert_allclose(outputs["score"], expected["score"], rtol=1e-5, atol=1e-5)
+    assert _decoded(outputs[TRANSLATION_OUTPUT]) == expected[TRANSLATION_OUTPUT]
+    np.testing.assert_allclose(outputs[SCORE_OUTPUT], expected[SCORE_OUTPUT], rtol=1e-5, atol=1e-5)
 
 
 def test_every_op_is_registered_in_tensorflow_or_tensorflow_text(exported):
@@ -617,8 +647,12 @@ def test_local_server_serves_the_export_to_the_grpc_client(exported, loaded):
         except RuntimeError:
             pytest.fail(f"the server exited:\n{server.output()[-3000:]}")
         with TranslationClient(address, MODEL_NAME, timeout=120) as client:
-            for signature in ("serving_default", "beam_search"):
-                expected = _decoded(_run_signature(loaded, signature, MIXED_TEXTS)["translation"])
+            for signature in (GREEDY_SIGNATURE, BEAM_SIGNATURE):
+                expected = _decoded(
+                    _run_signature(loaded, signature, MIXED_TEXTS)[TRANSLATION_OUTPUT]
+                )
                 assert client.translate(MIXED_TEXTS, signature) == expected
-            details = client.translate_with_details(MIXED_TEXTS[:2], signature_name="alignments")
+            details = client.translate_with_details(
+                MIXED_TEXTS[:2], signature_name=ALIGNMENTS_SIGNATURE
+            )
             assert len(details) == 2

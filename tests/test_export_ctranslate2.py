@@ -20,6 +20,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from common.serving_contract import (
+    SCORE_OUTPUT,
+    TRANSLATION_OUTPUT,
+)
 from model.decoding import beam_search_decode, greedy_decode, max_output_length
 from model.special_tokens import END_ID, START_ID
 from model.translator import Translator
@@ -155,8 +159,10 @@ def test_greedy_translations_equal_the_saved_model_functions(run):
     max_length = _max_length(run, _source_ids(run, TEXTS))
     ct2_ids, ct2_scores = _translate_ct2(run, TEXTS, 1, 0.0, max_length)
     padded = tf.ragged.constant(ct2_ids).to_tensor()
-    assert list(run["target"].detokenize(padded).numpy()) == list(served["translation"].numpy())
-    np.testing.assert_allclose(ct2_scores, served["score"].numpy(), atol=1e-3)
+    assert list(run["target"].detokenize(padded).numpy()) == list(
+        served[TRANSLATION_OUTPUT].numpy()
+    )
+    np.testing.assert_allclose(ct2_scores, served[SCORE_OUTPUT].numpy(), atol=1e-3)
 
 
 def readme_recipe():
@@ -178,7 +184,7 @@ def test_the_readme_recipe_prints_the_greedy_translations(run):
     with contextlib.redirect_stdout(printed):
         exec(compile(recipe, "README.md (CTranslate2)", "exec"), namespace)
     endpoints = Translator(run["model"], run["source"], run["target"])
-    greedy = endpoints.greedy(tf.constant(namespace["texts"]))["translation"].numpy()
+    greedy = endpoints.greedy(tf.constant(namespace["texts"]))[TRANSLATION_OUTPUT].numpy()
     assert printed.getvalue().splitlines() == [text.decode("utf-8") for text in greedy]
     # The command line's hint says the same.
     assert "**greedy_options(" in run["printed"] and "load_tokenizers(" in run["printed"]

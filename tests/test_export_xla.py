@@ -19,6 +19,14 @@ import pytest
 import tensorflow as tf
 from tensorflow_serving.apis import prediction_service_pb2_grpc
 
+from common.serving_contract import (
+    ALIGNMENTS_SIGNATURE,
+    BEAM_SIGNATURE,
+    EXPORT_INFO_PATH,
+    GREEDY_SIGNATURE,
+    TEXT_INPUT,
+    TRANSLATION_OUTPUT,
+)
 from serving import export
 from serving.model_server import servable as servable_lib
 from serving.model_server.errors import ServingError
@@ -30,7 +38,7 @@ from training import artifacts
 
 MODEL_NAME = "translator"
 TEXTS = ["¿Dónde está el gato?", "Hola.", "El perro negro está en la casa pequeña.", ""]
-GREEDY_SIGNATURES = (export.GREEDY_SIGNATURE, export.ALIGNMENTS_SIGNATURE)
+GREEDY_SIGNATURES = (GREEDY_SIGNATURE, ALIGNMENTS_SIGNATURE)
 
 
 def _export(run_dir, export_base, jit_compile):
@@ -69,16 +77,16 @@ def _assert_same_outputs(actual, expected):
             np.testing.assert_allclose(actual[name], value, rtol=1e-5, atol=1e-5, err_msg=name)
 
 
-@pytest.mark.parametrize("signature", GREEDY_SIGNATURES + (export.BEAM_SIGNATURE,))
+@pytest.mark.parametrize("signature", GREEDY_SIGNATURES + (BEAM_SIGNATURE,))
 def test_xla_export_translates_exactly_as_the_plain_export(loaded, signature):
     plain = _outputs(loaded["plain"], signature)
-    assert any(plain["translation"]), "the tiny run should translate something"
+    assert any(plain[TRANSLATION_OUTPUT]), "the tiny run should translate something"
     _assert_same_outputs(_outputs(loaded["xla"], signature), plain)
 
 
 def test_export_info_records_the_xla_option(versions):
     for kind, path in versions.items():
-        with open(os.path.join(path, export.EXPORT_INFO_PATH), encoding="utf-8") as handle:
+        with open(os.path.join(path, EXPORT_INFO_PATH), encoding="utf-8") as handle:
             assert json.load(handle)["decoding"]["jit_compile"] is (kind == "xla")
 
 
@@ -103,7 +111,7 @@ def test_tf1_session_loader_runs_the_xla_export(versions, loaded):
             "--tag_set",
             "serve",
             "--signature_def",
-            export.GREEDY_SIGNATURE,
+            GREEDY_SIGNATURE,
             "--input_exprs",
             f"text={text_literal(TEXTS)}",
             "--outdir",
@@ -116,8 +124,8 @@ def test_tf1_session_loader_runs_the_xla_export(versions, loaded):
     )
     assert result.returncode == 0, result.stderr[-3000:]
     translations = np.load(os.path.join(outdir, "translation.npy"), allow_pickle=True)
-    plain = _outputs(loaded["plain"], export.GREEDY_SIGNATURE)
-    assert translations.tolist() == plain["translation"].tolist()
+    plain = _outputs(loaded["plain"], GREEDY_SIGNATURE)
+    assert translations.tolist() == plain[TRANSLATION_OUTPUT].tolist()
 
 
 def test_without_the_flag_xla_signatures_fail_and_so_does_their_warmup(versions):
@@ -125,10 +133,12 @@ def test_without_the_flag_xla_signatures_fail_and_so_does_their_warmup(versions)
     text = np.array([t.encode() for t in TEXTS], dtype=object)
     for signature in GREEDY_SIGNATURES:
         with pytest.raises(ServingError) as info:
-            version.run(signature, {"text": text}, ["translation"])
+            version.run(signature, {TEXT_INPUT: text}, [TRANSLATION_OUTPUT])
         assert info.value.code == grpc.StatusCode.INTERNAL
         assert info.value.message == servable_lib.XLA_DISABLED_MESSAGE
-    assert version.run(export.BEAM_SIGNATURE, {"text": text}, ["translation"])["translation"].size
+    assert version.run(BEAM_SIGNATURE, {TEXT_INPUT: text}, [TRANSLATION_OUTPUT])[
+        TRANSLATION_OUTPUT
+    ].size
     # The export's warmup requests call every signature: TF Serving's load fails on them.
     with pytest.raises(ServingError, match=servable_lib.XLA_DISABLED_MESSAGE):
         run_warmup(version)
@@ -150,24 +160,23 @@ def _predict(server, signature):
     with grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}") as channel:
         stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
         response = stub.Predict(request, timeout=120)
-    return [value.decode() for value in response.outputs["translation"].string_val]
+    return [value.decode() for value in response.outputs[TRANSLATION_OUTPUT].string_val]
 
 
 def test_served_over_grpc_only_with_xla_cpu_compilation_enabled(versions, loaded):
     plain = [
-        value.decode()
-        for value in _outputs(loaded["plain"], export.GREEDY_SIGNATURE)["translation"]
+        value.decode() for value in _outputs(loaded["plain"], GREEDY_SIGNATURE)[TRANSLATION_OUTPUT]
     ]
     server = _serve(versions["xla"], enable_model_warmup=False)
     try:
         with pytest.raises(grpc.RpcError) as info:
-            _predict(server, export.GREEDY_SIGNATURE)
+            _predict(server, GREEDY_SIGNATURE)
         assert info.value.code() == grpc.StatusCode.INTERNAL
         assert info.value.details() == servable_lib.XLA_DISABLED_MESSAGE
     finally:
         server.stop()
     server = _serve(versions["xla"], xla_cpu_compilation_enabled=True)
     try:
-        assert _predict(server, export.GREEDY_SIGNATURE) == plain
+        assert _predict(server, GREEDY_SIGNATURE) == plain
     finally:
         server.stop()

@@ -16,12 +16,12 @@ from training.pipeline import (
 MAX_LENGTH, BATCH_TOKENS = 40, 256
 
 
-def random_examples(count, seed, max_length=MAX_LENGTH):
+def random_examples(count, seed, max_sequence_length=MAX_LENGTH):
     """`(source_ids, target_ids)`: `[START] ids [END]` of independent random lengths 3..max."""
     rng = np.random.default_rng(seed)
 
     def sequence():
-        middle = rng.integers(4, 100, rng.integers(1, max_length - 1))
+        middle = rng.integers(4, 100, rng.integers(1, max_sequence_length - 1))
         return np.concatenate([[START_ID], middle, [END_ID]]).astype(np.int32)
 
     return [sequence() for _ in range(count)], [sequence() for _ in range(count)]
@@ -52,13 +52,13 @@ def batch_examples(source, decoder_input, labels):
     return examples
 
 
-@pytest.mark.parametrize("max_length", [8, 9, 40, 256])
-def test_bucket_boundaries_grow_geometrically_up_to_max_length(max_length):
-    boundaries = bucket_boundaries(max_length)
-    assert boundaries[-1] == max_length + 1
+@pytest.mark.parametrize("max_sequence_length", [8, 9, 40, 256])
+def test_bucket_boundaries_grow_geometrically_up_to_max_sequence_length(max_sequence_length):
+    boundaries = bucket_boundaries(max_sequence_length)
+    assert boundaries[-1] == max_sequence_length + 1
     assert all(later > earlier for earlier, later in zip(boundaries, boundaries[1:]))
     inner = boundaries[:-1]
-    assert all(bound <= max_length for bound in inner)
+    assert all(bound <= max_sequence_length for bound in inner)
     assert all(
         later <= max(earlier + 1, earlier * 1.25) for earlier, later in zip(inner, inner[1:])
     )
@@ -97,7 +97,9 @@ def test_batches_hold_every_example_once_shifted_and_within_the_token_budget():
 
 def test_pad_to_bucket_changes_only_the_padding():
     source, target = random_examples(300, seed=2)
-    options = dict(max_length=MAX_LENGTH, batch_tokens=BATCH_TOKENS, shuffle=False, repeat=False)
+    options = dict(
+        max_sequence_length=MAX_LENGTH, batch_tokens=BATCH_TOKENS, shuffle=False, repeat=False
+    )
     plain = batches(make_dataset(source, target, **options))
     padded = batches(make_dataset(source, target, pad_to_bucket=True, **options))
     assert len(plain) == len(padded)
@@ -218,7 +220,7 @@ def test_text_dataset_gives_names_fresh_values_on_both_sides(toy_tokenizer, rate
 def test_text_dataset_truncates_or_drops_pairs_long_after_tokenizing(toy_tokenizer):
     tokenizer, pairs = toy_tokenizer
     limit = 7
-    options = dict(max_length=limit, batch_tokens=64)
+    options = dict(max_sequence_length=limit, batch_tokens=64)
     cut = make_text_dataset(
         pairs, tokenizer.tokenize, tokenizer.tokenize, **options, long_examples="truncate"
     )

@@ -4,7 +4,7 @@ import os
 import subprocess
 import sys
 
-from model._startup import START_UP_NOTICES, filter_start_up_notices
+from common.startup import START_UP_NOTICES, filter_start_up_notices
 from tests.training_cli import run_training_cli
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

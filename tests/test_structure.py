@@ -1,4 +1,4 @@
-"""The packages import one way, benchmarks -> serving -> training -> model, and no modules in a cycle.
+"""The packages import one way, benchmarks -> serving -> training -> model -> common, no cycles.
 
 Read from the source with `ast`, nothing is imported: every `import` statement counts, at
 module level or inside a function (a lazy import is still a dependency).
@@ -11,7 +11,7 @@ import pytest
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
 # Each package may import those after it, never those before it.
-LAYERS = ("benchmarks", "serving", "training", "model")
+LAYERS = ("benchmarks", "serving", "training", "model", "common")
 
 
 def module_name(path, root=REPO_ROOT):
@@ -131,9 +131,24 @@ def test_every_package_is_walked(graph):
 def test_no_package_imports_one_to_its_left(graph):
     violations = layer_violations(graph)
     assert not violations, (
-        "imports against benchmarks -> serving -> training -> model:\n"
+        "imports against "
+        + " -> ".join(LAYERS)
+        + ":\n"
         + "\n".join(f"  {module} imports {target}" for module, target in violations)
     )
+
+
+def test_the_model_server_imports_only_itself_and_common(graph):
+    """serving/model_server/ serves any SavedModel: it needs no model, training or export code
+    (tests/test_server_imports.py checks the running server's modules)."""
+    foreign = sorted(
+        (module, target)
+        for module, targets in graph.items()
+        if module.startswith("serving.model_server")
+        for target in targets
+        if not target.startswith(("serving.model_server", "common")) and target != "serving"
+    )
+    assert not foreign, "\n".join(f"  {module} imports {target}" for module, target in foreign)
 
 
 def test_no_import_cycles(graph):

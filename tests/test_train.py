@@ -1,5 +1,6 @@
 """The training CLI: a real run, exact resume, kill -9 recovery, the NaN guard, bad options."""
 
+import argparse
 import json
 import os
 import re
@@ -16,7 +17,7 @@ import tensorflow_datasets as tfds
 from model import Transformer
 from tests.training_cli import run_training_cli
 from training import artifacts
-from training.config import TrainConfig, resolve_config
+from training.config import TrainConfig, add_config_arguments, resolve_config
 from training.losses import masked_token_losses
 from training.toy_corpus import word_for_word_pairs
 from training.train import Trainer, TrainingError, main, train
@@ -444,6 +445,31 @@ def test_config_file_sits_between_the_preset_and_the_flags(corpus, tmp_path, cap
     assert not os.path.exists(tmp_path / "r")
 
 
+def test_a_config_saved_with_max_length_still_loads_as_max_sequence_length(tmp_path, caplog):
+    config_file = tmp_path / "settings.json"
+    config_file.write_text(json.dumps({"max_length": 40}))
+    with caplog.at_level("WARNING", logger="training.config"):
+        assert resolve_config("tiny", str(config_file)).max_sequence_length == 40
+    assert f"{config_file}: the setting max_length is deprecated" in caplog.text
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / artifacts.CONFIG_FILE).write_text(json.dumps({"max_length": 40, "d_model": 8}))
+    saved = artifacts.read_config(str(run_dir))
+    assert saved["max_sequence_length"] == 40 and "max_length" not in saved
+    config_file.write_text(json.dumps({"max_length": 40, "max_sequence_length": 48}))
+    with pytest.raises(ValueError, match="both max_length and its new name max_sequence_length"):
+        resolve_config("tiny", str(config_file))
+
+
+def test_the_max_length_flag_still_sets_max_sequence_length(caplog):
+    parser = argparse.ArgumentParser()
+    add_config_arguments(parser)
+    with caplog.at_level("WARNING", logger="training.config"):
+        args = parser.parse_args(["--max_length", "40"])
+    assert args.max_sequence_length == 40
+    assert "--max_length is deprecated; use --max_sequence_length." in caplog.text
+
+
 def test_a_malformed_config_file_is_named_with_its_line(tmp_path, capsys):
     config_file = tmp_path / "settings.json"
     config_file.write_text('{\n  "d_model": 48\n  "dropout": 0.2\n}\n')
@@ -470,13 +496,20 @@ def test_help_shows_every_presets_values(capsys):
 
 
 def test_long_examples_truncate_keeps_what_drop_would_discard(corpus, tmp_path):
-    """Every toy sentence is at least 5 tokens with [START]/[END]: max_length 4 drops them all,
+    """Every toy sentence is at least 5 tokens with [START]/[END]: max_sequence_length 4 drops them all,
     and truncation keeps them all."""
-    with pytest.raises(TrainingError, match="the train split has no pair within max_length=4"):
-        train(tiny(corpus, max_length=4, batch_tokens=64, train_steps=3), str(tmp_path / "drop"))
+    with pytest.raises(
+        TrainingError, match="the train split has no pair within max_sequence_length=4"
+    ):
+        train(
+            tiny(corpus, max_sequence_length=4, batch_tokens=64, train_steps=3),
+            str(tmp_path / "drop"),
+        )
     run_dir = str(tmp_path / "truncate")
     train(
-        tiny(corpus, max_length=4, batch_tokens=64, train_steps=3, long_examples="truncate"),
+        tiny(
+            corpus, max_sequence_length=4, batch_tokens=64, train_steps=3, long_examples="truncate"
+        ),
         run_dir,
     )
     assert os.path.exists(os.path.join(run_dir, "model.keras"))

@@ -351,3 +351,44 @@ def test_tied_mixed_precision_keeps_float32_matrix_and_logits(batch, share):
     np.testing.assert_allclose(
         model((inp, tar), training=False), reference((inp, tar), training=False), atol=5e-2
     )
+
+
+def _named_leaves(tree, prefix=""):
+    """`{dotted name: leaf}` of a `named_weights()` tree (dicts and lists)."""
+    items = tree.items() if isinstance(tree, dict) else enumerate(tree)
+    leaves = {}
+    for key, value in items:
+        name = f"{prefix}{key}"
+        if isinstance(value, dict | list):
+            leaves.update(_named_leaves(value, name + "."))
+        else:
+            leaves[name] = value
+    return leaves
+
+
+@pytest.mark.parametrize("norm_first", [False, True], ids=["post-LN", "pre-LN"])
+def test_named_weights_name_every_weight_once_in_the_papers_terms(norm_first):
+    model = small_transformer(norm_first=norm_first, tie_embeddings=False)
+    model.build(((None, None), (None, None)))
+    leaves = _named_leaves(model.named_weights())
+    variables = {name: leaf for name, leaf in leaves.items() if isinstance(leaf, keras.Variable)}
+    assert sorted(variable.path for variable in variables.values()) == sorted(
+        variable.path for variable in model.weights
+    )
+    layer = model.decoder.dec_layers[1]
+    assert leaves["decoder.layers.1.encoder_decoder_attention.W_K"] is layer.mha2.wk.kernel
+    assert leaves["decoder.layers.1.self_attention.b_O"] is layer.mha1.dense.bias
+    assert leaves["encoder.layers.0.feed_forward.W_2"].shape == (64, 32)
+    assert leaves["pre_softmax_linear.W"] is model.final_layer.kernel
+    assert ("encoder.final_layer_norm.gamma" in leaves) == norm_first
+    positions = leaves["decoder.positional_encoding"]
+    np.testing.assert_array_equal(positions, model.decoder.embedding.pos_encoding[0])
+
+
+def test_named_weights_of_a_tied_model_give_the_transposed_target_embedding():
+    model = small_transformer()
+    model.build(((None, None), (None, None)))
+    weights = model.named_weights()
+    target_matrix = model.decoder.embedding.embedding.embeddings
+    assert weights["decoder"]["embedding"] is target_matrix
+    np.testing.assert_array_equal(weights["pre_softmax_linear"]["W"], np.transpose(target_matrix))

@@ -1,3 +1,3 @@
 """Training: data, vocabulary, the training loop, averaging, evaluation, bundling."""
 
-import model  # noqa: F401  (first: TensorFlow without its start-up notices; model/_startup.py)
+import model  # noqa: F401  (first: TensorFlow without its start-up notices; common/startup.py)

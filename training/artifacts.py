@@ -25,6 +25,7 @@ import keras
 from model import Transformer
 from model.tokenizer import load_tokenizers, read_tokenizer_config
 from model.translator import DecodingOptions
+from training.config import upgrade_renamed_settings
 
 CONFIG_FILE = "config.json"
 TOKENIZER_DIR = "tokenizer"
@@ -59,7 +60,7 @@ def read_config(run_dir):
     if not os.path.exists(path):
         raise FileNotFoundError(f"{path} not found: {run_dir} is not a training run directory.")
     with open(path, encoding="utf-8") as config_file:
-        return {**SETTINGS_OF_OLDER_RUNS, **json.load(config_file)}
+        return {**SETTINGS_OF_OLDER_RUNS, **upgrade_renamed_settings(json.load(config_file), path)}
 
 
 def build_model(config, input_vocab_size, target_vocab_size):
@@ -75,8 +76,8 @@ def build_model(config, input_vocab_size, target_vocab_size):
         dff=config["dff"],
         input_vocab_size=input_vocab_size,
         target_vocab_size=target_vocab_size,
-        pe_input=config["max_length"],
-        pe_target=config["max_length"],
+        pe_input=config["max_sequence_length"],
+        pe_target=config["max_sequence_length"],
         rate=config["dropout"],
         norm_first=config["norm_first"],
         tie_embeddings=config["tie_embeddings"],

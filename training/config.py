@@ -3,8 +3,17 @@
 import argparse
 import dataclasses
 import json
+import logging
 
+from common.flags import parse_bool
 from training.noise import DEFAULT_NOISE_KINDS, parse_kinds
+
+logger = logging.getLogger(__name__)
+
+# Settings renamed since runs were first saved: `{old name: new name}`. A config.json or
+# --config file with an old name still loads (with a deprecation line in the log), and the old
+# command-line flag still works.
+RENAMED_SETTINGS = {"max_length": "max_sequence_length"}
 
 
 @dataclasses.dataclass
@@ -23,7 +32,8 @@ class TrainConfig:
     # lowercased) | lower_all_caps (sources written in capitals lowercased), wherever the source
     # tokenizer runs (model.tokenizer.normalize_casing); translations keep their case.
     source_casing: str = "keep"
-    max_length: int = 128  # tokens per side, [START]/[END] included; = the positional encodings
+    # Tokens per side, [START]/[END] included; = the positional encodings. Was `max_length`.
+    max_sequence_length: int = 128
     long_examples: str = "drop"  # drop | truncate
     # Robustness to how people type (training.noise, training.pipeline.make_text_dataset): the
     # share of training sources noised per epoch, by one of these perturbations (comma-separated,
@@ -76,7 +86,7 @@ PRESETS = {
     # Seconds on a CPU: for tests and smoke runs.
     "tiny": dict(
         vocab_size=400,
-        max_length=48,
+        max_sequence_length=48,
         num_layers=1,
         d_model=32,
         num_heads=2,
@@ -97,7 +107,7 @@ PRESETS = {
     # and a small vocabulary.
     "demo": dict(
         vocab_size=2000,
-        max_length=64,
+        max_sequence_length=64,
         num_layers=2,
         d_model=128,
         num_heads=4,
@@ -116,7 +126,7 @@ PRESETS = {
     # The CPU default: 44 minutes on 2 cores (README, "Measured: the `small` preset").
     "small": dict(
         vocab_size=8000,
-        max_length=96,
+        max_sequence_length=96,
         num_layers=3,
         d_model=192,
         num_heads=4,
@@ -136,7 +146,7 @@ PRESETS = {
     "base": dict(
         vocab_size=32000,
         shared_vocab=True,
-        max_length=256,
+        max_sequence_length=256,
         num_layers=6,
         d_model=512,
         num_heads=8,
@@ -161,17 +171,35 @@ CHOICES = {
 }
 
 
-def parse_bool(text):
-    """A boolean command-line value: true/false, 1/0, yes/no, on/off (any case).
+def upgrade_renamed_settings(values, source):
+    """`values` (a dict of settings read from `source`) with every old name of
+    `RENAMED_SETTINGS` replaced by its new one, each logged as deprecated.
 
-    The one parser of boolean flags, for the training CLIs and the model server's.
+    Raises:
+        ValueError: `values` holds both a setting's old and its new name.
     """
-    lowered = str(text).lower()
-    if lowered in ("1", "true", "yes", "on"):
-        return True
-    if lowered in ("0", "false", "no", "off"):
-        return False
-    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+    upgraded = dict(values)
+    for old_name, new_name in RENAMED_SETTINGS.items():
+        if old_name not in upgraded:
+            continue
+        if new_name in upgraded:
+            raise ValueError(f"{source}: both {old_name} and its new name {new_name} are set")
+        logger.warning(
+            "%s: the setting %s is deprecated; it is read as %s (rename it there).",
+            source,
+            old_name,
+            new_name,
+        )
+        upgraded[new_name] = upgraded.pop(old_name)
+    return upgraded
+
+
+class _RenamedFlag(argparse.Action):
+    """An old flag name of `RENAMED_SETTINGS`: stores the new setting, logging a deprecation."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        logger.warning("%s is deprecated; use --%s.", option_string, self.dest)
+        setattr(namespace, self.dest, values)
 
 
 def preset_values_help(field):
@@ -195,6 +223,16 @@ def add_config_arguments(parser):
             metavar=field.name.upper() if field.name not in CHOICES else None,
             help=preset_values_help(field).replace("%", "%%"),
         )
+    fields = {field.name: field for field in dataclasses.fields(TrainConfig)}
+    for old_name, new_name in RENAMED_SETTINGS.items():
+        group.add_argument(
+            f"--{old_name}",
+            dest=new_name,
+            action=_RenamedFlag,
+            type=fields[new_name].type,
+            default=None,
+            help=f"deprecated: --{new_name}",
+        )
 
 
 def resolve_config(preset, config_file=None, overrides=None):
@@ -217,6 +255,7 @@ def resolve_config(preset, config_file=None, overrides=None):
                 ) from error
         if not isinstance(from_file, dict):
             raise ValueError(f"{config_file}: expected a JSON object of settings")
+        from_file = upgrade_renamed_settings(from_file, config_file)
         known = {field.name for field in dataclasses.fields(TrainConfig)}
         unknown = sorted(set(from_file) - known)
         if unknown:
@@ -237,11 +276,18 @@ def validate(config):
         raise ValueError(
             f"d_model ({config.d_model}) must be divisible by num_heads ({config.num_heads})"
         )
-    if config.batch_tokens < config.max_length:
+    if config.batch_tokens < config.max_sequence_length:
         raise ValueError(
-            f"batch_tokens ({config.batch_tokens}) must be at least max_length ({config.max_length})"
+            f"batch_tokens ({config.batch_tokens}) must be at least max_sequence_length "
+            f"({config.max_sequence_length})"
         )
-    for name in ("train_steps", "checkpoint_every", "log_every", "vocab_size", "max_length"):
+    for name in (
+        "train_steps",
+        "checkpoint_every",
+        "log_every",
+        "vocab_size",
+        "max_sequence_length",
+    ):
         if getattr(config, name) <= 0:
             raise ValueError(f"{name} must be positive, got {getattr(config, name)}")
     for name in ("dev_bleu_sentences", "early_stopping_patience", "train_minutes"):

@@ -15,6 +15,7 @@ import os
 
 import tensorflow as tf
 
+from common.serving_contract import TRANSLATION_OUTPUT
 from model.files import write_atomically
 from model.translator import Translator
 from training.artifacts import BEST_INFO_FILE
@@ -50,7 +51,7 @@ class DevBleu:
         """`{"bleu", "chrf", ...}` of the current weights (see `training.evaluate.score`)."""
         hypotheses = translate(
             self.sources,
-            lambda text: self._greedy(text)["translation"],
+            lambda text: self._greedy(text)[TRANSLATION_OUTPUT],
             self.batch_size,
             show_progress=False,
         )

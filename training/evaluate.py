@@ -30,13 +30,14 @@ import sacrebleu
 import tensorflow as tf
 from tqdm import tqdm
 
-from model.translator import (
+from common.serving_contract import (
     BEAM_SIGNATURE,
     EXPORT_INFO_PATH,
     GREEDY_SIGNATURE,
-    DecodingOptions,
-    Translator,
+    TEXT_INPUT,
+    TRANSLATION_OUTPUT,
 )
+from model.translator import DecodingOptions, Translator
 from training import artifacts
 from training.copying import KINDS, copy_rate_sets, copy_rates, corpus_words, proper_names
 from training.corpus import CorpusError, load_run_pairs
@@ -62,7 +63,7 @@ def run_translate_function(run_dir, beam_width=1, **overrides):
     translator = Translator(model, source_tokenizer, target_tokenizer, options)
     method = translator.greedy if beam_width == 1 else translator.beam_search
     traced = tf.function(method, input_signature=[TEXT_SPEC])
-    return (lambda text: traced(text)["translation"]), config
+    return (lambda text: traced(text)[TRANSLATION_OUTPUT]), config
 
 
 def export_translate_function(export_dir, beam_width=1, **expected):
@@ -90,7 +91,7 @@ def export_translate_function(export_dir, beam_width=1, **expected):
     signature = tf.saved_model.load(export_dir).signatures[
         GREEDY_SIGNATURE if beam_width == 1 else BEAM_SIGNATURE
     ]
-    return (lambda text: signature(text=text)["translation"]), info
+    return (lambda text: signature(**{TEXT_INPUT: text})[TRANSLATION_OUTPUT]), info
 
 
 @dataclasses.dataclass(frozen=True)

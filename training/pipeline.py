@@ -47,32 +47,32 @@ def tokenize_pairs(pairs, source_tokenizer, target_tokenizer, chunk_size=4096, s
     return source_ids, target_ids
 
 
-def truncate(ids, max_length):
-    """Cuts an id sequence to `max_length` tokens, keeping [END] last."""
-    if len(ids) <= max_length:
+def truncate(ids, max_sequence_length):
+    """Cuts an id sequence to `max_sequence_length` tokens, keeping [END] last."""
+    if len(ids) <= max_sequence_length:
         return ids
-    return np.append(ids[: max_length - 1], END_ID).astype(np.int32)
+    return np.append(ids[: max_sequence_length - 1], END_ID).astype(np.int32)
 
 
-def bound_lengths(source_ids, target_ids, max_length, policy="drop"):
-    """Keeps sequences within `max_length` tokens (the model's positional encodings).
+def bound_lengths(source_ids, target_ids, max_sequence_length, policy="drop"):
+    """Keeps sequences within `max_sequence_length` tokens (the model's positional encodings).
 
     Args:
-        policy: "drop" removes pairs with a side longer than `max_length`; "truncate" cuts them to
-            `max_length` tokens ending in [END].
+        policy: "drop" removes pairs with a side longer than `max_sequence_length`; "truncate" cuts them to
+            `max_sequence_length` tokens ending in [END].
 
     Returns:
         `(source_ids, target_ids, dropped_count)`.
     """
-    kept = kept_indices(source_ids, target_ids, max_length, policy)
+    kept = kept_indices(source_ids, target_ids, max_sequence_length, policy)
     return (
-        [truncate(source_ids[index], max_length) for index in kept],
-        [truncate(target_ids[index], max_length) for index in kept],
+        [truncate(source_ids[index], max_sequence_length) for index in kept],
+        [truncate(target_ids[index], max_sequence_length) for index in kept],
         len(source_ids) - len(kept),
     )
 
 
-def kept_indices(source_ids, target_ids, max_length, policy="drop"):
+def kept_indices(source_ids, target_ids, max_sequence_length, policy="drop"):
     """The indices of the pairs `bound_lengths` keeps (every pair under "truncate")."""
     if policy not in LONG_EXAMPLE_POLICIES:
         raise ValueError(
@@ -81,17 +81,17 @@ def kept_indices(source_ids, target_ids, max_length, policy="drop"):
     return [
         index
         for index, (source, target) in enumerate(zip(source_ids, target_ids))
-        if policy == "truncate" or max(len(source), len(target)) <= max_length
+        if policy == "truncate" or max(len(source), len(target)) <= max_sequence_length
     ]
 
 
-def bucket_boundaries(max_length, smallest=8, growth=1.25):
-    """Upper length bounds of the buckets: geometric steps from `smallest` to `max_length + 1`."""
+def bucket_boundaries(max_sequence_length, smallest=8, growth=1.25):
+    """Upper length bounds of the buckets: geometric steps from `smallest` to `max_sequence_length + 1`."""
     boundaries, bound = [], smallest
-    while bound <= max_length:
+    while bound <= max_sequence_length:
         boundaries.append(bound)
         bound = max(bound + 1, int(bound * growth))
-    return boundaries + [max_length + 1]
+    return boundaries + [max_sequence_length + 1]
 
 
 def _example_indices(source_ids, target_ids):
@@ -120,7 +120,7 @@ def _shift_target(source, target):
 def make_dataset(
     source_ids,
     target_ids,
-    max_length,
+    max_sequence_length,
     batch_tokens,
     shuffle=True,
     seed=0,
@@ -132,7 +132,7 @@ def make_dataset(
 
     Args:
         source_ids, target_ids: token id arrays from `tokenize_pairs` (already length-bounded).
-        max_length: longest sequence, in tokens.
+        max_sequence_length: longest sequence, in tokens.
         batch_tokens: token budget per batch; a bucket of sequences up to length L gets
             batch_tokens // L sequences.
         shuffle, seed, shuffle_buffer: example order, deterministic for a seed.
@@ -148,17 +148,17 @@ def make_dataset(
     """
     if not source_ids:
         raise ValueError("no examples to batch: the corpus is empty after length filtering")
-    _check_batch_tokens(max_length, batch_tokens)
+    _check_batch_tokens(max_sequence_length, batch_tokens)
     dataset, lookup = _example_indices(source_ids, target_ids)
     dataset = _ordered(dataset, len(source_ids), shuffle, seed, shuffle_buffer, repeat)
     dataset = dataset.map(lookup, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-    return _bucketed(dataset, max_length, batch_tokens, pad_to_bucket)
+    return _bucketed(dataset, max_sequence_length, batch_tokens, pad_to_bucket)
 
 
-def _check_batch_tokens(max_length, batch_tokens):
-    if batch_tokens < max_length:
+def _check_batch_tokens(max_sequence_length, batch_tokens):
+    if batch_tokens < max_sequence_length:
         raise ValueError(
-            f"batch_tokens ({batch_tokens}) must be at least max_length ({max_length}) so the "
+            f"batch_tokens ({batch_tokens}) must be at least max_sequence_length ({max_sequence_length}) so the "
             "longest sequence fits in a batch"
         )
 
@@ -171,9 +171,9 @@ def _ordered(dataset, size, shuffle, seed, shuffle_buffer, repeat):
     return dataset.repeat() if repeat else dataset
 
 
-def _bucketed(dataset, max_length, batch_tokens, pad_to_bucket):
+def _bucketed(dataset, max_sequence_length, batch_tokens, pad_to_bucket):
     """`(source, target)` id sequences → length-bucketed `((source, decoder_input), labels)`."""
-    boundaries = bucket_boundaries(max_length)
+    boundaries = bucket_boundaries(max_sequence_length)
     batch_sizes = [max(1, batch_tokens // bound) for bound in boundaries] + [1]
     dataset = dataset.bucket_by_sequence_length(
         element_length_func=lambda source, target: tf.maximum(
@@ -189,16 +189,18 @@ def _bucketed(dataset, max_length, batch_tokens, pad_to_bucket):
     )
 
 
-def _bound_in_graph(max_length, policy):
+def _bound_in_graph(max_sequence_length, policy):
     """`bound_lengths` for one tokenized pair inside tf.data: `(keep, cut)` functions."""
 
     def within(source, target):
-        return tf.maximum(tf.size(source), tf.size(target)) <= max_length
+        return tf.maximum(tf.size(source), tf.size(target)) <= max_sequence_length
 
     def cut(source, target):
         def one(ids):
-            too_long = tf.size(ids) > max_length
-            shortened = tf.concat([ids[: max_length - 1], tf.constant([END_ID], ids.dtype)], 0)
+            too_long = tf.size(ids) > max_sequence_length
+            shortened = tf.concat(
+                [ids[: max_sequence_length - 1], tf.constant([END_ID], ids.dtype)], 0
+            )
             return tf.cond(too_long, lambda: shortened, lambda: ids)
 
         return one(source), one(target)
@@ -214,7 +216,7 @@ def make_text_dataset(
     pairs,
     source_tokenize,
     target_tokenize,
-    max_length,
+    max_sequence_length,
     batch_tokens,
     long_examples="drop",
     seed=0,
@@ -233,7 +235,7 @@ def make_text_dataset(
     a share of their copy slots got fresh names and numbers (`training.copying`), then
     both sides tokenized by `source_tokenize`/`target_tokenize` (`Tokenizer.tokenize`, or
     `Tokenizer.sampling_tokenize` for subword regularization). Pairs that come out longer than
-    `max_length` are dropped or truncated per `long_examples`, as `bound_lengths` does.
+    `max_sequence_length` are dropped or truncated per `long_examples`, as `bound_lengths` does.
 
     Args:
         pairs: list of `(source, target)` str, non-empty. Give the pairs `bound_lengths` keeps
@@ -248,14 +250,14 @@ def make_text_dataset(
     """
     if not pairs:
         raise ValueError("no examples to batch: the corpus is empty after length filtering")
-    _check_batch_tokens(max_length, batch_tokens)
+    _check_batch_tokens(max_sequence_length, batch_tokens)
     sources = tf.constant([source for source, _ in pairs], tf.string)
     targets = tf.constant([target for _, target in pairs], tf.string)
     if copy_substitution > 0:
         source_templates, target_templates, slot_kinds = (
             tf.constant(column) for column in template_tensors(pairs)
         )
-    keep, cut = _bound_in_graph(max_length, long_examples)
+    keep, cut = _bound_in_graph(max_sequence_length, long_examples)
 
     def tokenize_chunk(position, indices):
         chunk_seed = tf.stack([tf.constant(seed, tf.int64), position])
@@ -290,7 +292,9 @@ def make_text_dataset(
     # and the noise draws are stateless (seeded by position), so the position alone is the state.
     options = tf.data.Options()
     options.experimental_external_state_policy = tf.data.experimental.ExternalStatePolicy.IGNORE
-    return _bucketed(dataset.with_options(options), max_length, batch_tokens, pad_to_bucket)
+    return _bucketed(
+        dataset.with_options(options), max_sequence_length, batch_tokens, pad_to_bucket
+    )
 
 
 def _dense(ids):

@@ -52,7 +52,7 @@ FIXED_ON_RESUME = (
     "vocab_size",
     "shared_vocab",
     "lower_case",
-    "max_length",
+    "max_sequence_length",
     "num_layers",
     "d_model",
     "num_heads",
@@ -165,7 +165,9 @@ def make_train_dataset(pairs, train_ids, source_tokenizer, target_tokenizer, con
     options = dict(seed=config.seed, shuffle_buffer=config.shuffle_buffer)
     options["pad_to_bucket"] = config.jit_compile
     if not (config.source_noise > 0 or config.copy_substitution > 0 or subword_sampling(config)):
-        return make_dataset(*train_ids[:2], config.max_length, config.batch_tokens, **options)
+        return make_dataset(
+            *train_ids[:2], config.max_sequence_length, config.batch_tokens, **options
+        )
     source_tokenize, target_tokenize = source_tokenizer.tokenize, target_tokenizer.tokenize
     if subword_sampling(config):
         source_tokenize, target_tokenize = (
@@ -186,7 +188,7 @@ def make_train_dataset(pairs, train_ids, source_tokenizer, target_tokenizer, con
         [pairs[index] for index in train_ids[2]],
         source_tokenize,
         target_tokenize,
-        config.max_length,
+        config.max_sequence_length,
         config.batch_tokens,
         long_examples=config.long_examples,
         source_noise=config.source_noise,
@@ -200,20 +202,22 @@ def prepare_examples(pairs, source_tokenizer, target_tokenizer, config, split):
     """`(source_ids, target_ids, kept)`: the split tokenized and length-bounded, and the indices
     in `pairs` of the pairs kept."""
     source_ids, target_ids = tokenize_pairs(pairs, source_tokenizer, target_tokenizer)
-    kept = kept_indices(source_ids, target_ids, config.max_length, config.long_examples)
+    kept = kept_indices(source_ids, target_ids, config.max_sequence_length, config.long_examples)
     source_ids, target_ids, dropped = bound_lengths(
-        source_ids, target_ids, config.max_length, config.long_examples
+        source_ids, target_ids, config.max_sequence_length, config.long_examples
     )
     if dropped:
         logger.info(
-            "%s: dropped %d pairs longer than max_length=%d tokens (--long_examples "
+            "%s: dropped %d pairs longer than max_sequence_length=%d tokens (--long_examples "
             "truncate keeps them)",
             split,
             dropped,
-            config.max_length,
+            config.max_sequence_length,
         )
     if not source_ids:
-        raise TrainingError(f"the {split} split has no pair within max_length={config.max_length}")
+        raise TrainingError(
+            f"the {split} split has no pair within max_sequence_length={config.max_sequence_length}"
+        )
     return source_ids, target_ids, kept
 
 
@@ -327,13 +331,13 @@ def train(config, run_dir, resume=False, preset=None):
     if config.jit_compile:
         logger.info(
             "XLA: batches padded to their length bucket's bound, so they come in at most %d shapes",
-            len(bucket_boundaries(config.max_length)),
+            len(bucket_boundaries(config.max_sequence_length)),
         )
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
     train_dataset = train_dataset.with_options(options)
     dev_dataset = make_dataset(
-        *dev_ids[:2], config.max_length, config.batch_tokens, shuffle=False, repeat=False
+        *dev_ids[:2], config.max_sequence_length, config.batch_tokens, shuffle=False, repeat=False
     )
 
     with strategy.scope():

@@ -36,6 +36,7 @@ from concurrent import futures
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from common.flags import parse_bool
 from serving.model_server import config as config_lib
 from serving.model_server.batching import BatchScheduler, BatchStats
 from serving.model_server.core import ServingCore
@@ -44,7 +45,6 @@ from serving.model_server.manager import ManagerOptions, ServableManager
 from serving.model_server.predict import run_warmup
 from serving.model_server.rest import RestApi, RestServer
 from serving.model_server.servable import load_servable
-from training.config import parse_bool
 
 # The lines that say where the server listens (TF Serving's wording): with --port=0 and
 # --rest_api_free_port, whoever started the server reads the ports it picked from them.

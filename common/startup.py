@@ -1,13 +1,14 @@
-"""TensorFlow imported without its C++ start-up notices (called first by `model/__init__.py`).
+"""TensorFlow imported without its C++ start-up notices (called first by `model` and `serving`).
 
 While it loads, TensorFlow's C++ runtime prints notices to the process's stderr before its
 logging is set up, so `TF_CPP_MIN_LOG_LEVEL` does not reach them: "All log messages before
 absl::InitializeLog()", "oneDNN custom operations are on", "Could not find cuda drivers", the
 CPU-instructions notice, and on a machine without a GPU driver "failed call to cuInit: ...
 UNKNOWN ERROR (303)", which reads as an error to a new user. Every CLI and notebook imports
-`model` (directly or through `training`/`serving`/`benchmarks`), so the import and the device
-set-up run here once, with file descriptor 2 captured; every captured line that is not one of
-those notices is written back to stderr afterwards, so real warnings and errors still show.
+`model` or `serving` (directly or through `training`/`benchmarks`), whose `__init__` calls
+`import_tensorflow_quietly` first, so the import and the device set-up run here once, with file
+descriptor 2 captured; every captured line that is not one of those notices is written back to
+stderr afterwards, so real warnings and errors still show.
 `TF_CPP_MIN_LOG_LEVEL=0` asks for everything: nothing is filtered then.
 
 One more notice comes later, at the first graph holding an int64 `Transpose` (the tokenizer's
