@@ -50,9 +50,11 @@ TEXT_SPEC = tf.TensorSpec([None], tf.string)
 BATCH_SIZE = 32
 
 
-def run_translate_function(run_dir, beam_width=1, **overrides):
-    """`(translate, config)` for a training run: `translate` maps a `[batch]` string tensor to
-    translations, traced once (`Translator.greedy`, or `beam_search` when `beam_width` > 1).
+def run_signature(run_dir, beam_width=1, **overrides):
+    """`(signature, config)` for a training run: `signature` maps a `[batch]` string tensor to the
+    dict of its outputs (`common.serving_contract.TRANSLATION_OUTPUTS`), traced once
+    (`Translator.greedy`, or `beam_search` when `beam_width` > 1), as the export's signature of
+    that name does.
 
     The decoding options are the run's (`training.artifacts.decoding_options`: its
     `decoding.json`, or the defaults), with `overrides` (`DecodingOptions` fields, None: the
@@ -62,12 +64,20 @@ def run_translate_function(run_dir, beam_width=1, **overrides):
     model, source_tokenizer, target_tokenizer, config = artifacts.load_trained(run_dir)
     translator = Translator(model, source_tokenizer, target_tokenizer, options)
     method = translator.greedy if beam_width == 1 else translator.beam_search
-    traced = tf.function(method, input_signature=[TEXT_SPEC])
-    return (lambda text: traced(text)[TRANSLATION_OUTPUT]), config
+    return tf.function(method, input_signature=[TEXT_SPEC]), config
 
 
-def export_translate_function(export_dir, beam_width=1, **expected):
-    """`(translate, export_info)` for an exported SavedModel version, through its signatures.
+def run_translate_function(run_dir, beam_width=1, **overrides):
+    """`(translate, config)` for a training run: `translate` maps a `[batch]` string tensor to
+    translations (`run_signature`'s translation output)."""
+    signature, config = run_signature(run_dir, beam_width, **overrides)
+    return (lambda text: signature(text)[TRANSLATION_OUTPUT]), config
+
+
+def export_signature(export_dir, beam_width=1, **expected):
+    """`(signature, export_info)` for an exported SavedModel version: `signature` maps a
+    `[batch]` string tensor to the dict of its outputs (`serving_default`, or `beam_search` when
+    `beam_width` > 1).
 
     Args:
         expected: `DecodingOptions` fields (None: any) the export must have been traced with.
@@ -91,7 +101,18 @@ def export_translate_function(export_dir, beam_width=1, **expected):
     signature = tf.saved_model.load(export_dir).signatures[
         GREEDY_SIGNATURE if beam_width == 1 else BEAM_SIGNATURE
     ]
-    return (lambda text: signature(**{TEXT_INPUT: text})[TRANSLATION_OUTPUT]), info
+    return (lambda text: signature(**{TEXT_INPUT: text})), info
+
+
+def export_translate_function(export_dir, beam_width=1, **expected):
+    """`(translate, export_info)` for an exported SavedModel version: `translate` maps a
+    `[batch]` string tensor to translations (`export_signature`'s translation output).
+
+    Raises:
+        ValueError: as `export_signature`.
+    """
+    signature, info = export_signature(export_dir, beam_width, **expected)
+    return (lambda text: signature(text)[TRANSLATION_OUTPUT]), info
 
 
 @dataclasses.dataclass(frozen=True)
