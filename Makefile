@@ -24,15 +24,22 @@ SERVER_FLAGS := --port=$(PORT) --rest_api_port=$(REST_PORT) --model_name=$(MODEL
 	--model_base_path=$(abspath $(EXPORT_BASE))/$(MODEL_NAME) --enable_batching \
 	--batching_parameters_file=serving/batching.config $(SERVE_ARGS)
 
-.PHONY: setup test check-mutations lint data train average evaluate export serve query demo demo-train pretrained notebooks \
+.PHONY: help setup translate test check-mutations lint data train average evaluate export serve query demo demo-train pretrained notebooks \
 	bench-train bench-decode bench-profile bench-serve bench-sweep bench-tokenizer bench-robustness \
+	bench-translate \
 	export-ctranslate2 clean-venv
 
 setup: $(STAMP)
 
+help:  ## The targets and what they do.
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-20s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
 # Pinned dependencies from the requirements files; then this project, editable, with its
-# console commands (translate-train, translate-serve, ...; see pyproject.toml).
+# console commands (translate-train, translate-serve, ...; see pyproject.toml). Silent on stdout,
+# which `make translate < in.txt > out.txt` keeps for the translations.
+.SILENT: $(STAMP)
 $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
+	echo "setting up $(VENV): the pinned requirements, then this project (editable)" >&2
 	test -x $(PY) || $(PYTHON_BIN) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r requirements-dev.txt
@@ -65,6 +72,12 @@ evaluate: $(STAMP)  ## BLEU/chrF of RUN_DIR (or of EXPORT_DIR=exports/translator
 export: $(STAMP)  ## exports/translator/<next version>/ from RUN_DIR (EXPORT_ARGS="--jit_compile": XLA greedy).
 	$(PY) -m serving.export --run_dir $(RUN_DIR) --export_base $(EXPORT_BASE) --model_name $(MODEL_NAME) \
 		$(EXPORT_ARGS)
+
+# A run directory, a bundle or an export version; stdin and stdout unless INPUT=/OUTPUT= are given.
+MODEL ?= $(PRETRAINED_DIR)
+translate: $(STAMP)  ## make translate MODEL=pretrained/bible-es-en < in.txt > out.txt (or INPUT=in.txt OUTPUT=out.txt; TRANSLATE_ARGS="--beam_width 4 --with_scores").
+	@$(PY) -m serving.translate_text --model $(MODEL) $(if $(INPUT),--input_file $(INPUT)) \
+		$(if $(OUTPUT),--output_file $(OUTPUT)) $(TRANSLATE_ARGS)
 
 CT2_DIR ?= exports/ctranslate2
 export-ctranslate2: $(STAMP)  ## RUN_DIR as a CTranslate2 model in CT2_DIR (CT2_ARGS="--quantization int8 --force").
@@ -120,6 +133,10 @@ bench-tokenizer: $(STAMP) data  ## Vocabulary learning time, in-graph throughput
 ROBUSTNESS_RUN_DIR := $(if $(filter command line,$(origin RUN_DIR)),$(RUN_DIR),$(PRETRAINED_DIR))
 bench-robustness: $(STAMP) data  ## Test BLEU, chrF, looping share under each typing perturbation (training.evaluate --perturb all).
 	$(PY) -m benchmarks.bench_robustness --run_dir $(ROBUSTNESS_RUN_DIR) --output BENCHMARKS.md $(ROBUSTNESS_ARGS)
+
+# TRANSLATE_BENCH_ARGS="--lines 1000000" for the million-line file (default: a quick size).
+bench-translate: $(STAMP) data  ## translate-text on a large generated file with the bundled model: sentences/s, peak RSS at two sizes.
+	$(PY) -m benchmarks.bench_translate --output BENCHMARKS.md $(TRANSLATE_BENCH_ARGS)
 
 bench-decode: $(STAMP)
 	$(PY) -m benchmarks.bench_decode --output BENCHMARKS.md

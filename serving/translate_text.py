@@ -1,0 +1,328 @@
+"""Translate a file, offline: `translate-text --model pretrained/bible-es-en < in.txt > out.txt`.
+
+Reads one sentence a line (stdin or `--input_file`, UTF-8) and writes one line per input line,
+in order (stdout or `--output_file`); a blank line gives an empty line and is not translated. The
+model runs in this process, no server: a training run directory or a bundle such as
+`pretrained/bible-es-en` (through `model.translator.Translator`, with its `decoding.json` and the
+flags in its place), or an exported SavedModel version (through its own signatures, whose
+decoding the flags must match), as `training.evaluate` loads them.
+
+The input is read in windows of `--window_lines` lines: each window's sentences are sorted by
+length into batches of at most `--batch_tokens` padded source tokens (estimated from the
+characters) and `--max_batch_sentences` sentences, translated, and the window's lines are written
+in input order and flushed before the next window is read, so memory stays flat on any file and
+the output grows as it goes. A source longer than the model's positional encodings is cut to
+them (its last kept token becomes [END]), as the export cuts it.
+"""
+
+import argparse
+import contextlib
+import functools
+import itertools
+import json
+import math
+import os
+import sys
+
+import tensorflow as tf
+from tqdm import tqdm
+
+from common.serving_contract import SCORE_OUTPUT, TRANSLATION_OUTPUT
+from training import artifacts
+from training.evaluate import export_signature, run_signature
+
+WINDOW_LINES = 10_000
+BATCH_TOKENS = 4096
+MAX_BATCH_SENTENCES = 64
+# Characters per subword token of the bundled model's source tokenizer on its test split; a
+# batch's padded size is estimated with it before tokenizing (the export does not expose its
+# tokenizer).
+CHARACTERS_PER_TOKEN = 3.6
+OUTPUT_FORMATS = ("text", "jsonl")
+STDIN_NAME = "<stdin>"
+
+
+class InputError(Exception):
+    """A line of the input that is not UTF-8; the message names the file and the line."""
+
+
+def load_signature(model_dir, beam_width=1, **overrides):
+    """`[batch]` tf.string → `{translation, score}` of an export version (its `serving_default`,
+    or `beam_search` when `beam_width` > 1, whose options must equal `overrides`) or of a run
+    directory (its decoding options with `overrides` in their place).
+
+    Raises:
+        ValueError: an override an export was not traced with; an invalid decoding option.
+    """
+    if tf.saved_model.contains_saved_model(model_dir):
+        return export_signature(model_dir, beam_width, **overrides)[0]
+    return run_signature(model_dir, beam_width, **overrides)[0]
+
+
+def estimated_tokens(text):
+    """Source tokens of `text` with [START] and [END], estimated from its characters."""
+    return math.ceil(len(text) / CHARACTERS_PER_TOKEN) + 2
+
+
+def length_batches(sources, batch_tokens=BATCH_TOKENS, max_batch_sentences=MAX_BATCH_SENTENCES):
+    """Indices of `sources` in batches, shortest first (stable in input order, as
+    `training.evaluate.translate` sorts): each batch holds at most `max_batch_sentences`, and its
+    size times its longest source's `estimated_tokens` is at most `batch_tokens` unless it holds
+    one sentence."""
+    batch = []
+    for index in sorted(range(len(sources)), key=lambda index: len(sources[index])):
+        padded = (len(batch) + 1) * estimated_tokens(sources[index])
+        if batch and (len(batch) == max_batch_sentences or padded > batch_tokens):
+            yield batch
+            batch = []
+        batch.append(index)
+    if batch:
+        yield batch
+
+
+def translate_window(sources, signature, batch_tokens, max_batch_sentences):
+    """Per source, its hypotheses `[(translation, score), ...]` (best first), or None for a
+    blank source (not translated)."""
+    results = [None] * len(sources)
+    nonblank = [row for row, source in enumerate(sources) if source.strip()]
+    texts = [sources[row] for row in nonblank]
+    for batch in length_batches(texts, batch_tokens, max_batch_sentences):
+        outputs = signature(tf.constant([texts[index] for index in batch], tf.string))
+        translations = outputs[TRANSLATION_OUTPUT].numpy()
+        scores = outputs[SCORE_OUTPUT].numpy()
+        for index, translation, score in zip(batch, translations, scores):
+            results[nonblank[index]] = [(translation.decode("utf-8"), float(score))]
+    return results
+
+
+def format_record(source, hypotheses, output_format="text", with_scores=False, n_best=1):
+    """The output lines (one string, newline-terminated) of one source line.
+
+    text: the translation, `score<TAB>translation` with `with_scores`; with `n_best` > 1,
+    `n_best` lines `rank<TAB>score<TAB>translation` (rank 1 = best). jsonl: one object,
+    `{"source", "translation", "score"}`, or `{"source", "hypotheses": [{"translation",
+    "score"}, ...]}` with `n_best` > 1. A blank source (`hypotheses` None) gives as many empty
+    lines, or an empty translation with a null score.
+    """
+    if output_format == "jsonl":
+        if n_best > 1:
+            record = {
+                "source": source,
+                "hypotheses": [
+                    {"translation": translation, "score": round(score, 4)}
+                    for translation, score in hypotheses or []
+                ],
+            }
+        else:
+            translation, score = hypotheses[0] if hypotheses else ("", None)
+            record = {
+                "source": source,
+                "translation": translation,
+                "score": None if score is None else round(score, 4),
+            }
+        return json.dumps(record, ensure_ascii=False) + "\n"
+    if hypotheses is None:
+        return "\n" * n_best
+    if n_best > 1:
+        return "".join(
+            f"{rank}\t{score:.4f}\t{translation}\n"
+            for rank, (translation, score) in enumerate(hypotheses, 1)
+        )
+    translation, score = hypotheses[0]
+    return f"{score:.4f}\t{translation}\n" if with_scores else translation + "\n"
+
+
+def translate_lines(
+    lines,
+    output,
+    translate,
+    input_name=STDIN_NAME,
+    window_lines=WINDOW_LINES,
+    format_options=None,
+    progress=None,
+):
+    """Translates `lines` (bytes, one source each, line ends kept or not) window by window into
+    `output` (a binary file), flushed after each window.
+
+    Args:
+        translate: list of str → per source, its hypotheses or None (`translate_window`).
+        format_options: `format_record`'s keyword arguments.
+        progress: a tqdm bar advanced by the lines written, or None.
+
+    Raises:
+        InputError: a line is not UTF-8; every line before it is written and flushed.
+    """
+    format_line = functools.partial(format_record, **(format_options or {}))
+    lines = iter(lines)
+    line_number = 0
+    while True:
+        window, error = [], None
+        for raw in itertools.islice(lines, window_lines):
+            line_number += 1
+            try:
+                window.append(raw.rstrip(b"\r\n").decode("utf-8"))
+            except UnicodeDecodeError as decode_error:
+                error = InputError(
+                    f"{input_name}:{line_number}: invalid UTF-8 (byte "
+                    f"{decode_error.object[decode_error.start]:#04x} at byte {decode_error.start + 1} "
+                    f"of the line); the output holds the translations of lines 1-{line_number - 1}."
+                )
+                break
+        if window:
+            records = map(format_line, window, translate(window))
+            output.write("".join(records).encode("utf-8"))
+            output.flush()
+            if progress is not None:
+                progress.update(len(window))
+        if error is not None:
+            raise error
+        if len(window) < window_lines:
+            return
+
+
+def count_lines(path):
+    """The number of lines of a regular file (for the progress bar's total), None otherwise."""
+    if not os.path.isfile(path):
+        return None
+    with open(path, "rb") as handle:
+        return sum(chunk.count(b"\n") for chunk in iter(lambda: handle.read(1 << 20), b""))
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(prog="translate-text", description=__doc__)
+    parser.add_argument(
+        "--model",
+        required=True,
+        help="a training run directory, a bundle such as pretrained/bible-es-en, or an "
+        "exported SavedModel version (exports/translator/N)",
+    )
+    parser.add_argument("--input_file", help="one sentence a line, UTF-8 (default: stdin)")
+    parser.add_argument("--output_file", help="default: stdout")
+    parser.add_argument(
+        "--beam_width",
+        type=int,
+        default=1,
+        help="1 = greedy; an export's beam_search signature has its own width, which must match",
+    )
+    parser.add_argument(
+        "--alpha",
+        type=float,
+        help="beam search's length penalty exponent (default: the run's decoding.json, else "
+        "0.6; an export uses its own)",
+    )
+    artifacts.add_repetition_arguments(
+        parser, "default: the run's decoding.json, else off; an export uses its own"
+    )
+    parser.add_argument(
+        "--with_scores",
+        action="store_true",
+        help="text output as score<TAB>translation: the signature's score (greedy: summed "
+        "log-probability; beam search: length-normalized)",
+    )
+    parser.add_argument("--output_format", choices=OUTPUT_FORMATS, default="text")
+    parser.add_argument(
+        "--n_best",
+        type=int,
+        default=1,
+        help="hypotheses per source (beam search): N lines rank<TAB>score<TAB>translation, or "
+        "a jsonl 'hypotheses' list; only 1 is supported yet",
+    )
+    parser.add_argument(
+        "--batch_tokens",
+        type=int,
+        default=BATCH_TOKENS,
+        help="padded source tokens per batch, estimated from the characters",
+    )
+    parser.add_argument("--max_batch_sentences", type=int, default=MAX_BATCH_SENTENCES)
+    parser.add_argument(
+        "--window_lines",
+        type=int,
+        default=WINDOW_LINES,
+        help="lines read, sorted and translated together before they are written",
+    )
+    parser.add_argument("--no_progress", action="store_true", help="no progress bar on stderr")
+    return parser
+
+
+def check_arguments(parser, args):
+    """Exits with status 2 and a usage error for flags that cannot work together."""
+    for name in ("beam_width", "n_best", "batch_tokens", "max_batch_sentences", "window_lines"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name} must be at least 1")
+    if args.n_best > args.beam_width:
+        parser.error(f"--n_best {args.n_best} needs --beam_width {args.n_best} or more")
+    if args.n_best > 1:
+        # TODO: wire n-best in once model.decoding's beam search returns its N best hypotheses
+        # (translate_window and format_record already take a list per source).
+        parser.error(
+            "--n_best > 1 is not supported yet: beam search (model.decoding) returns only its "
+            "best hypothesis"
+        )
+
+
+def main(argv=None):
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    check_arguments(parser, args)
+    if not os.path.isdir(args.model):
+        print(
+            f"error: {args.model} not found: give a training run directory, a bundle such as "
+            "pretrained/bible-es-en, or an exported SavedModel version.",
+            file=sys.stderr,
+        )
+        return 2
+    if not tf.saved_model.contains_saved_model(args.model):
+        artifacts.require_trained_run(args.model)
+    if args.input_file is not None and not os.path.isfile(args.input_file):
+        print(f"error: {args.input_file}: no such file.", file=sys.stderr)
+        return 2
+    try:
+        signature = load_signature(
+            args.model,
+            args.beam_width,
+            alpha=args.alpha,
+            repetition_penalty=args.repetition_penalty,
+            no_repeat_ngram_size=args.no_repeat_ngram_size,
+        )
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+
+    def translate(sources):
+        return translate_window(sources, signature, args.batch_tokens, args.max_batch_sentences)
+
+    format_options = {
+        "output_format": args.output_format,
+        "with_scores": args.with_scores,
+        "n_best": args.n_best,
+    }
+    input_name = args.input_file or STDIN_NAME
+    total = count_lines(args.input_file) if args.input_file else None
+    with (
+        open(args.input_file, "rb")
+        if args.input_file
+        else contextlib.nullcontext(sys.stdin.buffer) as source,
+        open(args.output_file, "wb")
+        if args.output_file
+        else contextlib.nullcontext(sys.stdout.buffer) as sink,
+        tqdm(
+            total=total,
+            desc="translating",
+            unit="line",
+            file=sys.stderr,
+            disable=args.no_progress,
+        ) as progress,
+    ):
+        try:
+            translate_lines(
+                source, sink, translate, input_name, args.window_lines, format_options, progress
+            )
+        except InputError as error:
+            progress.close()
+            print(f"error: {error}", file=sys.stderr)
+            return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
