@@ -134,7 +134,8 @@ ROBUSTNESS_RUN_DIR := $(if $(filter command line,$(origin RUN_DIR)),$(RUN_DIR),$
 bench-robustness: $(STAMP) data  ## Test BLEU, chrF, looping share under each typing perturbation (training.evaluate --perturb all).
 	$(PY) -m benchmarks.bench_robustness --run_dir $(ROBUSTNESS_RUN_DIR) --output BENCHMARKS.md $(ROBUSTNESS_ARGS)
 
-# TRANSLATE_BENCH_ARGS="--lines 1000000" for the million-line file (default: a quick size).
+# A quick size by default; the million-line file (hours):
+# TRANSLATE_BENCH_ARGS="--lines 1000000 --small_lines 100000 --window_lines 10000".
 bench-translate: $(STAMP) data  ## translate-text on a large generated file with the bundled model: sentences/s, peak RSS at two sizes.
 	$(PY) -m benchmarks.bench_translate --output BENCHMARKS.md $(TRANSLATE_BENCH_ARGS)
 

@@ -254,3 +254,31 @@ def test_sweep_table_adds_the_perturbed_dev_columns_when_every_point_has_them():
     assert "| 5.00 | 20.00 | 4.00 | 4.50 | 3.25 | 12.5% |" in markdown(
         [robust], "cmd", "plot.png", "small"
     )
+
+
+def test_bench_translate_repeats_the_sources_with_each_variation_in_turn():
+    from benchmarks.bench_translate import generated_lines
+
+    sources = ["Hola, amigo.", "¿Dónde?"]
+    assert generated_lines(sources, 9) == [
+        "Hola, amigo.",
+        "¿Dónde?",
+        "hola, amigo.",
+        "¿dónde?",
+        "Hola, amigo",
+        "¿Dónde",
+        "Hola",
+        "¿Dónde?",
+        "Hola, amigo.",
+    ]
+
+
+def test_bench_translate_reports_throughput_past_start_up_and_the_growth_of_peak_memory():
+    from benchmarks.bench_translate import markdown
+
+    mib = 2**20
+    body = markdown("pretrained/bible-es-en", [(500, 35.0, 1200 * mib), (2000, 65.0, 1210 * mib)],
+                    500, "cmd")  # fmt: skip
+    assert "| 500 | 35.0 | 14.3 | 1200 |" in body and "| 2,000 | 65.0 | 30.8 | 1210 |" in body
+    assert "Past start-up (the difference of the two runs): 50.0 sentences/s" in body
+    assert "Peak RSS from 500 to 2,000 lines: +10 MiB." in body
