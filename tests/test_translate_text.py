@@ -230,3 +230,13 @@ def test_n_best_output_format():
             {"translation": "A cat.", "score": -1.5},
         ],
     }
+
+
+def test_an_export_with_another_beam_width_is_refused(export_dir, tmp_path, capsys):
+    input_path = write_input(tmp_path / "in.txt", TRAINED[:2])
+    assert run_main(export_dir, input_path, tmp_path / "out.txt", "--beam_width", "3") == 1
+    assert capsys.readouterr().err.splitlines() == [
+        f"error: {export_dir} was exported with beam_width 4, not 3: re-export it with "
+        "--beam_width 3."
+    ]
+    assert not (tmp_path / "out.txt").exists()
