@@ -418,19 +418,22 @@ def gnmt_score(log_prob, length, alpha):
     return log_prob / ((5 + length) / 6) ** alpha
 
 
-def exhaustive_best(table, sentence, alpha, min_length=0):
-    """The best output `(tokens, score)` of a sentence over every word sequence + [END]."""
-    best = None
+def exhaustive_ranking(table, sentence, alpha, min_length=0):
+    """Every output `(tokens, score)` of a sentence (each word sequence + [END]), best first."""
+    outputs = []
     for length in range(max(min_length, 1), FAKE_LONGEST + 1):
         for words in itertools.product(FAKE_WORDS, repeat=length - 1):
             tokens = (*words, FAKE_END)
             log_prob = sum(
                 table.path_log_probs(sentence, tokens)[i, token] for i, token in enumerate(tokens)
             )
-            score = gnmt_score(log_prob, length, alpha)
-            if best is None or score > best[1]:
-                best = tokens, score
-    return best
+            outputs.append((tokens, gnmt_score(log_prob, length, alpha)))
+    return sorted(outputs, key=lambda output: -output[1])
+
+
+def exhaustive_best(table, sentence, alpha, min_length=0):
+    """The best output `(tokens, score)` of a sentence over every word sequence + [END]."""
+    return exhaustive_ranking(table, sentence, alpha, min_length)[0]
 
 
 def fake_search(search, table, sentences, max_length, **options):
@@ -449,9 +452,10 @@ def fake_search(search, table, sentences, max_length, **options):
     return {name: value.numpy() for name, value in outputs.items()}
 
 
-def assert_outputs_equal(found, table, expected):
+def assert_outputs_equal(found, table, expected, lengths_vary=True):
     """A search's outputs over `table` are the `(tokens, score)` of `expected` per sentence,
-    padded with 0, with each token's alignment the distribution it was chosen from."""
+    padded with 0, with each token's alignment the distribution it was chosen from;
+    `lengths_vary`: and `expected` holds outputs of several lengths."""
     for sentence, (tokens, score) in enumerate(expected):
         np.testing.assert_array_equal(found["tokens"][sentence, : len(tokens)], tokens)
         assert np.all(found["tokens"][sentence, len(tokens) :] == 0)
@@ -462,7 +466,7 @@ def assert_outputs_equal(found, table, expected):
             atol=1e-5,
         )
         assert np.all(found["alignment"][sentence, len(tokens) :] == 0)
-    assert len({len(tokens) for tokens, _ in expected}) > 1, (
+    assert not lengths_vary or len({len(tokens) for tokens, _ in expected}) > 1, (
         "every expected output has one length: the table tests too little"
     )
 
@@ -509,9 +513,10 @@ def reference_beam_search(table, sentence, beam_width, alpha, max_length, min_le
     hypothesis, at the penalty of `max_length`, cannot beat the worst of beam_width finished ones.
 
     Returns:
-        `((tokens, score), end_outranked_a_parent)`: the best hypothesis, and whether at some
-        step an ended candidate ranked above a prefix of it (so that the alive beams' parents are
-        not the first beam_width origins of the ranking).
+        `(ranking, end_outranked_a_parent)`: the finished hypotheses `(tokens, score)`, best
+        first, then the alive ones (where max_length cut the search), and whether at some step
+        an ended candidate ranked above a prefix of the best one (so that the alive beams'
+        parents are not the first beam_width origins of the ranking).
     """
     alive, finished, ranked_below_an_end = [(0.0, ())], [], set()
     for step in range(max_length):
@@ -545,9 +550,12 @@ def reference_beam_search(table, sentence, beam_width, alpha, max_length, min_le
             and gnmt_score(alive[0][0], max_length, alpha) <= finished[-1][0]
         ):
             break
-    score, tokens = finished[0] if finished else (gnmt_score(*alive[0], len(alive[0][1])), ())
-    outranked = any(tokens[:length] in ranked_below_an_end for length in range(len(tokens)))
-    return (tokens, score), outranked
+    ranking = [(tokens, score) for score, tokens in finished] + [
+        (tokens, gnmt_score(log_prob, len(tokens), alpha)) for log_prob, tokens in alive
+    ]
+    best = ranking[0][0]
+    outranked = any(best[:length] in ranked_below_an_end for length in range(len(best)))
+    return ranking, outranked
 
 
 @pytest.mark.parametrize("min_length", [0, 2])
@@ -572,11 +580,106 @@ def test_narrow_beam_search_equals_the_reference_beam_search(beam_width, alpha, 
         reference_beam_search(table, sentence, beam_width, alpha, 8, min_length)
         for sentence in range(sentences)
     ]
-    assert_outputs_equal(found, table, [best for best, _ in references])
+    assert_outputs_equal(found, table, [ranking[0] for ranking, _ in references])
     # Longer hypotheses win only under a strong length penalty, so only there do winners
     # continue beams that an [END] outranked.
     if alpha >= 1.0:
         assert any(outranked for _, outranked in references), "no winner ranked below an [END]"
+
+
+def nth_hypotheses(found, n):
+    """The n-th hypothesis of every sentence of an n-best search's outputs, as a 1-best dict."""
+    return {name: found[name][:, n] for name in ("tokens", "scores", "alignment")}
+
+
+@pytest.mark.parametrize("min_length", [0, 3])
+@pytest.mark.parametrize("alpha", [0.0, 0.6, 1.0])
+def test_wide_beam_n_best_equals_the_exhaustive_ranking(alpha, min_length):
+    """With `num_hypotheses` 5, a beam as wide as every prefix returns each sentence's 5 best
+    outputs of the exhaustive search, in order, with their scores and alignments."""
+    sentences, count = 12, 5
+    table = FakeTable(np.random.default_rng(11), sentences)
+    found = fake_search(
+        beam_search,
+        table,
+        sentences,
+        max_length=8,
+        beam_width=32,
+        alpha=alpha,
+        min_length=min_length,
+        num_hypotheses=count,
+    )
+    assert found["tokens"].shape[:2] == (sentences, count) and found["scores"].shape == (12, 5)
+    rankings = [
+        exhaustive_ranking(table, sentence, alpha, min_length) for sentence in range(sentences)
+    ]
+    for n in range(count):
+        expected = [ranking[n] for ranking in rankings]
+        assert_outputs_equal(nth_hypotheses(found, n), table, expected, lengths_vary=False)
+    assert len({len(ranking[n][0]) for ranking in rankings for n in range(count)}) > 1
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.6, 2.0])
+@pytest.mark.parametrize("beam_width", [2, 3])
+def test_narrow_beam_n_best_equals_the_reference_finished_set(beam_width, alpha):
+    """`num_hypotheses` = beam_width returns the whole finished set of the reference beam
+    search, best first (and `num_hypotheses` 1 its best, with the axis of hypotheses)."""
+    sentences = 60
+    table = FakeTable(np.random.default_rng(23), sentences)
+    references = [
+        reference_beam_search(table, sentence, beam_width, alpha, 8)[0]
+        for sentence in range(sentences)
+    ]
+    for count in (1, beam_width):
+        found = fake_search(
+            beam_search,
+            table,
+            sentences,
+            max_length=8,
+            beam_width=beam_width,
+            alpha=alpha,
+            num_hypotheses=count,
+        )
+        for n in range(count):
+            expected = [ranking[n] for ranking in references]
+            assert_outputs_equal(nth_hypotheses(found, n), table, expected, lengths_vary=False)
+    assert len({len(ranking[n][0]) for ranking in references for n in range(count)}) > 1
+
+
+def test_beam_search_n_best_is_cut_at_max_length_with_alive_hypotheses():
+    """Cut at 2 steps, no output of the table has ended but a few [END]s: each sentence's
+    slots hold its finished hypotheses, then its best alive ones (the reference's ranking)."""
+    sentences, beam_width = 30, 3
+    table = FakeTable(np.random.default_rng(5), sentences)
+    found = fake_search(
+        beam_search,
+        table,
+        sentences,
+        max_length=2,
+        beam_width=beam_width,
+        alpha=0.6,
+        num_hypotheses=beam_width,
+    )
+    references = [
+        reference_beam_search(table, sentence, beam_width, 0.6, 2)[0]
+        for sentence in range(sentences)
+    ]
+    ended = [sum(tokens[-1] == FAKE_END for tokens, _ in ranking) for ranking in references]
+    assert 0 < min(ended) < beam_width or 0 < max(ended) < beam_width, ended
+    for n in range(beam_width):
+        for sentence, ranking in enumerate(references):
+            tokens, score = ranking[n]
+            np.testing.assert_array_equal(found["tokens"][sentence, n, : len(tokens)], tokens)
+            assert not found["tokens"][sentence, n, len(tokens) :].any()
+            assert found["scores"][sentence, n] == pytest.approx(score, abs=1e-4)
+
+
+@pytest.mark.parametrize("count", [0, 4, 2.0])
+def test_beam_search_refuses_more_hypotheses_than_beams(count):
+    with pytest.raises(ValueError, match="num_hypotheses must be an int from 1 to beam_width"):
+        beam_search(
+            lambda ids, step, state: None, tf.constant([1]), 2, {}, 5, 0, 3, num_hypotheses=count
+        )
 
 
 def test_each_alive_beam_carries_the_state_of_its_own_prefix():

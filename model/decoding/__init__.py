@@ -10,7 +10,7 @@ One strategy a file, as keras-hub's `samplers/`:
 | `step` | the step-function contract, and `transformer_step_fn` over a `Transformer`'s cache |
 | `common` | output-length bound, length penalty, the log-probabilities a decoder chooses from |
 | `greedy` | `greedy_search` over a step function, `greedy_decode`, `naive_greedy_decode` |
-| `beam` | `beam_search` over a step function, `beam_search_decode` |
+| `beam` | `beam_search` over a step function, `beam_search_decode`; the best hypothesis or the n best (`num_hypotheses`) |
 | `penalties` | repetition controls with CTranslate2's semantics, and the rules of each step's choice |
 | `scoring` | `sequence_log_prob`: teacher-forced log-probability of given outputs |
 | `xla` | the bucket shapes XLA-compiled decoding runs on |
