@@ -20,7 +20,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from model.decoding import beam_search_decode, greedy_decode, max_output_length
+from model.decoding import (
+    beam_search_decode,
+    greedy_decode,
+    max_output_length,
+    sequence_log_prob,
+    token_log_probs,
+)
 from model.special_tokens import END_ID, START_ID
 from model.translator import Translator
 from serving import export
@@ -300,6 +306,47 @@ def test_n_best_without_length_penalty_equals_ctranslate2(run):
     assert all(len(set(map(tuple, hypotheses))) == 3 for hypotheses in ours_ids)
     assert np.all(np.diff(ours_scores, axis=1) <= 0), "hypotheses not best first"
     np.testing.assert_allclose(ct2_scores, ours_scores, atol=1e-3)
+
+
+def test_token_log_probs_equal_ctranslate2s_score_batch(run):
+    """Forced decoding of given targets (the greedy outputs and each text's 3rd best beam
+    hypothesis, less likely tokens): `token_log_probs` equals CTranslate2's `score_batch`,
+    which scores each target token and the `</s>` it appends, unnormalized (a softmax over the
+    whole vocabulary, [PAD] in it: its mass is below 1e-3 here), and sums to `sequence_log_prob`
+    and to the greedy decoder's own scores."""
+    source_ids = _source_ids(run, TEXTS)
+    max_length = _max_length(run, source_ids)
+    greedy = greedy_decode(run["model"], source_ids, START_ID, END_ID, max_length=max_length)
+    third = beam_search_decode(
+        run["model"], source_ids, START_ID, END_ID, BEAM_WIDTH, 0.0, max_length, num_hypotheses=3
+    )["tokens"][:, 2]
+    vocab = run["target"].vocab
+    for tokens in (greedy["tokens"], third):
+        ours = token_log_probs(run["model"], source_ids, tokens, START_ID).numpy()
+        targets = [[int(token) for token in row if token != 0] for row in tokens.numpy()]
+        # CTranslate2 appends `</s>` to every target: compared on the outputs that ended.
+        ended = [row for row, target in enumerate(targets) if target[-1] == END_ID]
+        assert len(ended) >= 5, targets
+        results = run["translator"].score_batch(
+            source_pieces(run["source"], [TEXTS[row] for row in ended]),
+            [[vocab[token] for token in targets[row][:-1]] for row in ended],
+            max_input_length=run["model"].pe_input,
+        )
+        for row, result in zip(ended, results):
+            target = targets[row]
+            assert result.tokens == [vocab[token] for token in target]  # </s> scored too
+            np.testing.assert_allclose(result.log_probs, ours[row, : len(target)], atol=1e-3)
+            assert not ours[row, len(target) :].any()
+        np.testing.assert_allclose(
+            ours.sum(axis=1),
+            sequence_log_prob(run["model"], source_ids, tokens, START_ID),
+            rtol=1e-6,
+        )
+    np.testing.assert_allclose(
+        token_log_probs(run["model"], source_ids, greedy["tokens"], START_ID).numpy().sum(1),
+        greedy["scores"],
+        atol=1e-4,
+    )
 
 
 REPETITION_CONTROLS = {

@@ -12,7 +12,7 @@ One strategy a file, as keras-hub's `samplers/`:
 | `greedy` | `greedy_search` over a step function, `greedy_decode`, `naive_greedy_decode` |
 | `beam` | `beam_search` over a step function, `beam_search_decode`; the best hypothesis or the n best (`num_hypotheses`) |
 | `penalties` | repetition controls with CTranslate2's semantics, and the rules of each step's choice |
-| `scoring` | `sequence_log_prob`: teacher-forced log-probability of given outputs |
+| `scoring` | `token_log_probs`, `sequence_log_prob`: teacher-forced (forced-decoding) log-probabilities of given outputs, per token and summed |
 | `xla` | the bucket shapes XLA-compiled decoding runs on |
 
 The searches (`greedy_search`, `beam_search`) know nothing of the model: they call a step
@@ -36,7 +36,7 @@ from model.decoding.common import (
 )
 from model.decoding.greedy import greedy_decode, greedy_search, naive_greedy_decode
 from model.decoding.penalties import ban_repeated_ngrams, penalize_repetitions
-from model.decoding.scoring import sequence_log_prob
+from model.decoding.scoring import sequence_log_prob, token_log_probs
 from model.decoding.step import transformer_step_fn
 from model.decoding.xla import SLOT_GRANULARITY
 
@@ -56,5 +56,6 @@ __all__ = [
     "output_log_probs",
     "penalize_repetitions",
     "sequence_log_prob",
+    "token_log_probs",
     "transformer_step_fn",
 ]
