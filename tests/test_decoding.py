@@ -19,7 +19,10 @@ from model.decoding import (
     mask_after_end,
     max_output_length,
     naive_greedy_decode,
+    sampling_decode,
+    sampling_search,
     sequence_log_prob,
+    token_sampler,
 )
 from model.decoding.beam import _beam_step, _initial_beams
 from model.decoding.common import NEG_INF, take_rows
@@ -826,3 +829,175 @@ def test_no_output_repeats_a_banned_ngram(half_trained_model, search):
 
     assert any(repeats_a_bigram(row) for row in plain), "no repetition to prevent"
     assert not any(repeats_a_bigram(row) for row in controlled)
+
+
+# Random sampling, over a step function whose distribution is the same at every step and row.
+SAMPLING_LOGITS = np.log(np.float32([1e-9, 0.05, 0.1, 0.4, 0.3, 0.15]))  # pad: never drawn
+SAMPLING_DRAWS = 20000
+
+
+def constant_step_fn(logits):
+    def step_fn(ids, step, state):
+        rows = tf.shape(ids)[0]
+        return tf.tile(tf.constant(logits)[tf.newaxis], [rows, 1]), tf.zeros([rows, 1]), state
+
+    return step_fn
+
+
+def first_draws(seed=3, **sampling):
+    """`SAMPLING_DRAWS` first tokens drawn from `SAMPLING_LOGITS` by `sampling_search`."""
+    outputs = tf.function(
+        lambda: sampling_search(
+            constant_step_fn(SAMPLING_LOGITS),
+            tf.fill([SAMPLING_DRAWS], FAKE_START),
+            FAKE_END,
+            {"rows": tf.zeros([SAMPLING_DRAWS])},
+            tf.constant(1),
+            alignment_width=1,
+            seed=seed,
+            **sampling,
+        )
+    )()
+    return outputs["tokens"].numpy()[:, 0]
+
+
+def chi_square_critical_value(degrees_of_freedom, z=3.719):
+    """The chi-square distribution's quantile at the standard normal's `z` (3.719: 1 - 1e-4),
+    by the Wilson–Hilferty approximation (scipy is not installed)."""
+    k = degrees_of_freedom
+    return k * (1 - 2 / (9 * k) + z * np.sqrt(2 / (9 * k))) ** 3
+
+
+def assert_draws_follow(draws, probs):
+    """Every draw in the support of `probs` `(vocab,)`, and the counts fit it (a chi-square
+    test at the 1e-4 level, on a fixed seed: deterministic)."""
+    support = probs > 0
+    assert set(np.unique(draws).tolist()) == set(np.nonzero(support)[0].tolist())
+    if support.sum() == 1:
+        return
+    counts = np.bincount(draws, minlength=len(probs))[support]
+    expected = len(draws) * probs[support]
+    statistic = np.sum((counts - expected) ** 2 / expected)
+    assert statistic < chi_square_critical_value(int(support.sum()) - 1), (counts, expected)
+
+
+def test_the_chi_square_check_rejects_a_wrong_distribution():
+    """The check has power: draws of the tempered softmax fail against the untempered one."""
+    tempered = first_draws(sampling_temperature=2.0)
+    probs = np.exp(SAMPLING_LOGITS.astype(np.float64))
+    probs[0] = 0
+    with pytest.raises(AssertionError):
+        assert_draws_follow(tempered, probs / probs.sum())
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.5, 2.0])
+def test_sampled_tokens_follow_the_tempered_softmax(temperature):
+    draws = first_draws(sampling_temperature=temperature)
+    probs = np.exp(SAMPLING_LOGITS.astype(np.float64) / temperature)
+    probs[0] = 0  # [PAD] is never an output
+    assert_draws_follow(draws, probs / probs.sum())
+
+
+def test_top_k_draws_among_the_k_most_probable_tokens():
+    draws = first_draws(sampling_topk=3, sampling_temperature=0.8)
+    probs = np.exp(SAMPLING_LOGITS.astype(np.float64) / 0.8)
+    probs[[0, 1, 2]] = 0
+    assert_draws_follow(draws, probs / probs.sum())
+
+
+@pytest.mark.parametrize("top_p, nucleus", [(0.65, [3, 4]), (0.4, [3]), (0.86, [2, 3, 4, 5])])
+def test_top_p_keeps_the_smallest_set_whose_mass_reaches_p(top_p, nucleus):
+    """Probabilities 0.4, 0.3, 0.15, 0.1, 0.05: the nucleus holds the most probable tokens while
+    the mass before them is below p, so the token that crosses p is in (CTranslate2's
+    `TopPMask`); draws follow the nucleus renormalized."""
+    draws = first_draws(sampling_topp=top_p)
+    probs = np.zeros(len(SAMPLING_LOGITS))
+    probs[nucleus] = np.exp(SAMPLING_LOGITS.astype(np.float64))[nucleus]
+    assert_draws_follow(draws, probs / probs.sum())
+
+
+def test_top_k_one_draws_the_greedy_outputs():
+    """The sampler itself at top-k 1 (not the greedy shortcut `sampling_search` takes there)
+    follows greedy search over the table, repetition rules and [END] included."""
+    sentences = 12
+    table = FakeTable(np.random.default_rng(5), sentences)
+    rules = {"no_repeat_ngram_size": 1, "min_length": 2}
+    greedy = fake_search(greedy_search, table, sentences, max_length=8, **rules)
+    drawn = fake_search(
+        greedy_search,
+        table,
+        sentences,
+        max_length=8,
+        next_token=token_sampler(7, sentences, sampling_topk=1),
+        **rules,
+    )
+    for name in ("tokens", "scores", "alignment"):
+        np.testing.assert_array_equal(drawn[name], greedy[name])
+
+
+def test_sampling_is_reproducible_and_follows_the_rules_like_greedy():
+    """Whole outputs over the table: the same seed draws the same outputs (whether rows leave
+    the loop as they end or not), another seed others; each output ends with [END], repeats no
+    word under `no_repeat_ngram_size` 1, and scores the summed log-probabilities of its path
+    under the rules (banned words out of the softmax)."""
+    sentences = 200
+    table = FakeTable(np.random.default_rng(9), sentences)
+
+    def draw(seed, fixed_shape=False):
+        return fake_search(
+            sampling_search,
+            table,
+            sentences,
+            max_length=8,
+            seed=seed,
+            sampling_temperature=1.5,
+            no_repeat_ngram_size=1,
+            fixed_shape=fixed_shape,
+        )
+
+    found = draw(5)
+    fixed_shape = draw(5, fixed_shape=True)
+    np.testing.assert_array_equal(fixed_shape["tokens"], found["tokens"])
+    np.testing.assert_allclose(fixed_shape["scores"], found["scores"], rtol=1e-6)
+    assert np.mean(np.any(draw(6)["tokens"] != found["tokens"], axis=1)) > 0.3
+    greedy = fake_search(greedy_search, table, sentences, max_length=8, no_repeat_ngram_size=1)
+    assert np.any(found["tokens"] != greedy["tokens"]), "sampling drew only greedy's outputs"
+    for sentence, row in enumerate(found["tokens"]):
+        tokens = [int(token) for token in row if token != 0]
+        assert tokens[-1] == FAKE_END and FAKE_END not in tokens[:-1]
+        assert len(set(tokens)) == len(tokens), tokens
+        # Each token's log-probability with the words already output banned (renormalized).
+        path = table.path_log_probs(sentence, tokens)
+        score = sum(
+            path[i, token] - np.log(np.exp(np.delete(path[i], [0, *tokens[:i]])).sum())
+            for i, token in enumerate(tokens)
+        )
+        assert found["scores"][sentence] == pytest.approx(score, abs=1e-4)
+
+
+@pytest.mark.parametrize(
+    "setting, message",
+    [
+        ({"sampling_topk": -1}, "sampling_topk must be an int >= 0"),
+        ({"sampling_topp": 0.0}, r"sampling_topp must be in \(0, 1\]"),
+        ({"sampling_temperature": -1.0}, "sampling_temperature must be >= 0"),
+    ],
+)
+def test_sampling_refuses_bad_settings(setting, message):
+    with pytest.raises(ValueError, match=message):
+        first_draws(**setting)
+
+
+def test_sampling_decode_runs_the_model_reproducibly(trained_reverse_model, sources):
+    """Over a `Transformer`: the same seed, the same outputs; at temperature 0, greedy's."""
+    model, _ = trained_reverse_model
+    source = tf.constant(sources[0][:6], tf.int32)
+    decode = tf.function(
+        lambda inp, seed: sampling_decode(model, inp, START, END, seed, sampling_temperature=3.0)
+    )
+    first, again, other = decode(source, 1), decode(source, 1), decode(source, 2)
+    np.testing.assert_array_equal(first["tokens"], again["tokens"])
+    assert np.any(first["tokens"].numpy() != other["tokens"].numpy()[:, : first["tokens"].shape[1]])
+    greedy = greedy_decode(model, source, START, END)
+    coldest = sampling_decode(model, source, START, END, 1, sampling_temperature=0.0)
+    np.testing.assert_array_equal(coldest["tokens"], greedy["tokens"])
