@@ -225,8 +225,9 @@ def reserved_port() -> Iterator[int]:
     """A 127.0.0.1 port held, without listening, for the duration of the block.
 
     Connections to it are refused until a server binds it too: the socket is bound
-    with SO_REUSEPORT, which gRPC servers also set, so a server started on this port
-    inside the block gets it. No other process can take it in between, unlike a port
+    with SO_REUSEPORT, so a server started on this port inside the block with
+    `--grpc_channel_arguments=grpc.so_reuseport=1` gets it (the model server turns gRPC's
+    default SO_REUSEPORT off). No other process can take it in between, unlike a port
     found free and then released.
     """
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as holder:

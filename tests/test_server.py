@@ -365,6 +365,33 @@ def test_batching_parameters_file_requires_enable_batching(tmp_path):
         server.start()
 
 
+def test_a_second_server_cannot_bind_a_grpc_port_in_use(rest_server, exports, tmp_path):
+    """gRPC's default SO_REUSEPORT let a second server bind the same port and take part of
+    the first one's connections."""
+    port = rest_server.server.grpc_port
+    second = ModelServer(
+        ServerOptions(
+            port=port,
+            model_name=MODEL_NAME,
+            model_base_path=make_model_base(exports, str(tmp_path)),
+            file_system_poll_wait_seconds=0,
+        )
+    )
+    with pytest.raises(config_lib.ConfigError) as error:
+        second.start()
+    assert str(error.value) == (
+        f"Failed to BuildAndStart gRPC server: cannot bind 127.0.0.1:{port} (is another server "
+        "listening on that port?)"
+    )
+    assert second.grpc_port == 0
+    status = rest_server.models.GetModelStatus(
+        get_model_status_pb2.GetModelStatusRequest(model_spec={"name": MODEL_NAME}), timeout=10
+    )
+    assert [row.state for row in status.model_version_status] == [
+        get_model_status_pb2.ModelVersionStatus.AVAILABLE
+    ]
+
+
 # ------------------------------------------------------------------------ predict
 
 

@@ -219,9 +219,13 @@ class ModelServer:
 
     def _grpc_options(self) -> list[tuple[str, object]]:
         # TF Serving calls SetMaxMessageSize(kint32max), then applies the user's arguments.
+        # gRPC sets SO_REUSEPORT by default, which let a second server bind a port already in
+        # use and take half of its connections: binding fails instead (grpc.so_reuseport=1
+        # brings the sharing back).
         merged = {
             "grpc.max_receive_message_length": KINT32MAX,
             "grpc.max_send_message_length": KINT32MAX,
+            "grpc.so_reuseport": 0,
         }
         merged.update(parse_grpc_channel_arguments(self.options.grpc_channel_arguments))
         return list(merged.items())
@@ -269,11 +273,15 @@ class ModelServer:
         add_services(self._grpc_server, self.core)
         health_pb2_grpc.add_HealthServicer_to_server(self._health, self._grpc_server)
         address = f"{options.grpc_bind_address}:{options.port}"
-        self.grpc_port = self._grpc_server.add_insecure_port(address)
+        try:
+            self.grpc_port = self._grpc_server.add_insecure_port(address)
+        except RuntimeError:  # grpcio raises where older versions returned 0.
+            self.grpc_port = 0
         if not self.grpc_port:
             self._stop_core()
             raise config_lib.ConfigError(
-                f"Failed to BuildAndStart gRPC server: cannot bind {address}"
+                f"Failed to BuildAndStart gRPC server: cannot bind {address} (is another "
+                "server listening on that port?)"
             )
         self._grpc_server.start()
         logger.info(
