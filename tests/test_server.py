@@ -35,6 +35,7 @@ from tensorflow_serving.apis import (
     inference_pb2,
     model_management_pb2,
     model_service_pb2_grpc,
+    predict_pb2,
     prediction_service_pb2_grpc,
     regression_pb2,
 )
@@ -1256,6 +1257,101 @@ def test_new_version_is_swapped_in_without_failing_requests(exports, tmp_path):
         assert [row[:2] for row in version_rows()][1:] == [(2, "END"), (1, "AVAILABLE")]
     finally:
         connection.server.stop()
+
+
+# -------------------------------------------------------------------------- deadlines
+
+
+class _Loop(tf.Module):
+    """A model that works for as many small steps as its inputs add up to (as a decoder loop
+    does: many ops, each one quick), so a run can be as long as a test needs."""
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.int64, name="steps")])
+    def loop(self, steps):
+        weights = tf.eye(8) * 0.5
+
+        def step(index, state):
+            return index + 1, tf.tanh(tf.matmul(state, weights) + 0.1)
+
+        _, state = tf.while_loop(
+            lambda index, _: index < tf.reduce_sum(steps),
+            step,
+            [tf.constant(0, tf.int64), tf.ones([1, 8])],
+        )
+        return {"y": tf.fill(tf.shape(steps), tf.reduce_sum(state))}
+
+
+ENDLESS_STEPS = 10**15  # Years of work: a run that is not aborted never ends.
+
+
+def loop_model_base(tmp_path) -> str:
+    module = _Loop()
+    tf.saved_model.save(
+        module, str(tmp_path / "loop" / "1"), signatures={"serving_default": module.loop}
+    )
+    return str(tmp_path / "loop")
+
+
+def loop_request(steps: int) -> predict_pb2.PredictRequest:
+    request = predict_pb2.PredictRequest()
+    request.model_spec.name = "loop"
+    request.inputs["steps"].CopyFrom(tf.make_tensor_proto([steps], dtype=tf.int64))
+    return request
+
+
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU time a process has used (/proc/PID/stat)."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds_during(pid: int, window_seconds: float) -> float:
+    """CPU time a process uses during a window of wall time (a measurement, not a wait)."""
+    start = cpu_seconds(pid)
+    threading.Event().wait(window_seconds)
+    return cpu_seconds(pid) - start
+
+
+def test_a_request_past_its_deadline_is_aborted_not_run_to_the_end(tmp_path):
+    """The deadline is the run's RunOptions.timeout_in_ms, as in TF Serving: REST answered 200
+    long after --rest_api_timeout_in_ms, and gRPC calls that had answered DEADLINE_EXCEEDED
+    kept the server computing until their run ended."""
+    with ServerProcess(
+        [
+            "--model_name=loop",
+            f"--model_base_path={loop_model_base(tmp_path)}",
+            "--file_system_poll_wait_seconds=0",
+            "--rest_api_timeout_in_ms=1000",
+        ],
+        rest=True,
+    ) as server:
+        url = f"http://127.0.0.1:{server.rest_port}/v1/models/loop:predict"
+        assert http("POST", url, {"instances": [ENDLESS_STEPS]}) == (
+            504,
+            {"error": "Timed out waiting for notification"},
+        )
+        # The answer came once the run had stopped: the server has nothing left to do.
+        assert cpu_seconds_during(server.process.pid, 1.0) < 0.2
+        status, body = http("POST", url, {"instances": [100]})
+        assert status == 200 and len(body["predictions"]) == 1
+
+        stub = prediction_service_pb2_grpc.PredictionServiceStub(
+            grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}")
+        )
+        with pytest.raises(grpc.RpcError) as error:
+            stub.Predict(loop_request(ENDLESS_STEPS), timeout=1)
+        assert error.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        # The client stops waiting at the deadline on its own; the server's run stops then too.
+        wait_for(
+            lambda: cpu_seconds_during(server.process.pid, 0.5) < 0.1,
+            "the server to stop working on the expired call",
+            timeout=30,
+        )
+        assert stub.Predict(loop_request(100), timeout=30).outputs["y"].float_val
+        # A call without a deadline runs unbounded (it was an INTERNAL error: gRPC's "no
+        # deadline" is a time_remaining() of 292,000 years, too many milliseconds for TF).
+        assert stub.Predict(loop_request(100)).outputs["y"].float_val
 
 
 # --------------------------------------------------------------------------- SIGTERM

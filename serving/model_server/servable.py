@@ -1,13 +1,16 @@
 """One loaded version of a SavedModel: its SignatureDefs and runnable signatures.
 
 TF Serving serves the SignatureDefs stored in the SavedModel's MetaGraphDef
-(that is what GetModelMetadata returns and what Predict validates against);
-this module reads them from `saved_model.pb` and runs the matching concrete
-functions of `tf.saved_model.load`, which are keyed by the same input and output
-aliases.
+(that is what GetModelMetadata returns and what Predict validates against) and
+runs them as it does: the MetaGraphDef is imported into a `tf.compat.v1.Session`
+(variables restored, init op run with the asset paths), and a call is one
+`Session.run` of the signature's tensors. A request's deadline becomes the run's
+`RunOptions.timeout_in_ms`, so TensorFlow stops the step at the deadline instead
+of finishing work nobody waits for.
 """
 
 import logging
+import math
 import os
 import re
 import time
@@ -21,6 +24,7 @@ import tensorflow as tf
 # graph uses; tensorflow_model_server links the same ops into its binary.
 import tensorflow_text  # noqa: F401
 from google.protobuf import text_format
+from tensorflow.core.framework import tensor_shape_pb2
 from tensorflow.core.protobuf import meta_graph_pb2, saved_model_pb2
 from tensorflow_serving.apis import predict_pb2, prediction_log_pb2
 
@@ -36,6 +40,8 @@ MAX_WARMUP_RECORDS = 1000
 # runs without --xla_cpu_compilation_enabled (TF's DisableXlaCompilation()).
 XLA_DISABLED_MESSAGE = "XLA compilation disabled"
 _XLA_MUST_COMPILE = "_XlaMustCompile"
+# The signature holding a TF2 SavedModel's init op (TF's INIT_OP_SIGNATURE_KEY): not a function.
+INIT_OP_SIGNATURE_KEY = "__saved_model_init_op"
 
 
 def is_complete_version_dir(path: str) -> bool:
@@ -181,6 +187,68 @@ def _session_style_message(message: str) -> str:
     return re.sub(r"\s*\[Op:__inference_[^\]]*\]$", "", cleaned)
 
 
+def _feedable_at_any_shape(meta_graph: meta_graph_pb2.MetaGraphDef) -> meta_graph_pb2.MetaGraphDef:
+    """A copy whose signature input placeholders have unknown shapes.
+
+    Session::Run in TF Serving checks no feed shape (the model decides what it accepts);
+    Python's Session.run refuses a feed that does not fit the placeholder's static shape.
+    """
+    meta_graph = meta_graph_pb2.MetaGraphDef.FromString(meta_graph.SerializeToString())
+    inputs = {
+        info.name.split(":")[0]
+        for signature in meta_graph.signature_def.values()
+        for info in signature.inputs.values()
+    }
+    for node in meta_graph.graph_def.node:
+        if node.name in inputs and node.op == "Placeholder":
+            node.attr["shape"].shape.CopyFrom(tensor_shape_pb2.TensorShapeProto(unknown_rank=True))
+            if "_output_shapes" in node.attr:
+                del node.attr["_output_shapes"]
+    return meta_graph
+
+
+def _init_op_name(meta_graph: meta_graph_pb2.MetaGraphDef) -> str | None:
+    """The op TF's SavedModel loader runs after restoring the variables (tables, assets)."""
+    signature = meta_graph.signature_def.get(INIT_OP_SIGNATURE_KEY)
+    if signature is not None:
+        return signature.outputs[INIT_OP_SIGNATURE_KEY].name
+    for key in (tf.compat.v1.saved_model.MAIN_OP_KEY, tf.compat.v1.saved_model.LEGACY_INIT_OP_KEY):
+        if key in meta_graph.collection_def:
+            return meta_graph.collection_def[key].node_list.value[0]
+    return None
+
+
+def _asset_paths(export_dir: str, meta_graph: meta_graph_pb2.MetaGraphDef) -> dict[str, str]:
+    """Asset tensor name -> absolute path of its file, fed to the init op."""
+    asset_defs = list(meta_graph.asset_file_def)
+    assets_key = tf.compat.v1.saved_model.ASSETS_KEY
+    if not asset_defs and assets_key in meta_graph.collection_def:
+        for packed in meta_graph.collection_def[assets_key].any_list.value:
+            asset_defs.append(meta_graph_pb2.AssetFileDef())
+            packed.Unpack(asset_defs[-1])
+    directory = os.path.join(export_dir, tf.saved_model.ASSETS_DIRECTORY)
+    return {asset.tensor_info.name: os.path.join(directory, asset.filename) for asset in asset_defs}
+
+
+def load_session(export_dir: str, meta_graph: meta_graph_pb2.MetaGraphDef) -> tf.compat.v1.Session:
+    """Imports a MetaGraphDef into a new Session, restores its variables and runs its init op,
+    as TF's SavedModel loader (and so TF Serving) does; signature inputs take any shape."""
+    graph = tf.Graph()
+    with graph.as_default():
+        saver = tf.compat.v1.train.import_meta_graph(_feedable_at_any_shape(meta_graph))
+    session = tf.compat.v1.Session(graph=graph)
+    variables = os.path.join(
+        export_dir, tf.saved_model.VARIABLES_DIRECTORY, tf.saved_model.VARIABLES_FILENAME
+    )
+    if saver is not None and tf.io.gfile.exists(variables + ".index"):
+        with graph.as_default():
+            saver.restore(session, variables)
+    init_op = _init_op_name(meta_graph)
+    if init_op is not None:
+        session.run(init_op, feed_dict=_asset_paths(export_dir, meta_graph))
+    return session
+
+
 class Servable:
     """A loaded model version.
 
@@ -215,21 +283,20 @@ class Servable:
         self.signature_defs = dict(meta_graph.signature_def)
         self.xla_signatures = xla_signature_names(meta_graph)
         self._xla_compilation_enabled = xla_compilation_enabled
-        self._loaded = tf.saved_model.load(export_dir, tags=list(tags))
-        self._functions = {
-            name: self._loaded.signatures[name]
-            for name in self.signature_defs
-            if name in self._loaded.signatures
-        }
+        self._session = load_session(export_dir, meta_graph)
 
     def __repr__(self) -> str:
         return f"{{name: {self.model_name} version: {self.version}}}"
 
     def runnable(self, signature_name: str) -> bool:
-        return signature_name in self._functions
+        return signature_name in self.signature_defs and signature_name != INIT_OP_SIGNATURE_KEY
 
     def run(
-        self, signature_name: str, inputs: Mapping[str, np.ndarray], output_aliases: Iterable[str]
+        self,
+        signature_name: str,
+        inputs: Mapping[str, np.ndarray],
+        output_aliases: Iterable[str],
+        deadline: float | None = None,
     ) -> dict[str, np.ndarray]:
         """Runs one signature.
 
@@ -238,33 +305,52 @@ class Servable:
             inputs: numpy arrays by input alias, already validated against the
                 SignatureDef (dtype, rank).
             output_aliases: outputs to return.
+            deadline: `time.monotonic()` value at which the run is aborted (TF
+                Serving's RunOptions.timeout_in_ms); None runs to the end.
 
         Returns:
             numpy arrays by output alias.
 
         Raises:
-            ServingError: the model raised a TensorFlow error; its canonical code
-                and message are kept, as TF Serving passes Session::Run errors on.
+            ServingError: the model raised a TensorFlow error (DEADLINE_EXCEEDED when
+                the run was aborted at the deadline, CANCELLED when the servable was
+                released meanwhile); its canonical code and message are kept, as TF
+                Serving passes Session::Run errors on.
         """
         if signature_name in self.xla_signatures and not self._xla_compilation_enabled:
             raise errors.ServingError(grpc.StatusCode.INTERNAL, XLA_DISABLED_MESSAGE)
         signature = self.signature_defs[signature_name]
         feeds = {
-            alias: tf.convert_to_tensor(array, dtype=tf.as_dtype(signature.inputs[alias].dtype))
+            signature.inputs[alias].name: np.asarray(
+                array, dtype=tf.as_dtype(signature.inputs[alias].dtype).as_numpy_dtype
+            )
             for alias, array in inputs.items()
         }
+        fetches = {alias: signature.outputs[alias].name for alias in output_aliases}
+        options = None
+        if deadline is not None:
+            remaining_ms = math.ceil((deadline - time.monotonic()) * 1000)
+            if remaining_ms <= 0:
+                raise errors.deadline_exceeded("Deadline Exceeded")
+            options = tf.compat.v1.RunOptions(timeout_in_ms=remaining_ms)
+        session = self._session
+        if session is None:
+            raise errors.ServingError(grpc.StatusCode.CANCELLED, f"Servable {self} was unloaded")
         try:
-            outputs = self._functions[signature_name](**feeds)
-            return {alias: outputs[alias].numpy() for alias in output_aliases}
+            return session.run(fetches, feeds, options=options)
         except tf.errors.OpError as error:
             raise errors.ServingError(
                 errors.code_from_number(error.error_code), _session_style_message(error.message)
             ) from None
+        except RuntimeError as error:  # "Attempted to use a closed Session."
+            raise errors.ServingError(grpc.StatusCode.CANCELLED, str(error)) from None
 
     def release(self) -> None:
-        """Drops the TF objects so their memory can be reclaimed at unload."""
-        self._functions = {}
-        self._loaded = None
+        """Closes the Session, which cancels runs still under way, so its memory can be
+        reclaimed at unload."""
+        session, self._session = self._session, None
+        if session is not None:
+            session.close()
 
 
 def load_servable(
