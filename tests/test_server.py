@@ -1424,6 +1424,51 @@ def test_sigterm_is_not_blocked_by_a_stalled_rest_client(exports, tmp_path):
     assert "Done unloading servable version {name: translator version: 1}" in output
 
 
+def test_sigterm_exits_after_the_grace_period_even_with_a_run_under_way(tmp_path):
+    """Runs still under way when the grace period ends are aborted: the server waited for
+    them (cheroot's pool and the unload both joined without a timeout), exiting 10.8 s after
+    SIGTERM with a 3 s grace period, and never with an endless run."""
+    grace_seconds = 2
+    with ServerProcess(
+        [
+            "--model_name=loop",
+            f"--model_base_path={loop_model_base(tmp_path)}",
+            "--file_system_poll_wait_seconds=0",
+            "--rest_api_timeout_in_ms=0",
+            f"--shutdown_grace_seconds={grace_seconds}",
+        ],
+        rest=True,
+    ) as server:
+        channel = grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}")
+        stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
+        endless_call = stub.Predict.future(loop_request(ENDLESS_STEPS))
+        endless_post = concurrent.futures.ThreadPoolExecutor(1).submit(
+            http,
+            "POST",
+            f"http://127.0.0.1:{server.rest_port}/v1/models/loop:predict",
+            {"instances": [ENDLESS_STEPS]},
+        )
+        wait_for(
+            lambda: cpu_seconds_during(server.process.pid, 0.3) > 0.1,
+            "the server to run the endless requests",
+        )
+        server.process.send_signal(signal.SIGTERM)
+        # The bound is the grace period plus a margin for unloading and exiting; without the
+        # cancellation the server never exits.
+        assert server.process.wait(timeout=grace_seconds + 15) == 0, server.output()[-3000:]
+        # The calls ended, not left hanging: cancelled (REST's 499), or for gRPC cut off with
+        # the connection when the server exited before its answer went out.
+        assert endless_call.exception(timeout=30).code() in (
+            grpc.StatusCode.CANCELLED,
+            grpc.StatusCode.UNAVAILABLE,
+        )
+        status, body = endless_post.result(timeout=30)
+        assert status == 499, body
+        output = server.output()
+    assert "Shutdown grace period is over: cancelling the requests still running" in output
+    assert "Done unloading servable version {name: loop version: 1}" in output
+
+
 # --------------------------------------------------------------- REST transport
 
 

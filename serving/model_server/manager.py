@@ -395,6 +395,19 @@ class ServableManager:
         if changed and self._on_availability_change is not None:
             self._on_availability_change(all_available)
 
+    def cancel_runs(self) -> None:
+        """Aborts the model runs under way on every loaded version (their Sessions close) and
+        makes later runs fail with CANCELLED: for a shutdown whose grace period is over."""
+        with self._lock:
+            servables = [
+                record.servable
+                for model in self._models.values()
+                for record in model.versions.values()
+                if record.servable is not None
+            ]
+        for servable in servables:
+            servable.release()
+
     def stop(self) -> None:
         """Stops polling and unloads every version, waiting for requests using them."""
         self._stop.set()

@@ -13,6 +13,7 @@ import logging
 import math
 import os
 import re
+import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
 
@@ -284,6 +285,7 @@ class Servable:
         self.xla_signatures = xla_signature_names(meta_graph)
         self._xla_compilation_enabled = xla_compilation_enabled
         self._session = load_session(export_dir, meta_graph)
+        self._release_lock = threading.Lock()
 
     def __repr__(self) -> str:
         return f"{{name: {self.model_name} version: {self.version}}}"
@@ -348,9 +350,10 @@ class Servable:
     def release(self) -> None:
         """Closes the Session, which cancels runs still under way, so its memory can be
         reclaimed at unload."""
-        session, self._session = self._session, None
-        if session is not None:
-            session.close()
+        with self._release_lock:  # A shutdown's cancellation and the unload may race.
+            session, self._session = self._session, None
+            if session is not None:
+                session.close()
 
 
 def load_servable(

@@ -10,7 +10,8 @@ defaults), so a command line or config file that works here works with the real
 binary. Local additions: `--grpc_bind_address` / `--rest_api_bind_address`
 (default 127.0.0.1; the real server listens on all interfaces),
 `--shutdown_grace_seconds` (SIGTERM lets requests in flight finish for up to this
-long; connections still open then are closed, stalled clients included),
+long; then model runs still under way are aborted, CANCELLED, and connections still
+open are closed, stalled clients included),
 `--rest_api_read_timeout_seconds` (a REST client silent this long is disconnected)
 and `--rest_api_free_port` (REST on a free port: `--rest_api_port=0` disables REST,
 as for the real server). `--port=0` binds a free gRPC port. Both bound ports are
@@ -362,20 +363,32 @@ class ModelServer:
 
         Args:
             grace_seconds: longest wait for requests in flight (default
-                `shutdown_grace_seconds`); later they are cancelled.
+                `shutdown_grace_seconds`); then their model runs are aborted and their
+                connections closed.
         """
         if self._stopped.is_set():
             return
         self._stopped.set()
         grace = self.options.shutdown_grace_seconds if grace_seconds is None else grace_seconds
         self._health.enter_graceful_shutdown()
+        # Both front ends wait for their request threads, which may be inside a model run:
+        # at the end of the grace period the runs still under way are aborted.
+        cancel_runs = threading.Timer(grace, self._cancel_runs)
+        cancel_runs.daemon = True
+        cancel_runs.start()
         grpc_done = self._grpc_server.stop(grace) if self._grpc_server else None
         if self._rest_server is not None:
             self._rest_server.stop(grace)
         if grpc_done is not None:
             grpc_done.wait()
+        cancel_runs.cancel()
         self._stop_core()
         logger.info("Server stopped.")
+
+    def _cancel_runs(self) -> None:
+        logger.warning("Shutdown grace period is over: cancelling the requests still running")
+        if self.core is not None:
+            self.core.manager.cancel_runs()
 
     def _stop_core(self) -> None:
         self._config_poll_stop.set()
@@ -489,7 +502,8 @@ def build_arg_parser() -> argparse.ArgumentParser:
     flag(
         "shutdown_grace_seconds",
         float,
-        "[local] on SIGTERM, how long requests in flight may take to finish",
+        "[local] on SIGTERM, how long requests in flight may take to finish before their "
+        "model runs are aborted",
     )
     for name in IGNORED_REAL_FLAGS:
         parser.add_argument(f"--{name}", default=None, help=argparse.SUPPRESS)
