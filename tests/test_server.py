@@ -41,7 +41,7 @@ from tensorflow_serving.apis import (
 )
 
 from serving.model_server import config as config_lib
-from serving.model_server.rest import MAX_REQUEST_HEAD_BYTES
+from serving.model_server.rest import MAX_REQUEST_HEAD_BYTES, RestApi, RestServer
 from serving.model_server.server import ModelServer, ServerOptions, parse_flags
 from serving.model_server.session_bundle_config_pb2 import BatchingParameters
 from tests.serving_fixtures import (
@@ -1638,6 +1638,60 @@ def test_rest_closes_stalled_connections_after_the_read_timeout(rest_server):
     finally:
         for connection in half_bodies + silent:
             connection.close()
+
+
+def open_file_descriptors() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_idle_and_slow_rest_clients_hold_no_request_thread(main_server):
+    """Connections that are silent or send their request head a byte at a time wait in the
+    selector, not in a request thread: 100 of them starved a 4-thread server (cheroot gave
+    each one a thread until the read timeout), and a head sent a byte at a time was never cut
+    off. A request head must now be complete within the read timeout."""
+    baseline_threads, baseline_fds = threading.active_count(), open_file_descriptors()
+    server = RestServer(
+        ("127.0.0.1", 0),
+        RestApi(main_server.server.core, timeout_seconds=None),
+        num_threads=2,
+        max_body_bytes=1 << 20,
+        read_timeout_seconds=3,
+        num_io_threads=4,
+    )
+    serving = threading.Thread(target=server.serve_forever, daemon=True)
+    serving.start()
+    port = server.server_address[1]
+    idle = [socket.create_connection(("127.0.0.1", port), timeout=30) for _ in range(100)]
+    slow = [socket.create_connection(("127.0.0.1", port), timeout=30) for _ in range(30)]
+    try:
+        for connection in slow:
+            connection.sendall(b"GET /v1/models/translator HTTP/1.1\r\nHost: te")
+        status, body = http("GET", f"http://127.0.0.1:{port}/v1/models/translator")
+        assert (status, body["model_version_status"][0]["version"]) == (200, "2")
+
+        # A client that keeps sending one more header byte is cut off once the read timeout
+        # has passed since its head began (the pause between bytes is the wait for the close).
+        trickle = slow[0]
+        trickle.settimeout(0.2)
+        started = time.monotonic()
+        while time.monotonic() - started < 20:
+            try:
+                if trickle.recv(1024) == b"":
+                    break
+            except TimeoutError:
+                trickle.send(b"s")
+        assert time.monotonic() - started < 20, "the server kept reading a never-ending head"
+        assert threading.active_count() <= baseline_threads + 4 + 2  # Pool, selector, 503s.
+    finally:
+        for connection in idle + slow:
+            connection.close()
+        server.stop(grace_seconds=1)
+        serving.join(timeout=30)
+    wait_for(
+        lambda: open_file_descriptors() <= baseline_fds,
+        "the server to close its side of the connections",
+    )
+    wait_for(lambda: threading.active_count() <= baseline_threads, "the server's threads to end")
 
 
 def test_rest_listens_with_the_systems_full_backlog(rest_server):

@@ -12,7 +12,8 @@ binary. Local additions: `--grpc_bind_address` / `--rest_api_bind_address`
 `--shutdown_grace_seconds` (SIGTERM lets requests in flight finish for up to this
 long; then model runs still under way are aborted, CANCELLED, and connections still
 open are closed, stalled clients included),
-`--rest_api_read_timeout_seconds` (a REST client silent this long is disconnected)
+`--rest_api_read_timeout_seconds` (a REST client silent this long, or whose request
+head takes longer to arrive, is disconnected)
 and `--rest_api_free_port` (REST on a free port: `--rest_api_port=0` disables REST,
 as for the real server). `--port=0` binds a free gRPC port. Both bound ports are
 logged: "Running gRPC ModelServer at HOST:PORT ..." and "Exporting HTTP/REST API
@@ -442,7 +443,8 @@ def build_arg_parser() -> argparse.ArgumentParser:
     flag(
         "rest_api_read_timeout_seconds",
         float,
-        "[local] a REST connection whose client sends nothing for this long is closed",
+        "[local] a REST connection whose client sends nothing for this long, or whose "
+        "request head takes longer to arrive, is closed",
     )
     flag(
         "rest_api_free_port",
