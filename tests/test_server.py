@@ -1918,6 +1918,56 @@ def test_a_failed_version_that_is_deleted_ends(exports, tmp_path):
         connection.server.stop()
 
 
+def version_errors(connection: Connection, name: str) -> list:
+    """(version, state, gRPC code number, error message) of every version of a model."""
+    response = connection.models.GetModelStatus(
+        get_model_status_pb2.GetModelStatusRequest(model_spec={"name": name}), timeout=10
+    )
+    return [
+        (
+            row.version,
+            get_model_status_pb2.ModelVersionStatus.State.Name(row.state),
+            row.status.error_code,
+            row.status.error_message,
+        )
+        for row in response.model_version_status
+    ]
+
+
+def test_load_failures_report_the_loaders_error_code(exports, tmp_path):
+    """A SavedModel proto that does not parse is DATA_LOSS and a missing tag set NOT_FOUND,
+    as TF's loader reports them to TF Serving; both were UNKNOWN."""
+    corrupt = tmp_path / "corrupt" / "1"
+    corrupt.mkdir(parents=True)
+    (corrupt / "saved_model.pb").write_bytes(b"not a SavedModel")
+    untagged = tmp_path / "untagged" / "1"
+    shutil.copytree(exports[1], untagged)
+    config_path = tmp_path / "models.config"
+    config_path.write_text(
+        "model_config_list { "
+        + model_config_text("corrupt", str(tmp_path / "corrupt"))
+        + model_config_text("untagged", str(tmp_path / "untagged"))
+        + " }"
+    )
+    connection = start_server(
+        tmp_path,
+        model_config_file=str(config_path),
+        max_num_load_retries=0,
+        saved_model_tags="serve,gpu",
+    )
+    try:
+        [(version, state, code, message)] = version_errors(connection, "corrupt")
+        assert (version, state, code) == (1, "END", grpc.StatusCode.DATA_LOSS.value[0])
+        assert message.startswith(f"Can't parse the SavedModel proto in {corrupt}: ")
+        [(version, state, code, message)] = version_errors(connection, "untagged")
+        assert (version, state, code) == (1, "END", grpc.StatusCode.NOT_FOUND.value[0])
+        assert message.startswith(
+            "Could not find meta graph def matching supplied tags: { gpu serve }."
+        )
+    finally:
+        connection.server.stop()
+
+
 def test_disabled_warmup_serves_a_version_whose_warmup_file_is_broken(exports, tmp_path):
     base_path = make_model_base(exports, str(tmp_path), (1,))
     with open(

@@ -114,6 +114,8 @@ def _error_from_exception(error: BaseException) -> errors.ServingError:
         return errors.ServingError(errors.code_from_number(error.error_code), error.message)
     if isinstance(error, (FileNotFoundError, NotADirectoryError)):
         return errors.not_found(str(error))
+    if isinstance(error, PermissionError):
+        return errors.ServingError(grpc.StatusCode.PERMISSION_DENIED, str(error))
     return errors.ServingError(grpc.StatusCode.UNKNOWN, f"{type(error).__name__}: {error}")
 
 

@@ -24,7 +24,7 @@ import tensorflow as tf
 # Registers the tensorflow-text ops (NormalizeUTF8, FastWordpiece, ...) that the translator's
 # graph uses; tensorflow_model_server links the same ops into its binary.
 import tensorflow_text  # noqa: F401
-from google.protobuf import text_format
+from google.protobuf import message, text_format
 from tensorflow.core.framework import tensor_shape_pb2
 from tensorflow.core.protobuf import meta_graph_pb2, saved_model_pb2
 from tensorflow_serving.apis import predict_pb2, prediction_log_pb2
@@ -54,27 +54,39 @@ def read_meta_graph(export_dir: str, tags: Sequence[str]) -> meta_graph_pb2.Meta
     """Reads the MetaGraphDef whose tag set equals `tags`.
 
     Raises:
-        OSError / ValueError: no SavedModel proto, or no MetaGraphDef with the tags
-            (worded like TF's SavedModel loader).
+        ServingError: with the code TF's SavedModel loader gives (so TF Serving reports):
+            NOT_FOUND for no SavedModel proto or no MetaGraphDef with the tags,
+            PERMISSION_DENIED for an unreadable one, DATA_LOSS for one that does not parse.
     """
     saved_model = saved_model_pb2.SavedModel()
     pb_path = os.path.join(export_dir, "saved_model.pb")
     pbtxt_path = os.path.join(export_dir, "saved_model.pbtxt")
-    if os.path.isfile(pb_path):
-        with open(pb_path, "rb") as proto_file:
-            saved_model.ParseFromString(proto_file.read())
-    elif os.path.isfile(pbtxt_path):
-        with open(pbtxt_path, encoding="utf-8") as proto_file:
-            text_format.Parse(proto_file.read(), saved_model)
-    else:
-        raise OSError(
-            f"SavedModel file does not exist at: {export_dir}/{{saved_model.pbtxt|saved_model.pb}}"
-        )
+    try:
+        if os.path.isfile(pb_path):
+            with open(pb_path, "rb") as proto_file:
+                saved_model.ParseFromString(proto_file.read())
+        elif os.path.isfile(pbtxt_path):
+            with open(pbtxt_path, encoding="utf-8") as proto_file:
+                text_format.Parse(proto_file.read(), saved_model)
+        else:
+            os.listdir(export_dir)  # An unreadable directory hides its files: say so.
+            raise errors.not_found(
+                "SavedModel file does not exist at: "
+                f"{export_dir}/{{saved_model.pbtxt|saved_model.pb}}"
+            )
+    except PermissionError as error:
+        raise errors.ServingError(grpc.StatusCode.PERMISSION_DENIED, str(error)) from None
+    except FileNotFoundError as error:
+        raise errors.not_found(str(error)) from None
+    except (message.DecodeError, text_format.ParseError, UnicodeDecodeError) as error:
+        raise errors.ServingError(
+            grpc.StatusCode.DATA_LOSS, f"Can't parse the SavedModel proto in {export_dir}: {error}"
+        ) from None
     for meta_graph in saved_model.meta_graphs:
         if set(meta_graph.meta_info_def.tags) == set(tags):
             return meta_graph
     available = [sorted(m.meta_info_def.tags) for m in saved_model.meta_graphs]
-    raise ValueError(
+    raise errors.not_found(
         f"Could not find meta graph def matching supplied tags: "
         f"{{ {' '.join(sorted(tags))} }}. Available tag-sets: {available}. "
         "To inspect available tag-sets in the SavedModel, please use the "
@@ -90,8 +102,9 @@ def read_warmup_requests(export_dir: str) -> list[predict_pb2.PredictRequest]:
         no warmup file.
 
     Raises:
-        ValueError: more than MAX_WARMUP_RECORDS records, an unparsable record, or
-            a record type other than predict_log (this server replays Predict only).
+        ServingError: INVALID_ARGUMENT for more than MAX_WARMUP_RECORDS records or an
+            unparsable record, UNIMPLEMENTED for a record type other than predict_log
+            (this server replays Predict only), as TF Serving's warmup reports them.
     """
     path = os.path.join(export_dir, WARMUP_FILE)
     if not os.path.isfile(path):
@@ -99,17 +112,19 @@ def read_warmup_requests(export_dir: str) -> list[predict_pb2.PredictRequest]:
     requests = []
     for index, record in enumerate(tf.data.TFRecordDataset(path).as_numpy_iterator()):
         if index >= MAX_WARMUP_RECORDS:
-            raise ValueError(
+            raise errors.invalid_argument(
                 f"Number of warmup records exceeds the maximum ({MAX_WARMUP_RECORDS}) at {path}"
             )
         log = prediction_log_pb2.PredictionLog()
         try:
             log.ParseFromString(record)
-        except Exception as error:  # DecodeError
-            raise ValueError(f"Failed to parse warmup record {index} of {path}: {error}") from None
+        except message.DecodeError as error:
+            raise errors.invalid_argument(
+                f"Failed to parse warmup record {index} of {path}: {error}"
+            ) from None
         log_type = log.WhichOneof("log_type")
         if log_type != "predict_log":
-            raise ValueError(
+            raise errors.unimplemented(
                 f"Warmup record {index} of {path} is a {log_type}; this server "
                 "replays predict_log records only"
             )
