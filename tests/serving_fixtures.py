@@ -264,11 +264,18 @@ class ServerProcess:
         flags: further server flags (model, batching, ...).
         rest: also serve REST.
         startup_timeout: seconds to wait for the ports before failing.
+        launcher: a command the server runs under (e.g. one dropping privileges).
     """
 
-    def __init__(self, flags: Sequence[str], rest: bool = False, startup_timeout: float = 180.0):
+    def __init__(
+        self,
+        flags: Sequence[str],
+        rest: bool = False,
+        startup_timeout: float = 180.0,
+        launcher: Sequence[str] = (),
+    ):
         environment = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=REPO_ROOT)
-        command = [sys.executable, "-m", "serving.server", "--port=0", *flags]
+        command = [*launcher, sys.executable, "-m", "serving.server", "--port=0", *flags]
         if rest:
             command.append("--rest_api_free_port")
         self.process = subprocess.Popen(

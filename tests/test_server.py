@@ -1968,6 +1968,52 @@ def test_load_failures_report_the_loaders_error_code(exports, tmp_path):
         connection.server.stop()
 
 
+# Root reads every directory; without these capabilities it obeys the permission bits.
+WITHOUT_ROOTS_READ_ALL = (
+    ("setpriv", "--bounding-set", "-dac_override,-dac_read_search") if os.geteuid() == 0 else ()
+)
+
+
+@pytest.mark.skipif(
+    bool(WITHOUT_ROOTS_READ_ALL) and not shutil.which("setpriv"), reason="needs setpriv as root"
+)
+def test_an_unreadable_version_directory_is_reported_not_skipped(exports, tmp_path):
+    """TF Serving loads every numbered directory and reports why one fails; an unreadable
+    one was skipped without a word, and the older version served as if it were the newest."""
+    base_path = make_model_base(exports, str(tmp_path), (1, 2))
+    unreadable = os.path.join(base_path, "2")
+    os.chmod(unreadable, 0)
+    try:
+        with ServerProcess(
+            [
+                f"--model_name={MODEL_NAME}",
+                f"--model_base_path={base_path}",
+                "--file_system_poll_wait_seconds=0",
+                "--max_num_load_retries=0",
+            ],
+            launcher=WITHOUT_ROOTS_READ_ALL,
+        ) as server:
+            channel = grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}")
+            response = model_service_pb2_grpc.ModelServiceStub(channel).GetModelStatus(
+                get_model_status_pb2.GetModelStatusRequest(model_spec={"name": MODEL_NAME}),
+                timeout=30,
+            )
+            [row] = response.model_version_status
+            expected_message = f"[Errno 13] Permission denied: '{unreadable}'"
+            assert (row.version, row.state, row.status.error_code, row.status.error_message) == (
+                2,
+                get_model_status_pb2.ModelVersionStatus.END,
+                grpc.StatusCode.PERMISSION_DENIED.value[0],
+                expected_message,
+            )
+            assert (
+                f"Loading servable: {{name: {MODEL_NAME} version: 2}} failed: PERMISSION_DENIED: "
+                f"{expected_message}" in server.output()
+            )
+    finally:
+        os.chmod(unreadable, 0o755)
+
+
 def test_disabled_warmup_serves_a_version_whose_warmup_file_is_broken(exports, tmp_path):
     base_path = make_model_base(exports, str(tmp_path), (1,))
     with open(

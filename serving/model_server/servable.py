@@ -46,8 +46,19 @@ INIT_OP_SIGNATURE_KEY = "__saved_model_init_op"
 
 
 def is_complete_version_dir(path: str) -> bool:
-    """True when a version directory holds a SavedModel proto (a finished export)."""
-    return any(os.path.isfile(os.path.join(path, name)) for name in SAVED_MODEL_FILENAMES)
+    """True when a version directory holds a SavedModel proto (a finished export), or cannot
+    be read: its load then fails and GetModelStatus says why, as TF Serving, which loads every
+    numbered directory, reports it (a half-written export, without its proto yet, is skipped).
+    """
+    try:
+        names = set(os.listdir(path))
+    except PermissionError:
+        return True
+    except OSError:  # Not a directory, or gone.
+        return False
+    return any(
+        name in names and os.path.isfile(os.path.join(path, name)) for name in SAVED_MODEL_FILENAMES
+    )
 
 
 def read_meta_graph(export_dir: str, tags: Sequence[str]) -> meta_graph_pb2.MetaGraphDef:
