@@ -21,6 +21,13 @@ at:HOST:PORT ...", the last line before the server is ready. The largest accepte
 set like the real server's, with
 `--grpc_channel_arguments=grpc.max_receive_message_length=BYTES` (default
 2147483647, TF Serving's); the same limit applies to REST bodies.
+
+Memory follows the largest batch one model run gets, and the allocator keeps what a
+run took. Without `--enable_batching` a request runs as one batch however many rows
+it holds; with batching, `max_batch_size` bounds a request and, with
+`enable_large_batch_splitting`, `max_execution_batch_size` bounds a run
+(serving/batching.config), as in TF Serving: a deployment open to large requests
+sets them.
 """
 
 import argparse
