@@ -172,10 +172,10 @@ def test_greedy_translations_equal_the_saved_model_functions(run):
 
 
 def readme_recipe():
-    """The Python block of README.md's CTranslate2 section."""
+    """The Python block of docs/serving.md's CTranslate2 section."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    with open(os.path.join(root, "README.md"), encoding="utf-8") as readme:
-        section = readme.read().split("### CTranslate2", 1)[1].split("\n## ", 1)[0]
+    with open(os.path.join(root, "docs", "serving.md"), encoding="utf-8") as doc:
+        section = doc.read().split("\n## CTranslate2\n", 1)[1].split("\n## ", 1)[0]
     (recipe,) = re.findall(r"```python\n(.*?)```", section, flags=re.DOTALL)
     return recipe
 
@@ -188,7 +188,7 @@ def test_the_readme_recipe_prints_the_greedy_translations(run):
     namespace = {}
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
-        exec(compile(recipe, "README.md (CTranslate2)", "exec"), namespace)
+        exec(compile(recipe, "docs/serving.md (CTranslate2)", "exec"), namespace)
     endpoints = Translator(run["model"], run["source"], run["target"])
     greedy = endpoints.greedy(tf.constant(namespace["texts"]))[TRANSLATION_OUTPUT].numpy()
     assert printed.getvalue().splitlines() == [text.decode("utf-8") for text in greedy]
