@@ -2,7 +2,8 @@
 
 Scores a run (default: the bundled model) on its test split as written and with the sources
 perturbed by each `training.noise` perturbation (`training.evaluate --perturb all`): BLEU, chrF
-and the share of looping outputs (`training.evaluate.is_looping`) per perturbation.
+and the share of looping outputs (`training.evaluate.is_looping`) per perturbation; then how
+often it copies names and numbers it never saw (`training.evaluate --copy_rate`).
 """
 
 import argparse
@@ -10,13 +11,19 @@ import sys
 
 from benchmarks.report import machine_description, write_section
 from training import artifacts
-from training.evaluate import UNPERTURBED, evaluate_perturbations, robustness_table
+from training.evaluate import (
+    UNPERTURBED,
+    copy_rate_table,
+    evaluate_copy_rates,
+    evaluate_perturbations,
+    robustness_table,
+)
 from training.noise import PERTURBATIONS
 
 SECTION = "Robustness to how people type"
 
 
-def markdown(reports, command):
+def markdown(reports, copy_report, command):
     first = reports[0]
     return "\n".join(
         [
@@ -29,6 +36,13 @@ def markdown(reports, command):
             "Looping outputs: `training.evaluate.is_looping`.",
             "",
             robustness_table(reports),
+            "",
+            "Names and numbers it never saw (`training/copying.py`): the split's pairs with a name "
+            "or a number on both sides, the name replaced by generated ones that occur nowhere "
+            "in the corpus and the number by figures, each three times; the share of "
+            "translations that hold the name or figure.",
+            "",
+            copy_rate_table(copy_report),
         ]
     )
 
@@ -53,10 +67,11 @@ def main(argv=None):
     reports = evaluate_perturbations(
         names, args.run_dir, args.split, beam_width=args.beam_width, limit=args.limit
     )
+    copy_report = evaluate_copy_rates(args.run_dir, args.split, beam_width=args.beam_width)
     command = "python -m benchmarks.bench_robustness " + " ".join(
         argv if argv is not None else sys.argv[1:]
     )
-    text = markdown(reports, command.strip())
+    text = markdown(reports, copy_report, command.strip())
     print(text)
     if args.output:
         write_section(args.output, args.section, text)

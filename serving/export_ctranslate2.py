@@ -262,7 +262,7 @@ def main(argv=None):
         f"{os.path.join(args.run_dir, artifacts.TOKENIZER_DIR)!r});\n"
         "  back to text: target_tokenizer.detokenize(tf.ragged.constant(target_ids("
         "target_tokenizer.vocab, [r.hypotheses[0] for r in results]), tf.int64)).\n"
-        "  README.md (CTranslate2) has the whole recipe."
+        "  docs/serving.md (CTranslate2) has the whole recipe."
     )
 
 

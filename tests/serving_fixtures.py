@@ -233,8 +233,9 @@ def reserved_port() -> Iterator[int]:
     """A 127.0.0.1 port held, without listening, for the duration of the block.
 
     Connections to it are refused until a server binds it too: the socket is bound
-    with SO_REUSEPORT, which gRPC servers also set, so a server started on this port
-    inside the block gets it. No other process can take it in between, unlike a port
+    with SO_REUSEPORT, so a server started on this port inside the block with
+    `--grpc_channel_arguments=grpc.so_reuseport=1` gets it (the model server turns gRPC's
+    default SO_REUSEPORT off). No other process can take it in between, unlike a port
     found free and then released.
     """
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as holder:
@@ -272,6 +273,7 @@ class ServerProcess:
         rest: also serve REST.
         startup_timeout: seconds to wait for the ports before failing.
         environment: further environment variables of the server process.
+        launcher: a command the server runs under (e.g. one dropping privileges).
     """
 
     def __init__(
@@ -280,11 +282,12 @@ class ServerProcess:
         rest: bool = False,
         startup_timeout: float = 180.0,
         environment: Mapping[str, str] | None = None,
+        launcher: Sequence[str] = (),
     ):
         environment = dict(
             os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=REPO_ROOT, **(environment or {})
         )
-        command = [sys.executable, "-m", "serving.server", "--port=0", *flags]
+        command = [*launcher, sys.executable, "-m", "serving.server", "--port=0", *flags]
         if rest:
             command.append("--rest_api_free_port")
         self.process = subprocess.Popen(

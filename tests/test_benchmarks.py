@@ -233,6 +233,12 @@ def test_bench_robustness_writes_a_section_with_a_row_per_perturbation(tiny_run,
             ).read()
         )
         assert f"| {name} | {report['bleu']:.2f} | {report['chrf']:.2f} |" in text
+    copy_report = json.loads(
+        open(f"{tiny_run['run_dir']}/eval/test.greedy.copy.report.json").read()
+    )
+    for kind in ("names", "numbers"):
+        rates = copy_report[kind]
+        assert f"| {kind} | {rates['sentences']} | {100 * rates['rate']:.1f}% |" in text
 
 
 def test_sweep_table_adds_the_perturbed_dev_columns_when_every_point_has_them():

@@ -173,6 +173,8 @@ def test_unavailable_is_retried_with_backoff(exports, tmp_path, backoff):
                 model_name=MODEL_NAME,
                 model_base_path=base_path,
                 file_system_poll_wait_seconds=0,
+                # Shares the port with the holder's socket, as the holder's SO_REUSEPORT allows.
+                grpc_channel_arguments="grpc.so_reuseport=1",
             )
         )
 

@@ -19,7 +19,10 @@ from model.decoding import (
     mask_after_end,
     max_output_length,
     naive_greedy_decode,
+    sampling_decode,
+    sampling_search,
     sequence_log_prob,
+    token_sampler,
 )
 from model.decoding.beam import _beam_step, _initial_beams
 from model.decoding.common import NEG_INF, take_rows
@@ -418,19 +421,22 @@ def gnmt_score(log_prob, length, alpha):
     return log_prob / ((5 + length) / 6) ** alpha
 
 
-def exhaustive_best(table, sentence, alpha, min_length=0):
-    """The best output `(tokens, score)` of a sentence over every word sequence + [END]."""
-    best = None
+def exhaustive_ranking(table, sentence, alpha, min_length=0):
+    """Every output `(tokens, score)` of a sentence (each word sequence + [END]), best first."""
+    outputs = []
     for length in range(max(min_length, 1), FAKE_LONGEST + 1):
         for words in itertools.product(FAKE_WORDS, repeat=length - 1):
             tokens = (*words, FAKE_END)
             log_prob = sum(
                 table.path_log_probs(sentence, tokens)[i, token] for i, token in enumerate(tokens)
             )
-            score = gnmt_score(log_prob, length, alpha)
-            if best is None or score > best[1]:
-                best = tokens, score
-    return best
+            outputs.append((tokens, gnmt_score(log_prob, length, alpha)))
+    return sorted(outputs, key=lambda output: -output[1])
+
+
+def exhaustive_best(table, sentence, alpha, min_length=0):
+    """The best output `(tokens, score)` of a sentence over every word sequence + [END]."""
+    return exhaustive_ranking(table, sentence, alpha, min_length)[0]
 
 
 def fake_search(search, table, sentences, max_length, **options):
@@ -449,9 +455,10 @@ def fake_search(search, table, sentences, max_length, **options):
     return {name: value.numpy() for name, value in outputs.items()}
 
 
-def assert_outputs_equal(found, table, expected):
+def assert_outputs_equal(found, table, expected, lengths_vary=True):
     """A search's outputs over `table` are the `(tokens, score)` of `expected` per sentence,
-    padded with 0, with each token's alignment the distribution it was chosen from."""
+    padded with 0, with each token's alignment the distribution it was chosen from;
+    `lengths_vary`: and `expected` holds outputs of several lengths."""
     for sentence, (tokens, score) in enumerate(expected):
         np.testing.assert_array_equal(found["tokens"][sentence, : len(tokens)], tokens)
         assert np.all(found["tokens"][sentence, len(tokens) :] == 0)
@@ -462,7 +469,7 @@ def assert_outputs_equal(found, table, expected):
             atol=1e-5,
         )
         assert np.all(found["alignment"][sentence, len(tokens) :] == 0)
-    assert len({len(tokens) for tokens, _ in expected}) > 1, (
+    assert not lengths_vary or len({len(tokens) for tokens, _ in expected}) > 1, (
         "every expected output has one length: the table tests too little"
     )
 
@@ -509,9 +516,10 @@ def reference_beam_search(table, sentence, beam_width, alpha, max_length, min_le
     hypothesis, at the penalty of `max_length`, cannot beat the worst of beam_width finished ones.
 
     Returns:
-        `((tokens, score), end_outranked_a_parent)`: the best hypothesis, and whether at some
-        step an ended candidate ranked above a prefix of it (so that the alive beams' parents are
-        not the first beam_width origins of the ranking).
+        `(ranking, end_outranked_a_parent)`: the finished hypotheses `(tokens, score)`, best
+        first, then the alive ones (where max_length cut the search), and whether at some step
+        an ended candidate ranked above a prefix of the best one (so that the alive beams'
+        parents are not the first beam_width origins of the ranking).
     """
     alive, finished, ranked_below_an_end = [(0.0, ())], [], set()
     for step in range(max_length):
@@ -545,9 +553,12 @@ def reference_beam_search(table, sentence, beam_width, alpha, max_length, min_le
             and gnmt_score(alive[0][0], max_length, alpha) <= finished[-1][0]
         ):
             break
-    score, tokens = finished[0] if finished else (gnmt_score(*alive[0], len(alive[0][1])), ())
-    outranked = any(tokens[:length] in ranked_below_an_end for length in range(len(tokens)))
-    return (tokens, score), outranked
+    ranking = [(tokens, score) for score, tokens in finished] + [
+        (tokens, gnmt_score(log_prob, len(tokens), alpha)) for log_prob, tokens in alive
+    ]
+    best = ranking[0][0]
+    outranked = any(best[:length] in ranked_below_an_end for length in range(len(best)))
+    return ranking, outranked
 
 
 @pytest.mark.parametrize("min_length", [0, 2])
@@ -572,11 +583,106 @@ def test_narrow_beam_search_equals_the_reference_beam_search(beam_width, alpha, 
         reference_beam_search(table, sentence, beam_width, alpha, 8, min_length)
         for sentence in range(sentences)
     ]
-    assert_outputs_equal(found, table, [best for best, _ in references])
+    assert_outputs_equal(found, table, [ranking[0] for ranking, _ in references])
     # Longer hypotheses win only under a strong length penalty, so only there do winners
     # continue beams that an [END] outranked.
     if alpha >= 1.0:
         assert any(outranked for _, outranked in references), "no winner ranked below an [END]"
+
+
+def nth_hypotheses(found, n):
+    """The n-th hypothesis of every sentence of an n-best search's outputs, as a 1-best dict."""
+    return {name: found[name][:, n] for name in ("tokens", "scores", "alignment")}
+
+
+@pytest.mark.parametrize("min_length", [0, 3])
+@pytest.mark.parametrize("alpha", [0.0, 0.6, 1.0])
+def test_wide_beam_n_best_equals_the_exhaustive_ranking(alpha, min_length):
+    """With `num_hypotheses` 5, a beam as wide as every prefix returns each sentence's 5 best
+    outputs of the exhaustive search, in order, with their scores and alignments."""
+    sentences, count = 12, 5
+    table = FakeTable(np.random.default_rng(11), sentences)
+    found = fake_search(
+        beam_search,
+        table,
+        sentences,
+        max_length=8,
+        beam_width=32,
+        alpha=alpha,
+        min_length=min_length,
+        num_hypotheses=count,
+    )
+    assert found["tokens"].shape[:2] == (sentences, count) and found["scores"].shape == (12, 5)
+    rankings = [
+        exhaustive_ranking(table, sentence, alpha, min_length) for sentence in range(sentences)
+    ]
+    for n in range(count):
+        expected = [ranking[n] for ranking in rankings]
+        assert_outputs_equal(nth_hypotheses(found, n), table, expected, lengths_vary=False)
+    assert len({len(ranking[n][0]) for ranking in rankings for n in range(count)}) > 1
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.6, 2.0])
+@pytest.mark.parametrize("beam_width", [2, 3])
+def test_narrow_beam_n_best_equals_the_reference_finished_set(beam_width, alpha):
+    """`num_hypotheses` = beam_width returns the whole finished set of the reference beam
+    search, best first (and `num_hypotheses` 1 its best, with the axis of hypotheses)."""
+    sentences = 60
+    table = FakeTable(np.random.default_rng(23), sentences)
+    references = [
+        reference_beam_search(table, sentence, beam_width, alpha, 8)[0]
+        for sentence in range(sentences)
+    ]
+    for count in (1, beam_width):
+        found = fake_search(
+            beam_search,
+            table,
+            sentences,
+            max_length=8,
+            beam_width=beam_width,
+            alpha=alpha,
+            num_hypotheses=count,
+        )
+        for n in range(count):
+            expected = [ranking[n] for ranking in references]
+            assert_outputs_equal(nth_hypotheses(found, n), table, expected, lengths_vary=False)
+    assert len({len(ranking[n][0]) for ranking in references for n in range(count)}) > 1
+
+
+def test_beam_search_n_best_is_cut_at_max_length_with_alive_hypotheses():
+    """Cut at 2 steps, no output of the table has ended but a few [END]s: each sentence's
+    slots hold its finished hypotheses, then its best alive ones (the reference's ranking)."""
+    sentences, beam_width = 30, 3
+    table = FakeTable(np.random.default_rng(5), sentences)
+    found = fake_search(
+        beam_search,
+        table,
+        sentences,
+        max_length=2,
+        beam_width=beam_width,
+        alpha=0.6,
+        num_hypotheses=beam_width,
+    )
+    references = [
+        reference_beam_search(table, sentence, beam_width, 0.6, 2)[0]
+        for sentence in range(sentences)
+    ]
+    ended = [sum(tokens[-1] == FAKE_END for tokens, _ in ranking) for ranking in references]
+    assert 0 < min(ended) < beam_width or 0 < max(ended) < beam_width, ended
+    for n in range(beam_width):
+        for sentence, ranking in enumerate(references):
+            tokens, score = ranking[n]
+            np.testing.assert_array_equal(found["tokens"][sentence, n, : len(tokens)], tokens)
+            assert not found["tokens"][sentence, n, len(tokens) :].any()
+            assert found["scores"][sentence, n] == pytest.approx(score, abs=1e-4)
+
+
+@pytest.mark.parametrize("count", [0, 4, 2.0])
+def test_beam_search_refuses_more_hypotheses_than_beams(count):
+    with pytest.raises(ValueError, match="num_hypotheses must be an int from 1 to beam_width"):
+        beam_search(
+            lambda ids, step, state: None, tf.constant([1]), 2, {}, 5, 0, 3, num_hypotheses=count
+        )
 
 
 def test_each_alive_beam_carries_the_state_of_its_own_prefix():
@@ -723,3 +829,175 @@ def test_no_output_repeats_a_banned_ngram(half_trained_model, search):
 
     assert any(repeats_a_bigram(row) for row in plain), "no repetition to prevent"
     assert not any(repeats_a_bigram(row) for row in controlled)
+
+
+# Random sampling, over a step function whose distribution is the same at every step and row.
+SAMPLING_LOGITS = np.log(np.float32([1e-9, 0.05, 0.1, 0.4, 0.3, 0.15]))  # pad: never drawn
+SAMPLING_DRAWS = 20000
+
+
+def constant_step_fn(logits):
+    def step_fn(ids, step, state):
+        rows = tf.shape(ids)[0]
+        return tf.tile(tf.constant(logits)[tf.newaxis], [rows, 1]), tf.zeros([rows, 1]), state
+
+    return step_fn
+
+
+def first_draws(seed=3, **sampling):
+    """`SAMPLING_DRAWS` first tokens drawn from `SAMPLING_LOGITS` by `sampling_search`."""
+    outputs = tf.function(
+        lambda: sampling_search(
+            constant_step_fn(SAMPLING_LOGITS),
+            tf.fill([SAMPLING_DRAWS], FAKE_START),
+            FAKE_END,
+            {"rows": tf.zeros([SAMPLING_DRAWS])},
+            tf.constant(1),
+            alignment_width=1,
+            seed=seed,
+            **sampling,
+        )
+    )()
+    return outputs["tokens"].numpy()[:, 0]
+
+
+def chi_square_critical_value(degrees_of_freedom, z=3.719):
+    """The chi-square distribution's quantile at the standard normal's `z` (3.719: 1 - 1e-4),
+    by the Wilson–Hilferty approximation (scipy is not installed)."""
+    k = degrees_of_freedom
+    return k * (1 - 2 / (9 * k) + z * np.sqrt(2 / (9 * k))) ** 3
+
+
+def assert_draws_follow(draws, probs):
+    """Every draw in the support of `probs` `(vocab,)`, and the counts fit it (a chi-square
+    test at the 1e-4 level, on a fixed seed: deterministic)."""
+    support = probs > 0
+    assert set(np.unique(draws).tolist()) == set(np.nonzero(support)[0].tolist())
+    if support.sum() == 1:
+        return
+    counts = np.bincount(draws, minlength=len(probs))[support]
+    expected = len(draws) * probs[support]
+    statistic = np.sum((counts - expected) ** 2 / expected)
+    assert statistic < chi_square_critical_value(int(support.sum()) - 1), (counts, expected)
+
+
+def test_the_chi_square_check_rejects_a_wrong_distribution():
+    """The check has power: draws of the tempered softmax fail against the untempered one."""
+    tempered = first_draws(sampling_temperature=2.0)
+    probs = np.exp(SAMPLING_LOGITS.astype(np.float64))
+    probs[0] = 0
+    with pytest.raises(AssertionError):
+        assert_draws_follow(tempered, probs / probs.sum())
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.5, 2.0])
+def test_sampled_tokens_follow_the_tempered_softmax(temperature):
+    draws = first_draws(sampling_temperature=temperature)
+    probs = np.exp(SAMPLING_LOGITS.astype(np.float64) / temperature)
+    probs[0] = 0  # [PAD] is never an output
+    assert_draws_follow(draws, probs / probs.sum())
+
+
+def test_top_k_draws_among_the_k_most_probable_tokens():
+    draws = first_draws(sampling_topk=3, sampling_temperature=0.8)
+    probs = np.exp(SAMPLING_LOGITS.astype(np.float64) / 0.8)
+    probs[[0, 1, 2]] = 0
+    assert_draws_follow(draws, probs / probs.sum())
+
+
+@pytest.mark.parametrize("top_p, nucleus", [(0.65, [3, 4]), (0.4, [3]), (0.86, [2, 3, 4, 5])])
+def test_top_p_keeps_the_smallest_set_whose_mass_reaches_p(top_p, nucleus):
+    """Probabilities 0.4, 0.3, 0.15, 0.1, 0.05: the nucleus holds the most probable tokens while
+    the mass before them is below p, so the token that crosses p is in (CTranslate2's
+    `TopPMask`); draws follow the nucleus renormalized."""
+    draws = first_draws(sampling_topp=top_p)
+    probs = np.zeros(len(SAMPLING_LOGITS))
+    probs[nucleus] = np.exp(SAMPLING_LOGITS.astype(np.float64))[nucleus]
+    assert_draws_follow(draws, probs / probs.sum())
+
+
+def test_top_k_one_draws_the_greedy_outputs():
+    """The sampler itself at top-k 1 (not the greedy shortcut `sampling_search` takes there)
+    follows greedy search over the table, repetition rules and [END] included."""
+    sentences = 12
+    table = FakeTable(np.random.default_rng(5), sentences)
+    rules = {"no_repeat_ngram_size": 1, "min_length": 2}
+    greedy = fake_search(greedy_search, table, sentences, max_length=8, **rules)
+    drawn = fake_search(
+        greedy_search,
+        table,
+        sentences,
+        max_length=8,
+        next_token=token_sampler(7, sentences, sampling_topk=1),
+        **rules,
+    )
+    for name in ("tokens", "scores", "alignment"):
+        np.testing.assert_array_equal(drawn[name], greedy[name])
+
+
+def test_sampling_is_reproducible_and_follows_the_rules_like_greedy():
+    """Whole outputs over the table: the same seed draws the same outputs (whether rows leave
+    the loop as they end or not), another seed others; each output ends with [END], repeats no
+    word under `no_repeat_ngram_size` 1, and scores the summed log-probabilities of its path
+    under the rules (banned words out of the softmax)."""
+    sentences = 200
+    table = FakeTable(np.random.default_rng(9), sentences)
+
+    def draw(seed, fixed_shape=False):
+        return fake_search(
+            sampling_search,
+            table,
+            sentences,
+            max_length=8,
+            seed=seed,
+            sampling_temperature=1.5,
+            no_repeat_ngram_size=1,
+            fixed_shape=fixed_shape,
+        )
+
+    found = draw(5)
+    fixed_shape = draw(5, fixed_shape=True)
+    np.testing.assert_array_equal(fixed_shape["tokens"], found["tokens"])
+    np.testing.assert_allclose(fixed_shape["scores"], found["scores"], rtol=1e-6)
+    assert np.mean(np.any(draw(6)["tokens"] != found["tokens"], axis=1)) > 0.3
+    greedy = fake_search(greedy_search, table, sentences, max_length=8, no_repeat_ngram_size=1)
+    assert np.any(found["tokens"] != greedy["tokens"]), "sampling drew only greedy's outputs"
+    for sentence, row in enumerate(found["tokens"]):
+        tokens = [int(token) for token in row if token != 0]
+        assert tokens[-1] == FAKE_END and FAKE_END not in tokens[:-1]
+        assert len(set(tokens)) == len(tokens), tokens
+        # Each token's log-probability with the words already output banned (renormalized).
+        path = table.path_log_probs(sentence, tokens)
+        score = sum(
+            path[i, token] - np.log(np.exp(np.delete(path[i], [0, *tokens[:i]])).sum())
+            for i, token in enumerate(tokens)
+        )
+        assert found["scores"][sentence] == pytest.approx(score, abs=1e-4)
+
+
+@pytest.mark.parametrize(
+    "setting, message",
+    [
+        ({"sampling_topk": -1}, "sampling_topk must be an int >= 0"),
+        ({"sampling_topp": 0.0}, r"sampling_topp must be in \(0, 1\]"),
+        ({"sampling_temperature": -1.0}, "sampling_temperature must be >= 0"),
+    ],
+)
+def test_sampling_refuses_bad_settings(setting, message):
+    with pytest.raises(ValueError, match=message):
+        first_draws(**setting)
+
+
+def test_sampling_decode_runs_the_model_reproducibly(trained_reverse_model, sources):
+    """Over a `Transformer`: the same seed, the same outputs; at temperature 0, greedy's."""
+    model, _ = trained_reverse_model
+    source = tf.constant(sources[0][:6], tf.int32)
+    decode = tf.function(
+        lambda inp, seed: sampling_decode(model, inp, START, END, seed, sampling_temperature=3.0)
+    )
+    first, again, other = decode(source, 1), decode(source, 1), decode(source, 2)
+    np.testing.assert_array_equal(first["tokens"], again["tokens"])
+    assert np.any(first["tokens"].numpy() != other["tokens"].numpy()[:, : first["tokens"].shape[1]])
+    greedy = greedy_decode(model, source, START, END)
+    coldest = sampling_decode(model, source, START, END, 1, sampling_temperature=0.0)
+    np.testing.assert_array_equal(coldest["tokens"], greedy["tokens"])

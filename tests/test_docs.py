@@ -1,10 +1,15 @@
-"""The docs' commands run as written in a fresh shell after the Quickstart (no activated venv).
+"""The docs' commands run as written, their links lead somewhere, and a measured figure has one home.
 
 Every shell command in the Markdown docs (fenced and indented code blocks, inline code) must call
 the venv's programs by path: `.venv/bin/python -m MODULE` with a MODULE of this repository,
 `.venv/bin/tensorboard`, `.venv/bin/translate-NAME` with a NAME of pyproject.toml's
 [project.scripts] (or a `make` target). A bare `python`, `tensorboard` or `translate-*` gives
 "No module named 'tensorflow'" or "command not found" in a shell where the venv is not active.
+
+Every relative Markdown link (and image) of the docs points to a file of the repository and, with
+a `#fragment`, to a heading of that file under GitHub's anchor rule. A measured figure (a ratio
+such as `3.2×`, a percentage, a score such as `31.67`) written in BENCHMARKS.md appears in no other
+doc: they link to its section instead.
 """
 
 import glob
@@ -19,6 +24,7 @@ from training.bundle import model_card
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOCS = [
     "README.md",
+    "CONTRIBUTING.md",
     "serving/DEPLOY.md",
     "training/CORPUS.md",
     "pretrained/bible-es-en/README.md",
@@ -27,6 +33,10 @@ DOCS = [
         for path in glob.glob(os.path.join(ROOT, "docs", "**", "*.md"), recursive=True)
     ),
 ]
+# BENCHMARKS.md quotes each benchmark's own command line, as the benchmark wrote it; its links
+# are checked, its commands are not.
+BENCHMARKS = "BENCHMARKS.md"
+LINKED_DOCS = [*DOCS, BENCHMARKS]
 
 FENCED = re.compile(r"^ {0,3}```[^\n]*\n(.*?)^ {0,3}```", re.MULTILINE | re.DOTALL)
 INDENTED = re.compile(r"(?:(?<=\n\n)|\A)((?: {4}[^\n]*\n)+)")
@@ -132,3 +142,149 @@ def test_the_checker_finds_what_a_fresh_shell_cannot_run(snippet, problem):
         assert problems == []
     else:
         assert len(problems) == 1 and problems[0].startswith(problem), problems
+
+
+# A link's target: "](target)" outside code; a scheme (https:, mailto:) makes it external.
+LINK = re.compile(r"\]\(([^()\s]+)\)")
+EXTERNAL = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*:")
+HEADING = re.compile(r"^ {0,3}#{1,6}[ \t]+(.+?)[ \t]*#*[ \t]*$", re.MULTILINE)
+# A measurement as the docs write one: a ratio (3.2×, not the 2×128 of a shape), a percentage,
+# or a score with two decimals (31.67, not a version such as 2.6.0).
+FIGURE = re.compile(r"(?<![\w.,])(?:\d+(?:\.\d+)?×(?!\d)|\d+(?:\.\d+)?%|\d+\.\d{2,}(?!\.?\d))")
+
+
+def without_code(text):
+    """`text` with every code block and inline code span blanked out (offsets kept)."""
+    spans = code_spans(text)
+    chars = list(text)
+    for offset, code in spans:
+        for index in range(offset, offset + len(code)):
+            if chars[index] != "\n":
+                chars[index] = " "
+    return "".join(chars)
+
+
+def github_anchor(heading):
+    """The anchor GitHub gives a heading: its text lowercased, without characters other than
+    letters, digits, `_`, `-` and spaces, then spaces turned into hyphens."""
+    text = re.sub(r"!?\[([^\]]*)\]\([^)]*\)", r"\1", heading)  # a link: its text
+    text = text.replace("`", "").replace("*", "").strip().lower()
+    return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
+
+
+def heading_anchors(text):
+    """Every anchor of `text`'s headings, GitHub's `-1`, `-2`, ... after repeated ones."""
+    anchors, seen = set(), {}
+    prose = FENCED.sub(lambda match: " " * len(match.group()), text)
+    for match in HEADING.finditer(prose):
+        anchor = github_anchor(match.group(1))
+        count = seen.get(anchor, 0)
+        seen[anchor] = count + 1
+        anchors.add(anchor if count == 0 else f"{anchor}-{count}")
+    return anchors
+
+
+def read_doc(path):
+    with open(path, encoding="utf-8") as handle:
+        return handle.read()
+
+
+def link_problems(text, name, root=ROOT):
+    """`NAME:LINE: problem` for each relative link of `text` (the doc `name`, relative to `root`)
+    to a missing file, or to a heading its target file does not have."""
+    problems = []
+    prose = without_code(text)
+    for match in LINK.finditer(prose):
+        target = match.group(1)
+        if EXTERNAL.match(target):
+            continue
+        line = text.count("\n", 0, match.start()) + 1
+        path, _, fragment = target.partition("#")
+        target_path = os.path.normpath(os.path.join(root, os.path.dirname(name), path))
+        if path and not os.path.exists(target_path):
+            problems.append(
+                f"{name}:{line}: {target!r}: no file {os.path.relpath(target_path, root)}"
+            )
+            continue
+        if fragment and fragment not in heading_anchors(read_doc(target_path) if path else text):
+            problems.append(f"{name}:{line}: {target!r}: no heading #{fragment} there")
+    return problems
+
+
+@pytest.mark.parametrize("doc", LINKED_DOCS)
+def test_every_relative_link_leads_to_a_file_and_a_heading(doc):
+    assert link_problems(read_doc(os.path.join(ROOT, doc)), doc) == []
+
+
+@pytest.mark.parametrize(
+    "snippet, problem",
+    [
+        ("[the corpus](training/CORPUS.md)", None),
+        ("[decoding](BENCHMARKS.md#decoding)", None),
+        ("[model](docs/model.md#decoding-the-step-function-contract)", None),
+        ("## Own heading\n\nSee [it](#own-heading).", None),
+        ("[site](https://example.org/a.md) and `[code](missing.md)`", None),
+        ("[gone](docs/no_such.md)", "doc.md:3: 'docs/no_such.md': no file docs/no_such.md"),
+        ("![plot](docs/no_such.png)", "doc.md:3: 'docs/no_such.png': no file"),
+        ("[x](BENCHMARKS.md#no-such-section)", "doc.md:3: 'BENCHMARKS.md#no-such-section': no"),
+        ("## Own heading\n\n[it](#own_heading)", "doc.md:5: '#own_heading': no heading"),
+    ],
+)
+def test_the_link_checker_finds_missing_files_and_headings(snippet, problem):
+    # The snippet stands for a doc at the repository root, next to README.md (only the targets
+    # of its links are read from disk).
+    problems = link_problems("Some prose.\n\n" + snippet + "\n", "doc.md")
+    if problem is None:
+        assert problems == []
+    else:
+        assert len(problems) == 1 and problems[0].startswith(problem), problems
+
+
+@pytest.mark.parametrize(
+    "heading, anchor",
+    [
+        ("Serving the --jit_compile export (one-off)", "serving-the---jit_compile-export-one-off"),
+        ("Op profile: beam_search, batch 32", "op-profile-beam_search-batch-32"),
+        ("Typing perturbations: `--perturb`", "typing-perturbations---perturb"),
+        (
+            "Quickstart (a fresh machine: Python 3.11, no GPU needed)",
+            "quickstart-a-fresh-machine-python-311-no-gpu-needed",
+        ),
+        ("The Spanish → English corpus", "the-spanish--english-corpus"),
+        ("`--copy_rate`: [names](x.md) *never* seen", "--copy_rate-names-never-seen"),
+    ],
+)
+def test_anchors_follow_githubs_rule(heading, anchor):
+    assert github_anchor(heading) == anchor
+
+
+def test_a_repeated_heading_gets_a_numbered_anchor():
+    anchors = heading_anchors("# Serving\n\n## Serving\n\n```\n# Serving\n```\n\n### Serving\n")
+    assert anchors == {"serving", "serving-1", "serving-2"}
+
+
+def measured_figures(text):
+    """The measurements written in `text`'s prose (code spans and blocks left out)."""
+    return set(FIGURE.findall(without_code(text)))
+
+
+@pytest.mark.parametrize("doc", [doc for doc in DOCS if not doc.startswith("pretrained/")])
+def test_a_figure_of_benchmarks_md_is_written_nowhere_else(doc):
+    """The model card is the bundle's own record of its scores, which the README's table shows."""
+    repeated = measured_figures(read_doc(os.path.join(ROOT, doc))) & measured_figures(
+        read_doc(os.path.join(ROOT, BENCHMARKS))
+    )
+    assert sorted(repeated) == [], f"{doc} repeats BENCHMARKS.md: link its section instead"
+
+
+@pytest.mark.parametrize(
+    "snippet, figures",
+    [
+        ("3.2× faster, 14.1% padding, test BLEU 31.67.", {"3.2×", "14.1%", "31.67"}),
+        ("the 2×128 model, sacreBLEU 2.6.0, TensorFlow 2.21.0", set()),
+        ("`--lr_scale 0.70 --source_noise 0.35`\n\n```\n1.85×\n```", set()),
+        ("a 8,000-piece vocabulary, α = 0.6, step 2,634", set()),
+    ],
+)
+def test_measured_figures_are_ratios_percentages_and_scores_in_prose(snippet, figures):
+    assert measured_figures("Some prose.\n\n" + snippet + "\n") == figures

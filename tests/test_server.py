@@ -35,12 +35,13 @@ from tensorflow_serving.apis import (
     inference_pb2,
     model_management_pb2,
     model_service_pb2_grpc,
+    predict_pb2,
     prediction_service_pb2_grpc,
     regression_pb2,
 )
 
 from serving.model_server import config as config_lib
-from serving.model_server.rest import MAX_REQUEST_HEAD_BYTES
+from serving.model_server.rest import MAX_REQUEST_HEAD_BYTES, RestApi, RestServer
 from serving.model_server.server import ModelServer, ServerOptions, parse_flags
 from serving.model_server.session_bundle_config_pb2 import BatchingParameters
 from tests.serving_fixtures import (
@@ -363,6 +364,33 @@ def test_batching_parameters_file_requires_enable_batching(tmp_path):
     )
     with pytest.raises(config_lib.ConfigError, match="without setting --enable_batching"):
         server.start()
+
+
+def test_a_second_server_cannot_bind_a_grpc_port_in_use(rest_server, exports, tmp_path):
+    """gRPC's default SO_REUSEPORT let a second server bind the same port and take part of
+    the first one's connections."""
+    port = rest_server.server.grpc_port
+    second = ModelServer(
+        ServerOptions(
+            port=port,
+            model_name=MODEL_NAME,
+            model_base_path=make_model_base(exports, str(tmp_path)),
+            file_system_poll_wait_seconds=0,
+        )
+    )
+    with pytest.raises(config_lib.ConfigError) as error:
+        second.start()
+    assert str(error.value) == (
+        f"Failed to BuildAndStart gRPC server: cannot bind 127.0.0.1:{port} (is another server "
+        "listening on that port?)"
+    )
+    assert second.grpc_port == 0
+    status = rest_server.models.GetModelStatus(
+        get_model_status_pb2.GetModelStatusRequest(model_spec={"name": MODEL_NAME}), timeout=10
+    )
+    assert [row.state for row in status.model_version_status] == [
+        get_model_status_pb2.ModelVersionStatus.AVAILABLE
+    ]
 
 
 # ------------------------------------------------------------------------ predict
@@ -1231,6 +1259,101 @@ def test_new_version_is_swapped_in_without_failing_requests(exports, tmp_path):
         connection.server.stop()
 
 
+# -------------------------------------------------------------------------- deadlines
+
+
+class _Loop(tf.Module):
+    """A model that works for as many small steps as its inputs add up to (as a decoder loop
+    does: many ops, each one quick), so a run can be as long as a test needs."""
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.int64, name="steps")])
+    def loop(self, steps):
+        weights = tf.eye(8) * 0.5
+
+        def step(index, state):
+            return index + 1, tf.tanh(tf.matmul(state, weights) + 0.1)
+
+        _, state = tf.while_loop(
+            lambda index, _: index < tf.reduce_sum(steps),
+            step,
+            [tf.constant(0, tf.int64), tf.ones([1, 8])],
+        )
+        return {"y": tf.fill(tf.shape(steps), tf.reduce_sum(state))}
+
+
+ENDLESS_STEPS = 10**15  # Years of work: a run that is not aborted never ends.
+
+
+def loop_model_base(tmp_path) -> str:
+    module = _Loop()
+    tf.saved_model.save(
+        module, str(tmp_path / "loop" / "1"), signatures={"serving_default": module.loop}
+    )
+    return str(tmp_path / "loop")
+
+
+def loop_request(steps: int) -> predict_pb2.PredictRequest:
+    request = predict_pb2.PredictRequest()
+    request.model_spec.name = "loop"
+    request.inputs["steps"].CopyFrom(tf.make_tensor_proto([steps], dtype=tf.int64))
+    return request
+
+
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU time a process has used (/proc/PID/stat)."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds_during(pid: int, window_seconds: float) -> float:
+    """CPU time a process uses during a window of wall time (a measurement, not a wait)."""
+    start = cpu_seconds(pid)
+    threading.Event().wait(window_seconds)
+    return cpu_seconds(pid) - start
+
+
+def test_a_request_past_its_deadline_is_aborted_not_run_to_the_end(tmp_path):
+    """The deadline is the run's RunOptions.timeout_in_ms, as in TF Serving: REST answered 200
+    long after --rest_api_timeout_in_ms, and gRPC calls that had answered DEADLINE_EXCEEDED
+    kept the server computing until their run ended."""
+    with ServerProcess(
+        [
+            "--model_name=loop",
+            f"--model_base_path={loop_model_base(tmp_path)}",
+            "--file_system_poll_wait_seconds=0",
+            "--rest_api_timeout_in_ms=1000",
+        ],
+        rest=True,
+    ) as server:
+        url = f"http://127.0.0.1:{server.rest_port}/v1/models/loop:predict"
+        assert http("POST", url, {"instances": [ENDLESS_STEPS]}) == (
+            504,
+            {"error": "Timed out waiting for notification"},
+        )
+        # The answer came once the run had stopped: the server has nothing left to do.
+        assert cpu_seconds_during(server.process.pid, 1.0) < 0.2
+        status, body = http("POST", url, {"instances": [100]})
+        assert status == 200 and len(body["predictions"]) == 1
+
+        stub = prediction_service_pb2_grpc.PredictionServiceStub(
+            grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}")
+        )
+        with pytest.raises(grpc.RpcError) as error:
+            stub.Predict(loop_request(ENDLESS_STEPS), timeout=1)
+        assert error.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        # The client stops waiting at the deadline on its own; the server's run stops then too.
+        wait_for(
+            lambda: cpu_seconds_during(server.process.pid, 0.5) < 0.1,
+            "the server to stop working on the expired call",
+            timeout=30,
+        )
+        assert stub.Predict(loop_request(100), timeout=30).outputs["y"].float_val
+        # A call without a deadline runs unbounded (it was an INTERNAL error: gRPC's "no
+        # deadline" is a time_remaining() of 292,000 years, too many milliseconds for TF).
+        assert stub.Predict(loop_request(100)).outputs["y"].float_val
+
+
 # --------------------------------------------------------------------------- SIGTERM
 
 
@@ -1299,6 +1422,51 @@ def test_sigterm_is_not_blocked_by_a_stalled_rest_client(exports, tmp_path):
             read_until_closed(stalled)  # The server closed the connection.
         output = server.output()
     assert "Done unloading servable version {name: translator version: 1}" in output
+
+
+def test_sigterm_exits_after_the_grace_period_even_with_a_run_under_way(tmp_path):
+    """Runs still under way when the grace period ends are aborted: the server waited for
+    them (cheroot's pool and the unload both joined without a timeout), exiting 10.8 s after
+    SIGTERM with a 3 s grace period, and never with an endless run."""
+    grace_seconds = 2
+    with ServerProcess(
+        [
+            "--model_name=loop",
+            f"--model_base_path={loop_model_base(tmp_path)}",
+            "--file_system_poll_wait_seconds=0",
+            "--rest_api_timeout_in_ms=0",
+            f"--shutdown_grace_seconds={grace_seconds}",
+        ],
+        rest=True,
+    ) as server:
+        channel = grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}")
+        stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
+        endless_call = stub.Predict.future(loop_request(ENDLESS_STEPS))
+        endless_post = concurrent.futures.ThreadPoolExecutor(1).submit(
+            http,
+            "POST",
+            f"http://127.0.0.1:{server.rest_port}/v1/models/loop:predict",
+            {"instances": [ENDLESS_STEPS]},
+        )
+        wait_for(
+            lambda: cpu_seconds_during(server.process.pid, 0.3) > 0.1,
+            "the server to run the endless requests",
+        )
+        server.process.send_signal(signal.SIGTERM)
+        # The bound is the grace period plus a margin for unloading and exiting; without the
+        # cancellation the server never exits.
+        assert server.process.wait(timeout=grace_seconds + 15) == 0, server.output()[-3000:]
+        # The calls ended, not left hanging: cancelled (REST's 499), or for gRPC cut off with
+        # the connection when the server exited before its answer went out.
+        assert endless_call.exception(timeout=30).code() in (
+            grpc.StatusCode.CANCELLED,
+            grpc.StatusCode.UNAVAILABLE,
+        )
+        status, body = endless_post.result(timeout=30)
+        assert status == 499, body
+        output = server.output()
+    assert "Shutdown grace period is over: cancelling the requests still running" in output
+    assert "Done unloading servable version {name: loop version: 1}" in output
 
 
 # --------------------------------------------------------------- REST transport
@@ -1470,6 +1638,60 @@ def test_rest_closes_stalled_connections_after_the_read_timeout(rest_server):
     finally:
         for connection in half_bodies + silent:
             connection.close()
+
+
+def open_file_descriptors() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_idle_and_slow_rest_clients_hold_no_request_thread(main_server):
+    """Connections that are silent or send their request head a byte at a time wait in the
+    selector, not in a request thread: 100 of them starved a 4-thread server (cheroot gave
+    each one a thread until the read timeout), and a head sent a byte at a time was never cut
+    off. A request head must now be complete within the read timeout."""
+    baseline_threads, baseline_fds = threading.active_count(), open_file_descriptors()
+    server = RestServer(
+        ("127.0.0.1", 0),
+        RestApi(main_server.server.core, timeout_seconds=None),
+        num_threads=2,
+        max_body_bytes=1 << 20,
+        read_timeout_seconds=3,
+        num_io_threads=4,
+    )
+    serving = threading.Thread(target=server.serve_forever, daemon=True)
+    serving.start()
+    port = server.server_address[1]
+    idle = [socket.create_connection(("127.0.0.1", port), timeout=30) for _ in range(100)]
+    slow = [socket.create_connection(("127.0.0.1", port), timeout=30) for _ in range(30)]
+    try:
+        for connection in slow:
+            connection.sendall(b"GET /v1/models/translator HTTP/1.1\r\nHost: te")
+        status, body = http("GET", f"http://127.0.0.1:{port}/v1/models/translator")
+        assert (status, body["model_version_status"][0]["version"]) == (200, "2")
+
+        # A client that keeps sending one more header byte is cut off once the read timeout
+        # has passed since its head began (the pause between bytes is the wait for the close).
+        trickle = slow[0]
+        trickle.settimeout(0.2)
+        started = time.monotonic()
+        while time.monotonic() - started < 20:
+            try:
+                if trickle.recv(1024) == b"":
+                    break
+            except TimeoutError:
+                trickle.send(b"s")
+        assert time.monotonic() - started < 20, "the server kept reading a never-ending head"
+        assert threading.active_count() <= baseline_threads + 4 + 2  # Pool, selector, 503s.
+    finally:
+        for connection in idle + slow:
+            connection.close()
+        server.stop(grace_seconds=1)
+        serving.join(timeout=30)
+    wait_for(
+        lambda: open_file_descriptors() <= baseline_fds,
+        "the server to close its side of the connections",
+    )
+    wait_for(lambda: threading.active_count() <= baseline_threads, "the server's threads to end")
 
 
 def test_rest_listens_with_the_systems_full_backlog(rest_server):
@@ -1694,6 +1916,102 @@ def test_a_failed_version_that_is_deleted_ends(exports, tmp_path):
         assert predicted_version(connection) == 1
     finally:
         connection.server.stop()
+
+
+def version_errors(connection: Connection, name: str) -> list:
+    """(version, state, gRPC code number, error message) of every version of a model."""
+    response = connection.models.GetModelStatus(
+        get_model_status_pb2.GetModelStatusRequest(model_spec={"name": name}), timeout=10
+    )
+    return [
+        (
+            row.version,
+            get_model_status_pb2.ModelVersionStatus.State.Name(row.state),
+            row.status.error_code,
+            row.status.error_message,
+        )
+        for row in response.model_version_status
+    ]
+
+
+def test_load_failures_report_the_loaders_error_code(exports, tmp_path):
+    """A SavedModel proto that does not parse is DATA_LOSS and a missing tag set NOT_FOUND,
+    as TF's loader reports them to TF Serving; both were UNKNOWN."""
+    corrupt = tmp_path / "corrupt" / "1"
+    corrupt.mkdir(parents=True)
+    (corrupt / "saved_model.pb").write_bytes(b"not a SavedModel")
+    untagged = tmp_path / "untagged" / "1"
+    shutil.copytree(exports[1], untagged)
+    config_path = tmp_path / "models.config"
+    config_path.write_text(
+        "model_config_list { "
+        + model_config_text("corrupt", str(tmp_path / "corrupt"))
+        + model_config_text("untagged", str(tmp_path / "untagged"))
+        + " }"
+    )
+    connection = start_server(
+        tmp_path,
+        model_config_file=str(config_path),
+        max_num_load_retries=0,
+        saved_model_tags="serve,gpu",
+    )
+    try:
+        [(version, state, code, message)] = version_errors(connection, "corrupt")
+        assert (version, state, code) == (1, "END", grpc.StatusCode.DATA_LOSS.value[0])
+        assert message.startswith(f"Can't parse the SavedModel proto in {corrupt}: ")
+        [(version, state, code, message)] = version_errors(connection, "untagged")
+        assert (version, state, code) == (1, "END", grpc.StatusCode.NOT_FOUND.value[0])
+        assert message.startswith(
+            "Could not find meta graph def matching supplied tags: { gpu serve }."
+        )
+    finally:
+        connection.server.stop()
+
+
+# Root reads every directory; without these capabilities it obeys the permission bits.
+WITHOUT_ROOTS_READ_ALL = (
+    ("setpriv", "--bounding-set", "-dac_override,-dac_read_search") if os.geteuid() == 0 else ()
+)
+
+
+@pytest.mark.skipif(
+    bool(WITHOUT_ROOTS_READ_ALL) and not shutil.which("setpriv"), reason="needs setpriv as root"
+)
+def test_an_unreadable_version_directory_is_reported_not_skipped(exports, tmp_path):
+    """TF Serving loads every numbered directory and reports why one fails; an unreadable
+    one was skipped without a word, and the older version served as if it were the newest."""
+    base_path = make_model_base(exports, str(tmp_path), (1, 2))
+    unreadable = os.path.join(base_path, "2")
+    os.chmod(unreadable, 0)
+    try:
+        with ServerProcess(
+            [
+                f"--model_name={MODEL_NAME}",
+                f"--model_base_path={base_path}",
+                "--file_system_poll_wait_seconds=0",
+                "--max_num_load_retries=0",
+            ],
+            launcher=WITHOUT_ROOTS_READ_ALL,
+        ) as server:
+            channel = grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}")
+            response = model_service_pb2_grpc.ModelServiceStub(channel).GetModelStatus(
+                get_model_status_pb2.GetModelStatusRequest(model_spec={"name": MODEL_NAME}),
+                timeout=30,
+            )
+            [row] = response.model_version_status
+            expected_message = f"[Errno 13] Permission denied: '{unreadable}'"
+            assert (row.version, row.state, row.status.error_code, row.status.error_message) == (
+                2,
+                get_model_status_pb2.ModelVersionStatus.END,
+                grpc.StatusCode.PERMISSION_DENIED.value[0],
+                expected_message,
+            )
+            assert (
+                f"Loading servable: {{name: {MODEL_NAME} version: 2}} failed: PERMISSION_DENIED: "
+                f"{expected_message}" in server.output()
+            )
+    finally:
+        os.chmod(unreadable, 0o755)
 
 
 def test_disabled_warmup_serves_a_version_whose_warmup_file_is_broken(exports, tmp_path):

@@ -123,7 +123,8 @@ PRESETS = {
         log_every=25,
         dev_batches=5,
     ),
-    # The CPU default: 44 minutes on 2 cores (README, "Measured: the `small` preset").
+    # The CPU default: 44 minutes on 2 cores (BENCHMARKS.md, "Training: the presets on the
+    # embedded corpus").
     "small": dict(
         vocab_size=8000,
         max_sequence_length=96,

@@ -10,14 +10,16 @@ One strategy a file, as keras-hub's `samplers/`:
 | `step` | the step-function contract, and `transformer_step_fn` over a `Transformer`'s cache |
 | `common` | output-length bound, length penalty, the log-probabilities a decoder chooses from |
 | `greedy` | `greedy_search` over a step function, `greedy_decode`, `naive_greedy_decode` |
-| `beam` | `beam_search` over a step function, `beam_search_decode` |
+| `beam` | `beam_search` over a step function, `beam_search_decode`; the best hypothesis or the n best (`num_hypotheses`) |
+| `sampling` | `sampling_search` / `sampling_decode`: random sampling (top-k, top-p, temperature, a seed), CTranslate2's semantics |
 | `penalties` | repetition controls with CTranslate2's semantics, and the rules of each step's choice |
-| `scoring` | `sequence_log_prob`: teacher-forced log-probability of given outputs |
+| `scoring` | `token_log_probs`, `sequence_log_prob`: teacher-forced (forced-decoding) log-probabilities of given outputs, per token and summed |
 | `xla` | the bucket shapes XLA-compiled decoding runs on |
 
-The searches (`greedy_search`, `beam_search`) know nothing of the model: they call a step
-function (`model.decoding.step` states the contract). `greedy_decode` and `beam_search_decode`
-run them over a `Transformer` (`encode`, `init_cache`, `decode`, `reorder_cache`).
+The searches (`greedy_search`, `beam_search`, `sampling_search`) know nothing of the model: they
+call a step function (`model.decoding.step` states the contract). `greedy_decode`,
+`beam_search_decode` and `sampling_decode` run them over a `Transformer` (`encode`,
+`init_cache`, `decode`, `reorder_cache`).
 
 Shared conventions:
     inp: source token ids `(batch, inp_len)`, 0 = padding.
@@ -36,7 +38,8 @@ from model.decoding.common import (
 )
 from model.decoding.greedy import greedy_decode, greedy_search, naive_greedy_decode
 from model.decoding.penalties import ban_repeated_ngrams, penalize_repetitions
-from model.decoding.scoring import sequence_log_prob
+from model.decoding.sampling import keep_top_p, sampling_decode, sampling_search, token_sampler
+from model.decoding.scoring import sequence_log_prob, token_log_probs
 from model.decoding.step import transformer_step_fn
 from model.decoding.xla import SLOT_GRANULARITY
 
@@ -49,12 +52,17 @@ __all__ = [
     "beam_search_decode",
     "greedy_decode",
     "greedy_search",
+    "keep_top_p",
     "length_penalty",
     "mask_after_end",
     "max_output_length",
     "naive_greedy_decode",
     "output_log_probs",
     "penalize_repetitions",
+    "sampling_decode",
+    "sampling_search",
     "sequence_log_prob",
+    "token_log_probs",
+    "token_sampler",
     "transformer_step_fn",
 ]

@@ -62,6 +62,7 @@ def beam_search(
     reorder_state=take_rows,
     repetition_penalty=1.0,
     no_repeat_ngram_size=0,
+    num_hypotheses=None,
 ):
     """Beam search with the GNMT length penalty.
 
@@ -84,13 +85,19 @@ def beam_search(
         min_length: `end_id` is forbidden before this many tokens.
         repetition_penalty, no_repeat_ngram_size: CTranslate2's repetition controls over each
             hypothesis's own tokens (`model.decoding.penalties`); 1 and 0 disable them.
+        num_hypotheses: None for the best hypothesis; a Python int N (1 ≤ N ≤ beam_width) for
+            the N best, best first (`_best_hypotheses`), each sentence's outputs then gaining an
+            axis of N.
 
     Returns:
         dict: `tokens` `(batch, max_length)` of each sentence's best hypothesis, `scores`
         `(batch,)` its length-normalized log-probability, `alignment`
-        `(batch, max_length, alignment_width)`, and `length`, the positions the loop ran.
+        `(batch, max_length, alignment_width)`, and `length`, the positions the loop ran; with
+        `num_hypotheses` N, `tokens` `(batch, N, max_length)`, `scores` `(batch, N)` and
+        `alignment` `(batch, N, max_length, alignment_width)`.
     """
     validate_repetition_controls(repetition_penalty, no_repeat_ngram_size)
+    hypotheses = _validate_num_hypotheses(num_hypotheses, beam_width)
     rules = NextTokenRules(end_id, min_length, repetition_penalty, no_repeat_ngram_size)
     batch_size = tf.shape(start_ids)[0]
 
@@ -99,7 +106,7 @@ def beam_search(
         over = _search_is_over(beams, max_length, alpha)
 
         def store_and_drop_finished_searches():
-            done = take_rows(_best_hypotheses(beams, alpha), tf.where(over)[:, 0])
+            done = take_rows(_best_hypotheses(beams, alpha, hypotheses), tf.where(over)[:, 0])
             return (
                 _keep_searches(beams, tf.where(tf.logical_not(over))[:, 0], beam_width),
                 _store(outputs, done, max_length),
@@ -115,7 +122,7 @@ def beam_search(
     loop_vars = (
         tf.constant(0),
         _initial_beams(start_ids, state, beam_width, alignment_width),
-        empty_outputs(batch_size, max_length, alignment_width),
+        empty_outputs(batch_size, max_length, alignment_width, hypotheses),
     )
     steps, beams, outputs = tf.while_loop(
         cond,
@@ -125,8 +132,23 @@ def beam_search(
         maximum_iterations=max_length,
     )
     # Sentences still searching when max_length cut the loop short.
-    outputs = _store(outputs, _best_hypotheses(beams, alpha), max_length)
+    outputs = _store(outputs, _best_hypotheses(beams, alpha, hypotheses), max_length)
+    if num_hypotheses is None:
+        outputs = tf.nest.map_structure(lambda tensor: tensor[:, 0], outputs)
     return {**outputs, "length": steps}
+
+
+def _validate_num_hypotheses(num_hypotheses, beam_width):
+    """The hypotheses a search returns per sentence (1 for None); ValueError unless
+    1 ≤ num_hypotheses ≤ beam_width."""
+    if num_hypotheses is None:
+        return 1
+    if not isinstance(num_hypotheses, int) or not 1 <= num_hypotheses <= beam_width:
+        raise ValueError(
+            f"num_hypotheses must be an int from 1 to beam_width ({beam_width}), "
+            f"got {num_hypotheses!r}."
+        )
+    return num_hypotheses
 
 
 def _initial_beams(start_ids, state, beam_width, alignment_width):
@@ -235,40 +257,47 @@ def _keep_searches(beams, keep, beam_width):
     )
 
 
-def _best_hypotheses(beams, alpha):
-    """Each searching sentence's best finished hypothesis, or its best alive one if none has
-    finished (max_length reached): dict of `rows` `(n,)`, `tokens` `(n, t)`, `scores` `(n,)`,
-    `alignment` `(n, t, alignment_width)`."""
-    has_finished = beams.finished_scores[:, 0] > NEG_INF / 2
+def _best_hypotheses(beams, alpha, count):
+    """Each searching sentence's `count` best hypotheses, best first: its finished ones, then,
+    where fewer than `count` have finished (max_length reached), its best alive ones (scored
+    log P / length_penalty of their length): dict of `rows` `(n,)`, `tokens` `(n, count, t)`,
+    `scores` `(n, count)`, `alignment` `(n, count, t, alignment_width)`."""
+    beam_width = tf.shape(beams.finished_scores)[1]
+    finished = tf.reduce_sum(tf.cast(beams.finished_scores > NEG_INF / 2, tf.int32), axis=1)
     alive_length = tf.shape(beams.alive_seq)[2]
-    alive_scores = beams.alive_log_probs[:, 0] / length_penalty(alive_length, alpha)
+    alive_scores = beams.alive_log_probs / length_penalty(alive_length, alpha)
+    # Slot i: the i-th finished hypothesis (they are sorted, the real ones first), or the
+    # (i - finished)-th alive one, at index beam_width + i - finished of the pool.
+    slots = tf.range(count)[tf.newaxis]
+    choice = tf.where(
+        slots < finished[:, tf.newaxis], slots, beam_width + slots - finished[:, tf.newaxis]
+    )
+    pool = {
+        "tokens": tf.concat([beams.finished_seq, beams.alive_seq], axis=1),
+        "scores": tf.concat([beams.finished_scores, alive_scores], axis=1),
+        "alignment": tf.concat([beams.finished_alignment, beams.alive_alignment], axis=1),
+    }
     return {
         "rows": beams.rows,
-        "tokens": tf.where(
-            has_finished[:, tf.newaxis], beams.finished_seq[:, 0], beams.alive_seq[:, 0]
-        ),
-        "scores": tf.where(has_finished, beams.finished_scores[:, 0], alive_scores),
-        "alignment": tf.where(
-            has_finished[:, tf.newaxis, tf.newaxis],
-            beams.finished_alignment[:, 0],
-            beams.alive_alignment[:, 0],
-        ),
+        **{name: _gather_beams(tensor, choice) for name, tensor in pool.items()},
     }
 
 
 def _store(outputs, best, max_length):
     """`outputs` with the hypotheses `best` (from `_best_hypotheses`) written at their rows."""
     rows = best["rows"][:, tf.newaxis]
-    room = max_length - tf.shape(best["tokens"])[1]
+    room = max_length - tf.shape(best["tokens"])[2]
     return {
         "tokens": tf.tensor_scatter_nd_update(
-            outputs["tokens"], rows, tf.pad(best["tokens"], [[0, 0], [0, room]])
+            outputs["tokens"], rows, tf.pad(best["tokens"], [[0, 0], [0, 0], [0, room]])
         ),
         # A search without alignments carries them zero wide, where a scatter is an error.
         "alignment": tf.cond(
             tf.size(outputs["alignment"]) > 0,
             lambda: tf.tensor_scatter_nd_update(
-                outputs["alignment"], rows, tf.pad(best["alignment"], [[0, 0], [0, room], [0, 0]])
+                outputs["alignment"],
+                rows,
+                tf.pad(best["alignment"], [[0, 0], [0, 0], [0, room], [0, 0]]),
             ),
             lambda: outputs["alignment"],
         ),
@@ -288,6 +317,7 @@ def beam_search_decode(
     with_alignment=True,
     repetition_penalty=1.0,
     no_repeat_ngram_size=0,
+    num_hypotheses=None,
 ):
     """`beam_search` over a `Transformer` with its key/value cache.
 
@@ -300,12 +330,13 @@ def beam_search_decode(
         max_length, min_length: as in `greedy_decode`.
         with_alignment: False skips the alignments (every beam's would be gathered and
             concatenated at each step, for nothing when only the translation is wanted).
-        repetition_penalty, no_repeat_ngram_size: as in `beam_search`.
+        repetition_penalty, no_repeat_ngram_size, num_hypotheses: as in `beam_search`.
 
     Returns:
         dict: `tokens` `(batch, out_len)` of the best hypothesis, `scores` `(batch,)` its
         length-normalized log-probability, `alignment` `(batch, out_len, inp_len)` (or
-        `(batch, out_len, 0)` without alignment).
+        `(batch, out_len, 0)` without alignment); with `num_hypotheses` N, the N best
+        hypotheses, best first: `(batch, N, out_len)`, `(batch, N)`, `(batch, N, out_len, ...)`.
     """
     if max_length is None:
         max_length = max_output_length(inp, limit=model.pe_target - 1)
@@ -325,5 +356,6 @@ def beam_search_decode(
             reorder_state=model.reorder_cache,
             repetition_penalty=repetition_penalty,
             no_repeat_ngram_size=no_repeat_ngram_size,
+            num_hypotheses=num_hypotheses,
         )
     )

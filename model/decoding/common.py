@@ -70,12 +70,14 @@ def take_rows(structure, rows):
     return tf.nest.map_structure(lambda tensor: tf.gather(tensor, rows), structure)
 
 
-def empty_outputs(batch_size, slots, alignment_width):
-    """The decoders' output buffers: nothing written yet."""
+def empty_outputs(batch_size, slots, alignment_width, hypotheses=None):
+    """The decoders' output buffers: nothing written yet; per sentence one output, or
+    `hypotheses` of them (`(batch, hypotheses, ...)`)."""
+    rows = [batch_size] if hypotheses is None else [batch_size, hypotheses]
     return {
-        "tokens": tf.zeros([batch_size, slots], tf.int32),
-        "alignment": tf.zeros([batch_size, slots, alignment_width], tf.float32),
-        "scores": tf.zeros([batch_size], tf.float32),
+        "tokens": tf.zeros(rows + [slots], tf.int32),
+        "alignment": tf.zeros(rows + [slots, alignment_width], tf.float32),
+        "scores": tf.zeros(rows, tf.float32),
     }
 
 
@@ -83,9 +85,9 @@ def trim(outputs):
     """Search outputs cut to the positions the loop ran (`length`)."""
     length = outputs["length"]
     return {
-        "tokens": outputs["tokens"][:, :length],
+        "tokens": outputs["tokens"][..., :length],
         "scores": outputs["scores"],
-        "alignment": outputs["alignment"][:, :length],
+        "alignment": outputs["alignment"][..., :length, :],
     }
 
 

@@ -37,6 +37,7 @@ def greedy_search(
     slots=None,
     repetition_penalty=1.0,
     no_repeat_ngram_size=0,
+    next_token=None,
 ):
     """Greedy search: each row takes its most probable next token until it produces `end_id`.
 
@@ -53,6 +54,9 @@ def greedy_search(
         slots: positions of the output buffers, ≥ max_length (default max_length).
         repetition_penalty, no_repeat_ngram_size: CTranslate2's repetition controls
             (`model.decoding.penalties`); 1 and 0 disable them.
+        next_token: how a row picks its token, `next_token(log_probs, rows, step)` -> `(rows,)`
+            int32, from `log_probs` `(rows, vocab)` (the rules applied), `rows` the rows' indices
+            in the batch; default the most probable (`model.decoding.sampling` draws one).
 
     Returns:
         dict: `tokens` `(batch, slots)`, `scores` `(batch,)` summed log-probabilities of the
@@ -67,29 +71,35 @@ def greedy_search(
         step_fn,
         start_ids,
         rules,
+        next_token or _most_probable,
         state,
         max_length,
         empty_outputs(tf.shape(start_ids)[0], slots, alignment_width),
     )
 
 
-def _greedy_step(step_fn, ids, step, state, rules, generated):
-    """One greedy step of every row: `(next_ids, their log-probabilities, alignment, state)`;
-    `generated`: the rows' tokens so far, or None when `rules` do not read them."""
+def _most_probable(log_probs, rows, step):
+    return tf.argmax(log_probs, axis=-1, output_type=tf.int32)
+
+
+def _greedy_step(step_fn, ids, step, state, rules, next_token, rows, generated):
+    """One step of every row: `(next_ids, their log-probabilities, alignment, state)`;
+    `rows`: the rows' batch indices; `generated`: their tokens so far, or None when `rules` do
+    not read them."""
     logits, alignment, state = step_fn(ids, step, state)
     log_probs = rules.log_probs(logits, step, generated)
-    next_ids = tf.argmax(log_probs, axis=-1, output_type=tf.int32)
+    next_ids = next_token(log_probs, rows, step)
     return next_ids, tf.gather(log_probs, next_ids, axis=1, batch_dims=1), alignment, state
 
 
-def _greedy_fixed_shape(step_fn, start_ids, rules, state, max_length, outputs):
+def _greedy_fixed_shape(step_fn, start_ids, rules, next_token, state, max_length, outputs):
     """Greedy loop whose shapes never change (XLA compiles one program): every row steps until
     the last one ends, and rows that have ended write padding."""
 
     def body(step, ids, finished, state, outputs):
         generated = outputs["tokens"] if rules.reads_generated else None
         next_ids, log_probs, alignment, state = _greedy_step(
-            step_fn, ids, step, state, rules, generated
+            step_fn, ids, step, state, rules, next_token, tf.range(tf.shape(ids)[0]), generated
         )
         next_ids = tf.where(finished, PAD_ID, next_ids)
         alignment = tf.where(finished[:, tf.newaxis], 0.0, alignment)
@@ -112,7 +122,7 @@ def _greedy_fixed_shape(step_fn, start_ids, rules, state, max_length, outputs):
     return {**outputs, "length": steps}
 
 
-def _greedy_dropping_finished(step_fn, start_ids, rules, state, max_length, outputs):
+def _greedy_dropping_finished(step_fn, start_ids, rules, next_token, state, max_length, outputs):
     """Greedy loop in which a row leaves once it has produced [END] (`_drop_finished_rows`), so
     a batch's short sentences do not pay the steps of its longest. Outside XLA only: the
     loop's batch dimension changes."""
@@ -121,7 +131,7 @@ def _greedy_dropping_finished(step_fn, start_ids, rules, state, max_length, outp
         rows = alive["rows"]
         generated = tf.gather(outputs["tokens"], rows) if rules.reads_generated else None
         next_ids, log_probs, alignment, state = _greedy_step(
-            step_fn, alive["ids"], step, alive["state"], rules, generated
+            step_fn, alive["ids"], step, alive["state"], rules, next_token, rows, generated
         )
         # No row here has ended: each writes at its batch index.
         at_step = tf.stack([rows, tf.fill(tf.shape(rows), step)], axis=1)
@@ -172,6 +182,7 @@ def greedy_decode(
     jit_compile=False,
     repetition_penalty=1.0,
     no_repeat_ngram_size=0,
+    next_token=None,
 ):
     """Greedy decoding of a `Transformer` with its key/value cache: one decoder step per token.
 
@@ -190,7 +201,8 @@ def greedy_decode(
             `--xla_cpu_compilation_enabled` (`serving.export --jit_compile`). Called eagerly, it
             runs through one traced function per model (`_eager_xla_greedy`), so only new
             shapes compile again.
-        repetition_penalty, no_repeat_ngram_size: as in `greedy_search`.
+        repetition_penalty, no_repeat_ngram_size, next_token: as in `greedy_search` (called
+            eagerly, `jit_compile` takes no `next_token`: each call would compile anew).
 
     Returns:
         dict: `tokens` `(batch, out_len)`, `scores` `(batch,)` summed log-probabilities of the
@@ -201,6 +213,8 @@ def greedy_decode(
         "no_repeat_ngram_size": no_repeat_ngram_size,
     }
     if jit_compile and tf.executing_eagerly():
+        if next_token is not None:
+            raise ValueError("next_token needs a traced caller under jit_compile (tf.function).")
         return _eager_xla_greedy(model, **repetition_controls)(
             inp, start_id, end_id, max_length, min_length
         )
@@ -220,6 +234,7 @@ def greedy_decode(
             min_length=min_length,
             fixed_shape=jit_compile,
             slots=slots,
+            next_token=next_token,
             **repetition_controls,
         )
 

@@ -45,7 +45,8 @@ class ServingCore:
 
         Args:
             request: the request.
-            deadline: `time.monotonic()` value after which the caller has gone.
+            deadline: `time.monotonic()` value after which the caller has gone: the
+                model's run is aborted then (DEADLINE_EXCEEDED).
         """
         if not request.HasField("model_spec"):
             raise errors.invalid_argument("Missing ModelSpec")
@@ -54,7 +55,7 @@ class ServingCore:
             check_deadline(deadline)
             if self.batcher is None:
                 outputs = servable.run(
-                    prepared.signature_name, prepared.inputs, prepared.output_aliases
+                    prepared.signature_name, prepared.inputs, prepared.output_aliases, deadline
                 )
             else:
                 outputs = self.batcher.run(

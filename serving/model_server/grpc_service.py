@@ -13,9 +13,16 @@ from serving.model_server.core import ServingCore
 logger = logging.getLogger("serving.grpc")
 
 
+# gRPC reports a call without a deadline as one ending in the infinite future (about 292,000
+# years away); anything past this many seconds is no deadline at all.
+_NO_DEADLINE_SECONDS = 10**9
+
+
 def _deadline_of(context: grpc.ServicerContext):
     remaining = context.time_remaining()
-    return None if remaining is None else time.monotonic() + remaining
+    if remaining is None or remaining > _NO_DEADLINE_SECONDS:
+        return None
+    return time.monotonic() + remaining
 
 
 def _handles_errors(method):

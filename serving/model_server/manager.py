@@ -114,6 +114,8 @@ def _error_from_exception(error: BaseException) -> errors.ServingError:
         return errors.ServingError(errors.code_from_number(error.error_code), error.message)
     if isinstance(error, (FileNotFoundError, NotADirectoryError)):
         return errors.not_found(str(error))
+    if isinstance(error, PermissionError):
+        return errors.ServingError(grpc.StatusCode.PERMISSION_DENIED, str(error))
     return errors.ServingError(grpc.StatusCode.UNKNOWN, f"{type(error).__name__}: {error}")
 
 
@@ -394,6 +396,19 @@ class ServableManager:
             self._all_available = all_available
         if changed and self._on_availability_change is not None:
             self._on_availability_change(all_available)
+
+    def cancel_runs(self) -> None:
+        """Aborts the model runs under way on every loaded version (their Sessions close) and
+        makes later runs fail with CANCELLED: for a shutdown whose grace period is over."""
+        with self._lock:
+            servables = [
+                record.servable
+                for model in self._models.values()
+                for record in model.versions.values()
+                if record.servable is not None
+            ]
+        for servable in servables:
+            servable.release()
 
     def stop(self) -> None:
         """Stops polling and unloads every version, waiting for requests using them."""

@@ -134,7 +134,7 @@ def run_warmup(servable: Servable, num_request_iterations: int = 1) -> int:
         Number of warmup records read.
 
     Raises:
-        ValueError / ServingError: an unreadable warmup file or a failing
+        ServingError: an unreadable warmup file or a failing
             request; the load then fails, as in TF Serving.
     """
     start = time.monotonic()

@@ -17,9 +17,11 @@ HTTP/1.1 server (see its docstring for timeouts, limits and shutdown).
 import base64
 import decimal
 import http
+import io
 import json
 import logging
 import math
+import os
 import re
 import socket
 import threading
@@ -28,6 +30,7 @@ import urllib.parse
 from typing import Any
 
 import cheroot.errors
+import cheroot.makefile
 import cheroot.server
 import grpc
 import numpy as np
@@ -712,6 +715,7 @@ MAX_REQUEST_HEAD_BYTES = 64 * 1024
 # Bodies are read in pieces of this size, so memory follows the bytes that arrive, not
 # the Content-Length a client announces.
 _BODY_PIECE_BYTES = 1 << 20
+_HEAD_PIECE_BYTES = 1 << 16  # What the selector thread reads of a request head at a time.
 _MAX_CHUNK_LINE_BYTES = 4096  # A chunk-size line with its extensions, or a trailer.
 _CHUNK_SIZE = re.compile(rb"[0-9A-Fa-f]+")
 
@@ -761,8 +765,106 @@ class _Request(cheroot.server.HTTPRequest):
                 raise
 
 
+class _ReadAheadSocketIO(socket.SocketIO):
+    """A socket's raw reader that first returns the bytes read ahead of the request parser
+    (the request head the selector thread collected)."""
+
+    def __init__(self, sock: socket.socket, mode: str):
+        super().__init__(sock, mode)
+        self.ahead = bytearray()
+
+    def readinto(self, buffer) -> int:
+        if not self.ahead:
+            return super().readinto(buffer)
+        size = min(len(buffer), len(self.ahead))
+        buffer[:size] = self.ahead[:size]
+        del self.ahead[:size]
+        return size
+
+
+class _SocketReader(cheroot.makefile.StreamReader):
+    """cheroot's buffered socket reader over a `_ReadAheadSocketIO`."""
+
+    def __init__(
+        self, sock: socket.socket, mode: str = "rb", bufsize: int = io.DEFAULT_BUFFER_SIZE
+    ):
+        self.source = _ReadAheadSocketIO(sock, mode)
+        # StreamReader's own __init__ would wrap the socket in a plain SocketIO.
+        super(cheroot.makefile.StreamReader, self).__init__(self.source, bufsize)
+        self.bytes_read = 0
+
+    def has_data(self) -> bool:
+        """True when a request can be parsed without waiting for the client (cheroot hands
+        such a connection to a request thread at once): bytes are buffered, or the
+        read-ahead holds a whole request head."""
+        return super().has_data() or _head_is_complete(self.source.ahead)
+
+
+def _head_is_complete(data: bytes) -> bool:
+    """The request line and headers are all there (or more bytes than a head may have)."""
+    head = data.lstrip(b"\r\n")  # Empty lines before a request are ignored (RFC 9112 2.2).
+    return b"\n\r\n" in head or b"\n\n" in head or len(head) > MAX_REQUEST_HEAD_BYTES
+
+
 class _Connection(cheroot.server.HTTPConnection):
+    """cheroot's connection, whose request head is collected by the selector thread."""
+
     RequestHandlerClass = _Request
+
+    def __init__(self, server, sock, makefile=cheroot.makefile.MakeFile):
+        super().__init__(server, sock, makefile)
+        self.rfile = _SocketReader(sock, "rb", self.rbufsize)
+        # When the connection began waiting for its next request head (None: not waiting).
+        self.head_wait_started: float | None = None
+
+    def read_ahead(self) -> bool:
+        """Moves what the client has sent so far into the read-ahead, without blocking.
+
+        Returns:
+            False when the client has closed the connection.
+        """
+        ahead = self.rfile.source.ahead
+        if cheroot.makefile.StreamReader.has_data(self.rfile):  # Left over from a request.
+            ahead[:0] = self.rfile.read1(io.DEFAULT_BUFFER_SIZE)
+        while not _head_is_complete(ahead):
+            try:
+                # The socket has a timeout, so it is non-blocking at the system level.
+                data = os.read(self.socket.fileno(), _HEAD_PIECE_BYTES)
+            except BlockingIOError:
+                return True
+            except OSError:
+                return False
+            if not data:
+                return False
+            ahead += data
+        return True
+
+
+class _HTTPServer(cheroot.server.HTTPServer):
+    """cheroot's server, handing a connection to a request thread only once its request head
+    has arrived whole.
+
+    cheroot gives every new connection a request thread, which then blocks reading the
+    head: silent clients, or clients sending a byte at a time, held all the threads. Here
+    the selector thread reads what arrives into the connection's read-ahead and keeps the
+    connection in the selector until the head is complete; a head not complete `timeout`
+    seconds after the connection began waiting for it closes the connection.
+    """
+
+    def process_conn(self, conn: _Connection) -> None:
+        now = time.time()
+        if conn.head_wait_started is None:
+            conn.head_wait_started = now
+        if not conn.read_ahead() or now - conn.head_wait_started > self.timeout:
+            conn.close()
+            return
+        if _head_is_complete(conn.rfile.source.ahead):
+            conn.head_wait_started = None
+            super().process_conn(conn)
+            return
+        self._connections.put(conn)  # Back to the selector until more bytes arrive.
+        # put() restarts the idle clock; the head's deadline counts from its start.
+        conn.last_used = conn.head_wait_started
 
 
 class _RequestError(Exception):
@@ -916,8 +1018,12 @@ class RestServer:
     Request bodies are checked and read here, so the size limit and the error
     bodies stay TF Serving's; request heads (line and headers) over
     MAX_REQUEST_HEAD_BYTES are refused with 431, a Content-Length given twice with
-    different values with 400. Connections are read and written by
-    `num_io_threads` threads; at most `num_threads` requests run the model at once.
+    different values with 400. Idle connections and request heads still arriving
+    wait in cheroot's selector thread, which gives a connection to one of
+    `num_io_threads` request threads only once its head is complete; a head must be
+    complete within `read_timeout_seconds` of its start, however slowly it trickles
+    in. The request threads read bodies and write answers; at most `num_threads`
+    requests run the model at once.
 
     Args:
         address: (host, port); port 0 picks a free port. The socket is bound and
@@ -926,7 +1032,8 @@ class RestServer:
         num_threads: requests processed at once (`--rest_api_num_threads`).
         max_body_bytes: largest accepted request body.
         enable_cors: add CORS headers (`--rest_api_enable_cors_support`).
-        read_timeout_seconds: longest wait for a client's next bytes.
+        read_timeout_seconds: longest wait for a client's next bytes, and longest time
+            a request head may take to arrive.
         num_io_threads: connections read or written at once.
     """
 
@@ -945,7 +1052,7 @@ class RestServer:
         self.max_body_bytes = max_body_bytes
         self.enable_cors = enable_cors
         io_threads = max(num_io_threads, num_threads, 1)
-        self._http = cheroot.server.HTTPServer(
+        self._http = _HTTPServer(
             address,
             gateway=lambda request: _Exchange(request, self),
             minthreads=io_threads,

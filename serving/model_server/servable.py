@@ -1,15 +1,19 @@
 """One loaded version of a SavedModel: its SignatureDefs and runnable signatures.
 
 TF Serving serves the SignatureDefs stored in the SavedModel's MetaGraphDef
-(that is what GetModelMetadata returns and what Predict validates against);
-this module reads them from `saved_model.pb` and runs the matching concrete
-functions of `tf.saved_model.load`, which are keyed by the same input and output
-aliases.
+(that is what GetModelMetadata returns and what Predict validates against) and
+runs them as it does: the MetaGraphDef is imported into a `tf.compat.v1.Session`
+(variables restored, init op run with the asset paths), and a call is one
+`Session.run` of the signature's tensors. A request's deadline becomes the run's
+`RunOptions.timeout_in_ms`, so TensorFlow stops the step at the deadline instead
+of finishing work nobody waits for.
 """
 
 import logging
+import math
 import os
 import re
+import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
 
@@ -20,7 +24,8 @@ import tensorflow as tf
 # Registers the tensorflow-text ops (NormalizeUTF8, FastWordpiece, ...) that the translator's
 # graph uses; tensorflow_model_server links the same ops into its binary.
 import tensorflow_text  # noqa: F401
-from google.protobuf import text_format
+from google.protobuf import message, text_format
+from tensorflow.core.framework import tensor_shape_pb2
 from tensorflow.core.protobuf import meta_graph_pb2, saved_model_pb2
 from tensorflow_serving.apis import predict_pb2, prediction_log_pb2
 
@@ -36,38 +41,63 @@ MAX_WARMUP_RECORDS = 1000
 # runs without --xla_cpu_compilation_enabled (TF's DisableXlaCompilation()).
 XLA_DISABLED_MESSAGE = "XLA compilation disabled"
 _XLA_MUST_COMPILE = "_XlaMustCompile"
+# The signature holding a TF2 SavedModel's init op (TF's INIT_OP_SIGNATURE_KEY): not a function.
+INIT_OP_SIGNATURE_KEY = "__saved_model_init_op"
 
 
 def is_complete_version_dir(path: str) -> bool:
-    """True when a version directory holds a SavedModel proto (a finished export)."""
-    return any(os.path.isfile(os.path.join(path, name)) for name in SAVED_MODEL_FILENAMES)
+    """True when a version directory holds a SavedModel proto (a finished export), or cannot
+    be read: its load then fails and GetModelStatus says why, as TF Serving, which loads every
+    numbered directory, reports it (a half-written export, without its proto yet, is skipped).
+    """
+    try:
+        names = set(os.listdir(path))
+    except PermissionError:
+        return True
+    except OSError:  # Not a directory, or gone.
+        return False
+    return any(
+        name in names and os.path.isfile(os.path.join(path, name)) for name in SAVED_MODEL_FILENAMES
+    )
 
 
 def read_meta_graph(export_dir: str, tags: Sequence[str]) -> meta_graph_pb2.MetaGraphDef:
     """Reads the MetaGraphDef whose tag set equals `tags`.
 
     Raises:
-        OSError / ValueError: no SavedModel proto, or no MetaGraphDef with the tags
-            (worded like TF's SavedModel loader).
+        ServingError: with the code TF's SavedModel loader gives (so TF Serving reports):
+            NOT_FOUND for no SavedModel proto or no MetaGraphDef with the tags,
+            PERMISSION_DENIED for an unreadable one, DATA_LOSS for one that does not parse.
     """
     saved_model = saved_model_pb2.SavedModel()
     pb_path = os.path.join(export_dir, "saved_model.pb")
     pbtxt_path = os.path.join(export_dir, "saved_model.pbtxt")
-    if os.path.isfile(pb_path):
-        with open(pb_path, "rb") as proto_file:
-            saved_model.ParseFromString(proto_file.read())
-    elif os.path.isfile(pbtxt_path):
-        with open(pbtxt_path, encoding="utf-8") as proto_file:
-            text_format.Parse(proto_file.read(), saved_model)
-    else:
-        raise OSError(
-            f"SavedModel file does not exist at: {export_dir}/{{saved_model.pbtxt|saved_model.pb}}"
-        )
+    try:
+        if os.path.isfile(pb_path):
+            with open(pb_path, "rb") as proto_file:
+                saved_model.ParseFromString(proto_file.read())
+        elif os.path.isfile(pbtxt_path):
+            with open(pbtxt_path, encoding="utf-8") as proto_file:
+                text_format.Parse(proto_file.read(), saved_model)
+        else:
+            os.listdir(export_dir)  # An unreadable directory hides its files: say so.
+            raise errors.not_found(
+                "SavedModel file does not exist at: "
+                f"{export_dir}/{{saved_model.pbtxt|saved_model.pb}}"
+            )
+    except PermissionError as error:
+        raise errors.ServingError(grpc.StatusCode.PERMISSION_DENIED, str(error)) from None
+    except FileNotFoundError as error:
+        raise errors.not_found(str(error)) from None
+    except (message.DecodeError, text_format.ParseError, UnicodeDecodeError) as error:
+        raise errors.ServingError(
+            grpc.StatusCode.DATA_LOSS, f"Can't parse the SavedModel proto in {export_dir}: {error}"
+        ) from None
     for meta_graph in saved_model.meta_graphs:
         if set(meta_graph.meta_info_def.tags) == set(tags):
             return meta_graph
     available = [sorted(m.meta_info_def.tags) for m in saved_model.meta_graphs]
-    raise ValueError(
+    raise errors.not_found(
         f"Could not find meta graph def matching supplied tags: "
         f"{{ {' '.join(sorted(tags))} }}. Available tag-sets: {available}. "
         "To inspect available tag-sets in the SavedModel, please use the "
@@ -83,8 +113,9 @@ def read_warmup_requests(export_dir: str) -> list[predict_pb2.PredictRequest]:
         no warmup file.
 
     Raises:
-        ValueError: more than MAX_WARMUP_RECORDS records, an unparsable record, or
-            a record type other than predict_log (this server replays Predict only).
+        ServingError: INVALID_ARGUMENT for more than MAX_WARMUP_RECORDS records or an
+            unparsable record, UNIMPLEMENTED for a record type other than predict_log
+            (this server replays Predict only), as TF Serving's warmup reports them.
     """
     path = os.path.join(export_dir, WARMUP_FILE)
     if not os.path.isfile(path):
@@ -92,17 +123,19 @@ def read_warmup_requests(export_dir: str) -> list[predict_pb2.PredictRequest]:
     requests = []
     for index, record in enumerate(tf.data.TFRecordDataset(path).as_numpy_iterator()):
         if index >= MAX_WARMUP_RECORDS:
-            raise ValueError(
+            raise errors.invalid_argument(
                 f"Number of warmup records exceeds the maximum ({MAX_WARMUP_RECORDS}) at {path}"
             )
         log = prediction_log_pb2.PredictionLog()
         try:
             log.ParseFromString(record)
-        except Exception as error:  # DecodeError
-            raise ValueError(f"Failed to parse warmup record {index} of {path}: {error}") from None
+        except message.DecodeError as error:
+            raise errors.invalid_argument(
+                f"Failed to parse warmup record {index} of {path}: {error}"
+            ) from None
         log_type = log.WhichOneof("log_type")
         if log_type != "predict_log":
-            raise ValueError(
+            raise errors.unimplemented(
                 f"Warmup record {index} of {path} is a {log_type}; this server "
                 "replays predict_log records only"
             )
@@ -181,6 +214,68 @@ def _session_style_message(message: str) -> str:
     return re.sub(r"\s*\[Op:__inference_[^\]]*\]$", "", cleaned)
 
 
+def _feedable_at_any_shape(meta_graph: meta_graph_pb2.MetaGraphDef) -> meta_graph_pb2.MetaGraphDef:
+    """A copy whose signature input placeholders have unknown shapes.
+
+    Session::Run in TF Serving checks no feed shape (the model decides what it accepts);
+    Python's Session.run refuses a feed that does not fit the placeholder's static shape.
+    """
+    meta_graph = meta_graph_pb2.MetaGraphDef.FromString(meta_graph.SerializeToString())
+    inputs = {
+        info.name.split(":")[0]
+        for signature in meta_graph.signature_def.values()
+        for info in signature.inputs.values()
+    }
+    for node in meta_graph.graph_def.node:
+        if node.name in inputs and node.op == "Placeholder":
+            node.attr["shape"].shape.CopyFrom(tensor_shape_pb2.TensorShapeProto(unknown_rank=True))
+            if "_output_shapes" in node.attr:
+                del node.attr["_output_shapes"]
+    return meta_graph
+
+
+def _init_op_name(meta_graph: meta_graph_pb2.MetaGraphDef) -> str | None:
+    """The op TF's SavedModel loader runs after restoring the variables (tables, assets)."""
+    signature = meta_graph.signature_def.get(INIT_OP_SIGNATURE_KEY)
+    if signature is not None:
+        return signature.outputs[INIT_OP_SIGNATURE_KEY].name
+    for key in (tf.compat.v1.saved_model.MAIN_OP_KEY, tf.compat.v1.saved_model.LEGACY_INIT_OP_KEY):
+        if key in meta_graph.collection_def:
+            return meta_graph.collection_def[key].node_list.value[0]
+    return None
+
+
+def _asset_paths(export_dir: str, meta_graph: meta_graph_pb2.MetaGraphDef) -> dict[str, str]:
+    """Asset tensor name -> absolute path of its file, fed to the init op."""
+    asset_defs = list(meta_graph.asset_file_def)
+    assets_key = tf.compat.v1.saved_model.ASSETS_KEY
+    if not asset_defs and assets_key in meta_graph.collection_def:
+        for packed in meta_graph.collection_def[assets_key].any_list.value:
+            asset_defs.append(meta_graph_pb2.AssetFileDef())
+            packed.Unpack(asset_defs[-1])
+    directory = os.path.join(export_dir, tf.saved_model.ASSETS_DIRECTORY)
+    return {asset.tensor_info.name: os.path.join(directory, asset.filename) for asset in asset_defs}
+
+
+def load_session(export_dir: str, meta_graph: meta_graph_pb2.MetaGraphDef) -> tf.compat.v1.Session:
+    """Imports a MetaGraphDef into a new Session, restores its variables and runs its init op,
+    as TF's SavedModel loader (and so TF Serving) does; signature inputs take any shape."""
+    graph = tf.Graph()
+    with graph.as_default():
+        saver = tf.compat.v1.train.import_meta_graph(_feedable_at_any_shape(meta_graph))
+    session = tf.compat.v1.Session(graph=graph)
+    variables = os.path.join(
+        export_dir, tf.saved_model.VARIABLES_DIRECTORY, tf.saved_model.VARIABLES_FILENAME
+    )
+    if saver is not None and tf.io.gfile.exists(variables + ".index"):
+        with graph.as_default():
+            saver.restore(session, variables)
+    init_op = _init_op_name(meta_graph)
+    if init_op is not None:
+        session.run(init_op, feed_dict=_asset_paths(export_dir, meta_graph))
+    return session
+
+
 class Servable:
     """A loaded model version.
 
@@ -215,21 +310,21 @@ class Servable:
         self.signature_defs = dict(meta_graph.signature_def)
         self.xla_signatures = xla_signature_names(meta_graph)
         self._xla_compilation_enabled = xla_compilation_enabled
-        self._loaded = tf.saved_model.load(export_dir, tags=list(tags))
-        self._functions = {
-            name: self._loaded.signatures[name]
-            for name in self.signature_defs
-            if name in self._loaded.signatures
-        }
+        self._session = load_session(export_dir, meta_graph)
+        self._release_lock = threading.Lock()
 
     def __repr__(self) -> str:
         return f"{{name: {self.model_name} version: {self.version}}}"
 
     def runnable(self, signature_name: str) -> bool:
-        return signature_name in self._functions
+        return signature_name in self.signature_defs and signature_name != INIT_OP_SIGNATURE_KEY
 
     def run(
-        self, signature_name: str, inputs: Mapping[str, np.ndarray], output_aliases: Iterable[str]
+        self,
+        signature_name: str,
+        inputs: Mapping[str, np.ndarray],
+        output_aliases: Iterable[str],
+        deadline: float | None = None,
     ) -> dict[str, np.ndarray]:
         """Runs one signature.
 
@@ -238,33 +333,53 @@ class Servable:
             inputs: numpy arrays by input alias, already validated against the
                 SignatureDef (dtype, rank).
             output_aliases: outputs to return.
+            deadline: `time.monotonic()` value at which the run is aborted (TF
+                Serving's RunOptions.timeout_in_ms); None runs to the end.
 
         Returns:
             numpy arrays by output alias.
 
         Raises:
-            ServingError: the model raised a TensorFlow error; its canonical code
-                and message are kept, as TF Serving passes Session::Run errors on.
+            ServingError: the model raised a TensorFlow error (DEADLINE_EXCEEDED when
+                the run was aborted at the deadline, CANCELLED when the servable was
+                released meanwhile); its canonical code and message are kept, as TF
+                Serving passes Session::Run errors on.
         """
         if signature_name in self.xla_signatures and not self._xla_compilation_enabled:
             raise errors.ServingError(grpc.StatusCode.INTERNAL, XLA_DISABLED_MESSAGE)
         signature = self.signature_defs[signature_name]
         feeds = {
-            alias: tf.convert_to_tensor(array, dtype=tf.as_dtype(signature.inputs[alias].dtype))
+            signature.inputs[alias].name: np.asarray(
+                array, dtype=tf.as_dtype(signature.inputs[alias].dtype).as_numpy_dtype
+            )
             for alias, array in inputs.items()
         }
+        fetches = {alias: signature.outputs[alias].name for alias in output_aliases}
+        options = None
+        if deadline is not None:
+            remaining_ms = math.ceil((deadline - time.monotonic()) * 1000)
+            if remaining_ms <= 0:
+                raise errors.deadline_exceeded("Deadline Exceeded")
+            options = tf.compat.v1.RunOptions(timeout_in_ms=remaining_ms)
+        session = self._session
+        if session is None:
+            raise errors.ServingError(grpc.StatusCode.CANCELLED, f"Servable {self} was unloaded")
         try:
-            outputs = self._functions[signature_name](**feeds)
-            return {alias: outputs[alias].numpy() for alias in output_aliases}
+            return session.run(fetches, feeds, options=options)
         except tf.errors.OpError as error:
             raise errors.ServingError(
                 errors.code_from_number(error.error_code), _session_style_message(error.message)
             ) from None
+        except RuntimeError as error:  # "Attempted to use a closed Session."
+            raise errors.ServingError(grpc.StatusCode.CANCELLED, str(error)) from None
 
     def release(self) -> None:
-        """Drops the TF objects so their memory can be reclaimed at unload."""
-        self._functions = {}
-        self._loaded = None
+        """Closes the Session, which cancels runs still under way, so its memory can be
+        reclaimed at unload."""
+        with self._release_lock:  # A shutdown's cancellation and the unload may race.
+            session, self._session = self._session, None
+            if session is not None:
+                session.close()
 
 
 def load_servable(

@@ -10,8 +10,10 @@ defaults), so a command line or config file that works here works with the real
 binary. Local additions: `--grpc_bind_address` / `--rest_api_bind_address`
 (default 127.0.0.1; the real server listens on all interfaces),
 `--shutdown_grace_seconds` (SIGTERM lets requests in flight finish for up to this
-long; connections still open then are closed, stalled clients included),
-`--rest_api_read_timeout_seconds` (a REST client silent this long is disconnected)
+long; then model runs still under way are aborted, CANCELLED, and connections still
+open are closed, stalled clients included),
+`--rest_api_read_timeout_seconds` (a REST client silent this long, or whose request
+head takes longer to arrive, is disconnected)
 and `--rest_api_free_port` (REST on a free port: `--rest_api_port=0` disables REST,
 as for the real server). `--port=0` binds a free gRPC port. Both bound ports are
 logged: "Running gRPC ModelServer at HOST:PORT ..." and "Exporting HTTP/REST API
@@ -19,6 +21,13 @@ at:HOST:PORT ...", the last line before the server is ready. The largest accepte
 set like the real server's, with
 `--grpc_channel_arguments=grpc.max_receive_message_length=BYTES` (default
 2147483647, TF Serving's); the same limit applies to REST bodies.
+
+Memory follows the largest batch one model run gets, and the allocator keeps what a
+run took. Without `--enable_batching` a request runs as one batch however many rows
+it holds; with batching, `max_batch_size` bounds a request and, with
+`enable_large_batch_splitting`, `max_execution_batch_size` bounds a run
+(serving/batching.config), as in TF Serving: a deployment open to large requests
+sets them.
 """
 
 import argparse
@@ -219,9 +228,13 @@ class ModelServer:
 
     def _grpc_options(self) -> list[tuple[str, object]]:
         # TF Serving calls SetMaxMessageSize(kint32max), then applies the user's arguments.
+        # gRPC sets SO_REUSEPORT by default, which let a second server bind a port already in
+        # use and take half of its connections: binding fails instead (grpc.so_reuseport=1
+        # brings the sharing back).
         merged = {
             "grpc.max_receive_message_length": KINT32MAX,
             "grpc.max_send_message_length": KINT32MAX,
+            "grpc.so_reuseport": 0,
         }
         merged.update(parse_grpc_channel_arguments(self.options.grpc_channel_arguments))
         return list(merged.items())
@@ -269,11 +282,15 @@ class ModelServer:
         add_services(self._grpc_server, self.core)
         health_pb2_grpc.add_HealthServicer_to_server(self._health, self._grpc_server)
         address = f"{options.grpc_bind_address}:{options.port}"
-        self.grpc_port = self._grpc_server.add_insecure_port(address)
+        try:
+            self.grpc_port = self._grpc_server.add_insecure_port(address)
+        except RuntimeError:  # grpcio raises where older versions returned 0.
+            self.grpc_port = 0
         if not self.grpc_port:
             self._stop_core()
             raise config_lib.ConfigError(
-                f"Failed to BuildAndStart gRPC server: cannot bind {address}"
+                f"Failed to BuildAndStart gRPC server: cannot bind {address} (is another "
+                "server listening on that port?)"
             )
         self._grpc_server.start()
         logger.info(
@@ -354,20 +371,32 @@ class ModelServer:
 
         Args:
             grace_seconds: longest wait for requests in flight (default
-                `shutdown_grace_seconds`); later they are cancelled.
+                `shutdown_grace_seconds`); then their model runs are aborted and their
+                connections closed.
         """
         if self._stopped.is_set():
             return
         self._stopped.set()
         grace = self.options.shutdown_grace_seconds if grace_seconds is None else grace_seconds
         self._health.enter_graceful_shutdown()
+        # Both front ends wait for their request threads, which may be inside a model run:
+        # at the end of the grace period the runs still under way are aborted.
+        cancel_runs = threading.Timer(grace, self._cancel_runs)
+        cancel_runs.daemon = True
+        cancel_runs.start()
         grpc_done = self._grpc_server.stop(grace) if self._grpc_server else None
         if self._rest_server is not None:
             self._rest_server.stop(grace)
         if grpc_done is not None:
             grpc_done.wait()
+        cancel_runs.cancel()
         self._stop_core()
         logger.info("Server stopped.")
+
+    def _cancel_runs(self) -> None:
+        logger.warning("Shutdown grace period is over: cancelling the requests still running")
+        if self.core is not None:
+            self.core.manager.cancel_runs()
 
     def _stop_core(self) -> None:
         self._config_poll_stop.set()
@@ -421,7 +450,8 @@ def build_arg_parser() -> argparse.ArgumentParser:
     flag(
         "rest_api_read_timeout_seconds",
         float,
-        "[local] a REST connection whose client sends nothing for this long is closed",
+        "[local] a REST connection whose client sends nothing for this long, or whose "
+        "request head takes longer to arrive, is closed",
     )
     flag(
         "rest_api_free_port",
@@ -481,7 +511,8 @@ def build_arg_parser() -> argparse.ArgumentParser:
     flag(
         "shutdown_grace_seconds",
         float,
-        "[local] on SIGTERM, how long requests in flight may take to finish",
+        "[local] on SIGTERM, how long requests in flight may take to finish before their "
+        "model runs are aborted",
     )
     for name in IGNORED_REAL_FLAGS:
         parser.add_argument(f"--{name}", default=None, help=argparse.SUPPRESS)

@@ -1,0 +1,152 @@
+"""Random sampling: each row draws its next token from the model's distribution, restricted and
+tempered with CTranslate2's `sampling_topk`, `sampling_topp` and `sampling_temperature`
+(`src/sampling.cc`), until it draws [END].
+
+It is greedy search (`model.decoding.greedy`) with a draw in place of the argmax: the same
+loops, [END], `min_length` and repetition rules (`NextTokenRules`), and scores (the summed
+log-probabilities of the drawn tokens under the untempered distribution, as CTranslate2's).
+The draws are stateless (`tf.random.stateless_uniform` seeded by `seed` and the step), so the
+same seed gives the same outputs, in a graph or eagerly, and a row's draws depend only on its
+index in the batch: not on which other rows are still decoding.
+"""
+
+import tensorflow as tf
+
+from model.decoding.common import NEG_INF
+from model.decoding.greedy import greedy_decode, greedy_search
+
+
+def validate_sampling(sampling_topk, sampling_topp, sampling_temperature):
+    """Raises ValueError, saying what is allowed, for settings sampling cannot use."""
+    if not isinstance(sampling_topk, int) or sampling_topk < 0:
+        raise ValueError(
+            f"sampling_topk must be an int >= 0 (0: the whole vocabulary), got {sampling_topk!r}."
+        )
+    if not 0 < sampling_topp <= 1:
+        raise ValueError(f"sampling_topp must be in (0, 1] (1 disables it), got {sampling_topp!r}.")
+    if not sampling_temperature >= 0:
+        raise ValueError(
+            f"sampling_temperature must be >= 0 (0: greedy), got {sampling_temperature!r}."
+        )
+
+
+def keep_top_p(scores, top_p):
+    """`scores` `(rows, vocab)` with NEG_INF outside each row's nucleus: its most probable
+    tokens (under the softmax of `scores`) while the mass before them is below `top_p`, so the
+    token whose probability crosses `top_p` is kept (CTranslate2's `TopPMask`); ties in the
+    order of their ids."""
+    order = tf.argsort(scores, axis=-1, direction="DESCENDING", stable=True)
+    sorted_probs = tf.gather(tf.nn.softmax(scores, axis=-1), order, batch_dims=1)
+    kept_sorted = tf.cumsum(sorted_probs, axis=-1, exclusive=True) < top_p
+    kept = tf.gather(kept_sorted, tf.argsort(order, axis=-1, stable=True), batch_dims=1)
+    return tf.where(kept, scores, NEG_INF)
+
+
+def token_sampler(seed, batch_size, sampling_topk=0, sampling_topp=1.0, sampling_temperature=1.0):
+    """A `next_token` for `greedy_search` that draws from `log_probs` restricted to the
+    `sampling_topk` most probable tokens (0: all), divided by `sampling_temperature`, then
+    restricted to the `sampling_topp` nucleus (`keep_top_p`): CTranslate2's order.
+
+    The draw is Gumbel-max over noise for the whole batch `(batch_size, vocab)`, seeded by
+    `(seed, step)` and read at the decoding rows, so a row's draw does not depend on the others.
+    """
+
+    def next_token(log_probs, rows, step):
+        scores = log_probs
+        if sampling_topk > 0:
+            kth_best = tf.math.top_k(scores, k=sampling_topk).values[:, -1:]
+            scores = tf.where(scores < kth_best, NEG_INF, scores)
+        scores = scores / sampling_temperature
+        if sampling_topp < 1:
+            scores = keep_top_p(scores, sampling_topp)
+        uniform = tf.random.stateless_uniform(
+            # XLA's loop decodes a batch padded past batch_size (`pad_to_xla_buckets`).
+            [tf.maximum(batch_size, tf.shape(scores)[0]), tf.shape(scores)[1]],
+            seed=tf.stack([tf.cast(seed, tf.int32), tf.cast(step, tf.int32)]),
+            minval=tf.experimental.numpy.finfo(tf.float32).tiny,
+            maxval=1.0,
+        )
+        gumbel = -tf.math.log(-tf.math.log(tf.gather(uniform, rows)))
+        return tf.argmax(scores + gumbel, axis=-1, output_type=tf.int32)
+
+    return next_token
+
+
+def _sampler_or_greedy(seed, batch_size, sampling_topk, sampling_topp, sampling_temperature):
+    """`token_sampler`, or None (the argmax) where the settings leave one choice: top-k 1 or
+    temperature 0 (CTranslate2 then searches greedily too)."""
+    validate_sampling(sampling_topk, sampling_topp, sampling_temperature)
+    if sampling_topk == 1 or sampling_temperature == 0:
+        return None
+    return token_sampler(seed, batch_size, sampling_topk, sampling_topp, sampling_temperature)
+
+
+def sampling_search(
+    step_fn,
+    start_ids,
+    end_id,
+    state,
+    max_length,
+    alignment_width,
+    seed,
+    sampling_topk=0,
+    sampling_topp=1.0,
+    sampling_temperature=1.0,
+    **greedy_options,
+):
+    """Random sampling over a step function: `greedy_search` drawing each token.
+
+    Args:
+        step_fn, start_ids, end_id, state, max_length, alignment_width: as in `greedy_search`.
+        seed: int or int32 scalar; the same seed, the same draws.
+        sampling_topk: draw among the k most probable tokens (0: all, 1: greedy).
+        sampling_topp: then among the nucleus of mass `sampling_topp` (1: all), `keep_top_p`.
+        sampling_temperature: divides the log-probabilities before the nucleus and the draw
+            (0: greedy).
+        greedy_options: `greedy_search`'s min_length, fixed_shape, slots, repetition_penalty,
+            no_repeat_ngram_size.
+
+    Returns:
+        as `greedy_search`; `scores` sum the drawn tokens' untempered log-probabilities.
+    """
+    next_token = _sampler_or_greedy(
+        seed, tf.shape(start_ids)[0], sampling_topk, sampling_topp, sampling_temperature
+    )
+    return greedy_search(
+        step_fn,
+        start_ids,
+        end_id,
+        state,
+        max_length,
+        alignment_width,
+        next_token=next_token,
+        **greedy_options,
+    )
+
+
+def sampling_decode(
+    model,
+    inp,
+    start_id,
+    end_id,
+    seed,
+    sampling_topk=0,
+    sampling_topp=1.0,
+    sampling_temperature=1.0,
+    **greedy_options,
+):
+    """`sampling_search` over a `Transformer`: `greedy_decode` drawing each token.
+
+    Args:
+        model, inp, start_id, end_id: as in `greedy_decode`.
+        seed, sampling_topk, sampling_topp, sampling_temperature: as in `sampling_search`.
+        greedy_options: `greedy_decode`'s max_length, min_length, jit_compile (in a traced
+            caller), repetition_penalty, no_repeat_ngram_size.
+
+    Returns:
+        as `greedy_decode`.
+    """
+    next_token = _sampler_or_greedy(
+        seed, tf.shape(inp)[0], sampling_topk, sampling_topp, sampling_temperature
+    )
+    return greedy_decode(model, inp, start_id, end_id, next_token=next_token, **greedy_options)
