@@ -23,14 +23,18 @@ BEAM_SIGNATURE = "beam_search"
 ALIGNMENTS_SIGNATURE = "alignments"
 # Beam search's `num_hypotheses` best translations of each source, best first.
 N_BEST_SIGNATURE = "n_best"
+# Forced decoding: the log-probabilities the model gives a given translation, per token.
+SCORE_SIGNATURE = "score"
 SIGNATURE_NAMES = (
     GREEDY_SIGNATURE,
     BEAM_SIGNATURE,
     ALIGNMENTS_SIGNATURE,
     N_BEST_SIGNATURE,
+    SCORE_SIGNATURE,
 )
 
 TEXT_INPUT = "text"  # string [batch]: the source sentences
+TARGET_INPUT = "target"  # string [batch]: the translations to score, one per source
 
 TRANSLATION_OUTPUT = "translation"  # string [batch]
 # float32 [batch]: log-probability (greedy, sample, score), length-normalized (beam)
@@ -40,6 +44,8 @@ TARGET_TOKENS_OUTPUT = "target_tokens"  # string [batch, T]: subword pieces, "" 
 ALIGNMENT_OUTPUT = "alignment"  # float32 [batch, T, S]: cross-attention averaged over heads
 TRANSLATIONS_OUTPUT = "translations"  # string [batch, N]: n-best translations, best first
 SCORES_OUTPUT = "scores"  # float32 [batch, N]: their length-normalized log-probabilities
+# float32 [batch, T]: log P(target token t | tokens before it, source), 0 after [END]
+TOKEN_SCORES_OUTPUT = "token_scores"
 
 TRANSLATION_OUTPUTS = (TRANSLATION_OUTPUT, SCORE_OUTPUT)
 SIGNATURE_OUTPUTS = {
@@ -48,9 +54,11 @@ SIGNATURE_OUTPUTS = {
     ALIGNMENTS_SIGNATURE: TRANSLATION_OUTPUTS
     + (SOURCE_TOKENS_OUTPUT, TARGET_TOKENS_OUTPUT, ALIGNMENT_OUTPUT),
     N_BEST_SIGNATURE: (TRANSLATIONS_OUTPUT, SCORES_OUTPUT),
+    SCORE_SIGNATURE: (SCORE_OUTPUT, TARGET_TOKENS_OUTPUT, TOKEN_SCORES_OUTPUT),
 }
 SIGNATURE_INPUTS = {
     **{name: (TEXT_INPUT,) for name in SIGNATURE_NAMES},
+    SCORE_SIGNATURE: (TEXT_INPUT, TARGET_INPUT),
 }
 
 # Relative to an export version: the run config and decoding options the signatures were traced

@@ -14,10 +14,11 @@ from common.serving_contract import (
     SCORES_OUTPUT,
     SOURCE_TOKENS_OUTPUT,
     TARGET_TOKENS_OUTPUT,
+    TOKEN_SCORES_OUTPUT,
     TRANSLATION_OUTPUT,
     TRANSLATIONS_OUTPUT,
 )
-from model.decoding import beam_search_decode, greedy_decode, max_output_length
+from model.decoding import beam_search_decode, greedy_decode, max_output_length, token_log_probs
 from model.decoding.penalties import validate_repetition_controls
 from model.special_tokens import END_ID, PAD_ID, START_ID
 
@@ -257,6 +258,31 @@ class Translator:
         best first: `translations` string `[batch, N]`, `scores` float32 `[batch, N]`
         (length-normalized, as `beam_search`'s, whose translation and score are column 0)."""
         return self._on_nonempty_batch(self._translate_n_best, text)
+
+    def target_ids(self, target):
+        """`[batch]` strings → int32 `[batch, T]` output ids as the decoders return them (no
+        [START], [END] last, `PAD_ID` padding), cut to the decoders' longest output."""
+        return truncate_source_ids(
+            self.target_tokenizer.tokenize(target)[:, 1:], self.model.pe_target - 1
+        )
+
+    def _score(self, text, target):
+        target_ids = self.target_ids(target)
+        log_probs = token_log_probs(self.model, self.source_ids(text), target_ids, START_ID)
+        return {
+            SCORE_OUTPUT: tf.reduce_sum(log_probs, axis=1),
+            TARGET_TOKENS_OUTPUT: _pieces_or_empty(self.target_tokenizer, target_ids),
+            TOKEN_SCORES_OUTPUT: log_probs,
+        }
+
+    def score(self, text, target):
+        """`score`: forced decoding of `target` `[batch]` (one translation per source):
+        `target_tokens` string `[batch, T]` (its pieces and [END], "" padding), `token_scores`
+        float32 `[batch, T]` (each piece's log-probability given the source and the pieces
+        before it, from the distribution the decoders choose from; 0 at padding) and `score`
+        `[batch]`, their sum: the greedy signature's score of the same tokens. A target longer
+        than the decoders' longest output is cut to it, its last kept piece replaced by [END]."""
+        return self._on_nonempty_batch(self._score, text, target)
 
     def alignments(self, text):
         """`alignments`: `greedy`'s outputs plus `source_tokens` `[batch, S]`, `target_tokens`

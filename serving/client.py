@@ -7,6 +7,7 @@ Python API:
         client.translate(["hello world"])                      # -> ["..."]
         client.translate_with_details(["hello world"], signature_name="alignments")
         client.translate_n_best(["hello world"], 3)             # -> [[Translation] * 3]
+        client.score(["hola"], ["hello"])                        # -> [Score]
 
 Command line:
 
@@ -14,6 +15,7 @@ Command line:
     python -m serving.client --input_file source.txt --batch_size 64 --signature_name beam_search
     echo "hello world" | python -m serving.client --alignments
     python -m serving.client --n_best 3 "hello world"          # i ||| translation ||| score
+    python -m serving.client --input_file src.txt --target_file tgt.txt   # score per line
 
 Only the official tensorflow-serving-api stubs are used, so the client works
 unchanged against the real tensorflow_model_server. UNAVAILABLE (server not up
@@ -49,10 +51,13 @@ from common.serving_contract import (
     GREEDY_SIGNATURE,
     N_BEST_SIGNATURE,
     SCORE_OUTPUT,
+    SCORE_SIGNATURE,
     SCORES_OUTPUT,
     SOURCE_TOKENS_OUTPUT,
+    TARGET_INPUT,
     TARGET_TOKENS_OUTPUT,
     TEXT_INPUT,
+    TOKEN_SCORES_OUTPUT,
     TRANSLATION_OUTPUT,
     TRANSLATION_OUTPUTS,
     TRANSLATIONS_OUTPUT,
@@ -100,6 +105,24 @@ class Translation:
             (target, self.source_tokens[s], float(self.alignment[t, s]))
             for t, (target, s) in enumerate(zip(self.target_tokens, best))
         ]
+
+
+@dataclasses.dataclass
+class Score:
+    """The model's log-probabilities of a given translation (the `score` signature).
+
+    Attributes:
+        source, target: the pair scored.
+        score: log P(target | source), the sum of `token_scores`.
+        tokens: the target's subword pieces, [END] last.
+        token_scores: each piece's log-probability given the source and the pieces before it.
+    """
+
+    source: str
+    target: str
+    score: float
+    tokens: list[str]
+    token_scores: list[float]
 
 
 def _string_tensor(texts: Sequence[str]) -> tensor_pb2.TensorProto:
@@ -264,6 +287,41 @@ class TranslationClient:
             )
         ]
 
+    def score(self, texts: Sequence[str], targets: Sequence[str]) -> list[Score]:
+        """Scores `targets[i]` as the translation of `texts[i]` (the `score` signature).
+
+        Raises:
+            TypeError: `texts` or `targets` is not a sequence of str.
+            ValueError: they differ in length.
+            TranslationError: the server's status (after retries for UNAVAILABLE).
+        """
+        _check_texts(texts)
+        _check_texts(targets)
+        if len(texts) != len(targets):
+            raise ValueError(f"{len(texts)} texts but {len(targets)} targets")
+        if not texts:
+            return []
+        outputs = self._predict(
+            SCORE_SIGNATURE,
+            {TEXT_INPUT: _string_tensor(texts), TARGET_INPUT: _string_tensor(targets)},
+            (SCORE_OUTPUT, TARGET_TOKENS_OUTPUT, TOKEN_SCORES_OUTPUT),
+        )
+        results = []
+        for row, (source, target) in enumerate(zip(texts, targets)):
+            tokens = _strip_padding(outputs[TARGET_TOKENS_OUTPUT][row])
+            results.append(
+                Score(
+                    source=source,
+                    target=target,
+                    score=float(outputs[SCORE_OUTPUT][row]),
+                    tokens=tokens,
+                    token_scores=[
+                        float(v) for v in outputs[TOKEN_SCORES_OUTPUT][row][: len(tokens)]
+                    ],
+                )
+            )
+        return results
+
     def translate_with_details(
         self, texts: Sequence[str], signature_name: str | None = None
     ) -> list[Translation]:
@@ -384,6 +442,13 @@ def _print_n_best(index: int, hypotheses: list[Translation], out) -> None:
         print(f"{index} ||| {hypothesis.translation} ||| {hypothesis.score:.6f}", file=out)
 
 
+def _print_score(result: Score, out) -> None:
+    pieces = " ".join(
+        f"{token}:{value:.4f}" for token, value in zip(result.tokens, result.token_scores)
+    )
+    print(f"{result.score:.6f}\t{pieces}", file=out)
+
+
 def build_arg_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m serving.client",
@@ -429,6 +494,11 @@ def build_arg_parser() -> argparse.ArgumentParser:
         help=f"use the {N_BEST_SIGNATURE} signature and print the N best translations of each "
         "sentence, best first, as `index ||| translation ||| score` lines (index counts the "
         "sentences from 0; N at most the export's --num_hypotheses)",
+    )
+    parser.add_argument(
+        "--target_file",
+        help=f"use the {SCORE_SIGNATURE} signature: score line i of this file as the translation "
+        "of sentence i, printing `score<TAB>piece:log-probability ...` lines",
     )
     parser.add_argument(
         "--metadata", action="store_true", help="print the served signatures and exit"
@@ -490,12 +560,24 @@ def main(argv: list[str] | None = None) -> int:
                     batches = _batches(sys.stdin, args.batch_size)
                 # Progress goes to stderr, and only for a person watching a terminal.
                 index = 0
+                targets = (
+                    stack.enter_context(open(args.target_file, encoding="utf-8"))
+                    if args.target_file
+                    else None
+                )
                 for batch in tqdm(
                     batches,
                     unit="batch",
                     file=sys.stderr,
                     disable=bool(args.texts) or not sys.stderr.isatty(),
                 ):
+                    if targets is not None:
+                        batch_targets = [targets.readline() for _ in batch]
+                        if not all(batch_targets):
+                            raise ValueError(f"{args.target_file} has fewer lines than the input")
+                        for result in client.score(batch, [t.rstrip("\n") for t in batch_targets]):
+                            _print_score(result, sys.stdout)
+                        continue
                     if args.n_best is not None:
                         for hypotheses in client.translate_n_best(batch, args.n_best):
                             _print_n_best(index, hypotheses, sys.stdout)

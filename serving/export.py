@@ -27,6 +27,10 @@ dimension is the batch):
     n_best           beam search's `--num_hypotheses` (default: the beam width) best translations,
                      best first: `translations` string [batch, N], `scores` float32 [batch, N]
                      (length-normalized; column 0 is `beam_search`'s output)
+    score            inputs `text` and `target` string [batch]: forced decoding of each target,
+                     `score` float32 [batch] (summed log-probability, as serving_default's),
+                     `target_tokens` string [batch, T] (pieces, [END] last, "" padding) and
+                     `token_scores` float32 [batch, T] (per piece, 0 at padding)
 
 `assets/export_info.json` records, under "signature_options", the decoding options each signature
 was traced with.
@@ -63,8 +67,10 @@ from common.serving_contract import (
     EXPORT_INFO_PATH,
     GREEDY_SIGNATURE,
     N_BEST_SIGNATURE,
+    SCORE_SIGNATURE,
     SIGNATURE_INPUTS,
     SIGNATURE_NAMES,
+    TARGET_INPUT,
     TEXT_INPUT,
 )
 from model.translator import DecodingOptions, Translator
@@ -90,7 +96,7 @@ _MAX_VERSION_ATTEMPTS = 100
 
 # The dtype of each signature input (`common.serving_contract.SIGNATURE_INPUTS`), every one
 # `[batch]`.
-INPUT_DTYPES = {TEXT_INPUT: tf.string}
+INPUT_DTYPES = {TEXT_INPUT: tf.string, TARGET_INPUT: tf.string}
 
 
 def input_signature(signature_name):
@@ -122,6 +128,8 @@ def signature_options(options):
         BEAM_SIGNATURE: beam,
         ALIGNMENTS_SIGNATURE: greedy,
         N_BEST_SIGNATURE: {**beam, "num_hypotheses": options.n_best_size},
+        # Forced decoding: no search, no repetition controls (CTranslate2's score_batch).
+        SCORE_SIGNATURE: {"decoder": "forced"},
     }
 
 
@@ -149,6 +157,7 @@ def build_export_archive(model, source_tokenizer, target_tokenizer, options=Deco
         BEAM_SIGNATURE: translator.beam_search,
         ALIGNMENTS_SIGNATURE: translator.alignments,
         N_BEST_SIGNATURE: translator.n_best,
+        SCORE_SIGNATURE: translator.score,
     }
     for name in tqdm(SIGNATURE_NAMES, desc="tracing signatures", unit=" signature"):
         endpoint = archive.add_endpoint(
@@ -177,7 +186,8 @@ def next_version(model_dir):
 
 def warmup_inputs(signature_name, texts):
     """`{input: values}` of a signature's warmup request on `texts`."""
-    values = {TEXT_INPUT: [text.encode("utf-8") for text in texts]}
+    encoded = [text.encode("utf-8") for text in texts]
+    values = {TEXT_INPUT: encoded, TARGET_INPUT: encoded}
     return {name: values[name] for name in SIGNATURE_INPUTS[signature_name]}
 
 
@@ -324,7 +334,7 @@ def main(argv=None):
         description=(
             "Export a trained translator (a training run directory) as a TF Serving SavedModel "
             "<export_base>/<model_name>/<version>/ with signatures serving_default (greedy), "
-            "beam_search, alignments and n_best, text in and text out. The version is one higher than "
+            "beam_search, alignments, n_best and score, text in and text out. The version is one higher than "
             "the highest existing one; existing versions are never overwritten."
         )
     )

@@ -32,11 +32,14 @@ from common.serving_contract import (
     GREEDY_SIGNATURE,
     N_BEST_SIGNATURE,
     SCORE_OUTPUT,
+    SCORE_SIGNATURE,
     SCORES_OUTPUT,
     SIGNATURE_INPUTS,
     SOURCE_TOKENS_OUTPUT,
+    TARGET_INPUT,
     TARGET_TOKENS_OUTPUT,
     TEXT_INPUT,
+    TOKEN_SCORES_OUTPUT,
     TRANSLATION_OUTPUT,
     TRANSLATIONS_OUTPUT,
 )
@@ -77,10 +80,15 @@ EXPORTED_SIGNATURES = {
 # Signatures beyond translating `text` (tests/test_export_decoding.py compares their outputs).
 OTHER_SIGNATURES = {
     N_BEST_SIGNATURE: {TRANSLATIONS_OUTPUT: ("DT_STRING", 2), SCORES_OUTPUT: ("DT_FLOAT", 2)},
+    SCORE_SIGNATURE: {
+        SCORE_OUTPUT: ("DT_FLOAT", 1),
+        TARGET_TOKENS_OUTPUT: ("DT_STRING", 2),
+        TOKEN_SCORES_OUTPUT: ("DT_FLOAT", 2),
+    },
 }
 ALL_SIGNATURES = {**EXPORTED_SIGNATURES, **OTHER_SIGNATURES}
 # The dtype of each input, every one `[batch]`.
-INPUT_DTYPES = {TEXT_INPUT: "DT_STRING"}
+INPUT_DTYPES = {TEXT_INPUT: "DT_STRING", TARGET_INPUT: "DT_STRING"}
 
 # `python -c OP_CHECK_THEN_CLI saved_model.pb CLI ARGS...`, in a fresh interpreter importing
 # nothing but TensorFlow and tensorflow-text (what TF Serving links): prints an `OP_CHECK {json}`

@@ -66,6 +66,19 @@ def run_translate_function(run_dir, beam_width=1, **overrides):
     return (lambda text: traced(text)[TRANSLATION_OUTPUT]), config
 
 
+def read_export_info(export_dir):
+    """An export's `export_info.json` (`serving.export.make_export_info`)."""
+    with open(os.path.join(export_dir, EXPORT_INFO_PATH), encoding="utf-8") as info_file:
+        return json.load(info_file)
+
+
+def load_export(export_dir):
+    """`tf.saved_model.load` of an export, tensorflow-text's ops registered for its tokenizers."""
+    import tensorflow_text  # noqa: F401  (registers the exported tokenizer's ops)
+
+    return tf.saved_model.load(export_dir)
+
+
 def export_translate_function(export_dir, beam_width=1, **expected):
     """`(translate, export_info)` for an exported SavedModel version, through its signatures.
 
@@ -75,10 +88,7 @@ def export_translate_function(export_dir, beam_width=1, **expected):
     Raises:
         ValueError: `beam_width` > 1, or a value of `expected`, differs from the export's.
     """
-    import tensorflow_text  # noqa: F401  (registers the exported tokenizer's ops)
-
-    with open(os.path.join(export_dir, EXPORT_INFO_PATH), encoding="utf-8") as info_file:
-        info = json.load(info_file)
+    info = read_export_info(export_dir)
     exported = {**dataclasses.asdict(DecodingOptions()), **info["decoding"]}
     if beam_width > 1:
         expected["beam_width"] = beam_width
@@ -88,7 +98,7 @@ def export_translate_function(export_dir, beam_width=1, **expected):
                 f"{export_dir} was exported with {name} {exported[name]}, not {value}: "
                 f"re-export it with --{name} {value}."
             )
-    signature = tf.saved_model.load(export_dir).signatures[
+    signature = load_export(export_dir).signatures[
         GREEDY_SIGNATURE if beam_width == 1 else BEAM_SIGNATURE
     ]
     return (lambda text: signature(**{TEXT_INPUT: text})[TRANSLATION_OUTPUT]), info
