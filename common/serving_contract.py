@@ -11,9 +11,10 @@ the signature names and records each signature's decoding options in `EXPORT_INF
 TF Serving signatures have no optional inputs, so every decoding option except the sampling seed
 is fixed when the model is exported (`serving.export` flags such as `--num_hypotheses` and
 `--sampling_topk`): a deployment that wants other settings exports another version or model.
-The seed is an input because a request must be able to draw anew or reproduce a draw; it is one
-int32 per sentence, not a scalar per request, so that a sentence's draws depend only on its own
-text and seed: not on its row in the request nor on the requests the server batches it with.
+The planned `sample` signature (issue #24, not exported yet) will take the seed as an input, as a
+request must be able to draw anew or reproduce a draw: one int32 per sentence, not a scalar per
+request (TF Serving's batching refuses inputs without a batch dimension), so that a sentence's
+draws depend only on its own text and seed, not on its row or on the requests batched with it.
 """
 
 # Greedy decoding; TF Serving's default signature, used when a request names none.
