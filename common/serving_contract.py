@@ -1,10 +1,20 @@
 """The contract between the exported translator and everything that calls it.
 
 One home for the names the export writes and the client, the evaluation of an export, the
-benchmarks, the REST examples and the tests read: each signature takes `TEXT_INPUT`, a tf.string
-`[batch]`, and returns the outputs listed in `SIGNATURE_OUTPUTS`, each with the batch as its first
-dimension. `model.translator.Translator` computes them; `serving.export` maps its methods to the
-signature names.
+benchmarks, the REST examples and the tests read: each signature takes the inputs listed in
+`SIGNATURE_INPUTS` and returns the outputs listed in `SIGNATURE_OUTPUTS`, every input and output
+with the batch as its first dimension (so TF Serving's request batching can merge requests of
+any signature). `model.translator.Translator` computes them; `serving.export` maps its methods to
+the signature names and records each signature's decoding options in `EXPORT_INFO_PATH`
+(`"signature_options"`).
+
+TF Serving signatures have no optional inputs, so every decoding option except the sampling seed
+is fixed when the model is exported (`serving.export` flags such as `--num_hypotheses` and
+`--sampling_topk`): a deployment that wants other settings exports another version or model.
+The planned `sample` signature (issue #24, not exported yet) will take the seed as an input, as a
+request must be able to draw anew or reproduce a draw: one int32 per sentence, not a scalar per
+request (TF Serving's batching refuses inputs without a batch dimension), so that a sentence's
+draws depend only on its own text and seed, not on its row or on the requests batched with it.
 """
 
 # Greedy decoding; TF Serving's default signature, used when a request names none.
@@ -12,15 +22,31 @@ GREEDY_SIGNATURE = "serving_default"
 BEAM_SIGNATURE = "beam_search"
 # Greedy decoding plus the subword pieces and the cross-attention alignment.
 ALIGNMENTS_SIGNATURE = "alignments"
-SIGNATURE_NAMES = (GREEDY_SIGNATURE, BEAM_SIGNATURE, ALIGNMENTS_SIGNATURE)
+# Beam search's `num_hypotheses` best translations of each source, best first.
+N_BEST_SIGNATURE = "n_best"
+# Forced decoding: the log-probabilities the model gives a given translation, per token.
+SCORE_SIGNATURE = "score"
+SIGNATURE_NAMES = (
+    GREEDY_SIGNATURE,
+    BEAM_SIGNATURE,
+    ALIGNMENTS_SIGNATURE,
+    N_BEST_SIGNATURE,
+    SCORE_SIGNATURE,
+)
 
 TEXT_INPUT = "text"  # string [batch]: the source sentences
+TARGET_INPUT = "target"  # string [batch]: the translations to score, one per source
 
 TRANSLATION_OUTPUT = "translation"  # string [batch]
-SCORE_OUTPUT = "score"  # float32 [batch]: log-probability (greedy), length-normalized (beam)
+# float32 [batch]: log-probability (greedy, sample, score), length-normalized (beam)
+SCORE_OUTPUT = "score"
 SOURCE_TOKENS_OUTPUT = "source_tokens"  # string [batch, S]: subword pieces, "" padding
 TARGET_TOKENS_OUTPUT = "target_tokens"  # string [batch, T]: subword pieces, "" after [END]
 ALIGNMENT_OUTPUT = "alignment"  # float32 [batch, T, S]: cross-attention averaged over heads
+TRANSLATIONS_OUTPUT = "translations"  # string [batch, N]: n-best translations, best first
+SCORES_OUTPUT = "scores"  # float32 [batch, N]: their length-normalized log-probabilities
+# float32 [batch, T]: log P(target token t | tokens before it, source), 0 after [END]
+TOKEN_SCORES_OUTPUT = "token_scores"
 
 TRANSLATION_OUTPUTS = (TRANSLATION_OUTPUT, SCORE_OUTPUT)
 SIGNATURE_OUTPUTS = {
@@ -28,6 +54,12 @@ SIGNATURE_OUTPUTS = {
     BEAM_SIGNATURE: TRANSLATION_OUTPUTS,
     ALIGNMENTS_SIGNATURE: TRANSLATION_OUTPUTS
     + (SOURCE_TOKENS_OUTPUT, TARGET_TOKENS_OUTPUT, ALIGNMENT_OUTPUT),
+    N_BEST_SIGNATURE: (TRANSLATIONS_OUTPUT, SCORES_OUTPUT),
+    SCORE_SIGNATURE: (SCORE_OUTPUT, TARGET_TOKENS_OUTPUT, TOKEN_SCORES_OUTPUT),
+}
+SIGNATURE_INPUTS = {
+    **{name: (TEXT_INPUT,) for name in SIGNATURE_NAMES},
+    SCORE_SIGNATURE: (TEXT_INPUT, TARGET_INPUT),
 }
 
 # Relative to an export version: the run config and decoding options the signatures were traced

@@ -11,11 +11,14 @@ import tensorflow as tf
 from common.serving_contract import (
     ALIGNMENT_OUTPUT,
     SCORE_OUTPUT,
+    SCORES_OUTPUT,
     SOURCE_TOKENS_OUTPUT,
     TARGET_TOKENS_OUTPUT,
+    TOKEN_SCORES_OUTPUT,
     TRANSLATION_OUTPUT,
+    TRANSLATIONS_OUTPUT,
 )
-from model.decoding import beam_search_decode, greedy_decode, max_output_length
+from model.decoding import beam_search_decode, greedy_decode, max_output_length, token_log_probs
 from model.decoding.penalties import validate_repetition_controls
 from model.special_tokens import END_ID, PAD_ID, START_ID
 
@@ -25,7 +28,9 @@ class DecodingOptions:
     """Decoding settings of a `Translator` (baked into an exported graph).
 
     Attributes:
-        beam_width: hypotheses kept per sentence by the `beam_search` signature.
+        beam_width: hypotheses kept per sentence by the `beam_search` and `n_best` signatures.
+        num_hypotheses: translations per sentence of the `n_best` signature (1 to
+            `beam_width`; None: `beam_width`).
         alpha: GNMT length-penalty exponent of beam search (0 disables it).
         max_length_ratio, max_length_offset: at most `ceil(ratio * S) + offset` output tokens for
             a batch whose longest source has S tokens, capped by the model's positional encodings.
@@ -44,10 +49,18 @@ class DecodingOptions:
     jit_compile: bool = False
     repetition_penalty: float = 1.0
     no_repeat_ngram_size: int = 0
+    num_hypotheses: int | None = None
 
     def __post_init__(self):
         if not isinstance(self.beam_width, int) or self.beam_width < 1:
             raise ValueError(f"beam_width must be an int >= 1, got {self.beam_width!r}.")
+        if self.num_hypotheses is not None and not (
+            isinstance(self.num_hypotheses, int) and 1 <= self.num_hypotheses <= self.beam_width
+        ):
+            raise ValueError(
+                f"num_hypotheses must be an int from 1 to beam_width ({self.beam_width}), "
+                f"got {self.num_hypotheses!r}."
+            )
         if not self.alpha >= 0:
             raise ValueError(f"alpha must be >= 0, got {self.alpha!r}.")
         if not self.max_length_ratio >= 0:
@@ -57,6 +70,11 @@ class DecodingOptions:
                 f"max_length_offset must be an int >= 1, got {self.max_length_offset!r}."
             )
         validate_repetition_controls(self.repetition_penalty, self.no_repeat_ngram_size)
+
+    @property
+    def n_best_size(self):
+        """The translations per sentence of the `n_best` signature."""
+        return self.beam_width if self.num_hypotheses is None else self.num_hypotheses
 
     @property
     def repetition_controls(self):
@@ -90,8 +108,9 @@ class Translator:
     """Strings in, strings out, everything in the graph: the project's one translation path.
 
     Tokenizes, cuts each source to the model's positional encodings, decodes (greedy or beam
-    search, with the output-length bound of `options`) and detokenizes. The export's three
-    signatures are its `greedy`, `beam_search` and `alignments` methods; evaluation, the dev BLEU
+    search, with the output-length bound of `options`) and detokenizes. The export's signatures
+    (`common.serving_contract.SIGNATURE_NAMES`) are its methods of the same names (`greedy` for
+    `serving_default`); evaluation, the dev BLEU
     of training and the notebooks call the same methods, so the BLEU the project reports is the
     BLEU of what TF Serving serves.
 
@@ -127,16 +146,29 @@ class Translator:
         return truncate_source_ids(self.source_tokenizer.tokenize(text), self.model.pe_input)
 
     @staticmethod
-    def _on_nonempty_batch(translate, text):
-        """Runs `translate(text)`, feeding it one "" when the batch is empty.
+    def _on_nonempty_batch(translate, text, *row_inputs):
+        """Runs `translate(text, *row_inputs)`, feeding it one row of zeros ("" for strings)
+        when the batch is empty.
 
         The model's attention cannot run on a `[0, 0]` batch, and a `tf.cond` around it would
         need a hand-written empty output per signature; decoding one empty string and keeping
         none of its rows gives every output the right dtype and rank for free.
+
+        Raises:
+            tf.errors.InvalidArgumentError: a row input's batch differs from `text`'s.
         """
         batch_size = tf.shape(text)[0]
-        nonempty_text = tf.cond(batch_size > 0, lambda: text, lambda: tf.constant([""], tf.string))
-        return {name: output[:batch_size] for name, output in translate(nonempty_text).items()}
+        for row_input in row_inputs:
+            tf.debugging.assert_equal(
+                tf.shape(row_input)[0],
+                batch_size,
+                message="every input of a request needs one row per source text",
+            )
+        inputs = [
+            tf.cond(batch_size > 0, lambda x=x: x, lambda x=x: tf.zeros([1], x.dtype))
+            for x in (text, *row_inputs)
+        ]
+        return {name: output[:batch_size] for name, output in translate(*inputs).items()}
 
     def _max_output_length(self, source_ids):
         return max_output_length(
@@ -166,9 +198,9 @@ class Translator:
             SCORE_OUTPUT: decoded["scores"],
         }
 
-    def _translate_beam_search(self, text):
+    def _beam_search_decode(self, text, num_hypotheses=None):
         source_ids = self.source_ids(text)
-        decoded = beam_search_decode(
+        return beam_search_decode(
             self.model,
             source_ids,
             START_ID,
@@ -177,11 +209,28 @@ class Translator:
             alpha=self.options.alpha,
             max_length=self._max_output_length(source_ids),
             with_alignment=False,
+            num_hypotheses=num_hypotheses,
             **self.options.repetition_controls,
         )
+
+    def _translate_beam_search(self, text):
+        decoded = self._beam_search_decode(text)
         return {
             TRANSLATION_OUTPUT: self.target_tokenizer.detokenize(decoded["tokens"]),
             SCORE_OUTPUT: decoded["scores"],
+        }
+
+    def _translate_n_best(self, text):
+        size = self.options.n_best_size
+        decoded = self._beam_search_decode(text, num_hypotheses=size)
+        tokens = decoded["tokens"]
+        # The detokenizer takes a batch of rows: the n best of every source as one batch.
+        translations = self.target_tokenizer.detokenize(
+            tf.reshape(tokens, [-1, tf.shape(tokens)[2]])
+        )
+        return {
+            TRANSLATIONS_OUTPUT: tf.reshape(translations, [-1, size]),
+            SCORES_OUTPUT: tf.ensure_shape(decoded["scores"], [None, size]),
         }
 
     def _translate_with_alignments(self, text):
@@ -203,6 +252,37 @@ class Translator:
     def beam_search(self, text):
         """`beam_search`: as `greedy` with beam search; `score` is length-normalized."""
         return self._on_nonempty_batch(self._translate_beam_search, text)
+
+    def n_best(self, text):
+        """`n_best`: beam search's `options.n_best_size` best translations of each source,
+        best first: `translations` string `[batch, N]`, `scores` float32 `[batch, N]`
+        (length-normalized, as `beam_search`'s, whose translation and score are column 0)."""
+        return self._on_nonempty_batch(self._translate_n_best, text)
+
+    def target_ids(self, target):
+        """`[batch]` strings → int32 `[batch, T]` output ids as the decoders return them (no
+        [START], [END] last, `PAD_ID` padding), cut to the decoders' longest output."""
+        return truncate_source_ids(
+            self.target_tokenizer.tokenize(target)[:, 1:], self.model.pe_target - 1
+        )
+
+    def _score(self, text, target):
+        target_ids = self.target_ids(target)
+        log_probs = token_log_probs(self.model, self.source_ids(text), target_ids, START_ID)
+        return {
+            SCORE_OUTPUT: tf.reduce_sum(log_probs, axis=1),
+            TARGET_TOKENS_OUTPUT: _pieces_or_empty(self.target_tokenizer, target_ids),
+            TOKEN_SCORES_OUTPUT: log_probs,
+        }
+
+    def score(self, text, target):
+        """`score`: forced decoding of `target` `[batch]` (one translation per source):
+        `target_tokens` string `[batch, T]` (its pieces and [END], "" padding), `token_scores`
+        float32 `[batch, T]` (each piece's log-probability given the source and the pieces
+        before it, from the distribution the decoders choose from; 0 at padding) and `score`
+        `[batch]`, their sum: the greedy signature's score of the same tokens. A target longer
+        than the decoders' longest output is cut to it, its last kept piece replaced by [END]."""
+        return self._on_nonempty_batch(self._score, text, target)
 
     def alignments(self, text):
         """`alignments`: `greedy`'s outputs plus `source_tokens` `[batch, S]`, `target_tokens`

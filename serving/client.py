@@ -6,12 +6,16 @@ Python API:
     with TranslationClient("127.0.0.1:8500") as client:
         client.translate(["hello world"])                      # -> ["..."]
         client.translate_with_details(["hello world"], signature_name="alignments")
+        client.translate_n_best(["hello world"], 3)             # -> [[Translation] * 3]
+        client.score(["hola"], ["hello"])                        # -> [Score]
 
 Command line:
 
     python -m serving.client "hello world" "good morning"
     python -m serving.client --input_file source.txt --batch_size 64 --signature_name beam_search
     echo "hello world" | python -m serving.client --alignments
+    python -m serving.client --n_best 3 "hello world"          # i ||| translation ||| score
+    python -m serving.client --input_file src.txt --target_file tgt.txt   # score per line
 
 Only the official tensorflow-serving-api stubs are used, so the client works
 unchanged against the real tensorflow_model_server. UNAVAILABLE (server not up
@@ -45,12 +49,18 @@ from common.serving_contract import (
     ALIGNMENTS_SIGNATURE,
     BEAM_SIGNATURE,
     GREEDY_SIGNATURE,
+    N_BEST_SIGNATURE,
     SCORE_OUTPUT,
+    SCORE_SIGNATURE,
+    SCORES_OUTPUT,
     SOURCE_TOKENS_OUTPUT,
+    TARGET_INPUT,
     TARGET_TOKENS_OUTPUT,
     TEXT_INPUT,
+    TOKEN_SCORES_OUTPUT,
     TRANSLATION_OUTPUT,
     TRANSLATION_OUTPUTS,
+    TRANSLATIONS_OUTPUT,
 )
 
 _MAX_MESSAGE_BYTES = 2**31 - 1
@@ -97,11 +107,34 @@ class Translation:
         ]
 
 
+@dataclasses.dataclass
+class Score:
+    """The model's log-probabilities of a given translation (the `score` signature).
+
+    Attributes:
+        source, target: the pair scored.
+        score: log P(target | source), the sum of `token_scores`.
+        tokens: the target's subword pieces, [END] last.
+        token_scores: each piece's log-probability given the source and the pieces before it.
+    """
+
+    source: str
+    target: str
+    score: float
+    tokens: list[str]
+    token_scores: list[float]
+
+
 def _string_tensor(texts: Sequence[str]) -> tensor_pb2.TensorProto:
     proto = tensor_pb2.TensorProto(dtype=types_pb2.DT_STRING)
     proto.tensor_shape.dim.append(tensor_shape_pb2.TensorShapeProto.Dim(size=len(texts)))
     proto.string_val.extend(text.encode("utf-8") for text in texts)
     return proto
+
+
+def _check_texts(texts) -> None:
+    if isinstance(texts, str) or not all(isinstance(text, str) for text in texts):
+        raise TypeError("texts must be a list of str")
 
 
 def _decode(value: bytes) -> str:
@@ -194,6 +227,101 @@ class TranslationClient:
         if self.version is not None:
             model_spec.version.value = self.version
 
+    def _predict(
+        self, signature: str, inputs: dict[str, tensor_pb2.TensorProto], outputs: Sequence[str]
+    ) -> dict[str, np.ndarray]:
+        """Runs `signature` on `inputs`; returns its outputs as arrays, at least `outputs`."""
+        request = predict_pb2.PredictRequest()
+        self._fill_model_spec(request.model_spec, signature)
+        for alias, proto in inputs.items():
+            request.inputs[alias].CopyFrom(proto)
+        response = self._call(self._predict_stub.Predict, request)
+        arrays = {alias: tf.make_ndarray(proto) for alias, proto in response.outputs.items()}
+        missing = set(outputs) - set(arrays)
+        if missing:
+            raise TranslationError(
+                grpc.StatusCode.INTERNAL, f"signature {signature} returned no {sorted(missing)}"
+            )
+        return arrays
+
+    def translate_n_best(
+        self, texts: Sequence[str], n: int | None = None
+    ) -> list[list[Translation]]:
+        """The `n` best translations of each sentence, best first (the `n_best` signature).
+
+        Args:
+            texts: [batch] sentences (str).
+            n: translations per sentence, at most the export's `num_hypotheses`; None: all.
+
+        Returns:
+            [batch] lists of `n` Translation, their `score` length-normalized.
+
+        Raises:
+            TypeError: `texts` is not a sequence of str.
+            ValueError: `n` is below 1 or above what the export returns.
+            TranslationError: the server's status (after retries for UNAVAILABLE).
+        """
+        _check_texts(texts)
+        if n is not None and n < 1:
+            raise ValueError(f"n must be >= 1, got {n}")
+        if not texts:
+            return []
+        outputs = self._predict(
+            N_BEST_SIGNATURE,
+            {TEXT_INPUT: _string_tensor(texts)},
+            (TRANSLATIONS_OUTPUT, SCORES_OUTPUT),
+        )
+        exported = outputs[TRANSLATIONS_OUTPUT].shape[1]
+        if n is not None and n > exported:
+            raise ValueError(
+                f"n is {n}, but the served model returns {exported} translations per sentence: "
+                "re-export it with a larger --num_hypotheses (and --beam_width)."
+            )
+        return [
+            [
+                Translation(source=source, translation=_decode(translation), score=float(score))
+                for translation, score in zip(translations[:n], scores[:n])
+            ]
+            for source, translations, scores in zip(
+                texts, outputs[TRANSLATIONS_OUTPUT], outputs[SCORES_OUTPUT]
+            )
+        ]
+
+    def score(self, texts: Sequence[str], targets: Sequence[str]) -> list[Score]:
+        """Scores `targets[i]` as the translation of `texts[i]` (the `score` signature).
+
+        Raises:
+            TypeError: `texts` or `targets` is not a sequence of str.
+            ValueError: they differ in length.
+            TranslationError: the server's status (after retries for UNAVAILABLE).
+        """
+        _check_texts(texts)
+        _check_texts(targets)
+        if len(texts) != len(targets):
+            raise ValueError(f"{len(texts)} texts but {len(targets)} targets")
+        if not texts:
+            return []
+        outputs = self._predict(
+            SCORE_SIGNATURE,
+            {TEXT_INPUT: _string_tensor(texts), TARGET_INPUT: _string_tensor(targets)},
+            (SCORE_OUTPUT, TARGET_TOKENS_OUTPUT, TOKEN_SCORES_OUTPUT),
+        )
+        results = []
+        for row, (source, target) in enumerate(zip(texts, targets)):
+            tokens = _strip_padding(outputs[TARGET_TOKENS_OUTPUT][row])
+            results.append(
+                Score(
+                    source=source,
+                    target=target,
+                    score=float(outputs[SCORE_OUTPUT][row]),
+                    tokens=tokens,
+                    token_scores=[
+                        float(v) for v in outputs[TOKEN_SCORES_OUTPUT][row][: len(tokens)]
+                    ],
+                )
+            )
+        return results
+
     def translate_with_details(
         self, texts: Sequence[str], signature_name: str | None = None
     ) -> list[Translation]:
@@ -211,21 +339,11 @@ class TranslationClient:
             TypeError: `texts` is not a sequence of str.
             TranslationError: the server's status (after retries for UNAVAILABLE).
         """
-        if isinstance(texts, str) or not all(isinstance(text, str) for text in texts):
-            raise TypeError("texts must be a list of str")
+        _check_texts(texts)
         if not texts:
             return []
         signature = signature_name or self.signature_name
-        request = predict_pb2.PredictRequest()
-        self._fill_model_spec(request.model_spec, signature)
-        request.inputs[TEXT_INPUT].CopyFrom(_string_tensor(texts))
-        response = self._call(self._predict_stub.Predict, request)
-        outputs = {alias: tf.make_ndarray(proto) for alias, proto in response.outputs.items()}
-        missing = set(TRANSLATION_OUTPUTS) - set(outputs)
-        if missing:
-            raise TranslationError(
-                grpc.StatusCode.INTERNAL, f"signature {signature} returned no {sorted(missing)}"
-            )
+        outputs = self._predict(signature, {TEXT_INPUT: _string_tensor(texts)}, TRANSLATION_OUTPUTS)
         results = []
         for row, source in enumerate(texts):
             result = Translation(
@@ -318,6 +436,19 @@ def _print_translation(result: Translation, show_alignment: bool, out) -> None:
             print(f"  {target} <- {source} ({weight:.2f})", file=out)
 
 
+def _print_n_best(index: int, hypotheses: list[Translation], out) -> None:
+    """Moses's n-best format: `sentence index ||| translation ||| score`, best first."""
+    for hypothesis in hypotheses:
+        print(f"{index} ||| {hypothesis.translation} ||| {hypothesis.score:.6f}", file=out)
+
+
+def _print_score(result: Score, out) -> None:
+    pieces = " ".join(
+        f"{token}:{value:.4f}" for token, value in zip(result.tokens, result.token_scores)
+    )
+    print(f"{result.score:.6f}\t{pieces}", file=out)
+
+
 def build_arg_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m serving.client",
@@ -357,6 +488,19 @@ def build_arg_parser() -> argparse.ArgumentParser:
         "every target token with its most-attended source token",
     )
     parser.add_argument(
+        "--n_best",
+        type=int,
+        metavar="N",
+        help=f"use the {N_BEST_SIGNATURE} signature and print the N best translations of each "
+        "sentence, best first, as `index ||| translation ||| score` lines (index counts the "
+        "sentences from 0; N at most the export's --num_hypotheses)",
+    )
+    parser.add_argument(
+        "--target_file",
+        help=f"use the {SCORE_SIGNATURE} signature: score line i of this file as the translation "
+        "of sentence i, printing `score<TAB>piece:log-probability ...` lines",
+    )
+    parser.add_argument(
         "--metadata", action="store_true", help="print the served signatures and exit"
     )
     parser.add_argument(
@@ -369,6 +513,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_arg_parser().parse_args(argv)
     if args.batch_size <= 0:
         print("error: --batch_size must be positive", file=sys.stderr)
+        return 2
+    if args.n_best is not None and (args.n_best < 1 or args.alignments):
+        print("error: --n_best must be >= 1 and cannot go with --alignments", file=sys.stderr)
         return 2
     signature = ALIGNMENTS_SIGNATURE if args.alignments else args.signature_name
     try:
@@ -412,14 +559,35 @@ def main(argv: list[str] | None = None) -> int:
                 else:
                     batches = _batches(sys.stdin, args.batch_size)
                 # Progress goes to stderr, and only for a person watching a terminal.
+                index = 0
+                targets = (
+                    stack.enter_context(open(args.target_file, encoding="utf-8"))
+                    if args.target_file
+                    else None
+                )
                 for batch in tqdm(
                     batches,
                     unit="batch",
                     file=sys.stderr,
                     disable=bool(args.texts) or not sys.stderr.isatty(),
                 ):
+                    if targets is not None:
+                        batch_targets = [targets.readline() for _ in batch]
+                        if not all(batch_targets):
+                            raise ValueError(f"{args.target_file} has fewer lines than the input")
+                        for result in client.score(batch, [t.rstrip("\n") for t in batch_targets]):
+                            _print_score(result, sys.stdout)
+                        continue
+                    if args.n_best is not None:
+                        for hypotheses in client.translate_n_best(batch, args.n_best):
+                            _print_n_best(index, hypotheses, sys.stdout)
+                            index += 1
+                        continue
                     for result in client.translate_with_details(batch):
                         _print_translation(result, args.alignments, sys.stdout)
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     except TranslationError as error:
         print(f"error: {error.code.name}: {error.details}", file=sys.stderr)
         return 1

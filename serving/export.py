@@ -24,6 +24,16 @@ dimension is the batch):
                      them, [START]/[END] included, "" padding), `target_tokens` string [batch, T]
                      ("" after [END]) and `alignment` float32 [batch, T, S] (last decoder layer's
                      cross-attention averaged over heads; 0 on padding rows)
+    n_best           beam search's `--num_hypotheses` (default: the beam width) best translations,
+                     best first: `translations` string [batch, N], `scores` float32 [batch, N]
+                     (length-normalized; column 0 is `beam_search`'s output)
+    score            inputs `text` and `target` string [batch]: forced decoding of each target,
+                     `score` float32 [batch] (summed log-probability, as serving_default's),
+                     `target_tokens` string [batch, T] (pieces, [END] last, "" padding) and
+                     `token_scores` float32 [batch, T] (per piece, 0 at padding)
+
+`assets/export_info.json` records, under "signature_options", the decoding options each signature
+was traced with.
 
 Tokenization and detokenization run inside the graph (`model.tokenizer`: keras-hub's SentencePiece
 or WordPiece tokenizer, TensorFlow and tensorflow-text ops only, both linked into TF Serving's model
@@ -56,7 +66,11 @@ from common.serving_contract import (
     BEAM_SIGNATURE,
     EXPORT_INFO_PATH,
     GREEDY_SIGNATURE,
+    N_BEST_SIGNATURE,
+    SCORE_SIGNATURE,
+    SIGNATURE_INPUTS,
     SIGNATURE_NAMES,
+    TARGET_INPUT,
     TEXT_INPUT,
 )
 from model.translator import DecodingOptions, Translator
@@ -80,8 +94,47 @@ _STAGING_PREFIX = ".staging-"
 _MAX_VERSION_ATTEMPTS = 100
 
 
+# The dtype of each signature input (`common.serving_contract.SIGNATURE_INPUTS`), every one
+# `[batch]`.
+INPUT_DTYPES = {TEXT_INPUT: tf.string, TARGET_INPUT: tf.string}
+
+
+def input_signature(signature_name):
+    """The `tf.TensorSpec`s of a signature's inputs, in `Translator`'s argument order."""
+    return [
+        tf.TensorSpec([None], INPUT_DTYPES[name], name=name)
+        for name in SIGNATURE_INPUTS[signature_name]
+    ]
+
+
+def signature_options(options):
+    """`{signature: {option: value}}`: the decoding options each signature is traced with."""
+    greedy = {
+        "decoder": "greedy",
+        "max_length_ratio": options.max_length_ratio,
+        "max_length_offset": options.max_length_offset,
+        "jit_compile": options.jit_compile,
+        **options.repetition_controls,
+    }
+    beam = {
+        **greedy,
+        "decoder": "beam_search",
+        "beam_width": options.beam_width,
+        "alpha": options.alpha,
+        "jit_compile": False,
+    }
+    return {
+        GREEDY_SIGNATURE: greedy,
+        BEAM_SIGNATURE: beam,
+        ALIGNMENTS_SIGNATURE: greedy,
+        N_BEST_SIGNATURE: {**beam, "num_hypotheses": options.n_best_size},
+        # Forced decoding: no search, no repetition controls (CTranslate2's score_batch).
+        SCORE_SIGNATURE: {"decoder": "forced"},
+    }
+
+
 def build_export_archive(model, source_tokenizer, target_tokenizer, options=DecodingOptions()):
-    """Traces the three signatures into a `keras.export.ExportArchive`.
+    """Traces the signatures of `SIGNATURE_NAMES` into a `keras.export.ExportArchive`.
 
     Tracing is the slow part of an export (seconds per signature); the returned archive can be
     written out any number of times with `write_version`.
@@ -99,14 +152,17 @@ def build_export_archive(model, source_tokenizer, target_tokenizer, options=Deco
     archive.track(source_tokenizer)
     if target_tokenizer is not source_tokenizer:
         archive.track(target_tokenizer)
-    text_spec = [tf.TensorSpec([None], tf.string, name=TEXT_INPUT)]
     functions = {
         GREEDY_SIGNATURE: translator.greedy,
         BEAM_SIGNATURE: translator.beam_search,
         ALIGNMENTS_SIGNATURE: translator.alignments,
+        N_BEST_SIGNATURE: translator.n_best,
+        SCORE_SIGNATURE: translator.score,
     }
     for name in tqdm(SIGNATURE_NAMES, desc="tracing signatures", unit=" signature"):
-        endpoint = archive.add_endpoint(name, functions[name], input_signature=text_spec)
+        endpoint = archive.add_endpoint(
+            name, functions[name], input_signature=input_signature(name)
+        )
         endpoint.get_concrete_function()
     return archive
 
@@ -128,6 +184,13 @@ def next_version(model_dir):
     return versions[-1] + 1 if versions else 1
 
 
+def warmup_inputs(signature_name, texts):
+    """`{input: values}` of a signature's warmup request on `texts`."""
+    encoded = [text.encode("utf-8") for text in texts]
+    values = {TEXT_INPUT: encoded, TARGET_INPUT: encoded}
+    return {name: values[name] for name in SIGNATURE_INPUTS[signature_name]}
+
+
 def write_warmup_requests(version_dir, model_name, texts=WARMUP_TEXTS, signatures=SIGNATURE_NAMES):
     """Writes `assets.extra/tf_serving_warmup_requests`: one PredictRequest per signature.
 
@@ -146,9 +209,8 @@ def write_warmup_requests(version_dir, model_name, texts=WARMUP_TEXTS, signature
             request = predict_pb2.PredictRequest()
             request.model_spec.name = model_name
             request.model_spec.signature_name = signature_name
-            request.inputs[TEXT_INPUT].CopyFrom(
-                tf.make_tensor_proto([text.encode("utf-8") for text in texts], dtype=tf.string)
-            )
+            for name, values in warmup_inputs(signature_name, texts).items():
+                request.inputs[name].CopyFrom(tf.make_tensor_proto(values, INPUT_DTYPES[name]))
             log = prediction_log_pb2.PredictionLog()
             log.predict_log.request.CopyFrom(request)
             writer.write(log.SerializeToString())
@@ -218,6 +280,7 @@ def make_export_info(model, source_tokenizer, target_tokenizer, options, run_con
     return {
         "signatures": list(SIGNATURE_NAMES),
         "decoding": dataclasses.asdict(options),
+        "signature_options": signature_options(options),
         "max_source_tokens": int(model.pe_input),
         "max_output_tokens": int(model.pe_target) - 1,
         "source_vocab_size": source_tokenizer.vocab_size,
@@ -271,7 +334,7 @@ def main(argv=None):
         description=(
             "Export a trained translator (a training run directory) as a TF Serving SavedModel "
             "<export_base>/<model_name>/<version>/ with signatures serving_default (greedy), "
-            "beam_search and alignments, text in and text out. The version is one higher than "
+            "beam_search, alignments, n_best and score, text in and text out. The version is one higher than "
             "the highest existing one; existing versions are never overwritten."
         )
     )
@@ -303,6 +366,12 @@ def main(argv=None):
         f"{defaults.alpha})",
     )
     parser.add_argument(
+        "--num_hypotheses",
+        type=int,
+        help="translations per sentence of the n_best signature, 1 to the beam width "
+        "(default: the run's decoding.json, else the beam width)",
+    )
+    parser.add_argument(
         "--max_length_ratio",
         type=float,
         default=defaults.max_length_ratio,
@@ -330,6 +399,7 @@ def main(argv=None):
             args.run_dir,
             beam_width=args.beam_width,
             alpha=args.alpha,
+            num_hypotheses=args.num_hypotheses,
             max_length_ratio=args.max_length_ratio,
             max_length_offset=args.max_length_offset,
             jit_compile=args.jit_compile,

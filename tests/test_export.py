@@ -30,11 +30,18 @@ from common.serving_contract import (
     ALIGNMENTS_SIGNATURE,
     BEAM_SIGNATURE,
     GREEDY_SIGNATURE,
+    N_BEST_SIGNATURE,
     SCORE_OUTPUT,
+    SCORE_SIGNATURE,
+    SCORES_OUTPUT,
+    SIGNATURE_INPUTS,
     SOURCE_TOKENS_OUTPUT,
+    TARGET_INPUT,
     TARGET_TOKENS_OUTPUT,
     TEXT_INPUT,
+    TOKEN_SCORES_OUTPUT,
     TRANSLATION_OUTPUT,
+    TRANSLATIONS_OUTPUT,
 )
 from model import translator
 from model.decoding import beam_search_decode, greedy_decode
@@ -70,6 +77,18 @@ EXPORTED_SIGNATURES = {
         ALIGNMENT_OUTPUT: ("DT_FLOAT", 3),
     },
 }
+# Signatures beyond translating `text` (tests/test_export_decoding.py compares their outputs).
+OTHER_SIGNATURES = {
+    N_BEST_SIGNATURE: {TRANSLATIONS_OUTPUT: ("DT_STRING", 2), SCORES_OUTPUT: ("DT_FLOAT", 2)},
+    SCORE_SIGNATURE: {
+        SCORE_OUTPUT: ("DT_FLOAT", 1),
+        TARGET_TOKENS_OUTPUT: ("DT_STRING", 2),
+        TOKEN_SCORES_OUTPUT: ("DT_FLOAT", 2),
+    },
+}
+ALL_SIGNATURES = {**EXPORTED_SIGNATURES, **OTHER_SIGNATURES}
+# The dtype of each input, every one `[batch]`.
+INPUT_DTYPES = {TEXT_INPUT: "DT_STRING", TARGET_INPUT: "DT_STRING"}
 
 # `python -c OP_CHECK_THEN_CLI saved_model.pb CLI ARGS...`, in a fresh interpreter importing
 # nothing but TensorFlow and tensorflow-text (what TF Serving links): prints an `OP_CHECK {json}`
@@ -322,9 +341,12 @@ def test_command_line_export_layout_and_metadata(exported, run_dir):
         "jit_compile": False,
         "repetition_penalty": 1.0,
         "no_repeat_ngram_size": 0,
+        "num_hypotheses": None,
     }
+    assert info["signature_options"][BEAM_SIGNATURE]["beam_width"] == BEAM_WIDTH
+    assert info["signature_options"][N_BEST_SIGNATURE]["num_hypotheses"] == BEAM_WIDTH
     assert info["max_source_tokens"] == info["run_config"]["max_sequence_length"]
-    assert info["signatures"] == list(EXPORTED_SIGNATURES)
+    assert info["signatures"] == list(ALL_SIGNATURES)
 
 
 # ------------------------------------------------------ exported vs in-memory translation
@@ -390,11 +412,16 @@ def test_alignments_match_tokens_and_attention(loaded, trained, reference):
 # ----------------------------------------------------------------------- edge inputs
 
 
-@pytest.mark.parametrize("signature", list(EXPORTED_SIGNATURES))
+@pytest.mark.parametrize("signature", list(ALL_SIGNATURES))
 def test_empty_batch_gives_empty_outputs(signature, loaded):
-    outputs = _run_signature(loaded, signature, np.array([], dtype=object))
-    assert set(outputs) == set(EXPORTED_SIGNATURES[signature])
-    for key, (dtype, rank) in EXPORTED_SIGNATURES[signature].items():
+    empty = {
+        name: np.array([], dtype=object if INPUT_DTYPES[name] == "DT_STRING" else np.int32)
+        for name in SIGNATURE_INPUTS[signature]
+    }
+    outputs = loaded.signatures[signature](**empty)
+    outputs = {key: value.numpy() for key, value in outputs.items()}
+    assert set(outputs) == set(ALL_SIGNATURES[signature])
+    for key, (dtype, rank) in ALL_SIGNATURES[signature].items():
         assert outputs[key].shape[0] == 0 and outputs[key].ndim == rank, key
         assert outputs[key].dtype == (object if dtype == "DT_STRING" else np.float32), key
 
@@ -470,13 +497,15 @@ def test_warmup_requests_replay_through_loaded_model(exported, loaded):
         log = prediction_log_pb2.PredictionLog.FromString(record)
         request = log.predict_log.request
         assert request.model_spec.name == MODEL_NAME
-        texts = tf.make_ndarray(request.inputs[TEXT_INPUT])
-        assert _decoded(texts) == list(export.WARMUP_TEXTS)
-        outputs = _run_signature(loaded, request.model_spec.signature_name, texts)
-        assert set(outputs) == set(EXPORTED_SIGNATURES[request.model_spec.signature_name])
-        assert all(value.shape[0] == len(texts) for value in outputs.values())
-        replayed.append(request.model_spec.signature_name)
-    assert sorted(replayed) == sorted(EXPORTED_SIGNATURES)
+        signature = request.model_spec.signature_name
+        inputs = {name: tf.make_ndarray(proto) for name, proto in request.inputs.items()}
+        assert set(inputs) == set(SIGNATURE_INPUTS[signature])
+        assert _decoded(inputs[TEXT_INPUT]) == list(export.WARMUP_TEXTS)
+        outputs = loaded.signatures[signature](**inputs)
+        assert set(outputs) == set(ALL_SIGNATURES[signature])
+        assert all(value.shape[0] == len(export.WARMUP_TEXTS) for value in outputs.values())
+        replayed.append(signature)
+    assert sorted(replayed) == sorted(ALL_SIGNATURES)
 
 
 # ------------------------------------------------------------------------ versioning
@@ -548,8 +577,8 @@ def test_invalid_options_are_rejected_with_clear_errors(trained, tmp_path, small
 
 
 def _parse_signature_defs(show_output):
-    """`saved_model_cli show --all` text → {signature: {"inputs"|"outputs": {key: (dtype, rank)},
-    "method": str}}."""
+    """`saved_model_cli show --all` text → {signature: {"inputs"|"outputs": {key: (dtype,
+    dims)}, "method": str}}, dims a tuple of ints (-1: any size)."""
     signatures = {}
     blocks = re.split(r"^signature_def\['([^']+)'\]:\n", show_output, flags=re.M)
     for name, block in zip(blocks[1::2], blocks[2::2]):
@@ -561,9 +590,8 @@ def _parse_signature_defs(show_output):
 
         def specs(text):
             return {
-                key: (dtype, len(shape.split(",")))
+                key: (dtype, tuple(int(dim) for dim in shape.replace(" ", "").split(",")))
                 for key, dtype, shape in tensor.findall(text)
-                if set(shape.replace(" ", "").split(",")) == {"-1"}
             }
 
         method = re.search(r"Method name is: (\S*)", block)
@@ -577,8 +605,9 @@ def _parse_signature_defs(show_output):
 
 def test_the_serving_contract_declares_what_the_export_serves():
     declared = {name: set(outputs) for name, outputs in serving_contract.SIGNATURE_OUTPUTS.items()}
-    assert declared == {name: set(outputs) for name, outputs in EXPORTED_SIGNATURES.items()}
-    assert serving_contract.SIGNATURE_NAMES == tuple(EXPORTED_SIGNATURES)
+    assert declared == {name: set(outputs) for name, outputs in ALL_SIGNATURES.items()}
+    assert serving_contract.SIGNATURE_NAMES == tuple(ALL_SIGNATURES)
+    assert set(serving_contract.SIGNATURE_INPUTS) == set(ALL_SIGNATURES)
 
 
 def test_saved_model_cli_show_lists_the_signatures(exported):
@@ -586,11 +615,16 @@ def test_saved_model_cli_show_lists_the_signatures(exported):
     assert result.returncode == 0, result.stderr[-3000:]
     signatures = _parse_signature_defs(result.stdout)
     served = {name: spec for name, spec in signatures.items() if not name.startswith("__")}
-    assert set(served) == set(EXPORTED_SIGNATURES)
-    for name, outputs in EXPORTED_SIGNATURES.items():
-        # Every dimension is -1 (any batch, any length): `specs` drops fixed-size ones.
-        assert served[name]["inputs"] == {TEXT_INPUT: ("DT_STRING", 1)}, name
-        assert served[name]["outputs"] == outputs, name
+    assert set(served) == set(ALL_SIGNATURES)
+    for name, outputs in ALL_SIGNATURES.items():
+        # Every dimension is -1 (any batch, any length) but the n best's N.
+        inputs = {key: (INPUT_DTYPES[key], (-1,)) for key in SIGNATURE_INPUTS[name]}
+        assert served[name]["inputs"] == inputs, name
+        expected = {
+            key: (dtype, (-1,) + (BEAM_WIDTH if name == N_BEST_SIGNATURE else -1,) * (rank - 1))
+            for key, (dtype, rank) in outputs.items()
+        }
+        assert served[name]["outputs"] == expected, name
         assert served[name]["method"] == "tensorflow/serving/predict"
 
 

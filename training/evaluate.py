@@ -74,6 +74,19 @@ def run_translate_function(run_dir, beam_width=1, **overrides):
     return (lambda text: signature(text)[TRANSLATION_OUTPUT]), config
 
 
+def read_export_info(export_dir):
+    """An export's `export_info.json` (`serving.export.make_export_info`)."""
+    with open(os.path.join(export_dir, EXPORT_INFO_PATH), encoding="utf-8") as info_file:
+        return json.load(info_file)
+
+
+def load_export(export_dir):
+    """`tf.saved_model.load` of an export, tensorflow-text's ops registered for its tokenizers."""
+    import tensorflow_text  # noqa: F401  (registers the exported tokenizer's ops)
+
+    return tf.saved_model.load(export_dir)
+
+
 def export_signature(export_dir, beam_width=1, **expected):
     """`(signature, export_info)` for an exported SavedModel version: `signature` maps a
     `[batch]` string tensor to the dict of its outputs (`serving_default`, or `beam_search` when
@@ -85,10 +98,7 @@ def export_signature(export_dir, beam_width=1, **expected):
     Raises:
         ValueError: `beam_width` > 1, or a value of `expected`, differs from the export's.
     """
-    import tensorflow_text  # noqa: F401  (registers the exported tokenizer's ops)
-
-    with open(os.path.join(export_dir, EXPORT_INFO_PATH), encoding="utf-8") as info_file:
-        info = json.load(info_file)
+    info = read_export_info(export_dir)
     exported = {**dataclasses.asdict(DecodingOptions()), **info["decoding"]}
     if beam_width > 1:
         expected["beam_width"] = beam_width
@@ -98,7 +108,7 @@ def export_signature(export_dir, beam_width=1, **expected):
                 f"{export_dir} was exported with {name} {exported[name]}, not {value}: "
                 f"re-export it with --{name} {value}."
             )
-    signature = tf.saved_model.load(export_dir).signatures[
+    signature = load_export(export_dir).signatures[
         GREEDY_SIGNATURE if beam_width == 1 else BEAM_SIGNATURE
     ]
     return (lambda text: signature(**{TEXT_INPUT: text})), info
