@@ -355,6 +355,63 @@ def test_token_log_probs_equal_ctranslate2s_score_batch(run):
     )
 
 
+# Per text the length of its prefix: rows with none among rows with some, in one batch.
+PREFIX_LENGTHS = [2, 0, 3, 1, 4, 0, 3]
+
+
+def _prefixes(run, source_ids, max_length):
+    """Per text a prefix of `PREFIX_LENGTHS` tokens of the next text's 3rd best beam hypothesis
+    (so that decoding continues what it would not have chosen); the 3rd text's has [END] in
+    the middle. Returns `(list of id lists, (texts, P) ids padded with 0)`."""
+    third = beam_search_decode(
+        run["model"], source_ids, START_ID, END_ID, BEAM_WIDTH, 0.0, max_length, num_hypotheses=3
+    )["tokens"][:, 2].numpy()
+    prefixes = [
+        [int(token) for token in row if token != 0][:length]
+        for row, length in zip(np.roll(third, -1, axis=0), PREFIX_LENGTHS)
+    ]
+    prefixes[2] = [prefixes[2][0], END_ID, prefixes[2][1]]
+    padded = np.zeros((len(prefixes), max(PREFIX_LENGTHS)), np.int32)
+    for row, prefix in enumerate(prefixes):
+        padded[row, : len(prefix)] = prefix
+    return prefixes, padded
+
+
+@pytest.mark.parametrize("beam_size", [1, BEAM_WIDTH])
+def test_target_prefix_equals_ctranslate2(run, beam_size):
+    """Prefixes of 0 to 4 tokens in one batch, one holding [END]: the same outputs as
+    CTranslate2's `target_prefix` (the prefix returned, then decoding on from it, [END] inside
+    it not ending it) and the same scores (of the tokens after the prefix); beam search without
+    length penalty, where the two normalize alike."""
+    source_ids = _source_ids(run, TEXTS)
+    max_length = _max_length(run, source_ids)
+    prefixes, padded = _prefixes(run, source_ids, max_length)
+    options = {"max_length": max_length, "prefix": tf.constant(padded)}
+    if beam_size == 1:
+        decoded = greedy_decode(run["model"], source_ids, START_ID, END_ID, **options)
+    else:
+        decoded = beam_search_decode(
+            run["model"], source_ids, START_ID, END_ID, beam_size, 0.0, **options
+        )
+    ours_ids, ours_scores = _ours(decoded)
+    vocab = run["target"].vocab
+    ct2_ids, ct2_scores = _translate_ct2(
+        run,
+        TEXTS,
+        beam_size,
+        0.0,
+        max_length,
+        target_prefix=[[vocab[token] for token in prefix] for prefix in prefixes],
+    )
+    assert ct2_ids == ours_ids
+    for prefix, output in zip(prefixes, ours_ids):
+        assert output[: len(prefix)] == prefix
+    assert sum(output[-1] == END_ID for output in ours_ids) >= 5
+    unprefixed = _ours(greedy_decode(run["model"], source_ids, START_ID, END_ID, max_length))[0]
+    assert sum(ours != free for ours, free in zip(ours_ids, unprefixed)) >= 4
+    np.testing.assert_allclose(ct2_scores, ours_scores, atol=1e-3)
+
+
 REPETITION_CONTROLS = {
     "penalty-3": {"repetition_penalty": 3.0},
     "penalty-0.5": {"repetition_penalty": 0.5},
