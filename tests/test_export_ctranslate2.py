@@ -25,6 +25,7 @@ from common.serving_contract import (
     TRANSLATION_OUTPUT,
 )
 from model.decoding import (
+    alternatives_decode,
     beam_search_decode,
     greedy_decode,
     max_output_length,
@@ -410,6 +411,60 @@ def test_target_prefix_equals_ctranslate2(run, beam_size):
     unprefixed = _ours(greedy_decode(run["model"], source_ids, START_ID, END_ID, max_length))[0]
     assert sum(ours != free for ours, free in zip(ours_ids, unprefixed)) >= 4
     np.testing.assert_allclose(ct2_scores, ours_scores, atol=1e-3)
+
+
+ALTERNATIVES = 4
+
+
+@pytest.mark.parametrize("beam_size", [1, BEAM_WIDTH])
+def test_return_alternatives_equals_ctranslate2(run, beam_size):
+    """`return_alternatives` with 4 alternatives after the prefixes above (some none, one
+    holding [END]; the last text's its own greedy output but [END], where [END] is likely
+    next and is left out of the alternatives' softmax), those below probability 0.02 dropped:
+    per text the same alternatives, each continued as CTranslate2 continues it (greedy, or
+    beam 4 without length penalty), with the same scores, in CTranslate2's order."""
+    source_ids = _source_ids(run, TEXTS)
+    max_length = _max_length(run, source_ids)
+    prefixes, padded = _prefixes(run, source_ids, max_length)
+    greedy = _ours(greedy_decode(run["model"], source_ids, START_ID, END_ID, max_length))[0]
+    prefixes[-1] = greedy[-1][:-1]
+    padded[-1] = 0
+    padded = np.pad(padded, [(0, 0), (0, max(0, len(prefixes[-1]) - padded.shape[1]))])
+    padded[-1, : len(prefixes[-1])] = prefixes[-1]
+    ours = alternatives_decode(
+        run["model"],
+        source_ids,
+        START_ID,
+        END_ID,
+        tf.constant(padded),
+        ALTERNATIVES,
+        min_alternative_expansion_prob=0.02,
+        beam_width=beam_size,
+        max_length=max_length,
+    )
+    ours_ids, ours_scores = _n_best_ours(ours)
+    counts = ours["count"].numpy()
+    vocab = run["target"].vocab
+    results = run["translator"].translate_batch(
+        source_pieces(run["source"], TEXTS),
+        target_prefix=[[vocab[token] for token in prefix] for prefix in prefixes],
+        return_alternatives=True,
+        min_alternative_expansion_prob=0.02,
+        num_hypotheses=ALTERNATIVES,
+        beam_size=beam_size,
+        length_penalty=0.0,
+        max_decoding_length=max_length,
+        max_input_length=run["model"].pe_input,
+        return_scores=True,
+        return_end_token=True,
+        **decoding_options(vocab),
+    )
+    assert len(set(counts)) > 1, f"no alternative dropped: {counts}"
+    for text, result in enumerate(results):
+        assert len(result.hypotheses) == counts[text]
+        assert target_ids(vocab, result.hypotheses) == ours_ids[text][: counts[text]]
+        np.testing.assert_allclose(result.scores, ours_scores[text, : counts[text]], atol=1e-3)
+        assert not ours["tokens"][text, counts[text] :].numpy().any()
 
 
 REPETITION_CONTROLS = {
