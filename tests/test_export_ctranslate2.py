@@ -25,6 +25,7 @@ from common.serving_contract import (
     TRANSLATION_OUTPUT,
 )
 from model.decoding import (
+    alternatives_decode,
     beam_search_decode,
     greedy_decode,
     max_output_length,
@@ -353,6 +354,117 @@ def test_token_log_probs_equal_ctranslate2s_score_batch(run):
         greedy["scores"],
         atol=1e-4,
     )
+
+
+# Per text the length of its prefix: rows with none among rows with some, in one batch.
+PREFIX_LENGTHS = [2, 0, 3, 1, 4, 0, 3]
+
+
+def _prefixes(run, source_ids, max_length):
+    """Per text a prefix of `PREFIX_LENGTHS` tokens of the next text's 3rd best beam hypothesis
+    (so that decoding continues what it would not have chosen); the 3rd text's has [END] in
+    the middle. Returns `(list of id lists, (texts, P) ids padded with 0)`."""
+    third = beam_search_decode(
+        run["model"], source_ids, START_ID, END_ID, BEAM_WIDTH, 0.0, max_length, num_hypotheses=3
+    )["tokens"][:, 2].numpy()
+    prefixes = [
+        [int(token) for token in row if token != 0][:length]
+        for row, length in zip(np.roll(third, -1, axis=0), PREFIX_LENGTHS)
+    ]
+    prefixes[2] = [prefixes[2][0], END_ID, prefixes[2][1]]
+    padded = np.zeros((len(prefixes), max(PREFIX_LENGTHS)), np.int32)
+    for row, prefix in enumerate(prefixes):
+        padded[row, : len(prefix)] = prefix
+    return prefixes, padded
+
+
+@pytest.mark.parametrize("beam_size", [1, BEAM_WIDTH])
+def test_target_prefix_equals_ctranslate2(run, beam_size):
+    """Prefixes of 0 to 4 tokens in one batch, one holding [END]: the same outputs as
+    CTranslate2's `target_prefix` (the prefix returned, then decoding on from it, [END] inside
+    it not ending it) and the same scores (of the tokens after the prefix); beam search without
+    length penalty, where the two normalize alike."""
+    source_ids = _source_ids(run, TEXTS)
+    max_length = _max_length(run, source_ids)
+    prefixes, padded = _prefixes(run, source_ids, max_length)
+    options = {"max_length": max_length, "prefix": tf.constant(padded)}
+    if beam_size == 1:
+        decoded = greedy_decode(run["model"], source_ids, START_ID, END_ID, **options)
+    else:
+        decoded = beam_search_decode(
+            run["model"], source_ids, START_ID, END_ID, beam_size, 0.0, **options
+        )
+    ours_ids, ours_scores = _ours(decoded)
+    vocab = run["target"].vocab
+    ct2_ids, ct2_scores = _translate_ct2(
+        run,
+        TEXTS,
+        beam_size,
+        0.0,
+        max_length,
+        target_prefix=[[vocab[token] for token in prefix] for prefix in prefixes],
+    )
+    assert ct2_ids == ours_ids
+    for prefix, output in zip(prefixes, ours_ids):
+        assert output[: len(prefix)] == prefix
+    assert sum(output[-1] == END_ID for output in ours_ids) >= 5
+    unprefixed = _ours(greedy_decode(run["model"], source_ids, START_ID, END_ID, max_length))[0]
+    assert sum(ours != free for ours, free in zip(ours_ids, unprefixed)) >= 4
+    np.testing.assert_allclose(ct2_scores, ours_scores, atol=1e-3)
+
+
+ALTERNATIVES = 4
+
+
+@pytest.mark.parametrize("beam_size", [1, BEAM_WIDTH])
+def test_return_alternatives_equals_ctranslate2(run, beam_size):
+    """`return_alternatives` with 4 alternatives after the prefixes above (some none, one
+    holding [END]; the last text's its own greedy output but [END], where [END] is likely
+    next and is left out of the alternatives' softmax), those below probability 0.02 dropped:
+    per text the same alternatives, each continued as CTranslate2 continues it (greedy, or
+    beam 4 without length penalty), with the same scores, in CTranslate2's order."""
+    source_ids = _source_ids(run, TEXTS)
+    max_length = _max_length(run, source_ids)
+    prefixes, padded = _prefixes(run, source_ids, max_length)
+    greedy = _ours(greedy_decode(run["model"], source_ids, START_ID, END_ID, max_length))[0]
+    prefixes[-1] = greedy[-1][:-1]
+    padded[-1] = 0
+    padded = np.pad(padded, [(0, 0), (0, max(0, len(prefixes[-1]) - padded.shape[1]))])
+    padded[-1, : len(prefixes[-1])] = prefixes[-1]
+    ours = alternatives_decode(
+        run["model"],
+        source_ids,
+        START_ID,
+        END_ID,
+        tf.constant(padded),
+        ALTERNATIVES,
+        min_alternative_expansion_prob=0.02,
+        beam_width=beam_size,
+        max_length=max_length,
+    )
+    ours_ids, ours_scores = _n_best_ours(ours)
+    counts = ours["count"].numpy()
+    vocab = run["target"].vocab
+    results = run["translator"].translate_batch(
+        source_pieces(run["source"], TEXTS),
+        target_prefix=[[vocab[token] for token in prefix] for prefix in prefixes],
+        return_alternatives=True,
+        min_alternative_expansion_prob=0.02,
+        num_hypotheses=ALTERNATIVES,
+        beam_size=beam_size,
+        length_penalty=0.0,
+        max_decoding_length=max_length,
+        max_input_length=run["model"].pe_input,
+        return_scores=True,
+        return_end_token=True,
+        **decoding_options(vocab),
+    )
+    assert len(set(counts)) > 1, f"no alternative dropped: {counts}"
+    for text, result in enumerate(results):
+        assert len(result.hypotheses) == counts[text]
+        assert target_ids(vocab, result.hypotheses) == ours_ids[text][: counts[text]]
+        np.testing.assert_allclose(result.scores, ours_scores[text, : counts[text]], atol=1e-3)
+        assert not ours["tokens"][text, counts[text] :].numpy().any()
 
 
 REPETITION_CONTROLS = {

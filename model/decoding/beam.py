@@ -18,7 +18,9 @@ from model.decoding.common import (
     unknown_shapes,
 )
 from model.decoding.penalties import NextTokenRules, validate_repetition_controls
+from model.decoding.prefix import forced_tokens
 from model.decoding.step import transformer_step_fn
+from model.masks import PAD_ID
 
 
 class BeamState(NamedTuple):
@@ -63,6 +65,7 @@ def beam_search(
     repetition_penalty=1.0,
     no_repeat_ngram_size=0,
     num_hypotheses=None,
+    prefix=None,
 ):
     """Beam search with the GNMT length penalty.
 
@@ -88,10 +91,13 @@ def beam_search(
         num_hypotheses: None for the best hypothesis; a Python int N (1 ≤ N ≤ beam_width) for
             the N best, best first (`_best_hypotheses`), each sentence's outputs then gaining an
             axis of N.
+        prefix: None, or the tokens each sentence's hypotheses start with: `(batch, P)` int32
+            padded with 0, or a `TargetPrefix` (`model.decoding.prefix` states the semantics).
+            The length penalty counts the prefix.
 
     Returns:
         dict: `tokens` `(batch, max_length)` of each sentence's best hypothesis, `scores`
-        `(batch,)` its length-normalized log-probability, `alignment`
+        `(batch,)` its length-normalized log-probability (after the prefix), `alignment`
         `(batch, max_length, alignment_width)`, and `length`, the positions the loop ran; with
         `num_hypotheses` N, `tokens` `(batch, N, max_length)`, `scores` `(batch, N)` and
         `alignment` `(batch, N, max_length, alignment_width)`.
@@ -100,9 +106,10 @@ def beam_search(
     hypotheses = _validate_num_hypotheses(num_hypotheses, beam_width)
     rules = NextTokenRules(end_id, min_length, repetition_penalty, no_repeat_ngram_size)
     batch_size = tf.shape(start_ids)[0]
+    prefix = forced_tokens(prefix)
 
     def body(step, beams, outputs):
-        beams = _beam_step(step_fn, reorder_state, beams, step, beam_width, rules, alpha)
+        beams = _beam_step(step_fn, reorder_state, beams, step, beam_width, rules, alpha, prefix)
         over = _search_is_over(beams, max_length, alpha)
 
         def store_and_drop_finished_searches():
@@ -177,16 +184,27 @@ def _gather_beams(x, beam_indices):
     return tf.gather(x, beam_indices, axis=1, batch_dims=1)
 
 
-def _beam_step(step_fn, reorder_state, beams, step, beam_width, rules, alpha):
-    """One step of every searching sentence: the next `BeamState`."""
+def _beam_step(step_fn, reorder_state, beams, step, beam_width, rules, alpha, prefix=None):
+    """One step of every searching sentence: the next `BeamState`; `prefix`: `ForcedTokens`
+    or None."""
     count = tf.shape(beams.rows)[0]
     logits, step_alignment, step_state = step_fn(beams.last_ids, step, beams.step_state)
-    generated = (
-        tf.reshape(beams.alive_seq, [count * beam_width, -1]) if rules.reads_generated else None
-    )
+    generated = None
+    if rules.reads_generated:
+        generated = tf.reshape(beams.alive_seq, [count * beam_width, -1])
+        if prefix is not None:
+            generated = prefix.rules_view(generated, tf.repeat(beams.rows, beam_width))
     log_probs = rules.log_probs(logits, step, generated)
     vocab_size = tf.shape(log_probs)[-1]
     log_probs = tf.reshape(log_probs, [count, beam_width, vocab_size])
+    if prefix is not None:
+        forced, forced_ids = prefix.at(step, beams.rows)
+        # Only beam 0 is alive while a prefix is forced (the others hold NEG_INF): its forced
+        # token is the one candidate, at log-probability 0 (unscored).
+        only_forced = tf.one_hot(forced_ids, vocab_size, on_value=0.0, off_value=NEG_INF)
+        log_probs = tf.where(
+            forced[:, tf.newaxis, tf.newaxis], only_forced[:, tf.newaxis], log_probs
+        )
     step_alignment = tf.reshape(step_alignment, [count, beam_width, 1, -1])
 
     # The 2k best continuations over all beams and tokens.
@@ -205,9 +223,14 @@ def _beam_step(step_fn, reorder_state, beams, step, beam_width, rules, alpha):
         axis=2,
     )
     top_ended = tf.cast(tf.equal(top_tokens, rules.end_id), tf.float32)
+    if prefix is not None:
+        top_ended, barred = _prefix_ends(prefix, step, beams.rows, top_tokens, top_ended, rules)
 
     # Alive: the k best continuations that did not end.
     alive_log_probs, alive_choice = tf.math.top_k(top_log_probs + top_ended * NEG_INF, k=beam_width)
+    if prefix is not None and not prefix.as_context:
+        alive_log_probs, alive_choice = _kill_barred(alive_log_probs, alive_choice, barred)
+        top_seq = tf.where(barred[:, :, tf.newaxis] & _is_last(top_seq), PAD_ID, top_seq)
     alive_seq = _gather_beams(top_seq, alive_choice)
 
     # Finished: the k best among the previous finished and the continuations that ended now.
@@ -234,6 +257,35 @@ def _beam_step(step_fn, reorder_state, beams, step, beam_width, rules, alpha):
         last_ids=tf.reshape(alive_seq[:, :, -1], [-1]),
         step_state=reorder_state(step_state, parent_rows),
     )
+
+
+def _prefix_ends(prefix, step, rows, top_tokens, top_ended, rules):
+    """`(top_ended, barred)` of the candidates `(sentences, 2k)` under the sentences' prefixes:
+    a forced [END] does not end a hypothesis; `barred` `(sentences, 2k)` bool: the [END]
+    candidates below the best one at a sentence's first free step, which CTranslate2 kills
+    (`model.decoding.prefix`), so they do not end either (always False `as_context`)."""
+    forced, _ = prefix.at(step, rows)
+    is_end = tf.equal(top_tokens, rules.end_id)
+    barred = tf.zeros_like(is_end)
+    if not prefix.as_context:
+        below_the_best = tf.range(tf.shape(top_tokens)[1])[tf.newaxis] > 0
+        barred = is_end & below_the_best & prefix.first_free(step, rows)[:, tf.newaxis]
+    return top_ended * tf.cast(~forced[:, tf.newaxis] & ~barred, tf.float32), barred
+
+
+def _kill_barred(alive_log_probs, alive_choice, barred):
+    """The alive choice with its barred candidates dead: they were chosen in their rank among
+    the candidates (so the beam holds one live hypothesis fewer, as CTranslate2's), now score
+    NEG_INF and move last (the alive hypotheses stay best first)."""
+    dead = _gather_beams(barred, alive_choice)
+    alive_log_probs = tf.where(dead, NEG_INF, alive_log_probs)
+    alive_log_probs, order = tf.math.top_k(alive_log_probs, k=tf.shape(alive_choice)[1])
+    return alive_log_probs, _gather_beams(alive_choice, order)
+
+
+def _is_last(seq):
+    """`(..., t)` bool: True at each sequence's last position."""
+    return tf.equal(tf.range(tf.shape(seq)[-1]), tf.shape(seq)[-1] - 1)
 
 
 def _search_is_over(beams, max_length, alpha):
@@ -318,6 +370,7 @@ def beam_search_decode(
     repetition_penalty=1.0,
     no_repeat_ngram_size=0,
     num_hypotheses=None,
+    prefix=None,
 ):
     """`beam_search` over a `Transformer` with its key/value cache.
 
@@ -330,7 +383,7 @@ def beam_search_decode(
         max_length, min_length: as in `greedy_decode`.
         with_alignment: False skips the alignments (every beam's would be gathered and
             concatenated at each step, for nothing when only the translation is wanted).
-        repetition_penalty, no_repeat_ngram_size, num_hypotheses: as in `beam_search`.
+        repetition_penalty, no_repeat_ngram_size, num_hypotheses, prefix: as in `beam_search`.
 
     Returns:
         dict: `tokens` `(batch, out_len)` of the best hypothesis, `scores` `(batch,)` its
@@ -357,5 +410,6 @@ def beam_search_decode(
             repetition_penalty=repetition_penalty,
             no_repeat_ngram_size=no_repeat_ngram_size,
             num_hypotheses=num_hypotheses,
+            prefix=prefix,
         )
     )

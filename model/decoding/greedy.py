@@ -7,6 +7,7 @@
 """
 
 import weakref
+from typing import NamedTuple
 
 import tensorflow as tf
 
@@ -20,6 +21,7 @@ from model.decoding.common import (
     unknown_shapes,
 )
 from model.decoding.penalties import NextTokenRules, validate_repetition_controls
+from model.decoding.prefix import forced_tokens
 from model.decoding.step import transformer_step_fn
 from model.decoding.xla import run_loop
 from model.masks import PAD_ID
@@ -38,6 +40,7 @@ def greedy_search(
     repetition_penalty=1.0,
     no_repeat_ngram_size=0,
     next_token=None,
+    prefix=None,
 ):
     """Greedy search: each row takes its most probable next token until it produces `end_id`.
 
@@ -57,21 +60,24 @@ def greedy_search(
         next_token: how a row picks its token, `next_token(log_probs, rows, step)` -> `(rows,)`
             int32, from `log_probs` `(rows, vocab)` (the rules applied), `rows` the rows' indices
             in the batch; default the most probable (`model.decoding.sampling` draws one).
+        prefix: None, or the tokens each row's output starts with: `(batch, P)` int32 padded
+            with 0, or a `TargetPrefix` (`model.decoding.prefix` states the semantics).
 
     Returns:
         dict: `tokens` `(batch, slots)`, `scores` `(batch,)` summed log-probabilities of the
-        tokens up to and including [END], `alignment` `(batch, slots, alignment_width)`, and
-        `length`, the positions written (the loop's steps).
+        tokens up to and including [END] (after the prefix), `alignment`
+        `(batch, slots, alignment_width)`, and `length`, the positions written (the loop's
+        steps).
     """
     slots = max_length if slots is None else slots
     loop = _greedy_fixed_shape if fixed_shape else _greedy_dropping_finished
     validate_repetition_controls(repetition_penalty, no_repeat_ngram_size)
     rules = NextTokenRules(end_id, min_length, repetition_penalty, no_repeat_ngram_size)
+    choice = _Choice(rules, next_token or _most_probable, forced_tokens(prefix))
     return loop(
         step_fn,
         start_ids,
-        rules,
-        next_token or _most_probable,
+        choice,
         state,
         max_length,
         empty_outputs(tf.shape(start_ids)[0], slots, alignment_width),
@@ -82,24 +88,41 @@ def _most_probable(log_probs, rows, step):
     return tf.argmax(log_probs, axis=-1, output_type=tf.int32)
 
 
-def _greedy_step(step_fn, ids, step, state, rules, next_token, rows, generated):
-    """One step of every row: `(next_ids, their log-probabilities, alignment, state)`;
-    `rows`: the rows' batch indices; `generated`: their tokens so far, or None when `rules` do
-    not read them."""
+class _Choice(NamedTuple):
+    """How a row takes its next token: `rules`, then `next_token`, where `prefix`
+    (`ForcedTokens` or None) does not force it."""
+
+    rules: NextTokenRules
+    next_token: object
+    prefix: object
+
+
+def _greedy_step(step_fn, ids, step, state, choice, rows, generated):
+    """One step of every row: `(next_ids, their log-probabilities, ended, alignment, state)`;
+    `rows`: the rows' batch indices; `generated`: their tokens so far `(rows, width)`, read
+    only when the rules read them. `ended`: the row output [END] after its prefix."""
     logits, alignment, state = step_fn(ids, step, state)
-    log_probs = rules.log_probs(logits, step, generated)
-    next_ids = next_token(log_probs, rows, step)
-    return next_ids, tf.gather(log_probs, next_ids, axis=1, batch_dims=1), alignment, state
+    rules, prefix = choice.rules, choice.prefix
+    if rules.reads_generated and prefix is not None:
+        generated = prefix.rules_view(generated, rows)
+    log_probs = rules.log_probs(logits, step, generated if rules.reads_generated else None)
+    next_ids = choice.next_token(log_probs, rows, step)
+    log_probs = tf.gather(log_probs, next_ids, axis=1, batch_dims=1)
+    if prefix is not None:
+        forced, forced_ids = prefix.at(step, rows)
+        next_ids = tf.where(forced, forced_ids, next_ids)
+        log_probs = tf.where(forced, 0.0, log_probs)
+        return next_ids, log_probs, tf.equal(next_ids, rules.end_id) & ~forced, alignment, state
+    return next_ids, log_probs, tf.equal(next_ids, rules.end_id), alignment, state
 
 
-def _greedy_fixed_shape(step_fn, start_ids, rules, next_token, state, max_length, outputs):
+def _greedy_fixed_shape(step_fn, start_ids, choice, state, max_length, outputs):
     """Greedy loop whose shapes never change (XLA compiles one program): every row steps until
     the last one ends, and rows that have ended write padding."""
 
     def body(step, ids, finished, state, outputs):
-        generated = outputs["tokens"] if rules.reads_generated else None
-        next_ids, log_probs, alignment, state = _greedy_step(
-            step_fn, ids, step, state, rules, next_token, tf.range(tf.shape(ids)[0]), generated
+        next_ids, log_probs, ended, alignment, state = _greedy_step(
+            step_fn, ids, step, state, choice, tf.range(tf.shape(ids)[0]), outputs["tokens"]
         )
         next_ids = tf.where(finished, PAD_ID, next_ids)
         alignment = tf.where(finished[:, tf.newaxis], 0.0, alignment)
@@ -108,7 +131,7 @@ def _greedy_fixed_shape(step_fn, start_ids, rules, next_token, state, max_length
             "alignment": write_slot(outputs["alignment"], alignment[:, tf.newaxis], step, axis=1),
             "scores": outputs["scores"] + tf.where(finished, 0.0, log_probs),
         }
-        return step + 1, next_ids, finished | tf.equal(next_ids, rules.end_id), state, outputs
+        return step + 1, next_ids, finished | ended, state, outputs
 
     def cond(step, ids, finished, state, outputs):
         return tf.logical_not(tf.reduce_all(finished))
@@ -122,16 +145,16 @@ def _greedy_fixed_shape(step_fn, start_ids, rules, next_token, state, max_length
     return {**outputs, "length": steps}
 
 
-def _greedy_dropping_finished(step_fn, start_ids, rules, next_token, state, max_length, outputs):
+def _greedy_dropping_finished(step_fn, start_ids, choice, state, max_length, outputs):
     """Greedy loop in which a row leaves once it has produced [END] (`_drop_finished_rows`), so
     a batch's short sentences do not pay the steps of its longest. Outside XLA only: the
     loop's batch dimension changes."""
 
     def body(step, alive, outputs):
         rows = alive["rows"]
-        generated = tf.gather(outputs["tokens"], rows) if rules.reads_generated else None
-        next_ids, log_probs, alignment, state = _greedy_step(
-            step_fn, alive["ids"], step, alive["state"], rules, next_token, rows, generated
+        generated = tf.gather(outputs["tokens"], rows) if choice.rules.reads_generated else None
+        next_ids, log_probs, ended, alignment, state = _greedy_step(
+            step_fn, alive["ids"], step, alive["state"], choice, rows, generated
         )
         # No row here has ended: each writes at its batch index.
         at_step = tf.stack([rows, tf.fill(tf.shape(rows), step)], axis=1)
@@ -141,7 +164,7 @@ def _greedy_dropping_finished(step_fn, start_ids, rules, next_token, state, max_
             "scores": tf.tensor_scatter_nd_add(outputs["scores"], rows[:, tf.newaxis], log_probs),
         }
         alive = {"ids": next_ids, "rows": rows, "state": state}
-        return step + 1, _drop_finished_rows(alive, tf.equal(next_ids, rules.end_id)), outputs
+        return step + 1, _drop_finished_rows(alive, ended), outputs
 
     def cond(step, alive, outputs):
         return tf.size(alive["rows"]) > 0
@@ -183,6 +206,7 @@ def greedy_decode(
     repetition_penalty=1.0,
     no_repeat_ngram_size=0,
     next_token=None,
+    prefix=None,
 ):
     """Greedy decoding of a `Transformer` with its key/value cache: one decoder step per token.
 
@@ -203,11 +227,16 @@ def greedy_decode(
             shapes compile again.
         repetition_penalty, no_repeat_ngram_size, next_token: as in `greedy_search` (called
             eagerly, `jit_compile` takes no `next_token`: each call would compile anew).
+        prefix: as in `greedy_search` (not with `jit_compile`: XLA's padded batch would need
+            padded prefixes).
 
     Returns:
         dict: `tokens` `(batch, out_len)`, `scores` `(batch,)` summed log-probabilities of the
-        tokens up to and including [END], `alignment` `(batch, out_len, inp_len)`.
+        tokens up to and including [END] (after the prefix), `alignment`
+        `(batch, out_len, inp_len)`.
     """
+    if jit_compile and prefix is not None:
+        raise ValueError("prefix is not supported with jit_compile: decode it without XLA.")
     repetition_controls = {
         "repetition_penalty": repetition_penalty,
         "no_repeat_ngram_size": no_repeat_ngram_size,
@@ -235,6 +264,7 @@ def greedy_decode(
             fixed_shape=jit_compile,
             slots=slots,
             next_token=next_token,
+            prefix=prefix,
             **repetition_controls,
         )
 

@@ -104,7 +104,8 @@ def sampling_search(
         sampling_temperature: divides the log-probabilities before the nucleus and the draw
             (0: greedy).
         greedy_options: `greedy_search`'s min_length, fixed_shape, slots, repetition_penalty,
-            no_repeat_ngram_size.
+            no_repeat_ngram_size, prefix (its tokens forced, as CTranslate2 forces them before
+            its sampler's draws).
 
     Returns:
         as `greedy_search`; `scores` sum the drawn tokens' untempered log-probabilities.
@@ -141,7 +142,7 @@ def sampling_decode(
         model, inp, start_id, end_id: as in `greedy_decode`.
         seed, sampling_topk, sampling_topp, sampling_temperature: as in `sampling_search`.
         greedy_options: `greedy_decode`'s max_length, min_length, jit_compile (in a traced
-            caller), repetition_penalty, no_repeat_ngram_size.
+            caller), repetition_penalty, no_repeat_ngram_size, prefix.
 
     Returns:
         as `greedy_decode`.
