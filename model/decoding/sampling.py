@@ -5,9 +5,13 @@ tempered with CTranslate2's `sampling_topk`, `sampling_topp` and `sampling_tempe
 It is greedy search (`model.decoding.greedy`) with a draw in place of the argmax: the same
 loops, [END], `min_length` and repetition rules (`NextTokenRules`), and scores (the summed
 log-probabilities of the drawn tokens under the untempered distribution, as CTranslate2's).
-The draws are stateless (`tf.random.stateless_uniform` seeded by `seed` and the step), so the
-same seed gives the same outputs, in a graph or eagerly, and a row's draws depend only on its
-index in the batch: not on which other rows are still decoding.
+The draws are stateless: each row has a seed of its own, and its noise at a step is
+`tf.random.stateless_uniform` seeded by `(row seed, step)`. So the same seeds give the same
+outputs, in a graph or eagerly, and a row's draws depend only on its own seed: not on its index
+in the batch, on the other rows or on which of them are still decoding. `seed` is either those
+row seeds, int32 `(batch,)` (what the `sample` signature serves: a sentence's draws follow its
+own seed whatever it is batched with), or one scalar from which the row seeds are drawn (rows
+of the same source then draw differently).
 """
 
 import tensorflow as tf
@@ -42,14 +46,29 @@ def keep_top_p(scores, top_p):
     return tf.where(kept, scores, NEG_INF)
 
 
+def row_seeds(seed, batch_size):
+    """int32 `(batch_size,)`: `seed` itself if it is a vector (one seed per row), else row seeds
+    drawn from the scalar `seed`."""
+    seed = tf.cast(seed, tf.int32)
+    if seed.shape.rank == 0:
+        return tf.random.stateless_uniform(
+            [batch_size], seed=tf.stack([seed, 0]), minval=None, maxval=None, dtype=tf.int32
+        )
+    tf.debugging.assert_equal(
+        tf.shape(seed)[0], batch_size, message="sampling needs one seed per row of the batch"
+    )
+    return seed
+
+
 def token_sampler(seed, batch_size, sampling_topk=0, sampling_topp=1.0, sampling_temperature=1.0):
     """A `next_token` for `greedy_search` that draws from `log_probs` restricted to the
     `sampling_topk` most probable tokens (0: all), divided by `sampling_temperature`, then
     restricted to the `sampling_topp` nucleus (`keep_top_p`): CTranslate2's order.
 
-    The draw is Gumbel-max over noise for the whole batch `(batch_size, vocab)`, seeded by
-    `(seed, step)` and read at the decoding rows, so a row's draw does not depend on the others.
+    The draw is Gumbel-max over each row's own noise `(vocab,)`, seeded by `(row seed, step)`
+    (`row_seeds` of `seed`), so a row's draw does not depend on the others.
     """
+    seeds = row_seeds(seed, batch_size)
 
     def next_token(log_probs, rows, step):
         scores = log_probs
@@ -59,14 +78,22 @@ def token_sampler(seed, batch_size, sampling_topk=0, sampling_topp=1.0, sampling
         scores = scores / sampling_temperature
         if sampling_topp < 1:
             scores = keep_top_p(scores, sampling_topp)
-        uniform = tf.random.stateless_uniform(
-            # XLA's loop decodes a batch padded past batch_size (`pad_to_xla_buckets`).
-            [tf.maximum(batch_size, tf.shape(scores)[0]), tf.shape(scores)[1]],
-            seed=tf.stack([tf.cast(seed, tf.int32), tf.cast(step, tf.int32)]),
-            minval=tf.experimental.numpy.finfo(tf.float32).tiny,
-            maxval=1.0,
+        vocab_size = tf.shape(scores)[1]
+        # XLA's loop decodes a batch padded past batch_size (`pad_to_xla_buckets`): its padding
+        # rows borrow the last row's seed, their draws discarded.
+        seeds_of_rows = tf.gather(seeds, tf.minimum(rows, tf.size(seeds) - 1))
+        step_seed = tf.cast(step, tf.int32)
+        uniform = tf.map_fn(
+            lambda row_seed: tf.random.stateless_uniform(
+                [vocab_size],
+                seed=tf.stack([row_seed, step_seed]),
+                minval=tf.experimental.numpy.finfo(tf.float32).tiny,
+                maxval=1.0,
+            ),
+            seeds_of_rows,
+            fn_output_signature=tf.float32,
         )
-        gumbel = -tf.math.log(-tf.math.log(tf.gather(uniform, rows)))
+        gumbel = -tf.math.log(-tf.math.log(uniform))
         return tf.argmax(scores + gumbel, axis=-1, output_type=tf.int32)
 
     return next_token
@@ -98,7 +125,8 @@ def sampling_search(
 
     Args:
         step_fn, start_ids, end_id, state, max_length, alignment_width: as in `greedy_search`.
-        seed: int or int32 scalar; the same seed, the same draws.
+        seed: int32 `(batch,)`, each row's seed, or a scalar (`row_seeds`); the same seeds,
+            the same draws.
         sampling_topk: draw among the k most probable tokens (0: all, 1: greedy).
         sampling_topp: then among the nucleus of mass `sampling_topp` (1: all), `keep_top_p`.
         sampling_temperature: divides the log-probabilities before the nucleus and the draw
