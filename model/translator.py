@@ -18,8 +18,16 @@ from common.serving_contract import (
     TRANSLATION_OUTPUT,
     TRANSLATIONS_OUTPUT,
 )
-from model.decoding import beam_search_decode, greedy_decode, max_output_length, token_log_probs
+from model.decoding import (
+    alternatives_decode,
+    beam_search_decode,
+    greedy_decode,
+    max_output_length,
+    sampling_decode,
+    token_log_probs,
+)
 from model.decoding.penalties import validate_repetition_controls
+from model.decoding.sampling import validate_sampling
 from model.special_tokens import END_ID, PAD_ID, START_ID
 
 
@@ -40,6 +48,12 @@ class DecodingOptions:
             compilation disabled". Beam search stays a plain graph.
         repetition_penalty, no_repeat_ngram_size: CTranslate2's repetition controls, in every
             signature (`model.decoding.penalties`); 1 and 0 disable them.
+        sampling_topk, sampling_topp, sampling_temperature: the `sample` signature's draw
+            (`model.decoding.sampling`): among the k most probable tokens (0: all), in the
+            nucleus of mass p (1: all), from the softmax of the log-probabilities divided by the
+            temperature (top-k 1 or temperature 0: greedy).
+        num_alternatives: alternatives per sentence of the `alternatives` signature
+            (CTranslate2's `num_hypotheses` with `return_alternatives`).
     """
 
     beam_width: int = 4
@@ -50,6 +64,10 @@ class DecodingOptions:
     repetition_penalty: float = 1.0
     no_repeat_ngram_size: int = 0
     num_hypotheses: int | None = None
+    sampling_topk: int = 0
+    sampling_topp: float = 1.0
+    sampling_temperature: float = 1.0
+    num_alternatives: int = 5
 
     def __post_init__(self):
         if not isinstance(self.beam_width, int) or self.beam_width < 1:
@@ -70,6 +88,11 @@ class DecodingOptions:
                 f"max_length_offset must be an int >= 1, got {self.max_length_offset!r}."
             )
         validate_repetition_controls(self.repetition_penalty, self.no_repeat_ngram_size)
+        validate_sampling(self.sampling_topk, self.sampling_topp, self.sampling_temperature)
+        if not isinstance(self.num_alternatives, int) or self.num_alternatives < 1:
+            raise ValueError(
+                f"num_alternatives must be an int >= 1, got {self.num_alternatives!r}."
+            )
 
     @property
     def n_best_size(self):
@@ -198,7 +221,7 @@ class Translator:
             SCORE_OUTPUT: decoded["scores"],
         }
 
-    def _beam_search_decode(self, text, num_hypotheses=None):
+    def _beam_search_decode(self, text, num_hypotheses=None, prefix=None):
         source_ids = self.source_ids(text)
         return beam_search_decode(
             self.model,
@@ -210,8 +233,77 @@ class Translator:
             max_length=self._max_output_length(source_ids),
             with_alignment=False,
             num_hypotheses=num_hypotheses,
+            prefix=prefix,
             **self.options.repetition_controls,
         )
+
+    def _sample(self, text, seed):
+        source_ids = self.source_ids(text)
+        decoded = sampling_decode(
+            self.model,
+            source_ids,
+            START_ID,
+            END_ID,
+            seed,
+            sampling_topk=self.options.sampling_topk,
+            sampling_topp=self.options.sampling_topp,
+            sampling_temperature=self.options.sampling_temperature,
+            max_length=self._max_output_length(source_ids),
+            **self.options.repetition_controls,
+        )
+        return {
+            TRANSLATION_OUTPUT: self.target_tokenizer.detokenize(decoded["tokens"]),
+            SCORE_OUTPUT: decoded["scores"],
+        }
+
+    def target_prefix_ids(self, target_prefix):
+        """`[batch]` strings → int32 `[batch, P]` the pieces each translation starts with
+        (no [START] nor [END]), `PAD_ID` padding; "" gives none.
+
+        The prefix is tokenized as a text of its own, so a prefix ending mid-word forces the
+        pieces of that partial word as if the word ended there ("The ca" forces "▁ca"): the
+        decoder may continue it with pieces that join it ("t" → "cat") or start a new word,
+        and does not first go back to the pieces the whole word would have had.
+        """
+        ids = self.target_tokenizer.tokenize(target_prefix)[:, 1:-1]
+        return tf.cast(ids.to_tensor(default_value=PAD_ID), tf.int32)
+
+    def _translate_prefix(self, text, target_prefix):
+        decoded = self._beam_search_decode(text, prefix=self.target_prefix_ids(target_prefix))
+        return {
+            TRANSLATION_OUTPUT: self.target_tokenizer.detokenize(decoded["tokens"]),
+            SCORE_OUTPUT: decoded["scores"],
+        }
+
+    def _alternatives(self, text, target_prefix):
+        source_ids = self.source_ids(text)
+        size = self.options.num_alternatives
+        decoded = alternatives_decode(
+            self.model,
+            source_ids,
+            START_ID,
+            END_ID,
+            self.target_prefix_ids(target_prefix),
+            size,
+            beam_width=self.options.beam_width,
+            alpha=self.options.alpha,
+            max_length=self._max_output_length(source_ids),
+            **self.options.repetition_controls,
+        )
+        return self._n_translations(decoded, size)
+
+    def _n_translations(self, decoded, size):
+        """`translations` `[batch, size]` and `scores` of `decoded`'s `tokens`
+        `[batch, size, T]` and `scores`."""
+        tokens = decoded["tokens"]
+        # The detokenizer takes a batch of rows: the n of every source as one batch.
+        translations = self.target_tokenizer.detokenize(
+            tf.reshape(tokens, [-1, tf.shape(tokens)[2]])
+        )
+        return {
+            TRANSLATIONS_OUTPUT: tf.reshape(translations, [-1, size]),
+            SCORES_OUTPUT: tf.ensure_shape(decoded["scores"], [None, size]),
+        }
 
     def _translate_beam_search(self, text):
         decoded = self._beam_search_decode(text)
@@ -222,16 +314,7 @@ class Translator:
 
     def _translate_n_best(self, text):
         size = self.options.n_best_size
-        decoded = self._beam_search_decode(text, num_hypotheses=size)
-        tokens = decoded["tokens"]
-        # The detokenizer takes a batch of rows: the n best of every source as one batch.
-        translations = self.target_tokenizer.detokenize(
-            tf.reshape(tokens, [-1, tf.shape(tokens)[2]])
-        )
-        return {
-            TRANSLATIONS_OUTPUT: tf.reshape(translations, [-1, size]),
-            SCORES_OUTPUT: tf.ensure_shape(decoded["scores"], [None, size]),
-        }
+        return self._n_translations(self._beam_search_decode(text, num_hypotheses=size), size)
 
     def _translate_with_alignments(self, text):
         source_ids, decoded = self._greedy_decode(text)
@@ -283,6 +366,28 @@ class Translator:
         `[batch]`, their sum: the greedy signature's score of the same tokens. A target longer
         than the decoders' longest output is cut to it, its last kept piece replaced by [END]."""
         return self._on_nonempty_batch(self._score, text, target)
+
+    def sample(self, text, seed):
+        """`sample`: random sampling with the options' top-k, top-p and temperature, `seed`
+        int32 `[batch]` one per sentence: `translation` `[batch]`, `score` `[batch]` (summed
+        untempered log-probability of the drawn tokens). A sentence's draws depend only on its
+        text and seed, not on its row or the other sentences (`model.decoding.sampling`); the
+        output-length bound, as every signature's, follows the batch's longest source."""
+        return self._on_nonempty_batch(self._sample, text, seed)
+
+    def prefix(self, text, target_prefix):
+        """`prefix`: beam search (the options' width and alpha) continuing each sentence's
+        `target_prefix` `[batch]` ("" none; pieces as `target_prefix_ids` makes them), with
+        CTranslate2's `target_prefix` semantics (`model.decoding.prefix`): the translation
+        starts with the prefix, and `score` `[batch]` covers the pieces after it."""
+        return self._on_nonempty_batch(self._translate_prefix, text, target_prefix)
+
+    def alternatives(self, text, target_prefix):
+        """`alternatives`: CTranslate2's `return_alternatives` after each `target_prefix`
+        (`model.decoding.alternatives`): the options' `num_alternatives` most probable next
+        pieces, best first, each continued by beam search: `translations` string
+        `[batch, N]` (prefix, piece, continuation) and `scores` float32 `[batch, N]`."""
+        return self._on_nonempty_batch(self._alternatives, text, target_prefix)
 
     def alignments(self, text):
         """`alignments`: `greedy`'s outputs plus `source_tokens` `[batch, S]`, `target_tokens`

@@ -31,6 +31,14 @@ dimension is the batch):
                      `score` float32 [batch] (summed log-probability, as serving_default's),
                      `target_tokens` string [batch, T] (pieces, [END] last, "" padding) and
                      `token_scores` float32 [batch, T] (per piece, 0 at padding)
+    sample           inputs `text` string [batch] and `seed` int32 [batch] (one per sentence):
+                     random sampling with `--sampling_topk`, `--sampling_topp` and
+                     `--sampling_temperature`: `translation`, `score` (summed log-probability)
+    prefix           inputs `text` and `target_prefix` string [batch] ("" none): beam search
+                     continuing each prefix: `translation`, `score` (of the pieces after it)
+    alternatives     inputs `text` and `target_prefix`: CTranslate2's return_alternatives, the
+                     `--num_alternatives` most probable next pieces after each prefix, each
+                     continued by beam search: `translations` string [batch, N], `scores`
 
 `assets/export_info.json` records, under "signature_options", the decoding options each signature
 was traced with.
@@ -63,14 +71,19 @@ from tqdm.auto import tqdm
 
 from common.serving_contract import (
     ALIGNMENTS_SIGNATURE,
+    ALTERNATIVES_SIGNATURE,
     BEAM_SIGNATURE,
     EXPORT_INFO_PATH,
     GREEDY_SIGNATURE,
     N_BEST_SIGNATURE,
+    PREFIX_SIGNATURE,
+    SAMPLE_SIGNATURE,
     SCORE_SIGNATURE,
+    SEED_INPUT,
     SIGNATURE_INPUTS,
     SIGNATURE_NAMES,
     TARGET_INPUT,
+    TARGET_PREFIX_INPUT,
     TEXT_INPUT,
 )
 from model.translator import DecodingOptions, Translator
@@ -96,7 +109,12 @@ _MAX_VERSION_ATTEMPTS = 100
 
 # The dtype of each signature input (`common.serving_contract.SIGNATURE_INPUTS`), every one
 # `[batch]`.
-INPUT_DTYPES = {TEXT_INPUT: tf.string, TARGET_INPUT: tf.string}
+INPUT_DTYPES = {
+    TEXT_INPUT: tf.string,
+    TARGET_INPUT: tf.string,
+    SEED_INPUT: tf.int32,
+    TARGET_PREFIX_INPUT: tf.string,
+}
 
 
 def input_signature(signature_name):
@@ -130,6 +148,20 @@ def signature_options(options):
         N_BEST_SIGNATURE: {**beam, "num_hypotheses": options.n_best_size},
         # Forced decoding: no search, no repetition controls (CTranslate2's score_batch).
         SCORE_SIGNATURE: {"decoder": "forced"},
+        SAMPLE_SIGNATURE: {
+            **greedy,
+            "decoder": "sampling",
+            "jit_compile": False,
+            "sampling_topk": options.sampling_topk,
+            "sampling_topp": options.sampling_topp,
+            "sampling_temperature": options.sampling_temperature,
+        },
+        PREFIX_SIGNATURE: {**beam, "decoder": "beam_search_with_prefix"},
+        ALTERNATIVES_SIGNATURE: {
+            **beam,
+            "decoder": "alternatives",
+            "num_alternatives": options.num_alternatives,
+        },
     }
 
 
@@ -158,6 +190,9 @@ def build_export_archive(model, source_tokenizer, target_tokenizer, options=Deco
         ALIGNMENTS_SIGNATURE: translator.alignments,
         N_BEST_SIGNATURE: translator.n_best,
         SCORE_SIGNATURE: translator.score,
+        SAMPLE_SIGNATURE: translator.sample,
+        PREFIX_SIGNATURE: translator.prefix,
+        ALTERNATIVES_SIGNATURE: translator.alternatives,
     }
     for name in tqdm(SIGNATURE_NAMES, desc="tracing signatures", unit=" signature"):
         endpoint = archive.add_endpoint(
@@ -187,7 +222,13 @@ def next_version(model_dir):
 def warmup_inputs(signature_name, texts):
     """`{input: values}` of a signature's warmup request on `texts`."""
     encoded = [text.encode("utf-8") for text in texts]
-    values = {TEXT_INPUT: encoded, TARGET_INPUT: encoded}
+    values = {
+        TEXT_INPUT: encoded,
+        TARGET_INPUT: encoded,
+        SEED_INPUT: list(range(len(texts))),
+        # No prefix, and one word: both paths of the prefix and alternatives signatures.
+        TARGET_PREFIX_INPUT: [b"The" if row % 2 else b"" for row in range(len(texts))],
+    }
     return {name: values[name] for name in SIGNATURE_INPUTS[signature_name]}
 
 
@@ -334,8 +375,8 @@ def main(argv=None):
         description=(
             "Export a trained translator (a training run directory) as a TF Serving SavedModel "
             "<export_base>/<model_name>/<version>/ with signatures serving_default (greedy), "
-            "beam_search, alignments, n_best and score, text in and text out. The version is one higher than "
-            "the highest existing one; existing versions are never overwritten."
+            f"{', '.join(SIGNATURE_NAMES[1:])}, text in and text out. The version is one higher "
+            "than the highest existing one; existing versions are never overwritten."
         )
     )
     parser.add_argument(
@@ -391,6 +432,30 @@ def main(argv=None):
         "only by a server started with --xla_cpu_compilation_enabled=true",
     )
     artifacts.add_repetition_arguments(parser, "default: the run's decoding.json, else off")
+    parser.add_argument(
+        "--sampling_topk",
+        type=int,
+        help=f"the {SAMPLE_SIGNATURE} signature draws among the k most probable tokens (0: all; "
+        f"default: the run's decoding.json, else {defaults.sampling_topk})",
+    )
+    parser.add_argument(
+        "--sampling_topp",
+        type=float,
+        help=f"the {SAMPLE_SIGNATURE} signature draws in the nucleus of this mass (1: all; "
+        f"default: the run's decoding.json, else {defaults.sampling_topp})",
+    )
+    parser.add_argument(
+        "--sampling_temperature",
+        type=float,
+        help=f"the {SAMPLE_SIGNATURE} signature divides the log-probabilities by this (0: greedy; "
+        f"default: the run's decoding.json, else {defaults.sampling_temperature})",
+    )
+    parser.add_argument(
+        "--num_alternatives",
+        type=int,
+        help=f"alternatives per sentence of the {ALTERNATIVES_SIGNATURE} signature (default: the "
+        f"run's decoding.json, else {defaults.num_alternatives})",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     artifacts.require_trained_run(args.run_dir)
@@ -405,6 +470,10 @@ def main(argv=None):
             jit_compile=args.jit_compile,
             repetition_penalty=args.repetition_penalty,
             no_repeat_ngram_size=args.no_repeat_ngram_size,
+            sampling_topk=args.sampling_topk,
+            sampling_topp=args.sampling_topp,
+            sampling_temperature=args.sampling_temperature,
+            num_alternatives=args.num_alternatives,
         )
     except ValueError as error:
         parser.error(str(error))
