@@ -8,6 +8,9 @@ Python API:
         client.translate_with_details(["hello world"], signature_name="alignments")
         client.translate_n_best(["hello world"], 3)             # -> [[Translation] * 3]
         client.score(["hola"], ["hello"])                        # -> [Score]
+        client.sample(["hola"], seeds=[7])                       # -> [Translation]
+        client.translate_with_prefix(["hola"], ["Hello"])        # -> [Translation]
+        client.alternatives(["hola"], ["Hello"])                 # -> [[Translation] * N]
 
 Command line:
 
@@ -16,6 +19,9 @@ Command line:
     echo "hello world" | python -m serving.client --alignments
     python -m serving.client --n_best 3 "hello world"          # i ||| translation ||| score
     python -m serving.client --input_file src.txt --target_file tgt.txt   # score per line
+    python -m serving.client --sample --seed 7 "hello world"  # sentence i drawn with seed 7 + i
+    python -m serving.client --target_prefix "The" "hello world"
+    python -m serving.client --alternatives --target_prefix "The" "hello world"  # i ||| ... ||| score
 
 Only the official tensorflow-serving-api stubs are used, so the client works
 unchanged against the real tensorflow_model_server. UNAVAILABLE (server not up
@@ -47,14 +53,19 @@ from tqdm import tqdm
 from common.serving_contract import (
     ALIGNMENT_OUTPUT,
     ALIGNMENTS_SIGNATURE,
+    ALTERNATIVES_SIGNATURE,
     BEAM_SIGNATURE,
     GREEDY_SIGNATURE,
     N_BEST_SIGNATURE,
+    PREFIX_SIGNATURE,
+    SAMPLE_SIGNATURE,
     SCORE_OUTPUT,
     SCORE_SIGNATURE,
     SCORES_OUTPUT,
+    SEED_INPUT,
     SOURCE_TOKENS_OUTPUT,
     TARGET_INPUT,
+    TARGET_PREFIX_INPUT,
     TARGET_TOKENS_OUTPUT,
     TEXT_INPUT,
     TOKEN_SCORES_OUTPUT,
@@ -64,6 +75,7 @@ from common.serving_contract import (
 )
 
 _MAX_MESSAGE_BYTES = 2**31 - 1
+_INT32_LIMIT = 2**31
 
 
 class TranslationError(RuntimeError):
@@ -129,6 +141,13 @@ def _string_tensor(texts: Sequence[str]) -> tensor_pb2.TensorProto:
     proto = tensor_pb2.TensorProto(dtype=types_pb2.DT_STRING)
     proto.tensor_shape.dim.append(tensor_shape_pb2.TensorShapeProto.Dim(size=len(texts)))
     proto.string_val.extend(text.encode("utf-8") for text in texts)
+    return proto
+
+
+def _int32_tensor(values: Sequence[int]) -> tensor_pb2.TensorProto:
+    proto = tensor_pb2.TensorProto(dtype=types_pb2.DT_INT32)
+    proto.tensor_shape.dim.append(tensor_shape_pb2.TensorShapeProto.Dim(size=len(values)))
+    proto.int_val.extend(values)
     return proto
 
 
@@ -277,15 +296,59 @@ class TranslationClient:
                 f"n is {n}, but the served model returns {exported} translations per sentence: "
                 "re-export it with a larger --num_hypotheses (and --beam_width)."
             )
-        return [
-            [
-                Translation(source=source, translation=_decode(translation), score=float(score))
-                for translation, score in zip(translations[:n], scores[:n])
-            ]
-            for source, translations, scores in zip(
-                texts, outputs[TRANSLATIONS_OUTPUT], outputs[SCORES_OUTPUT]
-            )
-        ]
+        return _translation_lists(texts, outputs, n)
+
+    def sample(self, texts: Sequence[str], seeds: Sequence[int]) -> list[Translation]:
+        """Random translations (the `sample` signature: the export's top-k, top-p and
+        temperature), sentence i drawn with `seeds[i]`: the same text and seed, the same
+        translation, whatever else the request holds.
+
+        Raises:
+            TypeError: `texts` is not a sequence of str.
+            ValueError: `seeds` is not one int32 per text.
+            TranslationError: the server's status (after retries for UNAVAILABLE).
+        """
+        _check_texts(texts)
+        if len(seeds) != len(texts):
+            raise ValueError(f"{len(texts)} texts but {len(seeds)} seeds")
+        if not all(-_INT32_LIMIT <= seed < _INT32_LIMIT for seed in seeds):
+            raise ValueError(f"seeds must be int32, got {list(seeds)}")
+        return self.translate_with_details(
+            texts, SAMPLE_SIGNATURE, {SEED_INPUT: _int32_tensor(seeds)}
+        )
+
+    def translate_with_prefix(
+        self, texts: Sequence[str], target_prefixes: Sequence[str]
+    ) -> list[Translation]:
+        """Translations starting with `target_prefixes[i]` ("" none), by the export's beam
+        search (the `prefix` signature); `score` covers the pieces after the prefix."""
+        return self.translate_with_details(
+            texts, PREFIX_SIGNATURE, self._prefix_inputs(texts, target_prefixes)
+        )
+
+    def alternatives(
+        self, texts: Sequence[str], target_prefixes: Sequence[str]
+    ) -> list[list[Translation]]:
+        """CTranslate2's return_alternatives (the `alternatives` signature): per sentence the
+        export's `num_alternatives` most probable next pieces after its prefix, best first, each
+        continued by beam search, as translations with their scores."""
+        inputs = self._prefix_inputs(texts, target_prefixes)
+        if not texts:
+            return []
+        outputs = self._predict(
+            ALTERNATIVES_SIGNATURE,
+            {TEXT_INPUT: _string_tensor(texts), **inputs},
+            (TRANSLATIONS_OUTPUT, SCORES_OUTPUT),
+        )
+        return _translation_lists(texts, outputs)
+
+    @staticmethod
+    def _prefix_inputs(texts, target_prefixes) -> dict[str, tensor_pb2.TensorProto]:
+        _check_texts(texts)
+        _check_texts(target_prefixes)
+        if len(texts) != len(target_prefixes):
+            raise ValueError(f"{len(texts)} texts but {len(target_prefixes)} target prefixes")
+        return {TARGET_PREFIX_INPUT: _string_tensor(target_prefixes)}
 
     def score(self, texts: Sequence[str], targets: Sequence[str]) -> list[Score]:
         """Scores `targets[i]` as the translation of `texts[i]` (the `score` signature).
@@ -323,13 +386,17 @@ class TranslationClient:
         return results
 
     def translate_with_details(
-        self, texts: Sequence[str], signature_name: str | None = None
+        self,
+        texts: Sequence[str],
+        signature_name: str | None = None,
+        extra_inputs: dict[str, tensor_pb2.TensorProto] | None = None,
     ) -> list[Translation]:
         """Translates a batch of sentences.
 
         Args:
             texts: [batch] sentences (str).
             signature_name: overrides the client's default signature.
+            extra_inputs: the signature's inputs besides `text`, each [batch].
 
         Returns:
             [batch] Translation; tokens and alignment are filled when the
@@ -343,7 +410,11 @@ class TranslationClient:
         if not texts:
             return []
         signature = signature_name or self.signature_name
-        outputs = self._predict(signature, {TEXT_INPUT: _string_tensor(texts)}, TRANSLATION_OUTPUTS)
+        outputs = self._predict(
+            signature,
+            {TEXT_INPUT: _string_tensor(texts), **(extra_inputs or {})},
+            TRANSLATION_OUTPUTS,
+        )
         results = []
         for row, source in enumerate(texts):
             result = Translation(
@@ -413,6 +484,20 @@ class TranslationClient:
             }
             for row in response.model_version_status
         ]
+
+
+def _translation_lists(texts, outputs, n=None) -> list[list[Translation]]:
+    """[batch] lists of the first `n` (None: all) Translation of `translations` and `scores`
+    `[batch, N]` outputs."""
+    return [
+        [
+            Translation(source=source, translation=_decode(translation), score=float(score))
+            for translation, score in zip(translations[:n], scores[:n])
+        ]
+        for source, translations, scores in zip(
+            texts, outputs[TRANSLATIONS_OUTPUT], outputs[SCORES_OUTPUT]
+        )
+    ]
 
 
 # -------------------------------------------------------------------- command line
@@ -501,6 +586,30 @@ def build_arg_parser() -> argparse.ArgumentParser:
         "of sentence i, printing `score<TAB>piece:log-probability ...` lines",
     )
     parser.add_argument(
+        "--sample",
+        action="store_true",
+        help=f"use the {SAMPLE_SIGNATURE} signature: random translations with the export's "
+        "top-k, top-p and temperature",
+    )
+    parser.add_argument(
+        "--seed",
+        type=int,
+        help="with --sample, sentence i (counted from 0 over the whole input) is drawn with seed "
+        "SEED + i, so a run is reproducible whatever --batch_size (default: a random SEED)",
+    )
+    parser.add_argument(
+        "--target_prefix",
+        help=f"use the {PREFIX_SIGNATURE} signature: every translation starts with these words "
+        "(tokenized by the target model), continued by the export's beam search",
+    )
+    parser.add_argument(
+        "--alternatives",
+        action="store_true",
+        help=f"use the {ALTERNATIVES_SIGNATURE} signature: the export's --num_alternatives most "
+        "probable next pieces after --target_prefix (default: none), each continued, printed as "
+        "`index ||| translation ||| score` lines",
+    )
+    parser.add_argument(
         "--metadata", action="store_true", help="print the served signatures and exit"
     )
     parser.add_argument(
@@ -514,9 +623,25 @@ def main(argv: list[str] | None = None) -> int:
     if args.batch_size <= 0:
         print("error: --batch_size must be positive", file=sys.stderr)
         return 2
-    if args.n_best is not None and (args.n_best < 1 or args.alignments):
-        print("error: --n_best must be >= 1 and cannot go with --alignments", file=sys.stderr)
+    if args.n_best is not None and args.n_best < 1:
+        print("error: --n_best must be >= 1", file=sys.stderr)
         return 2
+    modes = {
+        "--alignments": args.alignments,
+        "--n_best": args.n_best is not None,
+        "--target_file": args.target_file is not None,
+        "--sample": args.sample,
+        "--alternatives": args.alternatives,
+        "--target_prefix": args.target_prefix is not None and not args.alternatives,
+    }
+    chosen = [flag for flag, on in modes.items() if on]
+    if len(chosen) > 1:
+        print(f"error: {' and '.join(chosen)} cannot go together", file=sys.stderr)
+        return 2
+    if args.seed is not None and not args.sample:
+        print("error: --seed goes with --sample", file=sys.stderr)
+        return 2
+    first_seed = random.randrange(_INT32_LIMIT) if args.seed is None else args.seed
     signature = ALIGNMENTS_SIGNATURE if args.alignments else args.signature_name
     try:
         client = TranslationClient(
@@ -578,12 +703,31 @@ def main(argv: list[str] | None = None) -> int:
                         for result in client.score(batch, [t.rstrip("\n") for t in batch_targets]):
                             _print_score(result, sys.stdout)
                         continue
-                    if args.n_best is not None:
-                        for hypotheses in client.translate_n_best(batch, args.n_best):
+                    prefixes = [args.target_prefix or ""] * len(batch)
+                    if args.n_best is not None or args.alternatives:
+                        lists = (
+                            client.alternatives(batch, prefixes)
+                            if args.alternatives
+                            else client.translate_n_best(batch, args.n_best)
+                        )
+                        for hypotheses in lists:
                             _print_n_best(index, hypotheses, sys.stdout)
                             index += 1
                         continue
-                    for result in client.translate_with_details(batch):
+                    if args.sample:
+                        # Wrapped into int32: sentence i's seed whatever the batches.
+                        seeds = [
+                            (first_seed + index + row + _INT32_LIMIT) % (2 * _INT32_LIMIT)
+                            - _INT32_LIMIT
+                            for row in range(len(batch))
+                        ]
+                        results = client.sample(batch, seeds)
+                    elif args.target_prefix is not None:
+                        results = client.translate_with_prefix(batch, prefixes)
+                    else:
+                        results = client.translate_with_details(batch)
+                    index += len(batch)
+                    for result in results:
                         _print_translation(result, args.alignments, sys.stdout)
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
