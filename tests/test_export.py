@@ -28,15 +28,20 @@ from common import serving_contract
 from common.serving_contract import (
     ALIGNMENT_OUTPUT,
     ALIGNMENTS_SIGNATURE,
+    ALTERNATIVES_SIGNATURE,
     BEAM_SIGNATURE,
     GREEDY_SIGNATURE,
     N_BEST_SIGNATURE,
+    PREFIX_SIGNATURE,
+    SAMPLE_SIGNATURE,
     SCORE_OUTPUT,
     SCORE_SIGNATURE,
     SCORES_OUTPUT,
+    SEED_INPUT,
     SIGNATURE_INPUTS,
     SOURCE_TOKENS_OUTPUT,
     TARGET_INPUT,
+    TARGET_PREFIX_INPUT,
     TARGET_TOKENS_OUTPUT,
     TEXT_INPUT,
     TOKEN_SCORES_OUTPUT,
@@ -85,10 +90,21 @@ OTHER_SIGNATURES = {
         TARGET_TOKENS_OUTPUT: ("DT_STRING", 2),
         TOKEN_SCORES_OUTPUT: ("DT_FLOAT", 2),
     },
+    SAMPLE_SIGNATURE: {TRANSLATION_OUTPUT: ("DT_STRING", 1), SCORE_OUTPUT: ("DT_FLOAT", 1)},
+    PREFIX_SIGNATURE: {TRANSLATION_OUTPUT: ("DT_STRING", 1), SCORE_OUTPUT: ("DT_FLOAT", 1)},
+    ALTERNATIVES_SIGNATURE: {
+        TRANSLATIONS_OUTPUT: ("DT_STRING", 2),
+        SCORES_OUTPUT: ("DT_FLOAT", 2),
+    },
 }
 ALL_SIGNATURES = {**EXPORTED_SIGNATURES, **OTHER_SIGNATURES}
 # The dtype of each input, every one `[batch]`.
-INPUT_DTYPES = {TEXT_INPUT: "DT_STRING", TARGET_INPUT: "DT_STRING"}
+INPUT_DTYPES = {
+    TEXT_INPUT: "DT_STRING",
+    TARGET_INPUT: "DT_STRING",
+    SEED_INPUT: "DT_INT32",
+    TARGET_PREFIX_INPUT: "DT_STRING",
+}
 
 # `python -c OP_CHECK_THEN_CLI saved_model.pb CLI ARGS...`, in a fresh interpreter importing
 # nothing but TensorFlow and tensorflow-text (what TF Serving links): prints an `OP_CHECK {json}`
@@ -617,12 +633,15 @@ def test_saved_model_cli_show_lists_the_signatures(exported):
     served = {name: spec for name, spec in signatures.items() if not name.startswith("__")}
     assert set(served) == set(ALL_SIGNATURES)
     for name, outputs in ALL_SIGNATURES.items():
-        # Every dimension is -1 (any batch, any length) but the n best's N.
+        # Every dimension is -1 (any batch, any length) but the n best's and alternatives' N.
         inputs = {key: (INPUT_DTYPES[key], (-1,)) for key in SIGNATURE_INPUTS[name]}
         assert served[name]["inputs"] == inputs, name
+        width = {
+            N_BEST_SIGNATURE: BEAM_WIDTH,
+            ALTERNATIVES_SIGNATURE: export.DecodingOptions().num_alternatives,
+        }.get(name, -1)
         expected = {
-            key: (dtype, (-1,) + (BEAM_WIDTH if name == N_BEST_SIGNATURE else -1,) * (rank - 1))
-            for key, (dtype, rank) in outputs.items()
+            key: (dtype, (-1,) + (width,) * (rank - 1)) for key, (dtype, rank) in outputs.items()
         }
         assert served[name]["outputs"] == expected, name
         assert served[name]["method"] == "tensorflow/serving/predict"

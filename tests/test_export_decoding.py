@@ -1,10 +1,11 @@
-"""The export's n-best and score signatures against the decoders it is traced from and against CTranslate2
-on the same weights, through `tf.saved_model.load` and through the local model server (the gRPC
-client and REST).
+"""The export's n-best, score, sample, prefix and alternatives signatures against the decoders
+they are traced from and against CTranslate2 on the same weights, through `tf.saved_model.load`
+and through the local model server (the gRPC client and REST).
 
 The tiny trained run (tests/export_fixtures.py) is exported once with the command line, beam 4
 without length penalty, where CTranslate2's beam search ranks hypotheses as ours does
-(tests/test_export_ctranslate2.py compares the decoders themselves).
+(tests/test_export_ctranslate2.py compares the decoders themselves), with sampling restricted
+by top-k, top-p and temperature and 3 alternatives.
 """
 
 import contextlib
@@ -19,31 +20,45 @@ import pytest
 import tensorflow as tf
 
 from common.serving_contract import (
+    ALTERNATIVES_SIGNATURE,
     BEAM_SIGNATURE,
+    GREEDY_SIGNATURE,
     N_BEST_SIGNATURE,
+    PREFIX_SIGNATURE,
+    SAMPLE_SIGNATURE,
     SCORE_OUTPUT,
     SCORE_SIGNATURE,
     SCORES_OUTPUT,
+    SEED_INPUT,
     TARGET_INPUT,
+    TARGET_PREFIX_INPUT,
     TARGET_TOKENS_OUTPUT,
     TEXT_INPUT,
     TOKEN_SCORES_OUTPUT,
     TRANSLATION_OUTPUT,
     TRANSLATIONS_OUTPUT,
 )
-from model.decoding import beam_search_decode, sequence_log_prob, token_log_probs
+from model.decoding import beam_search_decode, sampling_decode, sequence_log_prob, token_log_probs
 from model.special_tokens import END_ID, START_ID
-from model.translator import Translator
+from model.translator import DecodingOptions, Translator
 from serving import client as client_module
 from serving import export, export_ctranslate2
-from serving.export_ctranslate2 import source_pieces
+from serving.export_ctranslate2 import decoding_options, source_pieces, target_ids
 from tests.export_fixtures import PAIRS
-from tests.test_export_ctranslate2 import TEXTS, _max_length, _n_best_ct2, _source_ids
+from tests.test_export_ctranslate2 import (
+    TEXTS,
+    _max_length,
+    _n_best_ct2,
+    _source_ids,
+    _translate_ct2,
+)
 from training import score as score_cli
 from training.artifacts import load_trained
 
 MODEL_NAME = "translator"
 BEAM_WIDTH, NUM_HYPOTHESES = 4, 3
+SAMPLING = {"sampling_topk": 10, "sampling_topp": 0.95, "sampling_temperature": 1.2}
+NUM_ALTERNATIVES = 3
 
 
 def _decoded(strings):
@@ -52,7 +67,8 @@ def _decoded(strings):
 
 @pytest.fixture(scope="module")
 def run(tiny_export_run, tmp_path_factory):
-    """The tiny run loaded, exported (beam 4, alpha 0, 3 hypotheses) and converted to
+    """The tiny run loaded, exported (beam 4, alpha 0, 3 hypotheses, `SAMPLING`, 3
+    alternatives) and converted to
     CTranslate2: the keys of tests/test_export_ctranslate2.py's `run`, plus `export_dir` and
     `loaded` (the SavedModel)."""
     import tensorflow_text  # noqa: F401  (registers the tokenizer's ops before loading)
@@ -74,6 +90,9 @@ def run(tiny_export_run, tmp_path_factory):
                 "0",
                 "--num_hypotheses",
                 str(NUM_HYPOTHESES),
+                *[f"--{name}={value}" for name, value in SAMPLING.items()],
+                "--num_alternatives",
+                str(NUM_ALTERNATIVES),
             ]
         )
         ct2_dir = str(tmp_path_factory.mktemp("ct2") / "model")
@@ -331,3 +350,187 @@ def test_served_score_through_the_grpc_client_the_command_line_and_rest(
     assert outputs[TARGET_TOKENS_OUTPUT] == [
         _decoded(row) for row in expected[TARGET_TOKENS_OUTPUT]
     ]
+
+
+# --------------------------------------------------------------------------------- sampling
+
+SEEDS = [11, 12, 13, 14, 15, 16, 17]
+
+
+def test_sample_signature_equals_sampling_decode_for_the_same_seeds(run):
+    served = _signature(run, SAMPLE_SIGNATURE, text=TEXTS, seed=np.int32(SEEDS))
+    source_ids = _source_ids(run, TEXTS)
+    decoded = sampling_decode(
+        run["model"],
+        source_ids,
+        START_ID,
+        END_ID,
+        tf.constant(SEEDS, tf.int32),
+        max_length=_max_length(run, source_ids),
+        **SAMPLING,
+    )
+    expected = _detokenize_rows(run, [[t for t in row if t] for row in decoded["tokens"].numpy()])
+    assert _decoded(served[TRANSLATION_OUTPUT]) == expected
+    np.testing.assert_allclose(served[SCORE_OUTPUT], decoded["scores"], atol=1e-5)
+    # Sampling, not greedy search: some draws leave greedy's path, and other seeds draw others.
+    greedy = _decoded(_signature(run, GREEDY_SIGNATURE, text=TEXTS)[TRANSLATION_OUTPUT])
+    assert sum(a != b for a, b in zip(expected, greedy)) >= 2, (expected, greedy)
+    reseeded = _signature(run, SAMPLE_SIGNATURE, text=TEXTS, seed=np.int32(SEEDS) + 100)
+    assert _decoded(reseeded[TRANSLATION_OUTPUT]) != expected
+    with open(os.path.join(run["export_dir"], export.EXPORT_INFO_PATH), encoding="utf-8") as f:
+        options = json.load(f)["signature_options"][SAMPLE_SIGNATURE]
+    assert {name: options[name] for name in SAMPLING} == SAMPLING
+
+
+def test_a_sentences_sample_depends_only_on_its_text_and_seed(run):
+    """The same (text, seed) pairs in another order, as duplicates with other seeds, and with
+    fewer batch-mates give the same translations. Every batch keeps the longest text: the
+    output-length bound follows a batch's longest source, for sampling as for every decoder."""
+    pairs = list(zip(TEXTS, SEEDS))
+    longest = max(pairs, key=lambda pair: len(pair[0]))
+    batches = [
+        pairs,
+        pairs[::-1],
+        [longest, (TEXTS[2], 99), pairs[2], (TEXTS[2], 98), pairs[3]],
+        [pairs[1], longest],
+    ]
+    drawn = {}
+    for batch in batches:
+        texts, seeds = zip(*batch)
+        outputs = _signature(run, SAMPLE_SIGNATURE, text=list(texts), seed=np.int32(seeds))
+        for pair, translation, score in zip(
+            batch, _decoded(outputs[TRANSLATION_OUTPUT]), outputs[SCORE_OUTPUT]
+        ):
+            first = drawn.setdefault(pair, (translation, score))
+            assert translation == first[0], pair
+            np.testing.assert_allclose(score, first[1], atol=1e-4)
+    assert len({drawn[(TEXTS[2], seed)][0] for seed in (SEEDS[2], 98, 99)}) > 1
+
+
+def test_sampling_top_k_one_is_the_greedy_signature(run):
+    """The `sample` method the export traces, with top-k 1, answers what the exported greedy
+    signature answers, whatever the seeds."""
+    options = DecodingOptions(beam_width=BEAM_WIDTH, alpha=0.0, sampling_topk=1)
+    translator = Translator(run["model"], run["source"], run["target"], options)
+    sample = tf.function(translator.sample)
+    greedy = _signature(run, GREEDY_SIGNATURE, text=TEXTS)
+    for seeds in (SEEDS, SEEDS[::-1]):
+        outputs = sample(tf.constant(TEXTS), tf.constant(seeds, tf.int32))
+        assert _decoded(outputs[TRANSLATION_OUTPUT]) == _decoded(greedy[TRANSLATION_OUTPUT])
+        np.testing.assert_allclose(outputs[SCORE_OUTPUT], greedy[SCORE_OUTPUT], atol=1e-5)
+
+
+# ------------------------------------------------------------------ prefix and alternatives
+
+# Per text a word-level prefix: none, whole words, one ending mid-word ("The ca").
+PREFIXES = ["The", "", "The ca", "I have", "The dog is", "", "Thank"]
+
+
+def _prefix_pieces(run, prefixes):
+    """The pieces each prefix forces, as the export tokenizes it."""
+    translator = Translator(run["model"], run["source"], run["target"])
+    ids = translator.target_prefix_ids(tf.constant(prefixes)).numpy()
+    return [[run["target"].vocab[i] for i in row if i] for row in ids]
+
+
+def test_prefix_signature_equals_ctranslate2s_target_prefix(run):
+    served = _signature(run, PREFIX_SIGNATURE, text=TEXTS, target_prefix=PREFIXES)
+    pieces = _prefix_pieces(run, PREFIXES)
+    assert pieces[2][-2:] == ["c", "a"] or pieces[2][-1] == "▁ca", pieces[2]
+    ct2_ids, ct2_scores = _translate_ct2(
+        run,
+        TEXTS,
+        BEAM_WIDTH,
+        0.0,
+        _max_length(run, _source_ids(run, TEXTS)),
+        target_prefix=pieces,
+    )
+    translations = _decoded(served[TRANSLATION_OUTPUT])
+    assert translations == _detokenize_rows(run, ct2_ids)
+    np.testing.assert_allclose(served[SCORE_OUTPUT], ct2_scores, atol=1e-3)
+    for prefix, translation in zip(PREFIXES, translations):
+        assert translation.startswith(prefix), (prefix, translation)
+    # No prefix is beam search's translation; the prefixes change the others.
+    beam = _decoded(_signature(run, BEAM_SIGNATURE, text=TEXTS)[TRANSLATION_OUTPUT])
+    assert [translations[i] for i in (1, 5)] == [beam[i] for i in (1, 5)]
+    assert sum(a != b for a, b in zip(translations, beam)) >= 3, (translations, beam)
+
+
+def test_alternatives_signature_equals_ctranslate2s_return_alternatives(run):
+    served = _signature(run, ALTERNATIVES_SIGNATURE, text=TEXTS, target_prefix=PREFIXES)
+    vocab = run["target"].vocab
+    results = run["translator"].translate_batch(
+        source_pieces(run["source"], TEXTS),
+        target_prefix=_prefix_pieces(run, PREFIXES),
+        return_alternatives=True,
+        num_hypotheses=NUM_ALTERNATIVES,
+        beam_size=BEAM_WIDTH,
+        length_penalty=0.0,
+        max_decoding_length=_max_length(run, _source_ids(run, TEXTS)),
+        max_input_length=run["model"].pe_input,
+        return_scores=True,
+        return_end_token=True,
+        **decoding_options(vocab),
+    )
+    assert served[TRANSLATIONS_OUTPUT].shape == (len(TEXTS), NUM_ALTERNATIVES)
+    for row, result in enumerate(results):
+        expected = _detokenize_rows(run, target_ids(vocab, result.hypotheses))
+        assert _decoded(served[TRANSLATIONS_OUTPUT][row]) == expected
+        np.testing.assert_allclose(served[SCORES_OUTPUT][row], result.scores, atol=1e-3)
+    # Where no alternative is dropped, each sentence's are distinct continuations of its prefix.
+    for prefix, row in zip(PREFIXES, served[TRANSLATIONS_OUTPUT]):
+        assert len(set(_decoded(row))) == NUM_ALTERNATIVES, row
+        assert all(translation.startswith(prefix) for translation in _decoded(row)), row
+    with open(os.path.join(run["export_dir"], export.EXPORT_INFO_PATH), encoding="utf-8") as f:
+        options = json.load(f)["signature_options"][ALTERNATIVES_SIGNATURE]
+    assert (options["num_alternatives"], options["beam_width"]) == (NUM_ALTERNATIVES, BEAM_WIDTH)
+
+
+def test_served_sample_prefix_and_alternatives_through_grpc_the_command_line_and_rest(
+    run, served, capsys
+):
+    address, rest_url = served
+    sample = _signature(run, SAMPLE_SIGNATURE, text=TEXTS, seed=np.int32(SEEDS))
+    prefixed = _signature(run, PREFIX_SIGNATURE, text=TEXTS, target_prefix=PREFIXES)
+    alternatives = _signature(run, ALTERNATIVES_SIGNATURE, text=TEXTS, target_prefix=PREFIXES)
+    with client_module.TranslationClient(address, MODEL_NAME, timeout=120) as client:
+        drawn = client.sample(TEXTS, SEEDS)
+        continued = client.translate_with_prefix(TEXTS, PREFIXES)
+        listed = client.alternatives(TEXTS, PREFIXES)
+    assert [t.translation for t in drawn] == _decoded(sample[TRANSLATION_OUTPUT])
+    np.testing.assert_allclose([t.score for t in drawn], sample[SCORE_OUTPUT], atol=1e-5)
+    assert [t.translation for t in continued] == _decoded(prefixed[TRANSLATION_OUTPUT])
+    assert [[t.translation for t in row] for row in listed] == [
+        _decoded(row) for row in alternatives[TRANSLATIONS_OUTPUT]
+    ]
+    np.testing.assert_allclose(
+        [[t.score for t in row] for row in listed], alternatives[SCORES_OUTPUT], atol=1e-5
+    )
+
+    # The command line: sentence i drawn with seed SEED + i, whatever the batches.
+    for batch_size in ("1", "32"):
+        argv = ["--server", address, "--sample", "--seed", str(SEEDS[0]), *TEXTS]
+        assert client_module.main([*argv, "--batch_size", batch_size]) == 0
+        assert capsys.readouterr().out.splitlines() == _decoded(sample[TRANSLATION_OUTPUT])
+    assert client_module.main(["--server", address, "--target_prefix", "The", TEXTS[0]]) == 0
+    assert capsys.readouterr().out.splitlines() == _decoded(prefixed[TRANSLATION_OUTPUT][:1])
+    argv = ["--server", address, "--alternatives", "--target_prefix", "The", TEXTS[0]]
+    assert client_module.main(argv) == 0
+    lines = [line.split(" ||| ")[:2] for line in capsys.readouterr().out.splitlines()]
+    assert lines == [["0", t] for t in _decoded(alternatives[TRANSLATIONS_OUTPUT][0])]
+    assert client_module.main(["--server", address, "--seed", "3", TEXTS[0]]) == 2
+    assert "--seed goes with --sample" in capsys.readouterr().err
+
+    outputs = _rest_predict(rest_url, SAMPLE_SIGNATURE, {TEXT_INPUT: TEXTS, SEED_INPUT: SEEDS})
+    assert outputs[TRANSLATION_OUTPUT] == _decoded(sample[TRANSLATION_OUTPUT])
+    outputs = _rest_predict(
+        rest_url, PREFIX_SIGNATURE, {TEXT_INPUT: TEXTS, TARGET_PREFIX_INPUT: PREFIXES}
+    )
+    assert outputs[TRANSLATION_OUTPUT] == _decoded(prefixed[TRANSLATION_OUTPUT])
+    outputs = _rest_predict(
+        rest_url, ALTERNATIVES_SIGNATURE, {TEXT_INPUT: TEXTS, TARGET_PREFIX_INPUT: PREFIXES}
+    )
+    assert outputs[TRANSLATIONS_OUTPUT] == [
+        _decoded(row) for row in alternatives[TRANSLATIONS_OUTPUT]
+    ]
+    np.testing.assert_allclose(outputs[SCORES_OUTPUT], alternatives[SCORES_OUTPUT], atol=1e-5)
