@@ -27,7 +27,12 @@ import sys
 import tensorflow as tf
 from tqdm import tqdm
 
-from common.serving_contract import SCORE_OUTPUT, TRANSLATION_OUTPUT
+from common.serving_contract import (
+    SCORE_OUTPUT,
+    SCORES_OUTPUT,
+    TRANSLATION_OUTPUT,
+    TRANSLATIONS_OUTPUT,
+)
 from training import artifacts
 from training.evaluate import export_signature, run_signature
 
@@ -46,14 +51,18 @@ class InputError(Exception):
     """A line of the input that is not UTF-8; the message names the file and the line."""
 
 
-def load_signature(model_dir, beam_width=1, **overrides):
+def load_signature(model_dir, beam_width=1, n_best=1, **overrides):
     """`[batch]` tf.string → `{translation, score}` of an export version (its `serving_default`,
     or `beam_search` when `beam_width` > 1, whose options must equal `overrides`) or of a run
-    directory (its decoding options with `overrides` in their place).
+    directory (its decoding options with `overrides` in their place); with `n_best` > 1,
+    `{translations, scores}` `[batch, n_best]` of the `n_best` signature (`Translator.n_best`
+    with `num_hypotheses` `n_best`; an export's must have been traced with it).
 
     Raises:
         ValueError: an override an export was not traced with; an invalid decoding option.
     """
+    if n_best > 1:
+        overrides["num_hypotheses"] = n_best
     if tf.saved_model.contains_saved_model(model_dir):
         return export_signature(model_dir, beam_width, **overrides)[0]
     return run_signature(model_dir, beam_width, **overrides)[0]
@@ -88,18 +97,25 @@ def translate_window(sources, signature, batch_tokens, max_batch_sentences):
     texts = [sources[row] for row in nonblank]
     for batch in length_batches(texts, batch_tokens, max_batch_sentences):
         outputs = signature(tf.constant([texts[index] for index in batch], tf.string))
-        translations = outputs[TRANSLATION_OUTPUT].numpy()
-        scores = outputs[SCORE_OUTPUT].numpy()
-        for index, translation, score in zip(batch, translations, scores):
-            results[nonblank[index]] = [(translation.decode("utf-8"), float(score))]
+        if TRANSLATIONS_OUTPUT in outputs:
+            translations = outputs[TRANSLATIONS_OUTPUT].numpy()
+            scores = outputs[SCORES_OUTPUT].numpy()
+        else:
+            translations = outputs[TRANSLATION_OUTPUT].numpy()[:, None]
+            scores = outputs[SCORE_OUTPUT].numpy()[:, None]
+        for index, row_translations, row_scores in zip(batch, translations, scores):
+            results[nonblank[index]] = [
+                (translation.decode("utf-8"), float(score))
+                for translation, score in zip(row_translations, row_scores)
+            ]
     return results
 
 
 def format_record(source, hypotheses, output_format="text", with_scores=False, n_best=1):
     """The output lines (one string, newline-terminated) of one source line.
 
-    text: the translation, `score<TAB>translation` with `with_scores`; with `n_best` > 1,
-    `n_best` lines `rank<TAB>score<TAB>translation` (rank 1 = best). jsonl: one object,
+    text: one line per hypothesis, best first (`n_best` lines): the translation, or
+    `score<TAB>translation` with `with_scores`. jsonl: one object,
     `{"source", "translation", "score"}`, or `{"source", "hypotheses": [{"translation",
     "score"}, ...]}` with `n_best` > 1. A blank source (`hypotheses` None) gives as many empty
     lines, or an empty translation with a null score.
@@ -123,13 +139,10 @@ def format_record(source, hypotheses, output_format="text", with_scores=False, n
         return json.dumps(record, ensure_ascii=False) + "\n"
     if hypotheses is None:
         return "\n" * n_best
-    if n_best > 1:
-        return "".join(
-            f"{rank}\t{score:.4f}\t{translation}\n"
-            for rank, (translation, score) in enumerate(hypotheses, 1)
-        )
-    translation, score = hypotheses[0]
-    return f"{score:.4f}\t{translation}\n" if with_scores else translation + "\n"
+    return "".join(
+        f"{score:.4f}\t{translation}\n" if with_scores else translation + "\n"
+        for translation, score in hypotheses
+    )
 
 
 def translate_lines(
@@ -224,8 +237,9 @@ def build_parser():
         "--n_best",
         type=int,
         default=1,
-        help="hypotheses per source (beam search): N lines rank<TAB>score<TAB>translation, or "
-        "a jsonl 'hypotheses' list; only 1 is supported yet",
+        help="hypotheses per source, best first (beam search's N best, N at most --beam_width; "
+        "an export's n_best signature must return N): N lines a source (an empty source: N "
+        "empty lines), score<TAB>translation with --with_scores, or a jsonl 'hypotheses' list",
     )
     parser.add_argument(
         "--batch_tokens",
@@ -251,13 +265,6 @@ def check_arguments(parser, args):
             parser.error(f"--{name} must be at least 1")
     if args.n_best > args.beam_width:
         parser.error(f"--n_best {args.n_best} needs --beam_width {args.n_best} or more")
-    if args.n_best > 1:
-        # TODO: wire n-best in once model.decoding's beam search returns its N best hypotheses
-        # (translate_window and format_record already take a list per source).
-        parser.error(
-            "--n_best > 1 is not supported yet: beam search (model.decoding) returns only its "
-            "best hypothesis"
-        )
 
 
 def main(argv=None):
@@ -280,6 +287,7 @@ def main(argv=None):
         signature = load_signature(
             args.model,
             args.beam_width,
+            args.n_best,
             alpha=args.alpha,
             repetition_penalty=args.repetition_penalty,
             no_repeat_ngram_size=args.no_repeat_ngram_size,

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from common.serving_contract import SCORE_OUTPUT
+from common.serving_contract import SCORE_OUTPUT, SCORES_OUTPUT, TRANSLATIONS_OUTPUT
 from serving.export import export_run
 from serving.translate_text import format_record, main, translate_lines, translate_window
 from tests.export_fixtures import PAIRS
@@ -210,17 +210,75 @@ def test_a_directory_that_is_no_model_is_refused_with_status_2(tmp_path, capsys)
     ]
 
 
-def test_n_best_is_refused_until_beam_search_returns_hypotheses(tmp_path, capsys):
+@pytest.mark.parametrize("kind, n_best", [("run", 3), ("export", 4)])
+def test_n_best_lines_are_the_translators_n_best_in_order_with_blank_lines_kept(
+    kind, n_best, tiny_export_run, export_dir, tmp_path
+):
+    """N lines a source, best first, each `score<TAB>translation` as `Translator.n_best` (the
+    export's n_best signature) gives them; N empty lines for a blank source; jsonl lists them."""
+    directory = model_dir(kind, tiny_export_run, export_dir)
+    input_path = write_input(tmp_path / "in.txt", LINES)
+    flags = ["--beam_width", "4", "--n_best", str(n_best), "--max_batch_sentences", "4"]
+    assert run_main(directory, input_path, tmp_path / "out.tsv", *flags, "--with_scores") == 0
+    assert run_main(directory, input_path, tmp_path / "out.txt", *flags) == 0
+    assert (
+        run_main(directory, input_path, tmp_path / "out.jsonl", *flags, "--output_format", "jsonl")
+        == 0
+    )
+    function = run_signature if kind == "run" else export_signature
+    signature, _ = function(directory, 4, num_hypotheses=n_best)
+    nonblank = [line for line in LINES if line.strip()]
+    outputs = signature(tf.constant(nonblank))
+    translations = iter(np.char.decode(outputs[TRANSLATIONS_OUTPUT].numpy().astype(bytes)))
+    scores = iter(outputs[SCORES_OUTPUT].numpy())
+    expected = [
+        list(zip(next(translations), next(scores))) if line.strip() else None for line in LINES
+    ]
+    assert sum(len({t for t, _ in row}) == n_best for row in expected if row) >= 20
+    rows = (tmp_path / "out.tsv").read_text(encoding="utf-8").split("\n")
+    assert rows[-1] == "" and len(rows) - 1 == n_best * len(LINES)
+    texts = (tmp_path / "out.txt").read_text(encoding="utf-8").split("\n")[:-1]
+    records = [
+        json.loads(line) for line in (tmp_path / "out.jsonl").read_text("utf-8").splitlines()
+    ]
+    assert [record["source"] for record in records] == LINES
+    for index, hypotheses in enumerate(expected):
+        block = rows[index * n_best : (index + 1) * n_best]
+        if hypotheses is None:
+            assert block == [""] * n_best
+            assert texts[index * n_best : (index + 1) * n_best] == [""] * n_best
+            assert records[index]["hypotheses"] == []
+            continue
+        written = [row.split("\t") for row in block]
+        assert [translation for _, translation in written] == [t for t, _ in hypotheses]
+        assert texts[index * n_best : (index + 1) * n_best] == [t for t, _ in hypotheses]
+        np.testing.assert_allclose(
+            [float(score) for score, _ in written], [s for _, s in hypotheses], atol=2e-4
+        )
+        assert [h["translation"] for h in records[index]["hypotheses"]] == [
+            t for t, _ in hypotheses
+        ]
+
+
+def test_n_best_needs_the_beam_width_and_an_export_traced_for_it(export_dir, tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
-        main(["--model", str(tmp_path), "--beam_width", "4", "--n_best", "2"])
+        main(["--model", export_dir, "--beam_width", "2", "--n_best", "3"])
     assert exit_info.value.code == 2
-    assert "--n_best > 1 is not supported yet" in capsys.readouterr().err
+    assert "--n_best 3 needs --beam_width 3 or more" in capsys.readouterr().err
+    input_path = write_input(tmp_path / "in.txt", TRAINED[:2])
+    flags = ["--beam_width", "4", "--n_best", "3"]
+    assert run_main(export_dir, input_path, tmp_path / "out.txt", *flags) == 1
+    assert capsys.readouterr().err.splitlines() == [
+        f"error: {export_dir} was exported with num_hypotheses 4, not 3: re-export it with "
+        "--num_hypotheses 3."
+    ]
 
 
 def test_n_best_output_format():
     hypotheses = [("The cat.", -0.25), ("A cat.", -1.5)]
-    assert format_record("El gato.", hypotheses, "text", n_best=2) == (
-        "1\t-0.2500\tThe cat.\n2\t-1.5000\tA cat.\n"
+    assert format_record("El gato.", hypotheses, "text", n_best=2) == "The cat.\nA cat.\n"
+    assert format_record("El gato.", hypotheses, "text", with_scores=True, n_best=2) == (
+        "-0.2500\tThe cat.\n-1.5000\tA cat.\n"
     )
     assert format_record("", None, "text", n_best=2) == "\n\n"
     assert json.loads(format_record("El gato.", hypotheses, "jsonl", n_best=2)) == {

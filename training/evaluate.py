@@ -34,6 +34,7 @@ from common.serving_contract import (
     BEAM_SIGNATURE,
     EXPORT_INFO_PATH,
     GREEDY_SIGNATURE,
+    N_BEST_SIGNATURE,
     TEXT_INPUT,
     TRANSLATION_OUTPUT,
 )
@@ -53,8 +54,9 @@ BATCH_SIZE = 32
 def run_signature(run_dir, beam_width=1, **overrides):
     """`(signature, config)` for a training run: `signature` maps a `[batch]` string tensor to the
     dict of its outputs (`common.serving_contract.TRANSLATION_OUTPUTS`), traced once
-    (`Translator.greedy`, or `beam_search` when `beam_width` > 1), as the export's signature of
-    that name does.
+    (`Translator.greedy`, or `beam_search` when `beam_width` > 1, or `n_best` when `overrides`
+    sets `num_hypotheses`: `common.serving_contract.SIGNATURE_OUTPUTS`), as the export's
+    signature of that name does.
 
     The decoding options are the run's (`training.artifacts.decoding_options`: its
     `decoding.json`, or the defaults), with `overrides` (`DecodingOptions` fields, None: the
@@ -63,7 +65,10 @@ def run_signature(run_dir, beam_width=1, **overrides):
     options = artifacts.decoding_options(run_dir, beam_width=beam_width, **overrides)
     model, source_tokenizer, target_tokenizer, config = artifacts.load_trained(run_dir)
     translator = Translator(model, source_tokenizer, target_tokenizer, options)
-    method = translator.greedy if beam_width == 1 else translator.beam_search
+    if overrides.get("num_hypotheses") is not None:
+        method = translator.n_best
+    else:
+        method = translator.greedy if beam_width == 1 else translator.beam_search
     return tf.function(method, input_signature=[TEXT_SPEC]), config
 
 
@@ -90,7 +95,7 @@ def load_export(export_dir):
 def export_signature(export_dir, beam_width=1, **expected):
     """`(signature, export_info)` for an exported SavedModel version: `signature` maps a
     `[batch]` string tensor to the dict of its outputs (`serving_default`, or `beam_search` when
-    `beam_width` > 1).
+    `beam_width` > 1, or `n_best` when `expected` sets `num_hypotheses`).
 
     Args:
         expected: `DecodingOptions` fields (None: any) the export must have been traced with.
@@ -100,6 +105,8 @@ def export_signature(export_dir, beam_width=1, **expected):
     """
     info = read_export_info(export_dir)
     exported = {**dataclasses.asdict(DecodingOptions()), **info["decoding"]}
+    # The n_best signature's width: num_hypotheses, or the beam width when it is None.
+    exported["num_hypotheses"] = DecodingOptions(**info["decoding"]).n_best_size
     if beam_width > 1:
         expected["beam_width"] = beam_width
     for name, value in expected.items():
@@ -108,9 +115,11 @@ def export_signature(export_dir, beam_width=1, **expected):
                 f"{export_dir} was exported with {name} {exported[name]}, not {value}: "
                 f"re-export it with --{name} {value}."
             )
-    signature = load_export(export_dir).signatures[
-        GREEDY_SIGNATURE if beam_width == 1 else BEAM_SIGNATURE
-    ]
+    if expected.get("num_hypotheses") is not None:
+        name = N_BEST_SIGNATURE
+    else:
+        name = GREEDY_SIGNATURE if beam_width == 1 else BEAM_SIGNATURE
+    signature = load_export(export_dir).signatures[name]
     return (lambda text: signature(**{TEXT_INPUT: text})), info
 
 
