@@ -29,6 +29,7 @@ import numpy as np
 
 from serving.model_server import errors
 from serving.model_server.config import BatchingOptions
+from serving.model_server.metrics import ServerMetrics
 
 logger = logging.getLogger("serving.batching")
 
@@ -64,6 +65,7 @@ class _Task:
     outputs: dict[str, np.ndarray] | None = None
     error: errors.ServingError | None = None
     abandoned: bool = False  # The waiting request gave up (deadline).
+    enqueue_time: float = dataclasses.field(default_factory=time.monotonic)
 
     def finish(self, outputs=None, error=None) -> None:
         self.outputs, self.error = outputs, error
@@ -138,10 +140,12 @@ class BatchScheduler:
 
     Args:
         options: BatchingOptions (max_batch_size, batch_timeout_micros, ...).
+        metrics: where input sizes, queuing latencies, batch sizes and runs are recorded.
     """
 
-    def __init__(self, options: BatchingOptions):
+    def __init__(self, options: BatchingOptions, metrics: ServerMetrics | None = None):
         self.options = options
+        self.metrics = metrics if metrics is not None else ServerMetrics()
         self.stats = BatchStats()
         self._timeout = options.batch_timeout_micros / 1e6
         self._cond = threading.Condition()
@@ -180,6 +184,8 @@ class BatchScheduler:
                 the model's own error.
         """
         size = batch_size_of(inputs)
+        for _ in inputs:  # TF Serving records each input tensor's rows.
+            self.metrics.record_input_batch_size(size)
         if size == 0:
             return run_fn(inputs)  # Nothing to merge; the model decides what empty gives.
         if size > self.options.max_batch_size:
@@ -339,6 +345,7 @@ class BatchScheduler:
         tasks = []
         with self._cond:
             for task in batch.tasks:
+                self.metrics.record_queuing(now - task.enqueue_time)
                 if task.abandoned:
                     continue
                 if task.deadline is not None and now >= task.deadline:
@@ -358,7 +365,9 @@ class BatchScheduler:
                 task.finish(error=error)
             return
         self.stats.record(padded_size)
+        self.metrics.record_batch(padded_size, padded_size - sum(task.size for task in tasks))
         try:
+            self.metrics.record_wrapped_run()
             outputs = run_fn(merged)
         except errors.ServingError as error:
             if len(tasks) == 1:
@@ -369,6 +378,7 @@ class BatchScheduler:
             )
             for task in tasks:
                 try:
+                    self.metrics.record_wrapped_run()
                     task.finish(outputs=run_fn(task.inputs))
                 except errors.ServingError as task_error:
                     task.finish(error=task_error)
