@@ -87,10 +87,31 @@ def value(samples: list, name: str, **labels) -> float:
 
 @pytest.fixture(scope="module")
 def monitored(exports, tmp_path_factory):
-    """A server without batching whose REST port serves metrics at the default path."""
+    """A server without batching whose REST port serves metrics at the default path, serving
+    every version of the translator: 1, and 2 that fails to load (not a SavedModel proto)."""
     tmp_path = tmp_path_factory.mktemp("monitored")
-    config = write_monitoring_config(tmp_path, "prometheus_config { enable: true }")
-    server = start(tmp_path, exports, monitoring_config_file=config)
+    base_path = make_model_base(exports, str(tmp_path), (1,))
+    os.makedirs(os.path.join(base_path, "2"))
+    with open(os.path.join(base_path, "2", "saved_model.pb"), "wb") as corrupt:
+        corrupt.write(b"not a SavedModel")
+    model_config = tmp_path / "models.config"
+    model_config.write_text(
+        f'model_config_list {{ config {{ name: "{MODEL_NAME}" base_path: "{base_path}" '
+        'model_platform: "tensorflow" model_version_policy { all {} } } }'
+    )
+    server = ModelServer(
+        ServerOptions(
+            port=0,
+            rest_api_port=0,
+            model_config_file=str(model_config),
+            file_system_poll_wait_seconds=0,
+            max_num_load_retries=0,
+            monitoring_config_file=write_monitoring_config(
+                tmp_path, "prometheus_config { enable: true }"
+            ),
+        )
+    ).start()
+    server.base_path = base_path
     yield server
     server.stop(grace_seconds=0)
 
@@ -154,9 +175,9 @@ def test_request_counts_and_latencies_by_status(monitored):
     assert value(samples, f"{RUNTIME_LATENCY}_count", **runtime) == good_grpc + good_rest
 
 
-def test_load_latency_and_version_state_of_the_loaded_version(monitored):
+def test_load_latency_and_version_states(monitored):
     samples = scrape(monitored)
-    model_path = os.path.join(monitored.options.model_base_path, "1")
+    model_path = os.path.join(monitored.base_path, "1")
     assert (
         value(
             samples,
@@ -177,17 +198,28 @@ def test_load_latency_and_version_state_of_the_loaded_version(monitored):
             )
             == 1
         )
-    states = {
-        state: value(
+    failed_path = os.path.join(monitored.base_path, "2")
+    assert (
+        value(
             samples,
-            ":local:serving:model_version_state",
-            model_name=MODEL_NAME,
-            version="1",
-            state=state,
+            ":tensorflow:cc:saved_model:load_attempt_count",
+            model_path=failed_path,
+            status="fail",
         )
-        for state in VERSION_STATES
-    }
-    assert states == {state: int(state == "AVAILABLE") for state in VERSION_STATES}
+        == 1
+    )
+    for version, current in ((1, "AVAILABLE"), (2, "END")):
+        states = {
+            state: value(
+                samples,
+                ":local:serving:model_version_state",
+                model_name=MODEL_NAME,
+                version=str(version),
+                state=state,
+            )
+            for state in VERSION_STATES
+        }
+        assert states == {state: int(state == current) for state in VERSION_STATES}
 
 
 def test_batched_requests_record_batch_sizes(exports, tmp_path):
@@ -256,7 +288,7 @@ def test_a_disabled_prometheus_config_serves_no_metrics(tmp_path):
 def test_a_bad_monitoring_config_is_a_startup_error(exports, tmp_path, text, message):
     config = write_monitoring_config(tmp_path, text)
     with pytest.raises(config_lib.ConfigError) as error:
-        start(tmp_path, exports, monitoring_config_file=config)
+        start(tmp_path, exports, monitoring_config_file=config).stop(grace_seconds=0)
     assert config in str(error.value) and message in str(error.value)
 
 
