@@ -297,6 +297,7 @@ def test_committed_config_files_parse_and_match_the_deployment():
     # and the model base path in models.config lies inside the /models mount.
     assert mounts[flags["model_config_file"]] == "./models.config"
     assert mounts[flags["batching_parameters_file"]] == "./batching.config"
+    assert mounts[flags["monitoring_config_file"]] == "./monitoring.config"
     assert model.base_path.startswith("/models/")
     # Every flag the compose file passes is one this server accepts too.
     parse_flags(service["command"])

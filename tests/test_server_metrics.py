@@ -10,6 +10,7 @@ import urllib.request
 
 import grpc
 import pytest
+import yaml
 from prometheus_client.parser import text_string_to_metric_families
 from tensorflow_serving.apis import prediction_service_pb2_grpc
 
@@ -295,3 +296,9 @@ def test_a_bad_monitoring_config_is_a_startup_error(exports, tmp_path, text, mes
 def test_the_example_monitoring_config_serves_the_default_path():
     path = os.path.join(REPO_ROOT, "serving", "monitoring.config")
     assert config_lib.load_prometheus_path(path) == DEFAULT_PROMETHEUS_PATH
+
+
+def test_the_example_scrape_config_scrapes_that_path():
+    with open(os.path.join(REPO_ROOT, "serving", "prometheus.yml")) as scrape_config:
+        (job,) = yaml.safe_load(scrape_config)["scrape_configs"]
+    assert job["metrics_path"] == DEFAULT_PROMETHEUS_PATH
