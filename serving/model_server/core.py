@@ -75,8 +75,8 @@ class ServingCore:
                         prepared.signature_name,
                         tuple(prepared.output_aliases),
                     ),
-                    run_fn=lambda inputs: servable.run(
-                        prepared.signature_name, inputs, prepared.output_aliases
+                    run_fn=lambda inputs, run_deadline: servable.run(
+                        prepared.signature_name, inputs, prepared.output_aliases, run_deadline
                     ),
                     inputs=prepared.inputs,
                     deadline=deadline,
