@@ -22,7 +22,8 @@ export PYTHONUNBUFFERED := 1
 
 SERVER_FLAGS := --port=$(PORT) --rest_api_port=$(REST_PORT) --model_name=$(MODEL_NAME) \
 	--model_base_path=$(abspath $(EXPORT_BASE))/$(MODEL_NAME) --enable_batching \
-	--batching_parameters_file=serving/batching.config $(SERVE_ARGS)
+	--batching_parameters_file=serving/batching.config \
+	--monitoring_config_file=serving/monitoring.config $(SERVE_ARGS)
 
 .PHONY: help setup translate test check-mutations lint data train average evaluate export serve query demo demo-train pretrained notebooks \
 	bench-train bench-decode bench-profile bench-serve bench-sweep bench-tokenizer bench-robustness \

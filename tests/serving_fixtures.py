@@ -34,6 +34,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import keras
 import numpy as np
+import psutil
 import tensorflow as tf
 from tensorflow_serving.apis import predict_pb2, prediction_log_pb2
 
@@ -363,3 +364,56 @@ def texts_request(
         )
     )
     return request
+
+
+# ----------------------------------------------------------------- long model runs
+
+
+class LoopModel(tf.Module):
+    """A model that works for as many small steps as its inputs add up to (as a decoder loop
+    does: many ops, each one quick), so a run can be as long as a test needs."""
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.int64, name="steps")])
+    def loop(self, steps):
+        weights = tf.eye(8) * 0.5
+
+        def step(index, state):
+            return index + 1, tf.tanh(tf.matmul(state, weights) + 0.1)
+
+        _, state = tf.while_loop(
+            lambda index, _: index < tf.reduce_sum(steps),
+            step,
+            [tf.constant(0, tf.int64), tf.ones([1, 8])],
+        )
+        return {"y": tf.fill(tf.shape(steps), tf.reduce_sum(state))}
+
+
+ENDLESS_STEPS = 10**15  # Years of work: a run that is not aborted never ends.
+
+
+def loop_model_base(tmp_path) -> str:
+    module = LoopModel()
+    tf.saved_model.save(
+        module, str(tmp_path / "loop" / "1"), signatures={"serving_default": module.loop}
+    )
+    return str(tmp_path / "loop")
+
+
+def loop_request(steps: int) -> predict_pb2.PredictRequest:
+    request = predict_pb2.PredictRequest()
+    request.model_spec.name = "loop"
+    request.inputs["steps"].CopyFrom(tf.make_tensor_proto([steps], dtype=tf.int64))
+    return request
+
+
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU time a process has used."""
+    times = psutil.Process(pid).cpu_times()
+    return times.user + times.system
+
+
+def cpu_seconds_during(pid: int, window_seconds: float) -> float:
+    """CPU time a process uses during a window of wall time (a measurement, not a wait)."""
+    start = cpu_seconds(pid)
+    threading.Event().wait(window_seconds)
+    return cpu_seconds(pid) - start

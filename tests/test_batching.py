@@ -24,7 +24,7 @@ class RowModel:
         self.batch_sizes = []
         self._lock = threading.Lock()
 
-    def __call__(self, inputs):
+    def __call__(self, inputs, deadline=None):
         values = inputs["x"]
         with self._lock:
             self.batch_sizes.append(len(values))
@@ -153,7 +153,7 @@ def test_a_split_request_is_refused_whole_when_its_pieces_do_not_fit_the_queue()
 
 
 def test_one_failing_piece_fails_the_request_with_the_models_error():
-    def fails_on_seven(inputs):
+    def fails_on_seven(inputs, deadline=None):
         if 7 in inputs["x"]:
             raise errors.invalid_argument("seven is not allowed")
         return {"double": inputs["x"] * 2}

@@ -35,7 +35,6 @@ from tensorflow_serving.apis import (
     inference_pb2,
     model_management_pb2,
     model_service_pb2_grpc,
-    predict_pb2,
     prediction_service_pb2_grpc,
     regression_pb2,
 )
@@ -45,15 +44,19 @@ from serving.model_server.rest import MAX_REQUEST_HEAD_BYTES, RestApi, RestServe
 from serving.model_server.server import ModelServer, ServerOptions, parse_flags
 from serving.model_server.session_bundle_config_pb2 import BatchingParameters
 from tests.serving_fixtures import (
+    ENDLESS_STEPS,
     MODEL_NAME,
     REPO_ROOT,
     ServerProcess,
+    cpu_seconds_during,
     expected_alignment,
     expected_beam,
     expected_beam_score,
     expected_greedy,
     expected_greedy_score,
     install_version,
+    loop_model_base,
+    loop_request,
     make_model_base,
     texts_request,
     wait_for,
@@ -297,6 +300,7 @@ def test_committed_config_files_parse_and_match_the_deployment():
     # and the model base path in models.config lies inside the /models mount.
     assert mounts[flags["model_config_file"]] == "./models.config"
     assert mounts[flags["batching_parameters_file"]] == "./batching.config"
+    assert mounts[flags["monitoring_config_file"]] == "./monitoring.config"
     assert model.base_path.startswith("/models/")
     # Every flag the compose file passes is one this server accepts too.
     parse_flags(service["command"])
@@ -1262,57 +1266,6 @@ def test_new_version_is_swapped_in_without_failing_requests(exports, tmp_path):
 # -------------------------------------------------------------------------- deadlines
 
 
-class _Loop(tf.Module):
-    """A model that works for as many small steps as its inputs add up to (as a decoder loop
-    does: many ops, each one quick), so a run can be as long as a test needs."""
-
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.int64, name="steps")])
-    def loop(self, steps):
-        weights = tf.eye(8) * 0.5
-
-        def step(index, state):
-            return index + 1, tf.tanh(tf.matmul(state, weights) + 0.1)
-
-        _, state = tf.while_loop(
-            lambda index, _: index < tf.reduce_sum(steps),
-            step,
-            [tf.constant(0, tf.int64), tf.ones([1, 8])],
-        )
-        return {"y": tf.fill(tf.shape(steps), tf.reduce_sum(state))}
-
-
-ENDLESS_STEPS = 10**15  # Years of work: a run that is not aborted never ends.
-
-
-def loop_model_base(tmp_path) -> str:
-    module = _Loop()
-    tf.saved_model.save(
-        module, str(tmp_path / "loop" / "1"), signatures={"serving_default": module.loop}
-    )
-    return str(tmp_path / "loop")
-
-
-def loop_request(steps: int) -> predict_pb2.PredictRequest:
-    request = predict_pb2.PredictRequest()
-    request.model_spec.name = "loop"
-    request.inputs["steps"].CopyFrom(tf.make_tensor_proto([steps], dtype=tf.int64))
-    return request
-
-
-def cpu_seconds(pid: int) -> float:
-    """User plus system CPU time a process has used (/proc/PID/stat)."""
-    with open(f"/proc/{pid}/stat") as stat:
-        fields = stat.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def cpu_seconds_during(pid: int, window_seconds: float) -> float:
-    """CPU time a process uses during a window of wall time (a measurement, not a wait)."""
-    start = cpu_seconds(pid)
-    threading.Event().wait(window_seconds)
-    return cpu_seconds(pid) - start
-
-
 def test_a_request_past_its_deadline_is_aborted_not_run_to_the_end(tmp_path):
     """The deadline is the run's RunOptions.timeout_in_ms, as in TF Serving: REST answered 200
     long after --rest_api_timeout_in_ms, and gRPC calls that had answered DEADLINE_EXCEEDED
@@ -1352,6 +1305,41 @@ def test_a_request_past_its_deadline_is_aborted_not_run_to_the_end(tmp_path):
         # A call without a deadline runs unbounded (it was an INTERNAL error: gRPC's "no
         # deadline" is a time_remaining() of 292,000 years, too many milliseconds for TF).
         assert stub.Predict(loop_request(100)).outputs["y"].float_val
+
+
+def test_a_batched_run_past_its_deadline_is_aborted_and_frees_its_thread(tmp_path):
+    """A merged batch runs with its requests' latest deadline, as TF Serving's BatchingSession
+    sets RunOptions.timeout_in_ms: it ran without one, so an endless batched call kept the
+    only batch thread (and a CPU) busy for good after its client had been answered
+    DEADLINE_EXCEEDED, and every later request timed out in the queue."""
+    batching_file = write_batching_file(
+        tmp_path / "batching.config",
+        max_batch_size=8,
+        batch_timeout_micros=0,
+        num_batch_threads=1,
+    )
+    with ServerProcess(
+        [
+            "--model_name=loop",
+            f"--model_base_path={loop_model_base(tmp_path)}",
+            "--file_system_poll_wait_seconds=0",
+            "--enable_batching=true",
+            f"--batching_parameters_file={batching_file}",
+        ]
+    ) as server:
+        stub = prediction_service_pb2_grpc.PredictionServiceStub(
+            grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}")
+        )
+        with pytest.raises(grpc.RpcError) as error:
+            stub.Predict(loop_request(ENDLESS_STEPS), timeout=1)
+        assert error.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        wait_for(
+            lambda: cpu_seconds_during(server.process.pid, 0.5) < 0.1,
+            "the server to stop running the expired batch",
+            timeout=30,
+        )
+        # The batch thread is free again: the next request gets its answer.
+        assert stub.Predict(loop_request(100), timeout=30).outputs["y"].float_val
 
 
 # --------------------------------------------------------------------------- SIGTERM

@@ -10,7 +10,9 @@ execution batch each; its answer is put back together from the pieces. A batch
 is handed to one of `num_batch_threads` workers when it is closed, full, or
 its first request has waited `batch_timeout_micros`. The worker concatenates
 the inputs along dimension 0, runs the model once, and splits every output
-back along dimension 0.
+back along dimension 0. As in TF Serving, the run's deadline is the latest of its
+requests' deadlines (none if one of them has none): a batch nobody waits for any
+more is aborted instead of holding its thread.
 
 Differences from TF Serving, both in the client's favour: a request whose
 deadline passes while it waits is answered DEADLINE_EXCEEDED at once, and when
@@ -25,14 +27,18 @@ import threading
 import time
 from collections.abc import Callable, Hashable, Mapping
 
+import grpc
 import numpy as np
 
 from serving.model_server import errors
 from serving.model_server.config import BatchingOptions
+from serving.model_server.metrics import ServerMetrics
 
 logger = logging.getLogger("serving.batching")
 
-RunFn = Callable[[Mapping[str, np.ndarray]], dict[str, np.ndarray]]
+# `(inputs, deadline) -> outputs`; the run is aborted at `deadline` (a time.monotonic() value,
+# None for no deadline).
+RunFn = Callable[[Mapping[str, np.ndarray], float | None], dict[str, np.ndarray]]
 
 
 def batch_size_of(inputs: Mapping[str, np.ndarray]) -> int:
@@ -64,6 +70,7 @@ class _Task:
     outputs: dict[str, np.ndarray] | None = None
     error: errors.ServingError | None = None
     abandoned: bool = False  # The waiting request gave up (deadline).
+    enqueue_time: float = dataclasses.field(default_factory=time.monotonic)
 
     def finish(self, outputs=None, error=None) -> None:
         self.outputs, self.error = outputs, error
@@ -138,10 +145,12 @@ class BatchScheduler:
 
     Args:
         options: BatchingOptions (max_batch_size, batch_timeout_micros, ...).
+        metrics: where input sizes, queuing latencies, batch sizes and runs are recorded.
     """
 
-    def __init__(self, options: BatchingOptions):
+    def __init__(self, options: BatchingOptions, metrics: ServerMetrics | None = None):
         self.options = options
+        self.metrics = metrics if metrics is not None else ServerMetrics()
         self.stats = BatchStats()
         self._timeout = options.batch_timeout_micros / 1e6
         self._cond = threading.Condition()
@@ -170,7 +179,9 @@ class BatchScheduler:
         Args:
             queue_key: requests with equal keys may be merged; the key must pin
                 the model version, signature and requested outputs.
-            run_fn: `inputs -> outputs`, every output batched along dimension 0.
+            run_fn: `(inputs, deadline) -> outputs`, every output batched along dimension 0;
+                a merged batch runs with the latest deadline of its requests (none if one
+                has none), as TF Serving's BatchingSession sets its RunOptions.timeout_in_ms.
             inputs: arrays by alias with a common 0th dimension.
             deadline: `time.monotonic()` value after which the caller gives up.
 
@@ -180,8 +191,10 @@ class BatchScheduler:
                 the model's own error.
         """
         size = batch_size_of(inputs)
+        for _ in inputs:  # TF Serving records each input tensor's rows.
+            self.metrics.record_input_batch_size(size)
         if size == 0:
-            return run_fn(inputs)  # Nothing to merge; the model decides what empty gives.
+            return run_fn(inputs, deadline)  # Nothing to merge; the model decides.
         if size > self.options.max_batch_size:
             raise errors.invalid_argument(
                 f"Task size {size} is larger than maximum input batch size "
@@ -339,6 +352,7 @@ class BatchScheduler:
         tasks = []
         with self._cond:
             for task in batch.tasks:
+                self.metrics.record_queuing(now - task.enqueue_time)
                 if task.abandoned:
                     continue
                 if task.deadline is not None and now >= task.deadline:
@@ -358,18 +372,27 @@ class BatchScheduler:
                 task.finish(error=error)
             return
         self.stats.record(padded_size)
+        self.metrics.record_batch(padded_size, padded_size - sum(task.size for task in tasks))
+        deadlines = [task.deadline for task in tasks]
+        batch_deadline = None if None in deadlines else max(deadlines)
         try:
-            outputs = run_fn(merged)
+            self.metrics.record_wrapped_run()
+            outputs = run_fn(merged, batch_deadline)
         except errors.ServingError as error:
-            if len(tasks) == 1:
-                tasks[0].finish(error=error)
+            # Re-running alone helps a request whose input failed the batch, not one whose
+            # run was aborted (deadline, cancellation).
+            aborted = error.code in (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED)
+            if len(tasks) == 1 or aborted:
+                for task in tasks:
+                    task.finish(error=error)
                 return
             logger.warning(
                 "Batch of %d requests failed (%s); running them one by one", len(tasks), error
             )
             for task in tasks:
                 try:
-                    task.finish(outputs=run_fn(task.inputs))
+                    self.metrics.record_wrapped_run()
+                    task.finish(outputs=run_fn(task.inputs, task.deadline))
                 except errors.ServingError as task_error:
                     task.finish(error=task_error)
             return

@@ -1,7 +1,8 @@
 """Reading and checking the server's text-format configuration files.
 
-`--model_config_file` is a `tensorflow.serving.ModelServerConfig` and
-`--batching_parameters_file` a `tensorflow.serving.BatchingParameters`, both in
+`--model_config_file` is a `tensorflow.serving.ModelServerConfig`,
+`--batching_parameters_file` a `tensorflow.serving.BatchingParameters` and
+`--monitoring_config_file` a `tensorflow.serving.MonitoringConfig`, all in
 protobuf text format exactly as `tensorflow_model_server` reads them, so the
 same files drive this server and the real one.
 """
@@ -12,6 +13,8 @@ import os
 from google.protobuf import text_format
 from tensorflow_serving.config import model_server_config_pb2
 
+from serving.model_server.metrics import DEFAULT_PROMETHEUS_PATH
+from serving.model_server.monitoring_config_pb2 import MonitoringConfig
 from serving.model_server.session_bundle_config_pb2 import BatchingParameters
 
 TENSORFLOW_PLATFORM = "tensorflow"
@@ -207,3 +210,26 @@ def load_batching_options(path: str | None) -> BatchingOptions:
     if not path:
         return BatchingOptions.from_proto(None)
     return BatchingOptions.from_proto(read_text_proto(path, BatchingParameters), source=path)
+
+
+def load_prometheus_path(path: str) -> str | None:
+    """Reads a `--monitoring_config_file` (a MonitoringConfig).
+
+    Returns:
+        The path the REST port serves the Prometheus page at (PrometheusExporter's default
+        when `prometheus_config.path` is empty), or None when `prometheus_config.enable` is
+        not set.
+
+    Raises:
+        ConfigError: the file is missing or not a valid MonitoringConfig, or its path does
+            not start with '/' (no request could reach it).
+    """
+    config = read_text_proto(path, MonitoringConfig)
+    if not config.prometheus_config.enable:
+        return None
+    metrics_path = config.prometheus_config.path or DEFAULT_PROMETHEUS_PATH
+    if not metrics_path.startswith("/"):
+        raise ConfigError(
+            f"{path}: prometheus_config.path must start with '/', got '{metrics_path}'"
+        )
+    return metrics_path

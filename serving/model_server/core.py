@@ -7,6 +7,7 @@ translate transports.
 """
 
 import logging
+import time
 
 from tensorflow_serving.apis import (
     get_model_metadata_pb2,
@@ -19,6 +20,7 @@ from serving.model_server import config as config_lib
 from serving.model_server import errors
 from serving.model_server.batching import BatchScheduler
 from serving.model_server.manager import ServableManager
+from serving.model_server.metrics import ServerMetrics
 from serving.model_server.predict import check_deadline, make_predict_response, prepare_predict
 
 logger = logging.getLogger("serving.core")
@@ -32,11 +34,18 @@ class ServingCore:
     Args:
         manager: the ServableManager holding the loaded versions.
         batcher: BatchScheduler when `--enable_batching`, else None.
+        metrics: where model runs are recorded (a ServerMetrics of its own when None).
     """
 
-    def __init__(self, manager: ServableManager, batcher: BatchScheduler | None = None):
+    def __init__(
+        self,
+        manager: ServableManager,
+        batcher: BatchScheduler | None = None,
+        metrics: ServerMetrics | None = None,
+    ):
         self.manager = manager
         self.batcher = batcher
+        self.metrics = metrics if metrics is not None else ServerMetrics()
 
     def predict(
         self, request: predict_pb2.PredictRequest, deadline: float | None = None
@@ -53,6 +62,7 @@ class ServingCore:
         with self.manager.servable(request.model_spec) as servable:
             prepared = prepare_predict(servable, request)
             check_deadline(deadline)
+            start = time.monotonic()
             if self.batcher is None:
                 outputs = servable.run(
                     prepared.signature_name, prepared.inputs, prepared.output_aliases, deadline
@@ -65,12 +75,16 @@ class ServingCore:
                         prepared.signature_name,
                         tuple(prepared.output_aliases),
                     ),
-                    run_fn=lambda inputs: servable.run(
-                        prepared.signature_name, inputs, prepared.output_aliases
+                    run_fn=lambda inputs, run_deadline: servable.run(
+                        prepared.signature_name, inputs, prepared.output_aliases, run_deadline
                     ),
                     inputs=prepared.inputs,
                     deadline=deadline,
                 )
+            # TF Serving times Session::Run, which with batching includes the batch queue.
+            self.metrics.record_runtime(
+                request.model_spec.name, "Predict", time.monotonic() - start
+            )
             return make_predict_response(request, servable, prepared, outputs)
 
     def get_model_metadata(

@@ -42,6 +42,32 @@ def _handles_errors(method):
     return wrapper
 
 
+def _counted(api: str):
+    """Records the call in the request metrics, as TF Serving's PredictionServiceImpl does for
+    Predict, Classify and Regress: its count by status, and the latency of a successful one.
+    Goes under `_handles_errors`, which turns what it lets through into the call's status."""
+
+    def decorate(method):
+        @functools.wraps(method)
+        def wrapper(self, request, context):
+            start, code = time.monotonic(), grpc.StatusCode.INTERNAL
+            try:
+                response = method(self, request, context)
+                code = grpc.StatusCode.OK
+                return response
+            except errors.ServingError as error:
+                code = error.code
+                raise
+            finally:
+                self._core.metrics.record_request(
+                    request.model_spec.name, code, api, "GRPC", time.monotonic() - start
+                )
+
+        return wrapper
+
+    return decorate
+
+
 def _unimplemented(api: str) -> errors.ServingError:
     return errors.unimplemented(
         f"{api} is not implemented by this model server; use Predict (the translator's "
@@ -56,6 +82,7 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
         self._core = core
 
     @_handles_errors
+    @_counted("Predict")
     def Predict(self, request, context):
         return self._core.predict(request, deadline=_deadline_of(context))
 
@@ -64,10 +91,12 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
         return self._core.get_model_metadata(request)
 
     @_handles_errors
+    @_counted("Classify")
     def Classify(self, request, context):
         raise _unimplemented("Classify")
 
     @_handles_errors
+    @_counted("Regress")
     def Regress(self, request, context):
         raise _unimplemented("Regress")
 

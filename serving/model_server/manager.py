@@ -502,6 +502,15 @@ class ServableManager:
                 selected = sorted(records.values(), key=lambda r: r.version, reverse=True)
             return [VersionStatus(r.version, r.state, r.error) for r in selected]
 
+    def version_states(self) -> list[tuple[str, int, str]]:
+        """`(model name, version, state name)` of every version known, for the metrics."""
+        with self._lock:
+            return [
+                (name, record.version, _State.Name(record.state))
+                for name, model in sorted(self._models.items())
+                for record in sorted(model.versions.values(), key=lambda r: r.version)
+            ]
+
     def model_names(self) -> list[str]:
         with self._lock:
             return sorted(name for name, model in self._models.items() if model.config is not None)

@@ -27,6 +27,7 @@ import socket
 import threading
 import time
 import urllib.parse
+from collections.abc import Callable
 from typing import Any
 
 import cheroot.errors
@@ -44,7 +45,7 @@ from tensorflow_serving.apis import (
     predict_pb2,
 )
 
-from serving.model_server import errors
+from serving.model_server import errors, metrics
 from serving.model_server.core import SIGNATURE_DEF_FIELD, ServingCore
 from serving.model_server.predict import DEFAULT_SERVING_SIGNATURE_DEF_KEY
 from serving.model_server.tensors import (
@@ -594,15 +595,36 @@ class RestApi:
         return bool(_DISPATCH_PATH.fullmatch(path))
 
     def handle(self, method: str, path: str, body: bytes) -> tuple[int, str]:
+        """Answers one /v1/ request, recorded in the request metrics as TF Serving's
+        http_server.cc records it: counted by model and status, and the latency of a
+        successful one under its API, the URL's verb ("predict"; "" for GET)."""
+        start, code = time.monotonic(), grpc.StatusCode.OK
         try:
             payload = self._dispatch(method, path, body)
             return 200, json.dumps(payload, indent=1, ensure_ascii=False)
         except errors.ServingError as error:
+            code = error.code
             logger.debug("REST %s %s failed: %s", method, path, error)
             return error.http_status, json.dumps({"error": error.message}, ensure_ascii=False)
         except Exception as error:  # A bug must fail the request, not the connection.
+            code = grpc.StatusCode.INTERNAL
             logger.exception("REST %s %s failed unexpectedly", method, path)
             return 500, json.dumps({"error": f"{type(error).__name__}: {error}"})
+        finally:
+            model_name, api = self._metric_labels(method, path)
+            self._core.metrics.record_request(
+                model_name, code, api, "REST", time.monotonic() - start
+            )
+
+    @staticmethod
+    def _metric_labels(method: str, path: str) -> tuple[str, str]:
+        """(model name, API) of a request path, as TF Serving's ParseModelInfo reads them."""
+        pattern = {"POST": _PREDICTION_PATH, "GET": _STATUS_PATH}.get(method)
+        match = pattern.fullmatch(path) if pattern else None
+        if match is None:
+            return "", ""
+        name = urllib.parse.unquote(match.group(1) or "")
+        return name, match.group(4) if method == "POST" else ""
 
     def _dispatch(self, method: str, path: str, body: bytes) -> dict:
         malformed = errors.invalid_argument(f"Malformed request: {method} {path}")
@@ -901,6 +923,12 @@ class _Exchange(cheroot.server.Gateway):
         # API decodes model names and labels itself, as TF Serving does.
         path = urllib.parse.urlsplit(request.uri.decode("latin-1")).path
         try:
+            if path == rest_server.metrics_path:
+                # TF Serving answers the metrics path whatever the method; a body is read
+                # and ignored so the connection stays in step.
+                self._read_body(rest_server.max_body_bytes)
+                self._send(200, rest_server.metrics_page(), metrics.CONTENT_TYPE)
+                return
             if not rest_server.api.handles(path):
                 raise _RequestError(404, "Not Found")
             body = self._read_body(rest_server.max_body_bytes)
@@ -985,14 +1013,15 @@ class _Exchange(cheroot.server.Gateway):
             received += len(piece)
         return b"".join(pieces)
 
-    def _send(self, status: int, text: str) -> None:
-        """Answers JSON; to HEAD, the headers alone (its Content-Length is the body's)."""
+    def _send(self, status: int, text: str | bytes, content_type: str = "application/json") -> None:
+        """Answers `text` (JSON unless told); to HEAD, the headers alone (its Content-Length is
+        the body's)."""
         request = self.req
-        payload = text.encode("utf-8")
+        payload = text.encode("utf-8") if isinstance(text, str) else text
         request.status = f"{status} {_reason(status)}".encode("ascii")
         request.outheaders.extend(
             [
-                (b"Content-Type", b"application/json"),
+                (b"Content-Type", content_type.encode("ascii")),
                 (b"Content-Length", str(len(payload)).encode("ascii")),
             ]
         )
@@ -1035,6 +1064,9 @@ class RestServer:
         read_timeout_seconds: longest wait for a client's next bytes, and longest time
             a request head may take to arrive.
         num_io_threads: connections read or written at once.
+        metrics_path: the path answered with `metrics_page()` (Prometheus' text format), as
+            TF Serving's --monitoring_config_file sets it; None serves no metrics.
+        metrics_page: returns the metrics page.
     """
 
     def __init__(
@@ -1046,8 +1078,12 @@ class RestServer:
         enable_cors: bool = False,
         read_timeout_seconds: float = 30.0,
         num_io_threads: int = 64,
+        metrics_path: str | None = None,
+        metrics_page: Callable[[], bytes] | None = None,
     ):
         self.api = api
+        self.metrics_path = metrics_path
+        self.metrics_page = metrics_page
         self.slots = threading.BoundedSemaphore(max(num_threads, 1))
         self.max_body_bytes = max_body_bytes
         self.enable_cors = enable_cors

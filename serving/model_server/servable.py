@@ -9,13 +9,14 @@ runs them as it does: the MetaGraphDef is imported into a `tf.compat.v1.Session`
 of finishing work nobody waits for.
 """
 
+import functools
 import logging
 import math
 import os
 import re
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import grpc
 import numpy as np
@@ -30,6 +31,7 @@ from tensorflow.core.protobuf import meta_graph_pb2, saved_model_pb2
 from tensorflow_serving.apis import predict_pb2, prediction_log_pb2
 
 from serving.model_server import errors
+from serving.model_server.metrics import ServerMetrics
 
 logger = logging.getLogger("serving.servable")
 
@@ -257,9 +259,19 @@ def _asset_paths(export_dir: str, meta_graph: meta_graph_pb2.MetaGraphDef) -> di
     return {asset.tensor_info.name: os.path.join(directory, asset.filename) for asset in asset_defs}
 
 
-def load_session(export_dir: str, meta_graph: meta_graph_pb2.MetaGraphDef) -> tf.compat.v1.Session:
+def load_session(
+    export_dir: str,
+    meta_graph: meta_graph_pb2.MetaGraphDef,
+    record_stage: Callable[[str, float], None] | None = None,
+) -> tf.compat.v1.Session:
     """Imports a MetaGraphDef into a new Session, restores its variables and runs its init op,
-    as TF's SavedModel loader (and so TF Serving) does; signature inputs take any shape."""
+    as TF's SavedModel loader (and so TF Serving) does; signature inputs take any shape.
+
+    Args:
+        record_stage: called with TF's stage names and their seconds: "restore_graph"
+            (import and variables), then "init_graph" (the init op).
+    """
+    start = time.monotonic()
     graph = tf.Graph()
     with graph.as_default():
         saver = tf.compat.v1.train.import_meta_graph(_feedable_at_any_shape(meta_graph))
@@ -270,9 +282,13 @@ def load_session(export_dir: str, meta_graph: meta_graph_pb2.MetaGraphDef) -> tf
     if saver is not None and tf.io.gfile.exists(variables + ".index"):
         with graph.as_default():
             saver.restore(session, variables)
+    restored = time.monotonic()
     init_op = _init_op_name(meta_graph)
     if init_op is not None:
         session.run(init_op, feed_dict=_asset_paths(export_dir, meta_graph))
+    if record_stage is not None:
+        record_stage("restore_graph", restored - start)
+        record_stage("init_graph", time.monotonic() - restored)
     return session
 
 
@@ -287,6 +303,7 @@ class Servable:
         xla_compilation_enabled: TF Serving's `--xla_cpu_compilation_enabled`; when false, a
             signature that reaches an XLA-compiled function fails with INTERNAL
             `XLA_DISABLED_MESSAGE`, as there.
+        record_load_stage: see `load_session`'s `record_stage`.
 
     Attributes:
         signature_defs: SignatureDef protos by signature key, as stored in the
@@ -302,6 +319,7 @@ class Servable:
         export_dir: str,
         tags: Sequence[str] = ("serve",),
         xla_compilation_enabled: bool = False,
+        record_load_stage: Callable[[str, float], None] | None = None,
     ):
         self.model_name = model_name
         self.version = version
@@ -310,7 +328,7 @@ class Servable:
         self.signature_defs = dict(meta_graph.signature_def)
         self.xla_signatures = xla_signature_names(meta_graph)
         self._xla_compilation_enabled = xla_compilation_enabled
-        self._session = load_session(export_dir, meta_graph)
+        self._session = load_session(export_dir, meta_graph, record_load_stage)
         self._release_lock = threading.Lock()
 
     def __repr__(self) -> str:
@@ -388,11 +406,25 @@ def load_servable(
     export_dir: str,
     tags: Sequence[str] = ("serve",),
     xla_compilation_enabled: bool = False,
+    metrics: ServerMetrics | None = None,
 ) -> Servable:
-    """Loads a version and logs like TF Serving's SavedModel loader."""
+    """Loads a version and logs like TF Serving's SavedModel loader; `metrics` gets the
+    attempt, its latency and its stages, as TF's loader records them."""
     logger.info("Reading SavedModel from: %s", export_dir)
     start = time.monotonic()
-    servable = Servable(model_name, version, export_dir, tags, xla_compilation_enabled)
+    record_stage = (
+        functools.partial(metrics.record_load_stage, export_dir) if metrics is not None else None
+    )
+    try:
+        servable = Servable(
+            model_name, version, export_dir, tags, xla_compilation_enabled, record_stage
+        )
+    except BaseException:
+        if metrics is not None:
+            metrics.record_load(export_dir, succeeded=False, seconds=time.monotonic() - start)
+        raise
+    if metrics is not None:
+        metrics.record_load(export_dir, succeeded=True, seconds=time.monotonic() - start)
     logger.info(
         "SavedModel load for tags { %s }; Status: success: OK. Took %d microseconds.",
         " ".join(tags),

@@ -51,6 +51,7 @@ from serving.model_server.batching import BatchScheduler, BatchStats
 from serving.model_server.core import ServingCore
 from serving.model_server.grpc_service import add_services
 from serving.model_server.manager import ManagerOptions, ServableManager
+from serving.model_server.metrics import ServerMetrics
 from serving.model_server.predict import run_warmup
 from serving.model_server.rest import RestApi, RestServer
 from serving.model_server.servable import load_servable
@@ -72,7 +73,6 @@ UNSUPPORTED_REAL_FLAGS = (
     "grpc_socket_path",
     "ssl_config_file",
     "platform_config_file",
-    "monitoring_config_file",
     "use_alts_credentials",
     "prefer_tflite_model",
     "num_tflite_pools",
@@ -127,6 +127,7 @@ class ServerOptions:
     allow_version_labels_for_unavailable_models: bool = False
     grpc_channel_arguments: str = ""
     grpc_max_threads: int = 64
+    monitoring_config_file: str = ""
     tensorflow_session_parallelism: int = 0
     tensorflow_intra_op_parallelism: int = 0
     tensorflow_inter_op_parallelism: int = 0
@@ -187,6 +188,7 @@ class ModelServer:
         self._config_poll_stop = threading.Event()
         self._config_poll_thread: threading.Thread | None = None
         self._stopped = threading.Event()
+        self.metrics = ServerMetrics()
 
     @property
     def batch_stats(self) -> BatchStats | None:
@@ -224,7 +226,7 @@ class ModelServer:
             return None
         batching = config_lib.load_batching_options(options.batching_parameters_file or None)
         logger.info("Batching enabled: %s", batching)
-        return BatchScheduler(batching)
+        return BatchScheduler(batching, self.metrics)
 
     def _grpc_options(self) -> list[tuple[str, object]]:
         # TF Serving calls SetMaxMessageSize(kint32max), then applies the user's arguments.
@@ -244,6 +246,11 @@ class ModelServer:
         options = self.options
         model_server_config = self._model_server_config()
         grpc_options = self._grpc_options()
+        metrics_path = (
+            config_lib.load_prometheus_path(options.monitoring_config_file)
+            if options.monitoring_config_file
+            else None
+        )
         batcher = self._batch_scheduler()
         configure_tensorflow_threads(options)
         manager = ServableManager(
@@ -263,10 +270,13 @@ class ModelServer:
             else None,
             on_availability_change=self._set_health,
             load_fn=functools.partial(
-                load_servable, xla_compilation_enabled=options.xla_cpu_compilation_enabled
+                load_servable,
+                xla_compilation_enabled=options.xla_cpu_compilation_enabled,
+                metrics=self.metrics,
             ),
         )
-        self.core = ServingCore(manager, batcher)
+        self.metrics.version_states = manager.version_states
+        self.core = ServingCore(manager, batcher, self.metrics)
         try:
             manager.set_config(model_server_config)
         except Exception:
@@ -304,7 +314,14 @@ class ModelServer:
                     "port for HTTP/REST API. Skipped exporting HTTP/REST API."
                 )
             else:
-                self._start_rest(dict(grpc_options)["grpc.max_receive_message_length"])
+                self._start_rest(
+                    dict(grpc_options)["grpc.max_receive_message_length"], metrics_path
+                )
+        elif metrics_path is not None:
+            logger.warning(
+                "--monitoring_config_file enables Prometheus metrics, which are served on the "
+                "REST port: set --rest_api_port to serve them"
+            )
 
         manager.start_polling()
         if options.model_config_file and options.model_config_file_poll_wait_seconds > 0:
@@ -314,7 +331,7 @@ class ModelServer:
             self._config_poll_thread.start()
         return self
 
-    def _start_rest(self, max_body_bytes: int) -> None:
+    def _start_rest(self, max_body_bytes: int, metrics_path: str | None) -> None:
         options = self.options
         api = RestApi(
             self.core,
@@ -329,6 +346,8 @@ class ModelServer:
             max_body_bytes=max_body_bytes,
             enable_cors=options.rest_api_enable_cors_support,
             read_timeout_seconds=options.rest_api_read_timeout_seconds,
+            metrics_path=metrics_path,
+            metrics_page=self.metrics.exposition,
         )
         self.rest_port = self._rest_server.server_address[1]
         self._rest_thread = threading.Thread(
@@ -499,6 +518,13 @@ def build_arg_parser() -> argparse.ArgumentParser:
         "comma-separated gRPC server arguments, e.g. grpc.max_receive_message_length=4194304",
     )
     flag("grpc_max_threads", int, "gRPC handler threads (requests processed at once)")
+    flag(
+        "monitoring_config_file",
+        str,
+        "text-format MonitoringConfig; with prometheus_config { enable: true }, the REST port "
+        "serves Prometheus metrics at prometheus_config.path "
+        "(default /monitoring/prometheus/metrics)",
+    )
     flag("tensorflow_session_parallelism", int, "TF intra- and inter-op threads; 0 = auto")
     flag("tensorflow_intra_op_parallelism", int, "TF intra-op threads; 0 = auto")
     flag("tensorflow_inter_op_parallelism", int, "TF inter-op threads; 0 = auto")

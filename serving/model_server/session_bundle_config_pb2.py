@@ -32,22 +32,57 @@ _FieldProto = descriptor_pb2.FieldDescriptorProto
 
 # (name, number, label, type, type_name); type_name only for message fields.
 _BATCHING_PARAMETERS_FIELDS = (
-    ("max_batch_size", 1, _FieldProto.LABEL_OPTIONAL, _FieldProto.TYPE_MESSAGE,
-     ".google.protobuf.Int64Value"),
-    ("batch_timeout_micros", 2, _FieldProto.LABEL_OPTIONAL, _FieldProto.TYPE_MESSAGE,
-     ".google.protobuf.Int64Value"),
-    ("max_enqueued_batches", 3, _FieldProto.LABEL_OPTIONAL, _FieldProto.TYPE_MESSAGE,
-     ".google.protobuf.Int64Value"),
-    ("num_batch_threads", 4, _FieldProto.LABEL_OPTIONAL, _FieldProto.TYPE_MESSAGE,
-     ".google.protobuf.Int64Value"),
-    ("thread_pool_name", 5, _FieldProto.LABEL_OPTIONAL, _FieldProto.TYPE_MESSAGE,
-     ".google.protobuf.StringValue"),
+    (
+        "max_batch_size",
+        1,
+        _FieldProto.LABEL_OPTIONAL,
+        _FieldProto.TYPE_MESSAGE,
+        ".google.protobuf.Int64Value",
+    ),
+    (
+        "batch_timeout_micros",
+        2,
+        _FieldProto.LABEL_OPTIONAL,
+        _FieldProto.TYPE_MESSAGE,
+        ".google.protobuf.Int64Value",
+    ),
+    (
+        "max_enqueued_batches",
+        3,
+        _FieldProto.LABEL_OPTIONAL,
+        _FieldProto.TYPE_MESSAGE,
+        ".google.protobuf.Int64Value",
+    ),
+    (
+        "num_batch_threads",
+        4,
+        _FieldProto.LABEL_OPTIONAL,
+        _FieldProto.TYPE_MESSAGE,
+        ".google.protobuf.Int64Value",
+    ),
+    (
+        "thread_pool_name",
+        5,
+        _FieldProto.LABEL_OPTIONAL,
+        _FieldProto.TYPE_MESSAGE,
+        ".google.protobuf.StringValue",
+    ),
     ("allowed_batch_sizes", 6, _FieldProto.LABEL_REPEATED, _FieldProto.TYPE_INT64, None),
     ("pad_variable_length_inputs", 7, _FieldProto.LABEL_OPTIONAL, _FieldProto.TYPE_BOOL, None),
-    ("enable_large_batch_splitting", 8, _FieldProto.LABEL_OPTIONAL, _FieldProto.TYPE_MESSAGE,
-     ".google.protobuf.BoolValue"),
-    ("max_execution_batch_size", 9, _FieldProto.LABEL_OPTIONAL, _FieldProto.TYPE_MESSAGE,
-     ".google.protobuf.Int64Value"),
+    (
+        "enable_large_batch_splitting",
+        8,
+        _FieldProto.LABEL_OPTIONAL,
+        _FieldProto.TYPE_MESSAGE,
+        ".google.protobuf.BoolValue",
+    ),
+    (
+        "max_execution_batch_size",
+        9,
+        _FieldProto.LABEL_OPTIONAL,
+        _FieldProto.TYPE_MESSAGE,
+        ".google.protobuf.Int64Value",
+    ),
 )
 
 
@@ -77,6 +112,7 @@ def _register():
 
 DESCRIPTOR = _register()
 BatchingParameters = message_factory.GetMessageClass(
-    DESCRIPTOR.message_types_by_name["BatchingParameters"])
+    DESCRIPTOR.message_types_by_name["BatchingParameters"]
+)
 
 __all__ = ["BatchingParameters", "DESCRIPTOR"]
