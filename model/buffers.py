@@ -1,16 +1,10 @@
 """Fixed-size buffers written one position at a time: the key/value cache and the decoders' outputs."""
 
+import keras
 import tensorflow as tf
-from tensorflow.compiler.tf2xla.python import xla as tf2xla
-from tensorflow.python.ops import control_flow_util
 
 
-def in_xla_context():
-    """Whether the ops being built will be compiled by XLA (inside a `jit_compile` function)."""
-    return control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
-
-
-def write_slot(buffer, new, index, axis):
+def write_slot(buffer, new, index, axis, compiled=False):
     """`buffer` with `new` written at positions `index .. index + n - 1` of `axis`.
 
     Args:
@@ -18,6 +12,8 @@ def write_slot(buffer, new, index, axis):
         new: same shape as `buffer` except `n` positions along `axis`.
         index: int32 scalar, the first position written.
         axis: the (non-negative) axis of the positions.
+        compiled: whether XLA compiles the caller (`tf.function(jit_compile=True)`); each
+            choice's op runs only there (see below).
 
     Returns:
         A tensor shaped as `buffer`.
@@ -27,15 +23,14 @@ def write_slot(buffer, new, index, axis):
     state while the body runs, so the kernel cannot take the buffer over (also with
     `parallel_iterations=1`). That is one pass over the buffer, as attention's read of the cache
     is; a `tf.where` over all slots would read three. XLA needs the
-    op's slice bounds as constants, so under XLA it is XLA's own dynamic-update-slice (the op
-    behind `keras.ops.slice_update`), which has no kernel outside XLA and which XLA does update
-    in place.
+    op's slice bounds as constants, so `compiled` writes with `keras.ops.slice_update`, XLA's own
+    dynamic-update-slice, which has no kernel outside XLA and which XLA does update in place.
     """
     rank = buffer.shape.rank
     index = tf.cast(index, tf.int32)
     start = tf.one_hot(axis, rank, on_value=index, off_value=0, dtype=tf.int32)
-    if in_xla_context():
-        return tf2xla.dynamic_update_slice(buffer, new, start)
+    if compiled:
+        return keras.ops.slice_update(buffer, start, new)
     length = tf.one_hot(axis, rank, on_value=tf.shape(new)[axis], off_value=0, dtype=tf.int32)
     whole_other_axes = (1 << rank) - 1 - (1 << axis)  # begin/end mask bits: take the axis whole.
     return tf.raw_ops.TensorStridedSliceUpdate(

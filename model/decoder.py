@@ -91,9 +91,10 @@ class Decoder(LayerStack):
             attention_weights[f"{layer.name}_block2"] = block2
         return self.normalize_output(x), attention_weights
 
-    def decode_step(self, x, cache, cache_update_index, padding_mask=None):
+    def decode_step(self, x, cache, cache_update_index, padding_mask=None, compiled=False):
         """`call` for the new tokens `x` `(batch, n)` at positions `cache_update_index`.. (n = 1
-        when decoding), through the cache from `init_cache` (inference: no dropout).
+        when decoding), through the cache from `init_cache` (inference: no dropout); `compiled`:
+        whether XLA compiles the caller (`DecoderLayer.decode_step`).
 
         Returns:
             `(x, cross_attention_weights, cache)`: x `(batch, n, d_model)`, the last layer's
@@ -102,8 +103,8 @@ class Decoder(LayerStack):
         x = self.embed(x, False, cache_update_index)
         new_cache = {}
         for layer in self.dec_layers:
-            x, _, cross_weights, new_cache[layer.name] = layer.decode_step(
-                x, cache[layer.name], cache_update_index, padding_mask
+            x, cross_weights, new_cache[layer.name] = layer.decode_step(
+                x, cache[layer.name], cache_update_index, padding_mask, compiled=compiled
             )
         return self.normalize_output(x), cross_weights, new_cache
 

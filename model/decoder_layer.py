@@ -116,7 +116,7 @@ class DecoderLayer(keras.layers.Layer):
         )
         return x, self_weights, cross_weights
 
-    def decode_step(self, x, cache, cache_update_index, padding_mask=None):
+    def decode_step(self, x, cache, cache_update_index, padding_mask=None, compiled=False):
         """`call` for new positions written into the cache (inference: no dropout).
 
         Args:
@@ -124,20 +124,20 @@ class DecoderLayer(keras.layers.Layer):
             cache: from `init_cache` or a previous step.
             cache_update_index: int32 scalar, the position of `x`'s first row.
             padding_mask: as in `call`.
+            compiled: whether XLA compiles the caller (`MultiHeadAttention.write_cache_and_attend`).
 
         Returns:
-            `(out, self_attention_weights, cross_attention_weights, cache)`: as `call`, the
-            self-attention over the cache slots (see `MultiHeadAttention.write_cache_and_attend`),
-            and the updated cache.
+            `(out, cross_attention_weights, cache)`: as `call` (the self-attention weights are
+            not returned: see `write_cache_and_attend`), and the updated cache.
         """
         normed = self.self_attention_block.normalize_input(x)
-        attn1, self_weights, self_cache = self.mha1.write_cache_and_attend(
-            normed, normed, normed, cache["self"], cache_update_index
+        attn1, self_cache = self.mha1.write_cache_and_attend(
+            normed, normed, normed, cache["self"], cache_update_index, compiled=compiled
         )
         x, cross_weights = self._cross_attention_and_ffn(
             x, attn1, lambda q: self.mha2.attend_to_cache(q, cache["cross"], padding_mask), False
         )
-        return x, self_weights, cross_weights, {**cache, "self": self_cache}
+        return x, cross_weights, {**cache, "self": self_cache}
 
     def _cross_attention_and_ffn(self, x, self_attention_output, cross_attention, training):
         """The sub-layers after self-attention; `cross_attention(queries)` → `(output, weights)`.

@@ -4,7 +4,7 @@ import keras
 import tensorflow as tf
 
 from model.attention import scaled_dot_product_attention
-from model.buffers import in_xla_context, write_slot
+from model.buffers import write_slot
 from model.masks import AttentionMaskArgument, create_cache_mask
 
 
@@ -122,7 +122,7 @@ class MultiHeadAttention(AttentionMaskArgument, keras.layers.Layer):
         """
         return self._attend(q, cache, mask)
 
-    def write_cache_and_attend(self, v, k, q, cache, cache_update_index):
+    def write_cache_and_attend(self, v, k, q, cache, cache_update_index, compiled=False):
         """Causal self-attention of new positions over a cache: projects `v`/`k`, writes them
         into the cache, and lets each new position attend to the slots up to its own.
 
@@ -130,29 +130,30 @@ class MultiHeadAttention(AttentionMaskArgument, keras.layers.Layer):
             v, k, q: as in `call`, the same `n` new positions each (decoding: one).
             cache: dict `{"key", "value"}` from `empty_cache`, `(batch, num_heads, slots, depth)`.
             cache_update_index: int32 scalar, the slot of the first new position.
+            compiled: whether XLA compiles the caller. XLA needs every step to have the same
+                shapes, so there a step attends over every slot (those not yet written masked);
+                a plain graph attends over the written slots only, so that a step's cost grows
+                with its position instead of being the longest output's. The results are the
+                same either way.
 
         Returns:
-            `(output, attention_weights, cache)`: output `(batch, n, d_model)`; weights
-            `(batch, num_heads, n, attended)`, where `attended` is every slot under XLA (the
-            ones not yet written weighted 0) and the written slots only in a plain graph (XLA
-            needs every step to have the same shapes; a plain graph does not, and there a
-            step's cost then grows with its position instead of being the longest output's);
-            the updated cache.
+            `(output, cache)`: output `(batch, n, d_model)`; the updated cache. (No attention
+            weights: their width would depend on `compiled`.)
         """
         new = self.compute_key_value(k, v)
         cache = {
-            name: write_slot(cache[name], new[name], cache_update_index, axis=2)
+            name: write_slot(cache[name], new[name], cache_update_index, axis=2, compiled=compiled)
             for name in ("key", "value")
         }
         new_positions = tf.shape(q)[1]
         mask = create_cache_mask(tf.shape(cache["key"])[2], cache_update_index, new_positions)
         attended = cache
-        if not in_xla_context():
+        if not compiled:
             written = cache_update_index + new_positions
             attended = {name: tensor[:, :, :written] for name, tensor in cache.items()}
             mask = mask[..., :written]
-        output, attention_weights = self._attend(q, attended, mask)
-        return output, attention_weights, cache
+        output, _ = self._attend(q, attended, mask)
+        return output, cache
 
     def _attend(self, q, key_value, mask):
         """Scaled dot-product attention of the projected `q` over projected keys/values, each

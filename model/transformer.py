@@ -18,7 +18,8 @@ class DecoderOutput(NamedTuple):
     Attributes:
         logits: float32 `(batch, n, target_vocab_size)`, the next token after each new one.
         alignment: float32 `(batch, n, inp_len)`, the last decoder layer's cross-attention
-            averaged over heads: how much each new token attended to each source token.
+            averaged over heads: how much each new token attended to each source token;
+            `(batch, n, 0)` when not asked for.
         cache: the cache with the new tokens written, for the next `decode`.
     """
 
@@ -200,7 +201,7 @@ class Transformer(keras.Model):
             "decoder": self.decoder.init_cache(enc_output, max_length),
         }
 
-    def decode(self, tar, cache, cache_update_index):
+    def decode(self, tar, cache, cache_update_index, compiled=False, with_alignment=True):
         """The next-token logits after the target ids `tar`, which continue the cache's prefix.
 
         Args:
@@ -209,15 +210,26 @@ class Transformer(keras.Model):
             cache: from `init_cache` or the previous `decode`; holds the source and the target
                 positions before `cache_update_index`.
             cache_update_index: int32 scalar.
+            compiled: whether XLA compiles the caller (`tf.function(jit_compile=True)`): the
+                cache is then written and read with fixed shapes. The outputs are the same
+                either way; each choice runs only where it says.
+            with_alignment: False returns a zero-width alignment, not computed.
 
         Returns:
             `DecoderOutput(logits, alignment, cache)`.
         """
         hidden, cross_weights, decoder_cache = self.decoder.decode_step(
-            tar, cache["decoder"], cache_update_index, padding_mask=cache["padding_mask"]
+            tar,
+            cache["decoder"],
+            cache_update_index,
+            padding_mask=cache["padding_mask"],
+            compiled=compiled,
         )
         logits = self.final_layer(hidden)
-        alignment = tf.reduce_mean(tf.cast(cross_weights, tf.float32), axis=1)
+        if with_alignment:
+            alignment = tf.reduce_mean(tf.cast(cross_weights, tf.float32), axis=1)
+        else:
+            alignment = tf.zeros(tf.concat([tf.shape(tar), [0]], axis=0))
         return DecoderOutput(logits, alignment, {**cache, "decoder": decoder_cache})
 
     def reorder_cache(self, cache, indices):

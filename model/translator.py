@@ -201,7 +201,7 @@ class Translator:
             limit=self.model.pe_target - 1,
         )
 
-    def _greedy_decode(self, text):
+    def _greedy_decode(self, text, with_alignment=False):
         source_ids = self.source_ids(text)
         decoded = greedy_decode(
             self.model,
@@ -210,6 +210,7 @@ class Translator:
             END_ID,
             max_length=self._max_output_length(source_ids),
             jit_compile=self.options.jit_compile,
+            with_alignment=with_alignment,
             **self.options.repetition_controls,
         )
         return source_ids, decoded
@@ -317,7 +318,7 @@ class Translator:
         return self._n_translations(self._beam_search_decode(text, num_hypotheses=size), size)
 
     def _translate_with_alignments(self, text):
-        source_ids, decoded = self._greedy_decode(text)
+        source_ids, decoded = self._greedy_decode(text, with_alignment=True)
         target_ids = decoded["tokens"]
         return {
             TRANSLATION_OUTPUT: self.target_tokenizer.detokenize(target_ids),

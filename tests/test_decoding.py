@@ -1,5 +1,6 @@
 """Decoding: cached greedy vs the naive decoder, beam search properties, batching, alignments."""
 
+import functools
 import gc
 import itertools
 import weakref
@@ -195,6 +196,42 @@ def test_beam_search_without_alignment_finds_the_same_hypotheses(untrained_model
     np.testing.assert_array_equal(without["tokens"], with_alignment["tokens"])
     np.testing.assert_array_equal(without["scores"], with_alignment["scores"])
     assert with_alignment["alignment"].shape[2] == 8 and without["alignment"].shape[2] == 0
+
+
+def _count_ops(concrete_function, op_type):
+    """How many `op_type` nodes a traced function holds, its loop bodies' included."""
+    graph_def = concrete_function.graph.as_graph_def()
+    nodes = list(graph_def.node)
+    for function in graph_def.library.function:
+        nodes.extend(function.node_def)
+    return sum(node.op == op_type for node in nodes)
+
+
+@pytest.mark.parametrize("jit_compile", [False, True], ids=["graph", "xla"])
+def test_greedy_without_alignment_computes_none_and_finds_the_same(untrained_model, jit_compile):
+    """The served greedy signature discards the alignments: they must not be computed (no
+    average of the cross-attention over heads in the loop), and what it finds must not change."""
+    source = tf.constant(np.random.default_rng(4).integers(4, 30, size=(3, 7)), tf.int32)
+    traced = {
+        with_alignment: tf.function(
+            functools.partial(
+                greedy_decode,
+                untrained_model,
+                start_id=START,
+                end_id=END,
+                max_length=9,
+                jit_compile=jit_compile,
+                with_alignment=with_alignment,
+            )
+        ).get_concrete_function(source)
+        for with_alignment in (True, False)
+    }
+    with_alignment, without = traced[True](source), traced[False](source)
+    np.testing.assert_array_equal(without["tokens"], with_alignment["tokens"])
+    np.testing.assert_allclose(without["scores"], with_alignment["scores"], rtol=1e-6)
+    assert with_alignment["alignment"].shape[2] == 7 and without["alignment"].shape[2] == 0
+    # The layer norms average too; the alignment is the one more.
+    assert _count_ops(traced[False], "Mean") == _count_ops(traced[True], "Mean") - 1
 
 
 @pytest.fixture(scope="module")

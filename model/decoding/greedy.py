@@ -36,6 +36,7 @@ def greedy_search(
     alignment_width,
     min_length=0,
     fixed_shape=False,
+    compiled=False,
     slots=None,
     repetition_penalty=1.0,
     no_repeat_ngram_size=0,
@@ -54,6 +55,8 @@ def greedy_search(
         min_length: `end_id` is forbidden before this many tokens.
         fixed_shape: every row steps until the last one ends (`_greedy_fixed_shape`, for XLA),
             instead of rows leaving the loop as they end (`_greedy_dropping_finished`).
+        compiled: whether XLA compiles the search (it needs `fixed_shape`): the output buffers
+            are then written with XLA's op (`model.buffers.write_slot`).
         slots: positions of the output buffers, ≥ max_length (default max_length).
         repetition_penalty, no_repeat_ngram_size: CTranslate2's repetition controls
             (`model.decoding.penalties`); 1 and 0 disable them.
@@ -69,19 +72,16 @@ def greedy_search(
         `(batch, slots, alignment_width)`, and `length`, the positions written (the loop's
         steps).
     """
+    if compiled and not fixed_shape:
+        raise ValueError("a compiled greedy search needs fixed_shape=True: XLA's shapes are fixed.")
     slots = max_length if slots is None else slots
-    loop = _greedy_fixed_shape if fixed_shape else _greedy_dropping_finished
     validate_repetition_controls(repetition_penalty, no_repeat_ngram_size)
     rules = NextTokenRules(end_id, min_length, repetition_penalty, no_repeat_ngram_size)
     choice = _Choice(rules, next_token or _most_probable, forced_tokens(prefix))
-    return loop(
-        step_fn,
-        start_ids,
-        choice,
-        state,
-        max_length,
-        empty_outputs(tf.shape(start_ids)[0], slots, alignment_width),
-    )
+    outputs = empty_outputs(tf.shape(start_ids)[0], slots, alignment_width)
+    if fixed_shape:
+        return _greedy_fixed_shape(step_fn, start_ids, choice, state, max_length, outputs, compiled)
+    return _greedy_dropping_finished(step_fn, start_ids, choice, state, max_length, outputs)
 
 
 def _most_probable(log_probs, rows, step):
@@ -116,9 +116,9 @@ def _greedy_step(step_fn, ids, step, state, choice, rows, generated):
     return next_ids, log_probs, tf.equal(next_ids, rules.end_id), alignment, state
 
 
-def _greedy_fixed_shape(step_fn, start_ids, choice, state, max_length, outputs):
+def _greedy_fixed_shape(step_fn, start_ids, choice, state, max_length, outputs, compiled):
     """Greedy loop whose shapes never change (XLA compiles one program): every row steps until
-    the last one ends, and rows that have ended write padding."""
+    the last one ends, and rows that have ended write padding. `compiled`: as `greedy_search`."""
 
     def body(step, ids, finished, state, outputs):
         next_ids, log_probs, ended, alignment, state = _greedy_step(
@@ -127,8 +127,12 @@ def _greedy_fixed_shape(step_fn, start_ids, choice, state, max_length, outputs):
         next_ids = tf.where(finished, PAD_ID, next_ids)
         alignment = tf.where(finished[:, tf.newaxis], 0.0, alignment)
         outputs = {
-            "tokens": write_slot(outputs["tokens"], next_ids[:, tf.newaxis], step, axis=1),
-            "alignment": write_slot(outputs["alignment"], alignment[:, tf.newaxis], step, axis=1),
+            "tokens": write_slot(
+                outputs["tokens"], next_ids[:, tf.newaxis], step, axis=1, compiled=compiled
+            ),
+            "alignment": write_slot(
+                outputs["alignment"], alignment[:, tf.newaxis], step, axis=1, compiled=compiled
+            ),
             "scores": outputs["scores"] + tf.where(finished, 0.0, log_probs),
         }
         return step + 1, next_ids, finished | ended, state, outputs
@@ -149,6 +153,8 @@ def _greedy_dropping_finished(step_fn, start_ids, choice, state, max_length, out
     """Greedy loop in which a row leaves once it has produced [END] (`_drop_finished_rows`), so
     a batch's short sentences do not pay the steps of its longest. Outside XLA only: the
     loop's batch dimension changes."""
+    # A zero-width alignment (not asked for) is not written: a scatter into it is an error.
+    writes_alignment = outputs["alignment"].shape[-1] != 0
 
     def body(step, alive, outputs):
         rows = alive["rows"]
@@ -160,7 +166,9 @@ def _greedy_dropping_finished(step_fn, start_ids, choice, state, max_length, out
         at_step = tf.stack([rows, tf.fill(tf.shape(rows), step)], axis=1)
         outputs = {
             "tokens": tf.tensor_scatter_nd_update(outputs["tokens"], at_step, next_ids),
-            "alignment": tf.tensor_scatter_nd_update(outputs["alignment"], at_step, alignment),
+            "alignment": tf.tensor_scatter_nd_update(outputs["alignment"], at_step, alignment)
+            if writes_alignment
+            else outputs["alignment"],
             "scores": tf.tensor_scatter_nd_add(outputs["scores"], rows[:, tf.newaxis], log_probs),
         }
         alive = {"ids": next_ids, "rows": rows, "state": state}
@@ -207,6 +215,7 @@ def greedy_decode(
     no_repeat_ngram_size=0,
     next_token=None,
     prefix=None,
+    with_alignment=True,
 ):
     """Greedy decoding of a `Transformer` with its key/value cache: one decoder step per token.
 
@@ -229,6 +238,7 @@ def greedy_decode(
             eagerly, `jit_compile` takes no `next_token`: each call would compile anew).
         prefix: as in `greedy_search` (not with `jit_compile`: XLA's padded batch would need
             padded prefixes).
+        with_alignment: False skips the alignments (not computed; a zero-width `alignment`).
 
     Returns:
         dict: `tokens` `(batch, out_len)`, `scores` `(batch,)` summed log-probabilities of the
@@ -244,7 +254,7 @@ def greedy_decode(
     if jit_compile and tf.executing_eagerly():
         if next_token is not None:
             raise ValueError("next_token needs a traced caller under jit_compile (tf.function).")
-        return _eager_xla_greedy(model, **repetition_controls)(
+        return _eager_xla_greedy(model, with_alignment=with_alignment, **repetition_controls)(
             inp, start_id, end_id, max_length, min_length
         )
     if max_length is None:
@@ -254,14 +264,15 @@ def greedy_decode(
         cache = model.init_cache(*model.encode(inp, training=False), slots)
         start_ids = tf.fill([tf.shape(inp)[0]], tf.cast(start_id, tf.int32))
         return greedy_search(
-            transformer_step_fn(model),
+            transformer_step_fn(model, with_alignment, compiled=jit_compile),
             start_ids,
             end_id,
             cache,
             max_length,
-            alignment_width=tf.shape(inp)[1],
+            alignment_width=tf.shape(inp)[1] if with_alignment else 0,
             min_length=min_length,
             fixed_shape=jit_compile,
+            compiled=jit_compile,
             slots=slots,
             next_token=next_token,
             prefix=prefix,
@@ -271,14 +282,15 @@ def greedy_decode(
     return trim(run_loop(search, inp, max_length, jit_compile, model.pe_input))
 
 
-# model -> {repetition controls: its traced XLA greedy decoder}. Weak keys: a model that is gone
+# model -> {baked options: its traced XLA greedy decoder}. Weak keys: a model that is gone
 # takes its entries along.
 _EAGER_XLA_GREEDY = weakref.WeakKeyDictionary()
 
 
-def _eager_xla_greedy(model, **repetition_controls):
+def _eager_xla_greedy(model, **baked_options):
     """`greedy_decode(model, ..., jit_compile=True)` as one `tf.function` per model (and per
-    setting of the repetition controls, which are baked into the trace).
+    setting of `baked_options`, the repetition controls and `with_alignment`, which are baked
+    into the trace).
 
     Eagerly, `run_loop` would wrap a fresh closure in a fresh XLA function at each call and
     compile it again (seconds). Traced once, the inner XLA function persists, and XLA's cache
@@ -286,7 +298,7 @@ def _eager_xla_greedy(model, **repetition_controls):
     reference, or the cache entry would keep its own key alive.
     """
     decoders = _EAGER_XLA_GREEDY.setdefault(model, {})
-    key = tuple(sorted(repetition_controls.items()))
+    key = tuple(sorted(baked_options.items()))
     if key not in decoders:
         model_ref = weakref.ref(model)
         decoders[key] = tf.function(
@@ -298,7 +310,7 @@ def _eager_xla_greedy(model, **repetition_controls):
                 max_length,
                 min_length,
                 jit_compile=True,
-                **repetition_controls,
+                **baked_options,
             ),
             reduce_retracing=True,
         )

@@ -17,17 +17,17 @@ the rows of its own sentence (default: every tensor gathered; a `Transformer`'s 
 import tensorflow as tf
 
 
-def transformer_step_fn(model, with_alignment=True):
+def transformer_step_fn(model, with_alignment=True, compiled=False):
     """The step function of a `Transformer` whose state is its decoding cache (`init_cache`).
 
-    Without alignment, it returns a `(rows, 0)` one, so a search carries no alignment at all.
+    Without alignment, it returns a `(rows, 0)` one, not computed, so a search carries no
+    alignment at all. `compiled`: whether XLA compiles the search (`Transformer.decode`).
     """
 
     def step_fn(ids, step, cache):
-        output = model.decode(ids[:, tf.newaxis], cache, step)
-        alignment = output.alignment[:, 0]
-        if not with_alignment:
-            alignment = alignment[:, :0]
-        return output.logits[:, 0], alignment, output.cache
+        output = model.decode(
+            ids[:, tf.newaxis], cache, step, compiled=compiled, with_alignment=with_alignment
+        )
+        return output.logits[:, 0], output.alignment[:, 0], output.cache
 
     return step_fn
