@@ -27,7 +27,7 @@ SERVER_FLAGS := --port=$(PORT) --rest_api_port=$(REST_PORT) --model_name=$(MODEL
 
 .PHONY: help setup translate test check-mutations lint data train average evaluate export serve query demo demo-train pretrained notebooks \
 	bench-train bench-decode bench-profile bench-serve bench-sweep bench-tokenizer bench-robustness \
-	bench-translate \
+	bench-translate bench-soak \
 	export-ctranslate2 clean-venv
 
 setup: $(STAMP)
@@ -139,6 +139,11 @@ bench-robustness: $(STAMP) data  ## Test BLEU, chrF, looping share under each ty
 # TRANSLATE_BENCH_ARGS="--lines 1000000 --small_lines 100000 --window_lines 10000".
 bench-translate: $(STAMP) data  ## translate-text on a large generated file with the bundled model: sentences/s, peak RSS at two sizes.
 	$(PY) -m benchmarks.bench_translate --output BENCHMARKS.md $(TRANSLATE_BENCH_ARGS)
+
+# About 10 minutes by default (SOAK_ARGS="--duration 60" for a short one); the bundled model,
+# exported once into exports/soak/translator.
+bench-soak: $(STAMP)  ## Soak and chaos: good and hostile traffic, a roll-out, a reload storm, kill -9 and restart; plot in docs/.
+	$(PY) -m benchmarks.bench_soak --output BENCHMARKS.md --plot docs/serving_soak.png $(SOAK_ARGS)
 
 bench-decode: $(STAMP)
 	$(PY) -m benchmarks.bench_decode --output BENCHMARKS.md

@@ -38,7 +38,7 @@ from tqdm import tqdm
 
 from benchmarks.sentences import SPANISH_SENTENCES
 from common.serving_contract import ALIGNMENTS_SIGNATURE, GREEDY_SIGNATURE, TEXT_INPUT
-from serving.model_server.server import GRPC_PORT_LOG_LINE
+from serving.model_server.server import GRPC_PORT_LOG_LINE, REST_PORT_LOG_LINE
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SERVING_DIR = os.path.join(REPO_ROOT, "serving")  # the committed batching.config
@@ -133,14 +133,46 @@ def measure_interleaved(
     return sorted(rows, key=lambda row: list(callers).index(row[0]))
 
 
+def start_server(flags: Sequence[str], log, rest: bool = False) -> tuple:
+    """Starts `python -m serving.server *flags` writing its log to `log` (a binary file) and
+    returns (process, gRPC port, REST port or None) once it logs the ports it bound (the REST
+    one too when `rest`, the last line before it serves) and its gRPC channel is ready.
+
+    Raises:
+        RuntimeError: the server exited or logged no port within 180 s; with its log.
+    """
+    process = subprocess.Popen(
+        [sys.executable, "-m", "serving.server", *flags],
+        cwd=REPO_ROOT,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
+    )
+    ports = {GRPC_PORT_LOG_LINE: None, REST_PORT_LOG_LINE: None}
+    wanted = [GRPC_PORT_LOG_LINE, REST_PORT_LOG_LINE] if rest else [GRPC_PORT_LOG_LINE]
+    deadline = time.monotonic() + 180
+    while any(ports[line] is None for line in wanted):
+        log.seek(0)
+        text = log.read().decode(errors="replace")
+        for line in wanted:
+            match = line.search(text)
+            ports[line] = int(match.group(1)) if match else None
+        if any(ports[line] is None for line in wanted):
+            if process.poll() is not None or time.monotonic() > deadline:
+                process.kill()
+                raise RuntimeError("server did not start:\n" + text)
+            time.sleep(0.1)
+    channel = grpc.insecure_channel(f"127.0.0.1:{ports[GRPC_PORT_LOG_LINE]}")
+    grpc.channel_ready_future(channel).result(timeout=60)
+    channel.close()
+    return process, ports[GRPC_PORT_LOG_LINE], ports[REST_PORT_LOG_LINE]
+
+
 @contextlib.contextmanager
 def server_process(model_name: str, base_path: str, extra_flags: Sequence[str]) -> Iterator[tuple]:
     """Starts `python -m serving.server` on a port it picks (`--port=0`) and yields
     (address, psutil.Process) once it answers."""
-    command = [
-        sys.executable,
-        "-m",
-        "serving.server",
+    flags = [
         "--port=0",
         f"--model_name={model_name}",
         f"--model_base_path={base_path}",
@@ -148,36 +180,17 @@ def server_process(model_name: str, base_path: str, extra_flags: Sequence[str]) 
         *extra_flags,
     ]
     log = tempfile.TemporaryFile()
-    process = subprocess.Popen(
-        command,
-        cwd=REPO_ROOT,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
-    )
+    process = None
     try:
-        port = None
-        deadline = time.monotonic() + 180
-        while port is None:
-            log.seek(0)
-            text = log.read().decode(errors="replace")
-            match = GRPC_PORT_LOG_LINE.search(text)
-            if match:
-                port = int(match.group(1))
-            elif process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("server did not start:\n" + text)
-            else:
-                time.sleep(0.1)
-        channel = grpc.insecure_channel(f"127.0.0.1:{port}")
-        grpc.channel_ready_future(channel).result(timeout=60)
-        channel.close()
+        process, port, _ = start_server(flags, log)
         yield f"127.0.0.1:{port}", psutil.Process(process.pid)
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            process.kill()
+        if process is not None:
+            process.terminate()
+            try:
+                process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                process.kill()
         log.close()
 
 

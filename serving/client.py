@@ -78,6 +78,12 @@ _MAX_MESSAGE_BYTES = 2**31 - 1
 _INT32_LIMIT = 2**31
 
 
+def backoff_delay(backoff: float, attempt: int) -> float:
+    """Seconds to wait before retrying after failed attempt `attempt` (0 for the first):
+    `backoff` doubled per attempt, times a random jitter factor in [0.5, 1.5)."""
+    return backoff * (2**attempt) * random.uniform(0.5, 1.5)
+
+
 class TranslationError(RuntimeError):
     """A request failed; `code` is the grpc.StatusCode and `details` the server's message."""
 
@@ -235,8 +241,7 @@ class TranslationClient:
             except grpc.RpcError as error:
                 if error.code() != grpc.StatusCode.UNAVAILABLE or attempt == self.retries:
                     raise TranslationError(error.code(), error.details() or "") from None
-                delay = self.backoff * (2**attempt)
-                time.sleep(delay * random.uniform(0.5, 1.5))
+                time.sleep(backoff_delay(self.backoff, attempt))
         raise AssertionError("unreachable")
 
     def _fill_model_spec(self, model_spec, signature_name: str | None = None) -> None:

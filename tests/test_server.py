@@ -1682,6 +1682,42 @@ def test_idle_and_slow_rest_clients_hold_no_request_thread(main_server):
     wait_for(lambda: threading.active_count() <= baseline_threads, "the server's threads to end")
 
 
+def test_a_free_rest_port_is_bound_again_while_its_old_connections_linger(main_server):
+    """A server on a free REST port, killed or stopped while a client keeps its connection
+    open, left that connection on the port, and a restart on the same port failed with
+    "Address already in use": the socket lacked SO_REUSEADDR (cheroot sets it only for a
+    given port)."""
+
+    def rest_server(port):
+        server = RestServer(
+            ("127.0.0.1", port),
+            RestApi(main_server.server.core, timeout_seconds=None),
+            num_threads=1,
+            max_body_bytes=1 << 20,
+        )
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        return server, thread
+
+    first, first_thread = rest_server(0)
+    port = first.server_address[1]
+    lingering = socket.create_connection(("127.0.0.1", port), timeout=30)
+    try:
+        lingering.sendall(b"GET /v1/models/translator HTTP/1.1\r\nHost: test\r\n\r\n")
+        assert lingering.recv(12) == b"HTTP/1.1 200"  # Accepted, and kept alive.
+        first.stop(grace_seconds=1)
+        first_thread.join(timeout=30)
+        second, second_thread = rest_server(port)
+        try:
+            status, _ = http("GET", f"http://127.0.0.1:{port}/v1/models/translator")
+            assert status == 200
+        finally:
+            second.stop(grace_seconds=1)
+            second_thread.join(timeout=30)
+    finally:
+        lingering.close()
+
+
 def test_rest_listens_with_the_systems_full_backlog(rest_server):
     with open("/proc/sys/net/core/somaxconn") as limit_file:
         system_limit = int(limit_file.read())

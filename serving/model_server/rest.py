@@ -873,6 +873,15 @@ class _HTTPServer(cheroot.server.HTTPServer):
     seconds after the connection began waiting for it closes the connection.
     """
 
+    @classmethod
+    def prepare_socket(cls, *args, **kwargs) -> socket.socket:
+        sock = super().prepare_socket(*args, **kwargs)
+        # cheroot leaves SO_REUSEADDR off for a free port (port 0). The connections a stopped
+        # or killed server leaves behind inherit that, and Linux then refuses a restart on the
+        # same port for as long as they linger.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        return sock
+
     def process_conn(self, conn: _Connection) -> None:
         now = time.time()
         if conn.head_wait_started is None:
