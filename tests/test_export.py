@@ -358,6 +358,10 @@ def test_command_line_export_layout_and_metadata(exported, run_dir):
         "repetition_penalty": 1.0,
         "no_repeat_ngram_size": 0,
         "num_hypotheses": None,
+        "sampling_topk": 0,
+        "sampling_topp": 1.0,
+        "sampling_temperature": 1.0,
+        "num_alternatives": 5,
     }
     assert info["signature_options"][BEAM_SIGNATURE]["beam_width"] == BEAM_WIDTH
     assert info["signature_options"][N_BEST_SIGNATURE]["num_hypotheses"] == BEAM_WIDTH
