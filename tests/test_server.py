@@ -1266,6 +1266,24 @@ def test_new_version_is_swapped_in_without_failing_requests(exports, tmp_path):
 # -------------------------------------------------------------------------- deadlines
 
 
+def _expire_an_endless_call(server):
+    """An endless Predict with a 1 s deadline: DEADLINE_EXCEEDED, then the server stops working
+    on it (its CPU use settles) and answers the next request. Returns the stub."""
+    stub = prediction_service_pb2_grpc.PredictionServiceStub(
+        grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}")
+    )
+    with pytest.raises(grpc.RpcError) as error:
+        stub.Predict(loop_request(ENDLESS_STEPS), timeout=1)
+    assert error.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    wait_for(
+        lambda: cpu_seconds_during(server.process.pid, 0.5) < 0.1,
+        "the server to stop working on the expired call",
+        timeout=30,
+    )
+    assert stub.Predict(loop_request(100), timeout=30).outputs["y"].float_val
+    return stub
+
+
 def test_a_request_past_its_deadline_is_aborted_not_run_to_the_end(tmp_path):
     """The deadline is the run's RunOptions.timeout_in_ms, as in TF Serving: REST answered 200
     long after --rest_api_timeout_in_ms, and gRPC calls that had answered DEADLINE_EXCEEDED
@@ -1289,19 +1307,8 @@ def test_a_request_past_its_deadline_is_aborted_not_run_to_the_end(tmp_path):
         status, body = http("POST", url, {"instances": [100]})
         assert status == 200 and len(body["predictions"]) == 1
 
-        stub = prediction_service_pb2_grpc.PredictionServiceStub(
-            grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}")
-        )
-        with pytest.raises(grpc.RpcError) as error:
-            stub.Predict(loop_request(ENDLESS_STEPS), timeout=1)
-        assert error.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
         # The client stops waiting at the deadline on its own; the server's run stops then too.
-        wait_for(
-            lambda: cpu_seconds_during(server.process.pid, 0.5) < 0.1,
-            "the server to stop working on the expired call",
-            timeout=30,
-        )
-        assert stub.Predict(loop_request(100), timeout=30).outputs["y"].float_val
+        stub = _expire_an_endless_call(server)
         # A call without a deadline runs unbounded (it was an INTERNAL error: gRPC's "no
         # deadline" is a time_remaining() of 292,000 years, too many milliseconds for TF).
         assert stub.Predict(loop_request(100)).outputs["y"].float_val
@@ -1327,19 +1334,8 @@ def test_a_batched_run_past_its_deadline_is_aborted_and_frees_its_thread(tmp_pat
             f"--batching_parameters_file={batching_file}",
         ]
     ) as server:
-        stub = prediction_service_pb2_grpc.PredictionServiceStub(
-            grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}")
-        )
-        with pytest.raises(grpc.RpcError) as error:
-            stub.Predict(loop_request(ENDLESS_STEPS), timeout=1)
-        assert error.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
-        wait_for(
-            lambda: cpu_seconds_during(server.process.pid, 0.5) < 0.1,
-            "the server to stop running the expired batch",
-            timeout=30,
-        )
-        # The batch thread is free again: the next request gets its answer.
-        assert stub.Predict(loop_request(100), timeout=30).outputs["y"].float_val
+        # The batch thread is free again once the expired batch stops.
+        _expire_an_endless_call(server)
 
 
 # --------------------------------------------------------------------------- SIGTERM
