@@ -109,11 +109,12 @@ PRETRAINED_STEPS ?= 4000
 PRETRAINED_ALPHA ?= 1.0
 PRETRAINED_NO_REPEAT_NGRAM_SIZE ?= 3
 # Robust to how people type (issue 23): lowercased all-caps sources, a third of the pairs noised as
-# people type, and half of the name and number slots refilled with unseen ones (training.copying).
+# people type, and 80% of the name and number slots refilled with unseen ones, 30% of those
+# names with a figure (training.copying).
 PRETRAINED_TRAIN_ARGS := --preset small --lr_scale 0.7 --keep_checkpoints 8 --checkpoint_every 250 \
 	--train_steps $(PRETRAINED_STEPS) --source_casing lower_all_caps --source_noise 0.35 \
 	--source_noise_kinds lowercase,strip_accents,no_final_punct,strip_accents+lowercase+no_final_punct,strip_diacritics+lowercase \
-	--copy_substitution 0.5
+	--copy_substitution 0.8 --copy_figure_share 0.3
 PRETRAINED_AVERAGE ?= 5
 pretrained: $(STAMP) data  ## Reproduce pretrained/bible-es-en (about 2 hours on 2 cores).
 	$(PY) -m training.train --run_dir $(PRETRAINED_RUN_DIR) $(PRETRAINED_TRAIN_ARGS)

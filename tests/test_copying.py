@@ -116,8 +116,8 @@ def test_fresh_numbers_are_digits_from_2_to_9999():
     assert min(numbers) >= 2 and max(numbers) <= 9999 and len(set(numbers)) > 1500
 
 
-@pytest.mark.parametrize("rate", [0.0, 0.5, 1.0])
-def test_fill_copy_slots_puts_one_fresh_value_on_both_sides(rate):
+@pytest.mark.parametrize("rate, figure_share", [(0.0, 0.0), (0.5, 0.0), (1.0, 0.0), (1.0, 1.0)])
+def test_fill_copy_slots_puts_one_fresh_value_on_both_sides(rate, figure_share):
     sources, targets = zip(*VERSES)
     source_templates, target_templates, kinds = copying.template_tensors(list(VERSES))
     filled_sources, filled_targets = copying.fill_copy_slots(
@@ -128,6 +128,7 @@ def test_fill_copy_slots_puts_one_fresh_value_on_both_sides(rate):
         tf.constant(kinds),
         rate,
         tf.constant([7, 8], tf.int64),
+        figure_share,
     )
     changed = 0
     for index, (source, target) in enumerate(zip(filled_sources.numpy(), filled_targets.numpy())):
@@ -141,7 +142,8 @@ def test_fill_copy_slots_puts_one_fresh_value_on_both_sides(rate):
         value = re.fullmatch(pattern, source).group(1)
         assert source == source_templates[index].replace(SLOT, value)
         assert target == target_templates[index].replace(SLOT, value)
-        assert value.isdigit() if kinds[index] == copying.KIND_IDS[NUMBERS] else value.istitle()
+        figure = kinds[index] == copying.KIND_IDS[NUMBERS] or figure_share == 1.0
+        assert value.isdigit() if figure else value.istitle()
     with_slot = sum(kind > 0 for kind in kinds)
     assert changed == {0.0: 0, 1.0: with_slot}.get(rate, changed)
     assert 0 <= changed <= with_slot

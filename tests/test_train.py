@@ -584,6 +584,7 @@ def test_a_run_with_source_noise_sampling_and_source_lowercasing(corpus, tmp_pat
         ({"source_noise": 1.5}, "source_noise must be within [0, 1], got 1.5"),
         ({"source_noise_kinds": "lowercase,shout"}, "unknown perturbation 'shout'"),
         ({"copy_substitution": -0.1}, "copy_substitution must be within [0, 1], got -0.1"),
+        ({"copy_figure_share": 1.5}, "copy_figure_share must be within [0, 1], got 1.5"),
         (
             {"subword_nbest_size": -1, "tokenizer": "wordpiece"},
             "subword_nbest_size (sampling) needs tokenizer sentencepiece",

@@ -43,6 +43,8 @@ class TrainConfig:
     # Names and numbers never seen (training.copying): the share of the training pairs with a
     # name or a number on both sides that get a fresh one, on both sides, per epoch.
     copy_substitution: float = 0.0
+    # Of those name slots filled, the share that gets a figure instead of a name.
+    copy_figure_share: float = 0.0
     # SentencePiece subword regularization (Kudo 2018) of the training pairs, both sides:
     # nbest_size 0 (or 1) is off, -1 samples from every segmentation, N > 1 from the N best;
     # alpha smooths the sampling distribution. Decoding always tokenizes deterministically.
@@ -299,6 +301,8 @@ def validate(config):
     parse_kinds(config.source_noise_kinds)
     if not 0.0 <= config.copy_substitution <= 1.0:
         raise ValueError(f"copy_substitution must be within [0, 1], got {config.copy_substitution}")
+    if not 0.0 <= config.copy_figure_share <= 1.0:
+        raise ValueError(f"copy_figure_share must be within [0, 1], got {config.copy_figure_share}")
     if subword_sampling(config):
         if config.tokenizer != "sentencepiece":
             raise ValueError("subword_nbest_size (sampling) needs tokenizer sentencepiece")

@@ -8,7 +8,8 @@ Python; the rest works on those templates:
 
 - Training (`fill_copy_slots`, in the tf.data pipeline): a share of the pairs with a slot get it
   filled, on both sides, with a fresh name (`fresh_names_graph`: syllables drawn at random) or a
-  fresh number (2 to 9999 in digits), drawn anew each epoch. The Bible writes numbers in words and
+  fresh number (2 to 9999 in digits), drawn anew each epoch; a share of the name slots can get a
+  figure too. The Bible writes numbers in words and
   holds no digit at all, and its names are the Bible's: without this a model never learns that
   an unknown name or a figure is copied.
 - Evaluation (`copy_rate_sets`, `copy_rates`, `python -m training.copying`): the test split's
@@ -198,7 +199,9 @@ def fill_slots(templates, values):
     return tf.strings.substr(joined, tf.zeros_like(lengths), lengths)
 
 
-def fill_copy_slots(sources, targets, source_templates, target_templates, kinds, rate, seed):
+def fill_copy_slots(
+    sources, targets, source_templates, target_templates, kinds, rate, seed, figure_share=0.0
+):
     """Fills the copy slot of a share `rate` of the pairs that have one, with fresh values.
 
     Args:
@@ -208,15 +211,19 @@ def fill_copy_slots(sources, targets, source_templates, target_templates, kinds,
         kinds: `[batch]` int32: 0 no slot, 1 a name, 2 a number (`KIND_IDS`).
         rate: float, the probability that a pair with a slot is filled.
         seed: int `[2]` (stateless draws: a resumed pipeline fills as an uninterrupted one).
+        figure_share: float, the probability that a filled name slot gets a figure instead of a
+            name. Copying a figure is one skill in any context, and the Bible has about a sixth
+            as many number slots as name slots: this gives figures the name slots' practice.
 
     Returns:
         `(sources, targets)`, with the chosen pairs' slots filled on both sides.
     """
     size = tf.shape(sources)[0]
-    seeds = tf.random.experimental.stateless_split(tf.cast(seed, tf.int64), num=3)
+    seeds = tf.random.experimental.stateless_split(tf.cast(seed, tf.int64), num=4)
     chosen = (kinds > 0) & (tf.random.stateless_uniform([size], seed=seeds[0]) < rate)
+    figure = tf.random.stateless_uniform([size], seed=seeds[3]) < figure_share
     values = tf.where(
-        kinds == KIND_IDS[NUMBERS],
+        (kinds == KIND_IDS[NUMBERS]) | figure,
         fresh_numbers_graph(size, seeds[1]),
         fresh_names_graph(size, seeds[2]),
     )

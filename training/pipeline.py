@@ -225,6 +225,7 @@ def make_text_dataset(
     source_noise=0.0,
     noise_kinds=(),
     copy_substitution=0.0,
+    copy_figure_share=0.0,
     chunk_size=256,
 ):
     """`make_dataset`'s batches, tokenized inside tf.data: each pass over the data anew.
@@ -243,7 +244,8 @@ def make_text_dataset(
         source_tokenize, target_tokenize: `[batch]` tf.string → ragged `[START] ids [END]`.
         source_noise, noise_kinds: the share of sources noised, and by which perturbations.
         copy_substitution: the share of the pairs with a copy slot (a name or number on both
-            sides) that get a fresh one (`training.copying.fill_copy_slots`).
+            sides) that get a fresh one (`training.copying.fill_copy_slots`), and the share of
+            those name slots that get a figure (`copy_figure_share`).
 
     Returns:
         `tf.data.Dataset` of `((source, decoder_input), labels)` int32 batches.
@@ -272,6 +274,7 @@ def make_text_dataset(
                 copy_substitution,
                 # A stream of draws apart from the noise's (which uses the chunk seed as is).
                 chunk_seed + tf.constant([0, 1 << 40], tf.int64),
+                copy_figure_share,
             )
         chunk_sources, _ = perturb_sources(chunk_sources, source_noise, noise_kinds, chunk_seed)
         return (

@@ -65,6 +65,7 @@ FIXED_ON_RESUME = (
     "source_noise",
     "source_noise_kinds",
     "copy_substitution",
+    "copy_figure_share",
     "subword_nbest_size",
     "subword_alpha",
 )
@@ -176,10 +177,11 @@ def make_train_dataset(pairs, train_ids, source_tokenizer, target_tokenizer, con
         )
     logger.info(
         "train: tokenized in the input pipeline, %.0f%% of sources noised (%s), %.0f%% of "
-        "names and numbers fresh, subword sampling %s",
+        "names and numbers fresh (%.0f%% of those names a figure), subword sampling %s",
         100 * config.source_noise,
         config.source_noise_kinds,
         100 * config.copy_substitution,
+        100 * config.copy_figure_share,
         f"nbest_size={config.subword_nbest_size} alpha={config.subword_alpha}"
         if subword_sampling(config)
         else "off",
@@ -194,6 +196,7 @@ def make_train_dataset(pairs, train_ids, source_tokenizer, target_tokenizer, con
         source_noise=config.source_noise,
         noise_kinds=parse_kinds(config.source_noise_kinds),
         copy_substitution=config.copy_substitution,
+        copy_figure_share=config.copy_figure_share,
         **options,
     )
 
