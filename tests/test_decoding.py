@@ -27,9 +27,9 @@ from model.decoding import (
 )
 from model.decoding.beam import _beam_step, _initial_beams
 from model.decoding.common import NEG_INF, take_rows
-from model.decoding.greedy import _EAGER_XLA_GREEDY, _drop_finished_rows
+from model.decoding.greedy import _drop_finished_rows
 from model.decoding.penalties import NextTokenRules, ban_repeated_ngrams, penalize_repetitions
-from model.decoding.xla import pad_to_xla_buckets
+from model.decoding.xla import _EAGER_XLA_DECODERS, pad_to_xla_buckets
 from tests.reverse_task import END, START, reverse_task
 
 _GRAPHS = {}
@@ -146,14 +146,14 @@ def test_eager_xla_greedy_is_traced_once_per_model(trained_reverse_model, source
     for result in eager:
         np.testing.assert_array_equal(result["tokens"], graph["tokens"])
         np.testing.assert_allclose(result["scores"], graph["scores"], rtol=1e-4, atol=1e-4)
-    (traced,) = _EAGER_XLA_GREEDY[model].values()
+    (traced,) = _EAGER_XLA_DECODERS[model].values()
     assert traced.experimental_get_tracing_count() == 1
 
 
 def test_eager_xla_greedy_does_not_keep_its_model_alive():
     model = Transformer(1, 16, 2, 32, 20, 20, 40, 40)
     greedy_decode(model, tf.constant([[5, 6, 7]]), START, END, max_length=3, jit_compile=True)
-    assert model in _EAGER_XLA_GREEDY
+    assert model in _EAGER_XLA_DECODERS
     model_ref = weakref.ref(model)
     del model
     gc.collect()

@@ -6,7 +6,6 @@
 `Translator`): the reference the cached decoder is tested and timed against.
 """
 
-import weakref
 from typing import NamedTuple
 
 import tensorflow as tf
@@ -23,7 +22,7 @@ from model.decoding.common import (
 from model.decoding.penalties import NextTokenRules, validate_repetition_controls
 from model.decoding.prefix import forced_tokens
 from model.decoding.step import transformer_step_fn
-from model.decoding.xla import run_loop
+from model.decoding.xla import eager_xla_decoder, run_loop
 from model.masks import PAD_ID
 
 
@@ -232,7 +231,7 @@ def greedy_decode(
         jit_compile: compile the encoder and the whole decoding loop with XLA (see
             `run_loop`). TF Serving runs a graph holding it only with
             `--xla_cpu_compilation_enabled` (`serving.export --jit_compile`). Called eagerly, it
-            runs through one traced function per model (`_eager_xla_greedy`), so only new
+            runs through one traced function per model (`eager_xla_decoder`), so only new
             shapes compile again.
         repetition_penalty, no_repeat_ngram_size, next_token: as in `greedy_search` (called
             eagerly, `jit_compile` takes no `next_token`: each call would compile anew).
@@ -254,9 +253,9 @@ def greedy_decode(
     if jit_compile and tf.executing_eagerly():
         if next_token is not None:
             raise ValueError("next_token needs a traced caller under jit_compile (tf.function).")
-        return _eager_xla_greedy(model, with_alignment=with_alignment, **repetition_controls)(
-            inp, start_id, end_id, max_length, min_length
-        )
+        return eager_xla_decoder(
+            greedy_decode, model, with_alignment=with_alignment, **repetition_controls
+        )(inp, start_id, end_id, max_length, min_length)
     if max_length is None:
         max_length = max_output_length(inp, limit=model.pe_target - 1)
 
@@ -280,41 +279,6 @@ def greedy_decode(
         )
 
     return trim(run_loop(search, inp, max_length, jit_compile, model.pe_input))
-
-
-# model -> {baked options: its traced XLA greedy decoder}. Weak keys: a model that is gone
-# takes its entries along.
-_EAGER_XLA_GREEDY = weakref.WeakKeyDictionary()
-
-
-def _eager_xla_greedy(model, **baked_options):
-    """`greedy_decode(model, ..., jit_compile=True)` as one `tf.function` per model (and per
-    setting of `baked_options`, the repetition controls and `with_alignment`, which are baked
-    into the trace).
-
-    Eagerly, `run_loop` would wrap a fresh closure in a fresh XLA function at each call and
-    compile it again (seconds). Traced once, the inner XLA function persists, and XLA's cache
-    compiles only shapes it has not seen. The function reaches the model through a weak
-    reference, or the cache entry would keep its own key alive.
-    """
-    decoders = _EAGER_XLA_GREEDY.setdefault(model, {})
-    key = tuple(sorted(baked_options.items()))
-    if key not in decoders:
-        model_ref = weakref.ref(model)
-        decoders[key] = tf.function(
-            lambda inp, start_id, end_id, max_length, min_length: greedy_decode(
-                model_ref(),
-                inp,
-                start_id,
-                end_id,
-                max_length,
-                min_length,
-                jit_compile=True,
-                **baked_options,
-            ),
-            reduce_retracing=True,
-        )
-    return decoders[key]
 
 
 def naive_greedy_decode(model, inp, start_id, end_id, max_length=None, min_length=0):

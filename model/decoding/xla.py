@@ -1,6 +1,8 @@
 """Decoding loops under XLA: buffers and inputs rounded up to a few bucket shapes, so that a
 server compiles a handful of programs rather than one per request shape."""
 
+import weakref
+
 import tensorflow as tf
 
 from model.masks import PAD_ID
@@ -11,6 +13,10 @@ SLOT_GRANULARITY = 16
 
 def run_loop(search, inp, max_length, jit_compile, max_source_length):
     """Runs `search(inp, max_length, slots)`, whose buffers hold `slots` output positions.
+
+    `search` returns a dict: `tokens` `(batch, ..., slots)`, `scores` `(batch, ...)`,
+    `alignment` `(batch, ..., slots, width)` (the `...` one axis of hypotheses, or none) and
+    `length`, an int32 scalar; `run_loop` returns the same of `inp`'s rows and columns.
 
     Every buffer of the loop (key/value caches, tokens, alignments) has a fixed size, so that each
     step has the same shapes. In a plain graph that size is `max_length` itself. XLA compiles one
@@ -29,7 +35,7 @@ def run_loop(search, inp, max_length, jit_compile, max_source_length):
     return {
         "tokens": outputs["tokens"][:batch_size],
         "scores": outputs["scores"][:batch_size],
-        "alignment": outputs["alignment"][:batch_size, :, :width],
+        "alignment": outputs["alignment"][:batch_size, ..., :width],
         "length": outputs["length"],
     }
 
@@ -56,3 +62,31 @@ def pad_to_xla_buckets(inp, max_source_length):
     rows = tf.range(padded_batch)
     inp = tf.gather(inp, tf.where(rows < batch_size, rows, 0))
     return tf.pad(inp, [[0, 0], [0, padded_width - width]], constant_values=PAD_ID)
+
+
+# model -> {(decoder, baked options): its traced XLA decoder}. Weak keys: a model that is gone
+# takes its entries along.
+_EAGER_XLA_DECODERS = weakref.WeakKeyDictionary()
+
+
+def eager_xla_decoder(decode, model, **baked_options):
+    """`decode(model, ..., jit_compile=True, **baked_options)` as one `tf.function` per model,
+    decoder and setting of `baked_options` (the options that shape the search, baked into the
+    trace); call it with the remaining arguments.
+
+    Eagerly, `run_loop` would wrap a fresh closure in a fresh XLA function at each call and
+    compile it again (seconds). Traced once, the inner XLA function persists, and XLA's cache
+    compiles only shapes it has not seen. The function reaches the model through a weak
+    reference, or the cache entry would keep its own key alive.
+    """
+    decoders = _EAGER_XLA_DECODERS.setdefault(model, {})
+    key = (decode, tuple(sorted(baked_options.items())))
+    if key not in decoders:
+        model_ref = weakref.ref(model)
+        decoders[key] = tf.function(
+            lambda *arguments, **options: decode(
+                model_ref(), *arguments, jit_compile=True, **options, **baked_options
+            ),
+            reduce_retracing=True,
+        )
+    return decoders[key]
