@@ -136,17 +136,91 @@ def test_xla_inputs_are_padded_to_a_few_shapes(batch, width, max_source, padded_
     assert not padded[:, width:].any()
 
 
-def test_eager_xla_greedy_is_traced_once_per_model(trained_reverse_model, sources):
-    """Called eagerly, `jit_compile` reuses one traced function per model (no compile per
-    call) and decodes as the plain graph does."""
+@pytest.fixture(scope="module")
+def ending_model():
+    """A random model whose beam search ends sentences at many lengths, and some not before
+    max_length (an untrained model never says [END], nor heeds its source much): logits
+    sharper than at initialization, a bias towards [END] and a louder cross-attention."""
+    keras.utils.set_random_seed(5)
+    model = Transformer(1, 16, 2, 32, 24, 24, 64, 64)
+    model.build(((None, None), (None, None)))
+    embeddings = model.final_layer.token_embedding.embeddings
+    embeddings.assign(embeddings * 2.0)
+    model.final_layer.bias.assign(tf.one_hot(END, 24) * 2.0)
+    cross_attention_output = model.decoder.dec_layers[0].mha2.dense.kernel
+    cross_attention_output.assign(cross_attention_output * 3.0)
+    return model
+
+
+# Beam search settings compiled by XLA in the tests: the default length penalty, a stronger one
+# with the repetition controls, and the n best without a length penalty.
+BEAM_XLA_OPTIONS = {
+    "alpha": {},
+    "alpha-and-repetition-controls": {
+        "alpha": 1.0,
+        "no_repeat_ngram_size": 2,
+        "repetition_penalty": 1.5,
+    },
+    "n-best": {"alpha": 0.0, "num_hypotheses": 3},
+}
+# (batch, source width): XLA pads them to batches of 1, 4 and 8 rows, sources of 16 and 32
+# columns and outputs of 16, 32 and 48 slots (their max_length: 1.5 · width + 10).
+ONE_SHORT, THREE_IN_ONE_BUCKET, FIVE_LONG = (1, 3), (3, 12), (5, 20)
+
+
+@pytest.mark.parametrize(
+    "options, batch, width",
+    [
+        ("alpha", *ONE_SHORT),
+        ("alpha", *THREE_IN_ONE_BUCKET),
+        ("alpha", *FIVE_LONG),
+        ("alpha-and-repetition-controls", *THREE_IN_ONE_BUCKET),
+        ("alpha-and-repetition-controls", *FIVE_LONG),
+        ("n-best", *FIVE_LONG),
+    ],
+)
+def test_xla_compiled_beam_search_equals_graph_beam_search(ending_model, options, batch, width):
+    """`jit_compile`: the same hypotheses, scores and alignments as the plain graph, and as
+    many steps, on batches and lengths that XLA pads to different buckets, with sentences
+    whose searches end at different steps (in XLA's fixed-shape loop they step on) and some
+    that max_length cuts."""
+    rng = np.random.default_rng(width)
+    source = rng.integers(4, 24, size=(batch, width))
+    for row in range(1, batch):  # row 0 is the longest: max_length is 1.5 · width + 10
+        source[row, rng.integers(2, width + 1) :] = 0
+    results = [
+        tf.function(
+            lambda inp: beam_search_decode(
+                ending_model, inp, START, END, jit_compile=jit, **BEAM_XLA_OPTIONS[options]
+            )
+        )(tf.constant(source, tf.int32))
+        for jit in (False, True)
+    ]
+    graph, xla = ({name: tensor.numpy() for name, tensor in result.items()} for result in results)
+    np.testing.assert_array_equal(xla["tokens"], graph["tokens"])
+    np.testing.assert_allclose(xla["scores"], graph["scores"], rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(xla["alignment"], graph["alignment"], atol=1e-4)
+    best = graph["tokens"] if graph["tokens"].ndim == 2 else graph["tokens"][:, 0]
+    if batch > 1:
+        assert len(set(decode_lengths(best))) > 1, "every sentence ends at one length"
+
+
+@pytest.mark.parametrize("decode", [greedy_decode, beam_search_decode], ids=["greedy", "beam"])
+def test_eager_xla_decoding_is_traced_once_per_model(trained_reverse_model, sources, decode):
+    """Called eagerly, `jit_compile` reuses one traced function per model and decoder (no
+    compile per call) and decodes as the plain graph does."""
     model, _ = trained_reverse_model
     source = tf.constant(sources[0], tf.int32)
-    graph = in_graph(greedy_decode, model)(source)
-    eager = [greedy_decode(model, source, START, END, jit_compile=True) for _ in range(2)]
+    graph = in_graph(decode, model)(source)
+    eager = [decode(model, source, START, END, jit_compile=True) for _ in range(2)]
     for result in eager:
         np.testing.assert_array_equal(result["tokens"], graph["tokens"])
         np.testing.assert_allclose(result["scores"], graph["scores"], rtol=1e-4, atol=1e-4)
-    (traced,) = _EAGER_XLA_DECODERS[model].values()
+    (traced,) = (
+        function
+        for (decoder, _), function in _EAGER_XLA_DECODERS[model].items()
+        if decoder is decode
+    )
     assert traced.experimental_get_tracing_count() == 1
 
 
@@ -476,8 +550,18 @@ def exhaustive_best(table, sentence, alpha, min_length=0):
     return exhaustive_ranking(table, sentence, alpha, min_length)[0]
 
 
+# How a search's loop runs: sentences leave it as they end, or every sentence steps to the end
+# with fixed shapes, which XLA compiles (`fake_search` options).
+LOOP_LAYOUTS = {
+    "rows-leave": {},
+    "fixed-shape": {"fixed_shape": True},
+    "xla": {"fixed_shape": True, "compiled": True},
+}
+
+
 def fake_search(search, table, sentences, max_length, **options):
-    """`search` (greedy_search or beam_search) over `table` in a graph: numpy outputs."""
+    """`search` (greedy_search or beam_search) over `table` in a graph, compiled by XLA when
+    `options` say `compiled`: numpy outputs."""
     outputs = tf.function(
         lambda: search(
             table.step_fn,
@@ -487,7 +571,8 @@ def fake_search(search, table, sentences, max_length, **options):
             tf.constant(max_length),
             alignment_width=FAKE_VOCAB,
             **options,
-        )
+        ),
+        jit_compile=options.get("compiled", False),
     )()
     return {name: value.numpy() for name, value in outputs.items()}
 
@@ -686,7 +771,8 @@ def test_narrow_beam_n_best_equals_the_reference_finished_set(beam_width, alpha)
     assert len({len(ranking[n][0]) for ranking in references for n in range(count)}) > 1
 
 
-def test_beam_search_n_best_is_cut_at_max_length_with_alive_hypotheses():
+@pytest.mark.parametrize("layout", LOOP_LAYOUTS)
+def test_beam_search_n_best_is_cut_at_max_length_with_alive_hypotheses(layout):
     """Cut at 2 steps, no output of the table has ended but a few [END]s: each sentence's
     slots hold its finished hypotheses, then its best alive ones (the reference's ranking)."""
     sentences, beam_width = 30, 3
@@ -699,6 +785,7 @@ def test_beam_search_n_best_is_cut_at_max_length_with_alive_hypotheses():
         beam_width=beam_width,
         alpha=0.6,
         num_hypotheses=beam_width,
+        **LOOP_LAYOUTS[layout],
     )
     references = [
         reference_beam_search(table, sentence, beam_width, 0.6, 2)[0]
@@ -712,6 +799,36 @@ def test_beam_search_n_best_is_cut_at_max_length_with_alive_hypotheses():
             np.testing.assert_array_equal(found["tokens"][sentence, n, : len(tokens)], tokens)
             assert not found["tokens"][sentence, n, len(tokens) :].any()
             assert found["scores"][sentence, n] == pytest.approx(score, abs=1e-4)
+
+
+@pytest.mark.parametrize("layout", ["fixed-shape", "xla"])
+@pytest.mark.parametrize("alpha, min_length", [(0.6, 0), (2.0, 2)])
+def test_fixed_shape_beam_search_finds_the_reference_finished_set(layout, alpha, min_length):
+    """Every sentence stepping to the end of the loop (XLA's fixed shapes), each still returns
+    the reference beam search's whole finished set, best first, although the loop runs on
+    after its search is over, and the loop stops where the last search is over, as when
+    sentences leave it; alpha 2 makes winners continue beams an [END] outranked."""
+    sentences, beam_width = 60, 3
+    table = FakeTable(np.random.default_rng(23), sentences)
+    options = {
+        "max_length": 8,
+        "beam_width": beam_width,
+        "alpha": alpha,
+        "min_length": min_length,
+        "num_hypotheses": beam_width,
+    }
+    found = fake_search(beam_search, table, sentences, **options, **LOOP_LAYOUTS[layout])
+    references = [
+        reference_beam_search(table, sentence, beam_width, alpha, 8, min_length)
+        for sentence in range(sentences)
+    ]
+    for n in range(beam_width):
+        expected = [ranking[n] for ranking, _ in references]
+        assert_outputs_equal(nth_hypotheses(found, n), table, expected, lengths_vary=False)
+    rows_leave = fake_search(beam_search, table, sentences, **options)
+    assert found["length"] == rows_leave["length"] < options["max_length"]
+    if alpha >= 1.0:
+        assert any(outranked for _, outranked in references), "no winner ranked below an [END]"
 
 
 @pytest.mark.parametrize("count", [0, 4, 2.0])
@@ -854,9 +971,12 @@ def exhaustive_prefix_ranking(table, sentence, alpha, prefix, min_length=0, bar_
     return sorted(outputs, key=lambda output: -output[1])
 
 
+@pytest.mark.parametrize("fixed_shape", [False, True], ids=["rows-leave", "fixed-shape"])
 @pytest.mark.parametrize("min_length", [0, 3])
 @pytest.mark.parametrize("alpha", [0.0, 1.0])
-def test_wide_beam_with_prefixes_equals_the_exhaustive_continuations(alpha, min_length):
+def test_wide_beam_with_prefixes_equals_the_exhaustive_continuations(
+    alpha, min_length, fixed_shape
+):
     """Rows of prefixes of 0 to 2 words in one batch, `num_hypotheses` 3 of a beam as wide as
     every prefix: each sentence's 3 best continuations of its prefix, scored after it, and
     [END] right after the prefix only where it is the most probable token there."""
@@ -873,6 +993,7 @@ def test_wide_beam_with_prefixes_equals_the_exhaustive_continuations(alpha, min_
         min_length=min_length,
         num_hypotheses=count,
         prefix=ids,
+        fixed_shape=fixed_shape,
     )
     rankings = [
         exhaustive_prefix_ranking(table, sentence, alpha, prefix, min_length)

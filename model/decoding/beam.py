@@ -1,13 +1,15 @@
 """Beam search with the GNMT length penalty, a finished set and a per-sentence early exit.
 
 `beam_search` runs over any step function (`model.decoding.step`); `beam_search_decode` runs it
-over a `Transformer`, whose `reorder_cache` moves each hypothesis's key/value cache to its parent.
+over a `Transformer`, whose `reorder_cache` moves each hypothesis's key/value cache to its parent,
+optionally compiled with XLA (`model.decoding.xla`).
 """
 
 from typing import NamedTuple
 
 import tensorflow as tf
 
+from model.buffers import write_slot
 from model.decoding.common import (
     NEG_INF,
     empty_outputs,
@@ -20,6 +22,7 @@ from model.decoding.common import (
 from model.decoding.penalties import NextTokenRules, validate_repetition_controls
 from model.decoding.prefix import forced_tokens
 from model.decoding.step import transformer_step_fn
+from model.decoding.xla import eager_xla_decoder, run_loop
 from model.masks import PAD_ID
 
 
@@ -66,6 +69,9 @@ def beam_search(
     no_repeat_ngram_size=0,
     num_hypotheses=None,
     prefix=None,
+    fixed_shape=False,
+    compiled=False,
+    slots=None,
 ):
     """Beam search with the GNMT length penalty.
 
@@ -74,7 +80,10 @@ def beam_search(
     merges the ended ones into the finished set, scored by log P(y | x) / length_penalty(|y|).
     A sentence's search is over once no alive hypothesis can still beat its worst finished one
     (`_search_is_over`); its best hypothesis is then stored and its beams leave the loop, which
-    runs until the last sentence's search is over, or `max_length`.
+    runs until the last sentence's search is over, or `max_length`. With `fixed_shape` (for
+    XLA) nothing leaves the loop: a sentence whose search is over is stored and steps on,
+    ignored, and the hypotheses are written into buffers of `slots` positions instead of
+    growing by one a step; the hypotheses and scores found are the same.
 
     Args:
         step_fn, reorder_state: see `model.decoding.step`.
@@ -94,28 +103,109 @@ def beam_search(
         prefix: None, or the tokens each sentence's hypotheses start with: `(batch, P)` int32
             padded with 0, or a `TargetPrefix` (`model.decoding.prefix` states the semantics).
             The length penalty counts the prefix.
+        fixed_shape: every sentence steps until the last search is over
+            (`_beam_search_fixed_shape`, for XLA), instead of sentences leaving the loop as
+            their searches end.
+        compiled: whether XLA compiles the search (it needs `fixed_shape`): the hypotheses'
+            buffers are then written with XLA's op (`model.buffers.write_slot`).
+        slots: positions of the output buffers, ≥ max_length (default max_length).
 
     Returns:
-        dict: `tokens` `(batch, max_length)` of each sentence's best hypothesis, `scores`
+        dict: `tokens` `(batch, slots)` of each sentence's best hypothesis, `scores`
         `(batch,)` its length-normalized log-probability (after the prefix), `alignment`
-        `(batch, max_length, alignment_width)`, and `length`, the positions the loop ran; with
-        `num_hypotheses` N, `tokens` `(batch, N, max_length)`, `scores` `(batch, N)` and
-        `alignment` `(batch, N, max_length, alignment_width)`.
+        `(batch, slots, alignment_width)`, and `length`, the positions the loop ran; with
+        `num_hypotheses` N, `tokens` `(batch, N, slots)`, `scores` `(batch, N)` and
+        `alignment` `(batch, N, slots, alignment_width)`.
     """
+    if compiled and not fixed_shape:
+        raise ValueError("a compiled beam search needs fixed_shape=True: XLA's shapes are fixed.")
+    slots = max_length if slots is None else slots
     validate_repetition_controls(repetition_penalty, no_repeat_ngram_size)
     hypotheses = _validate_num_hypotheses(num_hypotheses, beam_width)
-    rules = NextTokenRules(end_id, min_length, repetition_penalty, no_repeat_ngram_size)
-    batch_size = tf.shape(start_ids)[0]
-    prefix = forced_tokens(prefix)
+    search = _Search(
+        step_fn,
+        reorder_state,
+        beam_width,
+        NextTokenRules(end_id, min_length, repetition_penalty, no_repeat_ngram_size),
+        alpha,
+        hypotheses,
+        forced_tokens(prefix),
+        _Positions(fixed_shape, compiled),
+    )
+    outputs = empty_outputs(tf.shape(start_ids)[0], slots, alignment_width, hypotheses)
+    beams = _initial_beams(
+        start_ids, state, beam_width, alignment_width, slots if fixed_shape else 0
+    )
+    loop = _beam_search_fixed_shape if fixed_shape else _beam_search_dropping_finished
+    outputs, steps = loop(search, beams, outputs, max_length)
+    if num_hypotheses is None:
+        outputs = tf.nest.map_structure(lambda tensor: tensor[:, 0], outputs)
+    return {**outputs, "length": steps}
+
+
+class _Positions(NamedTuple):
+    """How the hypotheses `(sentences, beam, positions, ...)` take each step's new position:
+    appended (they grow by one position a step), or, with `fixed_shape`, written at the step
+    into buffers of a fixed number of positions (with XLA's op where `compiled`)."""
+
+    fixed_shape: bool = False
+    compiled: bool = False
+
+    def extend(self, hypotheses, new, step):
+        """`hypotheses` with `new` `(sentences, n, 1, ...)` at position `step`."""
+        if self.fixed_shape:
+            return write_slot(hypotheses, new, step, axis=2, compiled=self.compiled)
+        return tf.concat([hypotheses, new], axis=2)
+
+    def with_room(self, hypotheses):
+        """`hypotheses` as wide as those `extend` returns (for merging with them)."""
+        if self.fixed_shape:
+            return hypotheses
+        return tf.pad(hypotheses, [[0, 0], [0, 0], [0, 1]] + [[0, 0]] * (hypotheses.shape.rank - 3))
+
+
+class _Search(NamedTuple):
+    """One beam search's settings, as `beam_search` takes them: `rules` its `NextTokenRules`,
+    `hypotheses` the hypotheses returned per sentence, `prefix` its `ForcedTokens` or None."""
+
+    step_fn: object
+    reorder_state: object
+    beam_width: int
+    rules: NextTokenRules
+    alpha: float
+    hypotheses: int
+    prefix: object
+    positions: _Positions
+
+    def advance(self, beams, step):
+        """`_beam_step` of `beams` at `step`."""
+        return _beam_step(
+            self.step_fn,
+            self.reorder_state,
+            beams,
+            step,
+            self.beam_width,
+            self.rules,
+            self.alpha,
+            self.prefix,
+            self.positions,
+        )
+
+
+def _beam_search_dropping_finished(search, beams, outputs, max_length):
+    """The loop in which a sentence leaves once its search is over (its beams gathered out on
+    the steps where some search ends), so a batch's short sentences do not pay the steps of its
+    longest. Outside XLA only: the loop's batch dimension changes. Returns `(outputs, steps)`."""
 
     def body(step, beams, outputs):
-        beams = _beam_step(step_fn, reorder_state, beams, step, beam_width, rules, alpha, prefix)
-        over = _search_is_over(beams, max_length, alpha)
+        beams = search.advance(beams, step)
+        over = _search_is_over(beams, max_length, search.alpha)
 
         def store_and_drop_finished_searches():
-            done = take_rows(_best_hypotheses(beams, alpha, hypotheses), tf.where(over)[:, 0])
+            best = _best_hypotheses(beams, search.alpha, search.hypotheses, step + 1)
+            done = take_rows(best, tf.where(over)[:, 0])
             return (
-                _keep_searches(beams, tf.where(tf.logical_not(over))[:, 0], beam_width),
+                _keep_searches(beams, tf.where(tf.logical_not(over))[:, 0], search.beam_width),
                 _store(outputs, done, max_length),
             )
 
@@ -126,11 +216,7 @@ def beam_search(
     def cond(step, beams, outputs):
         return tf.size(beams.rows) > 0
 
-    loop_vars = (
-        tf.constant(0),
-        _initial_beams(start_ids, state, beam_width, alignment_width),
-        empty_outputs(batch_size, max_length, alignment_width, hypotheses),
-    )
+    loop_vars = (tf.constant(0), beams, outputs)
     steps, beams, outputs = tf.while_loop(
         cond,
         body,
@@ -139,10 +225,40 @@ def beam_search(
         maximum_iterations=max_length,
     )
     # Sentences still searching when max_length cut the loop short.
-    outputs = _store(outputs, _best_hypotheses(beams, alpha, hypotheses), max_length)
-    if num_hypotheses is None:
-        outputs = tf.nest.map_structure(lambda tensor: tensor[:, 0], outputs)
-    return {**outputs, "length": steps}
+    best = _best_hypotheses(beams, search.alpha, search.hypotheses, steps)
+    return _store(outputs, best, max_length), steps
+
+
+def _beam_search_fixed_shape(search, beams, outputs, max_length):
+    """The loop whose shapes never change (XLA compiles one program): every sentence steps
+    until the last search is over. A sentence whose search is over has its best hypotheses
+    stored then, as `_beam_search_dropping_finished` stores them, and steps on ignored.
+    Returns `(outputs, steps)`."""
+
+    def store(outputs, beams, length, rows):
+        """`outputs` with the best hypotheses of the sentences where `rows` `(batch,)` holds."""
+        return tf.cond(
+            tf.reduce_any(rows),
+            lambda: _store_rows(
+                outputs, _best_hypotheses(beams, search.alpha, search.hypotheses, length), rows
+            ),
+            lambda: outputs,
+        )
+
+    def body(step, beams, searching, outputs):
+        beams = search.advance(beams, step)
+        over = searching & _search_is_over(beams, max_length, search.alpha)
+        return step + 1, beams, searching & ~over, store(outputs, beams, step + 1, over)
+
+    def cond(step, beams, searching, outputs):
+        return tf.reduce_any(searching)
+
+    searching = tf.ones(tf.shape(beams.rows), tf.bool)
+    steps, beams, searching, outputs = tf.while_loop(
+        cond, body, (tf.constant(0), beams, searching, outputs), maximum_iterations=max_length
+    )
+    # Sentences still searching when max_length cut the loop short.
+    return store(outputs, beams, steps, searching), steps
 
 
 def _validate_num_hypotheses(num_hypotheses, beam_width):
@@ -158,11 +274,12 @@ def _validate_num_hypotheses(num_hypotheses, beam_width):
     return num_hypotheses
 
 
-def _initial_beams(start_ids, state, beam_width, alignment_width):
-    """Every sentence searching, with only beam 0 alive (the others would duplicate it)."""
+def _initial_beams(start_ids, state, beam_width, alignment_width, slots=0):
+    """Every sentence searching, with only beam 0 alive (the others would duplicate it); the
+    hypotheses hold `slots` positions (0: they grow; fixed-shape buffers: padding)."""
     batch_size = tf.shape(start_ids)[0]
-    empty_seq = tf.zeros([batch_size, beam_width, 0], tf.int32)
-    empty_alignment = tf.zeros([batch_size, beam_width, 0, alignment_width], tf.float32)
+    empty_seq = tf.zeros([batch_size, beam_width, slots], tf.int32)
+    empty_alignment = tf.zeros([batch_size, beam_width, slots, alignment_width], tf.float32)
     return BeamState(
         rows=tf.range(batch_size),
         alive_seq=empty_seq,
@@ -184,9 +301,13 @@ def _gather_beams(x, beam_indices):
     return tf.gather(x, beam_indices, axis=1, batch_dims=1)
 
 
-def _beam_step(step_fn, reorder_state, beams, step, beam_width, rules, alpha, prefix=None):
+def _beam_step(
+    step_fn, reorder_state, beams, step, beam_width, rules, alpha, prefix=None, positions=None
+):
     """One step of every searching sentence: the next `BeamState`; `prefix`: `ForcedTokens`
-    or None."""
+    or None; `positions`: how the hypotheses take the new position (`_Positions`, default
+    appended)."""
+    positions = positions or _Positions()
     count = tf.shape(beams.rows)[0]
     logits, step_alignment, step_state = step_fn(beams.last_ids, step, beams.step_state)
     generated = None
@@ -212,15 +333,13 @@ def _beam_step(step_fn, reorder_state, beams, step, beam_width, rules, alpha, pr
     top_log_probs, top_indices = tf.math.top_k(candidates, k=2 * beam_width)
     top_origins = top_indices // vocab_size
     top_tokens = top_indices % vocab_size
-    top_seq = tf.concat(
-        [_gather_beams(beams.alive_seq, top_origins), top_tokens[:, :, tf.newaxis]], axis=2
+    top_seq = positions.extend(
+        _gather_beams(beams.alive_seq, top_origins), top_tokens[:, :, tf.newaxis], step
     )
-    top_alignment = tf.concat(
-        [
-            _gather_beams(beams.alive_alignment, top_origins),
-            _gather_beams(step_alignment, top_origins),
-        ],
-        axis=2,
+    top_alignment = positions.extend(
+        _gather_beams(beams.alive_alignment, top_origins),
+        _gather_beams(step_alignment, top_origins),
+        step,
     )
     top_ended = tf.cast(tf.equal(top_tokens, rules.end_id), tf.float32)
     if prefix is not None:
@@ -230,13 +349,13 @@ def _beam_step(step_fn, reorder_state, beams, step, beam_width, rules, alpha, pr
     alive_log_probs, alive_choice = tf.math.top_k(top_log_probs + top_ended * NEG_INF, k=beam_width)
     if prefix is not None and not prefix.as_context:
         alive_log_probs, alive_choice = _kill_barred(alive_log_probs, alive_choice, barred)
-        top_seq = tf.where(barred[:, :, tf.newaxis] & _is_last(top_seq), PAD_ID, top_seq)
+        top_seq = tf.where(barred[:, :, tf.newaxis] & _is_at(top_seq, step), PAD_ID, top_seq)
     alive_seq = _gather_beams(top_seq, alive_choice)
 
     # Finished: the k best among the previous finished and the continuations that ended now.
     new_scores = top_log_probs / length_penalty(step + 1, alpha) + (1.0 - top_ended) * NEG_INF
-    padded_finished = tf.pad(beams.finished_seq, [[0, 0], [0, 0], [0, 1]])
-    padded_alignment = tf.pad(beams.finished_alignment, [[0, 0], [0, 0], [0, 1], [0, 0]])
+    padded_finished = positions.with_room(beams.finished_seq)
+    padded_alignment = positions.with_room(beams.finished_alignment)
     finished_scores, finished_choice = tf.math.top_k(
         tf.concat([beams.finished_scores, new_scores], axis=1), k=beam_width
     )
@@ -254,7 +373,7 @@ def _beam_step(step_fn, reorder_state, beams, step, beam_width, rules, alpha, pr
         finished_alignment=_gather_beams(
             tf.concat([padded_alignment, top_alignment], axis=1), finished_choice
         ),
-        last_ids=tf.reshape(alive_seq[:, :, -1], [-1]),
+        last_ids=tf.reshape(alive_seq[:, :, step], [-1]),
         step_state=reorder_state(step_state, parent_rows),
     )
 
@@ -283,9 +402,9 @@ def _kill_barred(alive_log_probs, alive_choice, barred):
     return alive_log_probs, _gather_beams(alive_choice, order)
 
 
-def _is_last(seq):
-    """`(..., t)` bool: True at each sequence's last position."""
-    return tf.equal(tf.range(tf.shape(seq)[-1]), tf.shape(seq)[-1] - 1)
+def _is_at(seq, position):
+    """`(..., t)` bool: True at each sequence's `position` (the step's new token)."""
+    return tf.equal(tf.range(tf.shape(seq)[-1]), position)
 
 
 def _search_is_over(beams, max_length, alpha):
@@ -309,14 +428,13 @@ def _keep_searches(beams, keep, beam_width):
     )
 
 
-def _best_hypotheses(beams, alpha, count):
+def _best_hypotheses(beams, alpha, count, alive_length):
     """Each searching sentence's `count` best hypotheses, best first: its finished ones, then,
     where fewer than `count` have finished (max_length reached), its best alive ones (scored
-    log P / length_penalty of their length): dict of `rows` `(n,)`, `tokens` `(n, count, t)`,
-    `scores` `(n, count)`, `alignment` `(n, count, t, alignment_width)`."""
+    log P / length_penalty(`alive_length`), the steps taken): dict of `rows` `(n,)`, `tokens`
+    `(n, count, t)`, `scores` `(n, count)`, `alignment` `(n, count, t, alignment_width)`."""
     beam_width = tf.shape(beams.finished_scores)[1]
     finished = tf.reduce_sum(tf.cast(beams.finished_scores > NEG_INF / 2, tf.int32), axis=1)
-    alive_length = tf.shape(beams.alive_seq)[2]
     alive_scores = beams.alive_log_probs / length_penalty(alive_length, alpha)
     # Slot i: the i-th finished hypothesis (they are sorted, the real ones first), or the
     # (i - finished)-th alive one, at index beam_width + i - finished of the pool.
@@ -357,6 +475,15 @@ def _store(outputs, best, max_length):
     }
 
 
+def _store_rows(outputs, best, rows):
+    """`outputs` with the hypotheses `best` of every sentence (from `_best_hypotheses`, as wide
+    as `outputs`) written where `rows` `(batch,)` bool holds: `_store` with fixed shapes."""
+    return {
+        name: tf.where(tf.reshape(rows, [-1] + [1] * (tensor.shape.rank - 1)), best[name], tensor)
+        for name, tensor in outputs.items()
+    }
+
+
 def beam_search_decode(
     model,
     inp,
@@ -371,6 +498,7 @@ def beam_search_decode(
     no_repeat_ngram_size=0,
     num_hypotheses=None,
     prefix=None,
+    jit_compile=False,
 ):
     """`beam_search` over a `Transformer` with its key/value cache.
 
@@ -384,6 +512,10 @@ def beam_search_decode(
         with_alignment: False skips the alignments (every beam's would be gathered and
             concatenated at each step, for nothing when only the translation is wanted).
         repetition_penalty, no_repeat_ngram_size, num_hypotheses, prefix: as in `beam_search`.
+        jit_compile: compile the encoder and the whole search with XLA, on the bucket shapes
+            of `model.decoding.xla.run_loop` (as `greedy_decode`'s; not with `prefix`). Called
+            eagerly, it runs through one traced function per model and setting of the
+            options that shape the search (`eager_xla_decoder`).
 
     Returns:
         dict: `tokens` `(batch, out_len)` of the best hypothesis, `scores` `(batch,)` its
@@ -391,13 +523,26 @@ def beam_search_decode(
         `(batch, out_len, 0)` without alignment); with `num_hypotheses` N, the N best
         hypotheses, best first: `(batch, N, out_len)`, `(batch, N)`, `(batch, N, out_len, ...)`.
     """
+    if jit_compile and prefix is not None:
+        raise ValueError("prefix is not supported with jit_compile: decode it without XLA.")
+    if jit_compile and tf.executing_eagerly():
+        return eager_xla_decoder(
+            beam_search_decode,
+            model,
+            beam_width=beam_width,
+            with_alignment=with_alignment,
+            repetition_penalty=repetition_penalty,
+            no_repeat_ngram_size=no_repeat_ngram_size,
+            num_hypotheses=num_hypotheses,
+        )(inp, start_id, end_id, alpha=alpha, max_length=max_length, min_length=min_length)
     if max_length is None:
         max_length = max_output_length(inp, limit=model.pe_target - 1)
-    cache = model.init_cache(*model.encode(inp, training=False), max_length)
-    start_ids = tf.fill([tf.shape(inp)[0]], tf.cast(start_id, tf.int32))
-    return trim(
-        beam_search(
-            transformer_step_fn(model, with_alignment),
+
+    def search(inp, max_length, slots):
+        cache = model.init_cache(*model.encode(inp, training=False), slots)
+        start_ids = tf.fill([tf.shape(inp)[0]], tf.cast(start_id, tf.int32))
+        return beam_search(
+            transformer_step_fn(model, with_alignment, compiled=jit_compile),
             start_ids,
             end_id,
             cache,
@@ -411,5 +556,9 @@ def beam_search_decode(
             no_repeat_ngram_size=no_repeat_ngram_size,
             num_hypotheses=num_hypotheses,
             prefix=prefix,
+            fixed_shape=jit_compile,
+            compiled=jit_compile,
+            slots=slots,
         )
-    )
+
+    return trim(run_loop(search, inp, max_length, jit_compile, model.pe_input))
