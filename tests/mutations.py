@@ -62,6 +62,20 @@ MUTATIONS = (
         ("tests/test_decoding.py", "-k", "exhaustive or narrow"),
     ),
     Mutation(
+        "beam search under XLA keeps each beam's cache instead of its parent's",
+        "model/decoding/beam.py",
+        "step_state=reorder_state(step_state, parent_rows),",
+        "step_state=step_state if positions.compiled else reorder_state(step_state, parent_rows),",
+        ("tests/test_decoding.py", "-k", "xla_compiled_beam and 5-20"),
+    ),
+    Mutation(
+        "fixed-shape beam search feeds the end of each hypothesis's buffer, not its last token",
+        "model/decoding/beam.py",
+        "last_ids=tf.reshape(alive_seq[:, :, step], [-1]),",
+        "last_ids=tf.reshape(alive_seq[:, :, -1], [-1]),",
+        ("tests/test_decoding.py", "-k", "fixed_shape_beam"),
+    ),
+    Mutation(
         "GNMT length penalty with 5 in the denominator",
         "model/decoding/common.py",
         "return tf.pow((5.0 + tf.cast(length, tf.float32)) / 6.0, alpha)",

@@ -139,16 +139,17 @@ def test_xla_inputs_are_padded_to_a_few_shapes(batch, width, max_source, padded_
 @pytest.fixture(scope="module")
 def ending_model():
     """A random model whose beam search ends sentences at many lengths, and some not before
-    max_length (an untrained model never says [END], nor heeds its source much): logits
-    sharper than at initialization, a bias towards [END] and a louder cross-attention."""
+    max_length, and whose hypotheses depend on their own prefixes (an untrained model never
+    says [END], and heeds its source and prefix little): logits sharper than at
+    initialization, a bias towards [END], louder attention (W^O scaled up)."""
     keras.utils.set_random_seed(5)
     model = Transformer(1, 16, 2, 32, 24, 24, 64, 64)
     model.build(((None, None), (None, None)))
     embeddings = model.final_layer.token_embedding.embeddings
     embeddings.assign(embeddings * 2.0)
     model.final_layer.bias.assign(tf.one_hot(END, 24) * 2.0)
-    cross_attention_output = model.decoder.dec_layers[0].mha2.dense.kernel
-    cross_attention_output.assign(cross_attention_output * 3.0)
+    for attention in (model.decoder.dec_layers[0].mha1, model.decoder.dec_layers[0].mha2):
+        attention.dense.kernel.assign(attention.dense.kernel * 3.0)
     return model
 
 
