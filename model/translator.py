@@ -42,10 +42,12 @@ class DecodingOptions:
         alpha: GNMT length-penalty exponent of beam search (0 disables it).
         max_length_ratio, max_length_offset: at most `ceil(ratio * S) + offset` output tokens for
             a batch whose longest source has S tokens, capped by the model's positional encodings.
-        jit_compile: greedy decoding (`greedy` and `alignments`) runs as one XLA function
-            (`greedy_decode(jit_compile=True)`). TF Serving runs such a graph only with
+        jit_compile: greedy decoding (`greedy`, `alignments`) and beam search (`beam_search`,
+            `n_best`) each run as one XLA function (`greedy_decode(jit_compile=True)`,
+            `beam_search_decode(jit_compile=True)`). TF Serving runs such a graph only with
             `--xla_cpu_compilation_enabled`; without it every call fails with INTERNAL "XLA
-            compilation disabled". Beam search stays a plain graph.
+            compilation disabled". `prefix`, `alternatives`, `sample` and `score` stay plain
+            graphs.
         repetition_penalty, no_repeat_ngram_size: CTranslate2's repetition controls, in every
             signature (`model.decoding.penalties`); 1 and 0 disable them.
         sampling_topk, sampling_topp, sampling_temperature: the `sample` signature's draw
@@ -224,6 +226,8 @@ class Translator:
 
     def _beam_search_decode(self, text, num_hypotheses=None, prefix=None):
         source_ids = self.source_ids(text)
+        # Not with a prefix: XLA's padded batch would need padded prefixes.
+        jit_compile = self.options.jit_compile and prefix is None
         return beam_search_decode(
             self.model,
             source_ids,
@@ -235,6 +239,7 @@ class Translator:
             with_alignment=False,
             num_hypotheses=num_hypotheses,
             prefix=prefix,
+            jit_compile=jit_compile,
             **self.options.repetition_controls,
         )
 

@@ -19,14 +19,16 @@ dimension is the batch):
     serving_default  greedy decoding with the key/value cache (with `--jit_compile`, one XLA
                      function, which TF Serving runs only with --xla_cpu_compilation_enabled):
                      `translation` string [batch], `score` float32 [batch] (summed log-probability)
-    beam_search      beam search (GNMT length penalty): `translation`, `score` (length-normalized)
+    beam_search      beam search (GNMT length penalty; with `--jit_compile`, as serving_default):
+                     `translation`, `score` (length-normalized)
     alignments       greedy, plus `source_tokens` string [batch, S] (subword pieces as the model saw
                      them, [START]/[END] included, "" padding), `target_tokens` string [batch, T]
                      ("" after [END]) and `alignment` float32 [batch, T, S] (last decoder layer's
                      cross-attention averaged over heads; 0 on padding rows)
     n_best           beam search's `--num_hypotheses` (default: the beam width) best translations,
-                     best first: `translations` string [batch, N], `scores` float32 [batch, N]
-                     (length-normalized; column 0 is `beam_search`'s output)
+                     best first (with `--jit_compile`, as serving_default): `translations` string
+                     [batch, N], `scores` float32 [batch, N] (length-normalized; column 0 is
+                     `beam_search`'s output)
     score            inputs `text` and `target` string [batch]: forced decoding of each target,
                      `score` float32 [batch] (summed log-probability, as serving_default's),
                      `target_tokens` string [batch, T] (pieces, [END] last, "" padding) and
@@ -139,8 +141,9 @@ def signature_options(options):
         "decoder": "beam_search",
         "beam_width": options.beam_width,
         "alpha": options.alpha,
-        "jit_compile": False,
     }
+    # Beam search with a prefix stays a plain graph (`Translator._beam_search_decode`).
+    beam_with_prefix = {**beam, "jit_compile": False}
     return {
         GREEDY_SIGNATURE: greedy,
         BEAM_SIGNATURE: beam,
@@ -156,9 +159,9 @@ def signature_options(options):
             "sampling_topp": options.sampling_topp,
             "sampling_temperature": options.sampling_temperature,
         },
-        PREFIX_SIGNATURE: {**beam, "decoder": "beam_search_with_prefix"},
+        PREFIX_SIGNATURE: {**beam_with_prefix, "decoder": "beam_search_with_prefix"},
         ALTERNATIVES_SIGNATURE: {
-            **beam,
+            **beam_with_prefix,
             "decoder": "alternatives",
             "num_alternatives": options.num_alternatives,
         },
@@ -428,8 +431,9 @@ def main(argv=None):
     parser.add_argument(
         "--jit_compile",
         action="store_true",
-        help="compile greedy decoding (serving_default, alignments) with XLA: faster, and served "
-        "only by a server started with --xla_cpu_compilation_enabled=true",
+        help=f"compile greedy decoding ({GREEDY_SIGNATURE}, {ALIGNMENTS_SIGNATURE}) and beam "
+        f"search ({BEAM_SIGNATURE}, {N_BEST_SIGNATURE}) with XLA: served only by a server "
+        "started with --xla_cpu_compilation_enabled=true",
     )
     artifacts.add_repetition_arguments(parser, "default: the run's decoding.json, else off")
     parser.add_argument(

@@ -1,9 +1,10 @@
 """The XLA export variant (`serving.export --jit_compile`) and the server's
 `--xla_cpu_compilation_enabled`.
 
-The tiny trained run is exported twice, as a plain graph and with greedy decoding compiled by
-XLA. The XLA export must translate exactly as the plain one, through `tf.saved_model.load`, the
-TF1 Session loader (`saved_model_cli run`, as TF Serving loads it) and the local server; and the
+The tiny trained run is exported twice, as a plain graph and with greedy decoding and beam
+search compiled by XLA. The XLA export must translate exactly as the plain one (the same
+translations, the same scores to a float tolerance), through `tf.saved_model.load`, the TF1
+Session loader (`saved_model_cli run`, as TF Serving loads it) and the local server; and the
 server must refuse its XLA signatures unless started with the flag, as TF Serving does (INTERNAL
 "XLA compilation disabled", which also fails the version's warmup).
 """
@@ -24,8 +25,13 @@ from common.serving_contract import (
     BEAM_SIGNATURE,
     EXPORT_INFO_PATH,
     GREEDY_SIGNATURE,
+    N_BEST_SIGNATURE,
+    PREFIX_SIGNATURE,
+    SIGNATURE_OUTPUTS,
+    TARGET_PREFIX_INPUT,
     TEXT_INPUT,
     TRANSLATION_OUTPUT,
+    TRANSLATIONS_OUTPUT,
 )
 from serving import export
 from serving.model_server import servable as servable_lib
@@ -37,8 +43,16 @@ from tests.serving_fixtures import texts_request
 from training import artifacts
 
 MODEL_NAME = "translator"
-TEXTS = ["¿Dónde está el gato?", "Hola.", "El perro negro está en la casa pequeña.", ""]
-GREEDY_SIGNATURES = (GREEDY_SIGNATURE, ALIGNMENTS_SIGNATURE)
+# Five sentences: XLA decodes them in a batch of 8, three rows of padding.
+TEXTS = [
+    "¿Dónde está el gato?",
+    "Hola.",
+    "El perro negro está en la casa pequeña.",
+    "",
+    "Tengo un gato negro.",
+]
+# The signatures `--jit_compile` compiles: greedy decoding and beam search.
+XLA_SIGNATURES = (GREEDY_SIGNATURE, ALIGNMENTS_SIGNATURE, BEAM_SIGNATURE, N_BEST_SIGNATURE)
 
 
 def _export(run_dir, export_base, jit_compile):
@@ -77,17 +91,30 @@ def _assert_same_outputs(actual, expected):
             np.testing.assert_allclose(actual[name], value, rtol=1e-5, atol=1e-5, err_msg=name)
 
 
-@pytest.mark.parametrize("signature", GREEDY_SIGNATURES + (BEAM_SIGNATURE,))
+def _translated_something(outputs):
+    """Whether a signature's outputs hold a translation that is not empty."""
+    name = TRANSLATION_OUTPUT if TRANSLATION_OUTPUT in outputs else TRANSLATIONS_OUTPUT
+    return any(outputs[name].flat)
+
+
+@pytest.mark.parametrize("signature", XLA_SIGNATURES)
 def test_xla_export_translates_exactly_as_the_plain_export(loaded, signature):
     plain = _outputs(loaded["plain"], signature)
-    assert any(plain[TRANSLATION_OUTPUT]), "the tiny run should translate something"
+    assert _translated_something(plain), "the tiny run should translate something"
     _assert_same_outputs(_outputs(loaded["xla"], signature), plain)
 
 
 def test_export_info_records_the_xla_option(versions):
     for kind, path in versions.items():
         with open(os.path.join(path, EXPORT_INFO_PATH), encoding="utf-8") as handle:
-            assert json.load(handle)["decoding"]["jit_compile"] is (kind == "xla")
+            info = json.load(handle)
+        assert info["decoding"]["jit_compile"] is (kind == "xla")
+        compiled = {
+            name
+            for name, options in info["signature_options"].items()
+            if options.get("jit_compile")
+        }
+        assert compiled == (set(XLA_SIGNATURES) if kind == "xla" else set())
 
 
 def test_the_server_finds_the_signatures_that_run_xla(versions):
@@ -96,13 +123,14 @@ def test_the_server_finds_the_signatures_that_run_xla(versions):
             servable_lib.read_meta_graph(versions[kind], ["serve"])
         )
 
-    assert xla_signatures("xla") == set(GREEDY_SIGNATURES)
+    assert xla_signatures("xla") == set(XLA_SIGNATURES)
     assert xla_signatures("plain") == set()
 
 
-def test_tf1_session_loader_runs_the_xla_export(versions, loaded):
+@pytest.mark.parametrize("signature", (GREEDY_SIGNATURE, BEAM_SIGNATURE))
+def test_tf1_session_loader_runs_the_xla_export(versions, loaded, signature):
     """`saved_model_cli run`: the TF1 loader into a Session, what tensorflow_model_server does."""
-    outdir = versions["xla"] + "-cli"
+    outdir = f"{versions['xla']}-cli-{signature}"
     result = subprocess.run(
         saved_model_cli(
             "run",
@@ -111,7 +139,7 @@ def test_tf1_session_loader_runs_the_xla_export(versions, loaded):
             "--tag_set",
             "serve",
             "--signature_def",
-            GREEDY_SIGNATURE,
+            signature,
             "--input_exprs",
             f"text={text_literal(TEXTS)}",
             "--outdir",
@@ -123,22 +151,27 @@ def test_tf1_session_loader_runs_the_xla_export(versions, loaded):
         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    translations = np.load(os.path.join(outdir, "translation.npy"), allow_pickle=True)
-    plain = _outputs(loaded["plain"], GREEDY_SIGNATURE)
-    assert translations.tolist() == plain[TRANSLATION_OUTPUT].tolist()
+    outputs = {
+        name: np.load(os.path.join(outdir, f"{name}.npy"), allow_pickle=True)
+        for name in SIGNATURE_OUTPUTS[signature]
+    }
+    _assert_same_outputs(outputs, _outputs(loaded["plain"], signature))
 
 
 def test_without_the_flag_xla_signatures_fail_and_so_does_their_warmup(versions):
     version = servable_lib.load_servable(MODEL_NAME, 1, versions["xla"])
     text = np.array([t.encode() for t in TEXTS], dtype=object)
-    for signature in GREEDY_SIGNATURES:
+    for signature in XLA_SIGNATURES:
+        output = SIGNATURE_OUTPUTS[signature][0]
         with pytest.raises(ServingError) as info:
-            version.run(signature, {TEXT_INPUT: text}, [TRANSLATION_OUTPUT])
+            version.run(signature, {TEXT_INPUT: text}, [output])
         assert info.value.code == grpc.StatusCode.INTERNAL
         assert info.value.message == servable_lib.XLA_DISABLED_MESSAGE
-    assert version.run(BEAM_SIGNATURE, {TEXT_INPUT: text}, [TRANSLATION_OUTPUT])[
-        TRANSLATION_OUTPUT
-    ].size
+    # Beam search with a prefix stays a plain graph.
+    no_prefix = np.array([b""] * len(TEXTS), dtype=object)
+    assert version.run(
+        PREFIX_SIGNATURE, {TEXT_INPUT: text, TARGET_PREFIX_INPUT: no_prefix}, [TRANSLATION_OUTPUT]
+    )[TRANSLATION_OUTPUT].size
     # The export's warmup requests call every signature: TF Serving's load fails on them.
     with pytest.raises(ServingError, match=servable_lib.XLA_DISABLED_MESSAGE):
         run_warmup(version)
@@ -156,17 +189,15 @@ def _serve(base_path, **flags):
 
 
 def _predict(server, signature):
+    """The outputs of `signature` on `TEXTS` over gRPC, as `_outputs` returns them."""
     request = texts_request(TEXTS, signature, MODEL_NAME)
     with grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}") as channel:
         stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
         response = stub.Predict(request, timeout=120)
-    return [value.decode() for value in response.outputs[TRANSLATION_OUTPUT].string_val]
+    return {name: tf.make_ndarray(proto) for name, proto in response.outputs.items()}
 
 
 def test_served_over_grpc_only_with_xla_cpu_compilation_enabled(versions, loaded):
-    plain = [
-        value.decode() for value in _outputs(loaded["plain"], GREEDY_SIGNATURE)[TRANSLATION_OUTPUT]
-    ]
     server = _serve(versions["xla"], enable_model_warmup=False)
     try:
         with pytest.raises(grpc.RpcError) as info:
@@ -177,6 +208,7 @@ def test_served_over_grpc_only_with_xla_cpu_compilation_enabled(versions, loaded
         server.stop()
     server = _serve(versions["xla"], xla_cpu_compilation_enabled=True)
     try:
-        assert _predict(server, GREEDY_SIGNATURE) == plain
+        for signature in (GREEDY_SIGNATURE, BEAM_SIGNATURE, N_BEST_SIGNATURE):
+            _assert_same_outputs(_predict(server, signature), _outputs(loaded["plain"], signature))
     finally:
         server.stop()
