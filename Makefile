@@ -153,8 +153,9 @@ bench-translate: $(STAMP) data  ## translate-text on a large generated file with
 bench-soak: $(STAMP)  ## Soak and chaos: good and hostile traffic, a roll-out, a reload storm, kill -9 and restart; plot in docs/.
 	$(PY) -m benchmarks.bench_soak --output BENCHMARKS.md --plot docs/serving_soak.png $(SOAK_ARGS)
 
-bench-decode: $(STAMP)
+bench-decode: $(STAMP)  ## Decoders side by side with CTranslate2 on the same weights; then ms per sentence against output and source length (plot in docs/).
 	$(PY) -m benchmarks.bench_decode --output BENCHMARKS.md
+	$(PY) -m benchmarks.bench_length --output BENCHMARKS.md
 
 bench-profile: $(STAMP)  ## Op profile of the served beam_search at batch 32 (where a step's time goes).
 	$(PY) -m benchmarks.profile_decode --output BENCHMARKS.md
