@@ -1028,21 +1028,62 @@ def assert_draws_follow(draws, probs):
     assert statistic < chi_square_critical_value(int(support.sum()) - 1), (counts, expected)
 
 
+def pad_free_softmax(temperature=1.0):
+    """The softmax of `SAMPLING_LOGITS / temperature` without [PAD], which is never an output."""
+    probs = np.exp(SAMPLING_LOGITS.astype(np.float64) / temperature)
+    probs[0] = 0
+    return probs / probs.sum()
+
+
 def test_the_chi_square_check_rejects_a_wrong_distribution():
     """The check has power: draws of the tempered softmax fail against the untempered one."""
     tempered = first_draws(sampling_temperature=2.0)
-    probs = np.exp(SAMPLING_LOGITS.astype(np.float64))
-    probs[0] = 0
     with pytest.raises(AssertionError):
-        assert_draws_follow(tempered, probs / probs.sum())
+        assert_draws_follow(tempered, pad_free_softmax())
 
 
 @pytest.mark.parametrize("temperature", [1.0, 0.5, 2.0])
 def test_sampled_tokens_follow_the_tempered_softmax(temperature):
     draws = first_draws(sampling_temperature=temperature)
-    probs = np.exp(SAMPLING_LOGITS.astype(np.float64) / temperature)
-    probs[0] = 0  # [PAD] is never an output
-    assert_draws_follow(draws, probs / probs.sum())
+    assert_draws_follow(draws, pad_free_softmax(temperature))
+
+
+# `token_sampler` itself over many rows and steps, its row seeds consecutive as the client gives
+# them (`--seed + i`).
+SAMPLER_ROWS, SAMPLER_STEPS = 5000, 4
+
+
+def sampler_draws(first_seed=1000):
+    """`(SAMPLER_ROWS, SAMPLER_STEPS)` tokens drawn by `token_sampler` from `pad_free_softmax()`
+    at every step, row i seeded `first_seed + i`."""
+    probs = pad_free_softmax()
+    log_probs = np.tile(
+        np.log(probs, out=np.full_like(probs, NEG_INF), where=probs > 0), (SAMPLER_ROWS, 1)
+    )
+    next_token = token_sampler(tf.range(SAMPLER_ROWS) + first_seed, SAMPLER_ROWS)
+    draw = tf.function(
+        lambda step: next_token(tf.constant(log_probs, tf.float32), tf.range(SAMPLER_ROWS), step)
+    )
+    return np.stack([draw(tf.constant(step)).numpy() for step in range(SAMPLER_STEPS)], axis=1)
+
+
+def pair_codes(first, second):
+    """One code for each pair of tokens `(first[i], second[i])`."""
+    return (first * len(SAMPLING_LOGITS) + second).ravel()
+
+
+def test_draws_are_independent_across_steps_and_neighbouring_seeds():
+    """All 20,000 draws fit the softmax; disjoint pairs of them fit the product of the softmax
+    with itself: (step 2j, step 2j + 1) of a row, (seed 2i, seed 2i + 1) at a step, and (seed
+    2i at step 2j + 1, seed 2i + 1 at step 2j). Noise that ignored the step, or that
+    neighbouring seeds shared, even a step apart, draws such pairs alike far too often."""
+    draws = sampler_draws()
+    probs = pad_free_softmax()
+    assert_draws_follow(draws.ravel(), probs)
+    pair_probs = np.outer(probs, probs).ravel()
+    assert_draws_follow(pair_codes(draws[:, 0::2], draws[:, 1::2]), pair_probs)
+    assert_draws_follow(pair_codes(draws[0::2], draws[1::2]), pair_probs)
+    assert_draws_follow(pair_codes(draws[0::2, 1::2], draws[1::2, 0::2]), pair_probs)
 
 
 def test_top_k_draws_among_the_k_most_probable_tokens():
