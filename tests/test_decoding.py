@@ -29,6 +29,7 @@ from model.decoding.beam import _beam_step, _initial_beams
 from model.decoding.common import NEG_INF, take_rows
 from model.decoding.greedy import _EAGER_XLA_GREEDY, _drop_finished_rows
 from model.decoding.penalties import NextTokenRules, ban_repeated_ngrams, penalize_repetitions
+from model.decoding.sampling import open_unit_interval, triple32, uniform_noise
 from model.decoding.xla import pad_to_xla_buckets
 from tests.reverse_task import END, START, reverse_task
 
@@ -1086,6 +1087,46 @@ def test_draws_are_independent_across_steps_and_neighbouring_seeds():
     assert_draws_follow(pair_codes(draws[0::2, 1::2], draws[1::2, 0::2]), pair_probs)
 
 
+def test_triple32_is_wellons_listing():
+    """Against NumPy running the C listing of github.com/skeeto/hash-prospector's triple32."""
+
+    def listing(x):
+        for shift, multiplier in ((17, 0xED5AD4BB), (11, 0xAC4C1B51), (15, 0x31848BAB)):
+            x = (x ^ (x >> np.uint32(shift))) * np.uint32(multiplier)
+        return x ^ (x >> np.uint32(14))
+
+    values = np.random.default_rng(0).integers(0, 2**32, 1000, dtype=np.uint64).astype(np.uint32)
+    values = np.concatenate([values, np.uint32([0, 1, 2**31, 2**32 - 1])])
+    with np.errstate(over="ignore"):
+        np.testing.assert_array_equal(triple32(tf.constant(values)).numpy(), listing(values))
+
+
+def test_noise_is_strictly_between_0_and_1():
+    """The top 24 bits k as k / 2**24, k = 0 as 2**-25: never 0 or 1, so Gumbel noise is finite."""
+    bits = tf.constant([0, 255, 256, 2**31, 2**32 - 257, 2**32 - 1], tf.uint32)
+    uniform = open_unit_interval(bits).numpy()
+    expected = [2**-25, 2**-25, 2**-24, 0.5, 1 - 2**-23, 1 - 2**-24]
+    np.testing.assert_array_equal(uniform, np.float32(expected))
+    assert np.all(np.isfinite(-np.log(-np.log(uniform))))
+
+
+def test_a_rows_noise_depends_only_on_its_seed_and_step_wherever_it_runs():
+    """`uniform_noise` eagerly, in a graph and under XLA: the same bits; a row's noise that of
+    its seed alone, in any batch; another step or seed, other noise."""
+    seeds = tf.constant([7, -7, 0, 2**31 - 1, -(2**31), 8], tf.int32)
+    step, vocab = tf.constant(3), tf.constant(500)
+    eager = uniform_noise(seeds, step, vocab).numpy()
+    for compiled in (False, True):
+        traced = tf.function(uniform_noise, jit_compile=compiled)(seeds, step, vocab).numpy()
+        np.testing.assert_array_equal(traced, eager)
+    assert eager.shape == (6, 500) and np.all((eager > 0) & (eager < 1))
+    for row, seed in enumerate(seeds.numpy()):
+        alone = uniform_noise(tf.constant([seed]), step, vocab).numpy()[0]
+        np.testing.assert_array_equal(alone, eager[row])
+        assert np.mean(uniform_noise(tf.constant([seed]), step + 1, vocab).numpy() == alone) < 0.01
+    assert len({row.tobytes() for row in eager}) == len(eager)
+
+
 def test_top_k_draws_among_the_k_most_probable_tokens():
     draws = first_draws(sampling_topk=3, sampling_temperature=0.8)
     probs = np.exp(SAMPLING_LOGITS.astype(np.float64) / 0.8)
@@ -1189,3 +1230,23 @@ def test_sampling_decode_runs_the_model_reproducibly(trained_reverse_model, sour
     greedy = greedy_decode(model, source, START, END)
     coldest = sampling_decode(model, source, START, END, 1, sampling_temperature=0.0)
     np.testing.assert_array_equal(coldest["tokens"], greedy["tokens"])
+
+
+def test_sampling_draws_alike_in_a_graph_eagerly_and_under_xla(trained_reverse_model, sources):
+    """The same seeds, the same outputs: `sampling_decode` in a graph, eagerly, and with
+    `jit_compile` in a graph (6 rows, which XLA pads to 8: the padding rows borrow a seed)."""
+    model, _ = trained_reverse_model
+    source = tf.constant(sources[0][:6], tf.int32)
+    seeds = tf.constant([3, -4, 5, 2**31 - 1, 7, 8], tf.int32)
+
+    def decode(inp, seed, jit_compile=False):
+        return sampling_decode(
+            model, inp, START, END, seed, sampling_temperature=3.0, jit_compile=jit_compile
+        )
+
+    graph = tf.function(decode)(source, seeds)
+    greedy = greedy_decode(model, source, START, END)
+    assert np.any(graph["tokens"].numpy() != greedy["tokens"].numpy()), "nothing drawn off greedy"
+    for other in (decode(source, seeds), tf.function(decode)(source, seeds, jit_compile=True)):
+        np.testing.assert_array_equal(other["tokens"], graph["tokens"])
+        np.testing.assert_allclose(other["scores"], graph["scores"], rtol=1e-4, atol=1e-4)
