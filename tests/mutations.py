@@ -157,6 +157,20 @@ MUTATIONS = (
         ("tests/test_average.py",),
     ),
     Mutation(
+        "the sampler's noise ignores the step: a row draws alike at every step",
+        "model/decoding/sampling.py",
+        "row_codes = triple32(xor(tf.bitcast(tf.cast(seeds, tf.int32), tf.uint32), step_code))",
+        "row_codes = triple32(tf.bitcast(tf.cast(seeds, tf.int32), tf.uint32))",
+        ("tests/test_decoding.py", "-k", "independent"),
+    ),
+    Mutation(
+        "the sampler adds the step to the seed: seed s + 1 draws as seed s a step later",
+        "model/decoding/sampling.py",
+        "row_codes = triple32(xor(tf.bitcast(tf.cast(seeds, tf.int32), tf.uint32), step_code))",
+        "row_codes = triple32(tf.bitcast(tf.cast(seeds, tf.int32), tf.uint32) + tf.cast(step, tf.uint32))",
+        ("tests/test_decoding.py", "-k", "independent"),
+    ),
+    Mutation(
         "TSV lines with more than one tab accepted",
         "training/corpus/tsv.py",
         "if len(fields) > 2:",

@@ -29,6 +29,7 @@ from model.decoding.beam import _beam_step, _initial_beams
 from model.decoding.common import NEG_INF, take_rows
 from model.decoding.greedy import _EAGER_XLA_GREEDY, _drop_finished_rows
 from model.decoding.penalties import NextTokenRules, ban_repeated_ngrams, penalize_repetitions
+from model.decoding.sampling import open_unit_interval, triple32, uniform_noise
 from model.decoding.xla import pad_to_xla_buckets
 from tests.reverse_task import END, START, reverse_task
 
@@ -1028,21 +1029,102 @@ def assert_draws_follow(draws, probs):
     assert statistic < chi_square_critical_value(int(support.sum()) - 1), (counts, expected)
 
 
+def pad_free_softmax(temperature=1.0):
+    """The softmax of `SAMPLING_LOGITS / temperature` without [PAD], which is never an output."""
+    probs = np.exp(SAMPLING_LOGITS.astype(np.float64) / temperature)
+    probs[0] = 0
+    return probs / probs.sum()
+
+
 def test_the_chi_square_check_rejects_a_wrong_distribution():
     """The check has power: draws of the tempered softmax fail against the untempered one."""
     tempered = first_draws(sampling_temperature=2.0)
-    probs = np.exp(SAMPLING_LOGITS.astype(np.float64))
-    probs[0] = 0
     with pytest.raises(AssertionError):
-        assert_draws_follow(tempered, probs / probs.sum())
+        assert_draws_follow(tempered, pad_free_softmax())
 
 
 @pytest.mark.parametrize("temperature", [1.0, 0.5, 2.0])
 def test_sampled_tokens_follow_the_tempered_softmax(temperature):
     draws = first_draws(sampling_temperature=temperature)
-    probs = np.exp(SAMPLING_LOGITS.astype(np.float64) / temperature)
-    probs[0] = 0  # [PAD] is never an output
-    assert_draws_follow(draws, probs / probs.sum())
+    assert_draws_follow(draws, pad_free_softmax(temperature))
+
+
+# `token_sampler` itself over many rows and steps, its row seeds consecutive as the client gives
+# them (`--seed + i`).
+SAMPLER_ROWS, SAMPLER_STEPS = 5000, 4
+
+
+def sampler_draws(first_seed=1000):
+    """`(SAMPLER_ROWS, SAMPLER_STEPS)` tokens drawn by `token_sampler` from `pad_free_softmax()`
+    at every step, row i seeded `first_seed + i`."""
+    probs = pad_free_softmax()
+    log_probs = np.tile(
+        np.log(probs, out=np.full_like(probs, NEG_INF), where=probs > 0), (SAMPLER_ROWS, 1)
+    )
+    next_token = token_sampler(tf.range(SAMPLER_ROWS) + first_seed, SAMPLER_ROWS)
+    draw = tf.function(
+        lambda step: next_token(tf.constant(log_probs, tf.float32), tf.range(SAMPLER_ROWS), step)
+    )
+    return np.stack([draw(tf.constant(step)).numpy() for step in range(SAMPLER_STEPS)], axis=1)
+
+
+def pair_codes(first, second):
+    """One code for each pair of tokens `(first[i], second[i])`."""
+    return (first * len(SAMPLING_LOGITS) + second).ravel()
+
+
+def test_draws_are_independent_across_steps_and_neighbouring_seeds():
+    """All 20,000 draws fit the softmax; disjoint pairs of them fit the product of the softmax
+    with itself: (step 2j, step 2j + 1) of a row, (seed 2i, seed 2i + 1) at a step, and (seed
+    2i at step 2j + 1, seed 2i + 1 at step 2j). Noise that ignored the step, or that
+    neighbouring seeds shared, even a step apart, draws such pairs alike far too often."""
+    draws = sampler_draws()
+    probs = pad_free_softmax()
+    assert_draws_follow(draws.ravel(), probs)
+    pair_probs = np.outer(probs, probs).ravel()
+    assert_draws_follow(pair_codes(draws[:, 0::2], draws[:, 1::2]), pair_probs)
+    assert_draws_follow(pair_codes(draws[0::2], draws[1::2]), pair_probs)
+    assert_draws_follow(pair_codes(draws[0::2, 1::2], draws[1::2, 0::2]), pair_probs)
+
+
+def test_triple32_is_wellons_listing():
+    """Against NumPy running the C listing of github.com/skeeto/hash-prospector's triple32."""
+
+    def listing(x):
+        for shift, multiplier in ((17, 0xED5AD4BB), (11, 0xAC4C1B51), (15, 0x31848BAB)):
+            x = (x ^ (x >> np.uint32(shift))) * np.uint32(multiplier)
+        return x ^ (x >> np.uint32(14))
+
+    values = np.random.default_rng(0).integers(0, 2**32, 1000, dtype=np.uint64).astype(np.uint32)
+    values = np.concatenate([values, np.uint32([0, 1, 2**31, 2**32 - 1])])
+    with np.errstate(over="ignore"):
+        np.testing.assert_array_equal(triple32(tf.constant(values)).numpy(), listing(values))
+
+
+def test_noise_is_strictly_between_0_and_1():
+    """The top 24 bits k as k / 2**24, k = 0 as 2**-25: never 0 or 1, so Gumbel noise is finite."""
+    bits = tf.constant([0, 255, 256, 2**31, 2**32 - 257, 2**32 - 1], tf.uint32)
+    uniform = open_unit_interval(bits).numpy()
+    expected = [2**-25, 2**-25, 2**-24, 0.5, 1 - 2**-23, 1 - 2**-24]
+    np.testing.assert_array_equal(uniform, np.float32(expected))
+    assert np.all(np.isfinite(-np.log(-np.log(uniform))))
+
+
+def test_a_rows_noise_depends_only_on_its_seed_and_step_wherever_it_runs():
+    """`uniform_noise` eagerly, in a graph and under XLA: the same bits; a row's noise that of
+    its seed alone, in any batch; another step or seed, other noise."""
+    seeds = tf.constant([7, -7, 0, 2**31 - 1, -(2**31), 8], tf.int32)
+    step, vocab = tf.constant(3), tf.constant(500)
+    eager = uniform_noise(seeds, step, vocab).numpy()
+    for compiled in (False, True):
+        traced = tf.function(uniform_noise, jit_compile=compiled)(seeds, step, vocab).numpy()
+        np.testing.assert_array_equal(traced, eager)
+    assert eager.shape == (6, 500) and np.all((eager > 0) & (eager < 1))
+    for row, seed in enumerate(seeds.numpy()):
+        alone = uniform_noise(tf.constant([seed]), step, vocab).numpy()[0]
+        np.testing.assert_array_equal(alone, eager[row])
+        assert np.mean(uniform_noise(tf.constant([seed]), step + 1, vocab).numpy() == alone) < 0.01
+    assert len({row.tobytes() for row in eager}) == len(eager)
 
 
 def test_top_k_draws_among_the_k_most_probable_tokens():
@@ -1148,3 +1230,23 @@ def test_sampling_decode_runs_the_model_reproducibly(trained_reverse_model, sour
     greedy = greedy_decode(model, source, START, END)
     coldest = sampling_decode(model, source, START, END, 1, sampling_temperature=0.0)
     np.testing.assert_array_equal(coldest["tokens"], greedy["tokens"])
+
+
+def test_sampling_draws_alike_in_a_graph_eagerly_and_under_xla(trained_reverse_model, sources):
+    """The same seeds, the same outputs: `sampling_decode` in a graph, eagerly, and with
+    `jit_compile` in a graph (6 rows, which XLA pads to 8: the padding rows borrow a seed)."""
+    model, _ = trained_reverse_model
+    source = tf.constant(sources[0][:6], tf.int32)
+    seeds = tf.constant([3, -4, 5, 2**31 - 1, 7, 8], tf.int32)
+
+    def decode(inp, seed, jit_compile=False):
+        return sampling_decode(
+            model, inp, START, END, seed, sampling_temperature=3.0, jit_compile=jit_compile
+        )
+
+    graph = tf.function(decode)(source, seeds)
+    greedy = greedy_decode(model, source, START, END)
+    assert np.any(graph["tokens"].numpy() != greedy["tokens"].numpy()), "nothing drawn off greedy"
+    for other in (decode(source, seeds), tf.function(decode)(source, seeds, jit_compile=True)):
+        np.testing.assert_array_equal(other["tokens"], graph["tokens"])
+        np.testing.assert_allclose(other["scores"], graph["scores"], rtol=1e-4, atol=1e-4)
