@@ -11,9 +11,9 @@ matter), times for a batch of 1 and of 32 sentences:
 - the floor: only the matrix products of a cached step, same weights, with XLA (`matmul_floor`),
 
 each compiled with `tf.function`, warmed up, then timed `--repeats` rounds (median reported), for
-exactly `--output_tokens` output tokens (min_length = max_length). Then the same model exported by
-`serving.export` (text in, text out, tokenizer and detokenizer in the graph) is loaded as TF
-Serving loads it, by the TF1 SavedModel loader into a `Session` (`SessionSignatures`), and its
+exactly `--output_tokens` output tokens (min_length = max_decoding_length). Then the same model
+exported by `serving.export` (text in, text out, tokenizer and detokenizer in the graph) is loaded
+as TF Serving loads it, by the TF1 SavedModel loader into a `Session` (`SessionSignatures`), and its
 `serving_default` and `beam_search` signatures are timed the same way; its output length is
 forced by a -1e4 bias on the [END] logit and `max_length_ratio=0`,
 `max_length_offset=output_tokens`, and checked through the `alignments` signature. With
@@ -149,7 +149,7 @@ def time_cases(cases, repeats, warmup):
 
 def python_decoders(model, args):
     """name -> `tf.function(source_ids) -> dict`, each forcing `args.output_tokens` tokens."""
-    forced = dict(max_length=args.output_tokens, min_length=args.output_tokens)
+    forced = dict(max_decoding_length=args.output_tokens, min_length=args.output_tokens)
     ids_spec = [tf.TensorSpec([None, None], tf.int32)]
     return {
         NAIVE: tf.function(
@@ -640,13 +640,14 @@ float32's / int8's, so below 1× is faster):
         if args.export_dir
         else (
             f"the same weights exported by `serving.export` (tokenization and detokenization in the "
-            f"graph; {served_tokens:.0f} tokens forced through the [END] bias and max_length)"
+            f"graph; {served_tokens:.0f} tokens forced through the [END] bias and "
+            "max_decoding_length)"
         )
     )
     threads = args.threads or os.cpu_count()
     return f"""Command: `{command}`
 Machine: {machine_description()}; CTranslate2 {ctranslate2.__version__}; load average {load_before[0]:.2f} before, {load_after[0]:.2f} after (other processes share the cores).
-Model: {args.num_layers}+{args.num_layers} layers, d_model {args.d_model}, {args.num_heads} heads, dff {args.dff}, vocab {args.vocab_size}, random weights; sources of {args.source_words + 2} tokens; exactly {args.output_tokens} output tokens per sentence (min_length = max_length). TensorFlow threads (intra-op, inter-op): {args.threads or "default (one per core)"}; CTranslate2: {threads} intra-op threads, one batch at a time. Every decoder is warmed up {args.warmup}×, then timed {args.repeats}× in interleaved rounds (median; fastest in parentheses). SavedModel rows: {exported}, loaded by the TF1 SavedModel loader into a Session, as TF Serving loads it. CTranslate2 rows: the same weights converted by `serving.export_ctranslate2` (float32, and int8 weights), `translate_batch` on the same subword pieces, length penalty {export.DecodingOptions().alpha} (no effect on forced lengths).
+Model: {args.num_layers}+{args.num_layers} layers, d_model {args.d_model}, {args.num_heads} heads, dff {args.dff}, vocab {args.vocab_size}, random weights; sources of {args.source_words + 2} tokens; exactly {args.output_tokens} output tokens per sentence (min_length = max_decoding_length). TensorFlow threads (intra-op, inter-op): {args.threads or "default (one per core)"}; CTranslate2: {threads} intra-op threads, one batch at a time. Every decoder is warmed up {args.warmup}×, then timed {args.repeats}× in interleaved rounds (median; fastest in parentheses). SavedModel rows: {exported}, loaded by the TF1 SavedModel loader into a Session, as TF Serving loads it. CTranslate2 rows: the same weights converted by `serving.export_ctranslate2` (float32, and int8 weights), `translate_batch` on the same subword pieces, length penalty {export.DecodingOptions().alpha} (no effect on forced lengths).
 
 | decoder | batch | sentences/s | ms/sentence | output tokens/s | ms/batch |
 | --- | ---: | ---: | ---: | ---: | ---: |

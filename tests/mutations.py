@@ -81,7 +81,8 @@ MUTATIONS = (
         "        _, decoded = self._greedy_decode(text)\n        return {",
         "        ids = truncate_source_ids(self.source_tokenizer.tokenize(text), self.model.pe_input - 1)\n"
         "        decoded = greedy_decode(\n"
-        "            self.model, ids, START_ID, END_ID, max_length=self._max_output_length(ids)\n"
+        "            self.model, ids, START_ID, END_ID,\n"
+        "            max_decoding_length=self._max_decoding_length_for(ids),\n"
         "        )\n"
         "        return {",
         ("tests/test_export.py", "-k", "long_input"),

@@ -18,7 +18,7 @@ from model.decoding import (
     greedy_search,
     length_penalty,
     mask_after_end,
-    max_output_length,
+    max_decoding_length_for,
     naive_greedy_decode,
     sampling_decode,
     sampling_search,
@@ -40,8 +40,8 @@ def in_graph(decode, model, beam_width=None, **numeric_options):
     """`decode(model, inp, START, END, ...)` compiled once per decoder, model and beam width.
 
     Production decodes inside a graph (the SavedModel); eager while-loops are only slower.
-    `numeric_options` (max_length, min_length, alpha) travel as tensors, so new values don't
-    trace a new graph.
+    `numeric_options` (max_decoding_length, min_length, alpha) travel as tensors, so new values
+    don't trace a new graph.
     """
     key = (decode, id(model), beam_width, tuple(sorted(numeric_options)))
     static = {} if beam_width is None else {"beam_width": beam_width}
@@ -85,8 +85,10 @@ def test_cached_greedy_equals_naive_decoder_over_long_outputs(untrained_model):
     """An untrained model never says [END]: 40 forced steps stress the cache and positions."""
     source = np.random.default_rng(0).integers(4, 30, size=(3, 11))
     source[1, 4:] = 0
-    cached = in_graph(greedy_decode, untrained_model, max_length=40, min_length=40)(source)
-    naive = in_graph(naive_greedy_decode, untrained_model, max_length=40, min_length=40)(source)
+    cached = in_graph(greedy_decode, untrained_model, max_decoding_length=40, min_length=40)(source)
+    naive = in_graph(naive_greedy_decode, untrained_model, max_decoding_length=40, min_length=40)(
+        source
+    )
     assert cached["tokens"].shape == (3, 40)
     np.testing.assert_array_equal(cached["tokens"], naive["tokens"])
     np.testing.assert_allclose(cached["scores"], naive["scores"], rtol=1e-5)
@@ -105,7 +107,7 @@ def test_xla_compiled_greedy_equals_graph_greedy(
     else:
         model = untrained_model
         source = np.random.default_rng(3).integers(4, 30, size=(3, 9))
-        lengths = {"max_length": forced_length, "min_length": forced_length}
+        lengths = {"max_decoding_length": forced_length, "min_length": forced_length}
     results = [
         tf.function(lambda inp: greedy_decode(model, inp, START, END, jit_compile=jit, **lengths))(
             tf.constant(source, tf.int32)
@@ -153,7 +155,9 @@ def test_eager_xla_greedy_is_traced_once_per_model(trained_reverse_model, source
 
 def test_eager_xla_greedy_does_not_keep_its_model_alive():
     model = Transformer(1, 16, 2, 32, 20, 20, 40, 40)
-    greedy_decode(model, tf.constant([[5, 6, 7]]), START, END, max_length=3, jit_compile=True)
+    greedy_decode(
+        model, tf.constant([[5, 6, 7]]), START, END, max_decoding_length=3, jit_compile=True
+    )
     assert model in _EAGER_XLA_GREEDY
     model_ref = weakref.ref(model)
     del model
@@ -190,10 +194,10 @@ def test_beam_search_without_alignment_finds_the_same_hypotheses(untrained_model
     """The served beam search skips the alignments; what it finds must not change."""
     source = np.random.default_rng(2).integers(4, 30, size=(5, 8))
     source[1, 5:] = 0
-    with_alignment = in_graph(beam_search_decode, untrained_model, max_length=10)(source)
-    without = in_graph(beam_search_decode, untrained_model, max_length=10, with_alignment=False)(
-        source
-    )
+    with_alignment = in_graph(beam_search_decode, untrained_model, max_decoding_length=10)(source)
+    without = in_graph(
+        beam_search_decode, untrained_model, max_decoding_length=10, with_alignment=False
+    )(source)
     np.testing.assert_array_equal(without["tokens"], with_alignment["tokens"])
     np.testing.assert_array_equal(without["scores"], with_alignment["scores"])
     assert with_alignment["alignment"].shape[2] == 8 and without["alignment"].shape[2] == 0
@@ -220,7 +224,7 @@ def test_greedy_without_alignment_computes_none_and_finds_the_same(untrained_mod
                 untrained_model,
                 start_id=START,
                 end_id=END,
-                max_length=9,
+                max_decoding_length=9,
                 jit_compile=jit_compile,
                 with_alignment=with_alignment,
             )
@@ -373,8 +377,8 @@ def test_forced_length_and_padding_after_end():
         mask_after_end(tokens, 3), [[5, 3, 0, 0], [5, 6, 7, 3], [3, 0, 0, 0]]
     )
     inp = tf.constant([[4, 5, 6, 0], [4, 0, 0, 0]])
-    assert int(max_output_length(inp, 1.5, 10)) == 15
-    assert int(max_output_length(inp, 1.5, 10, limit=12)) == 12
+    assert int(max_decoding_length_for(inp, 1.5, 10)) == 15
+    assert int(max_decoding_length_for(inp, 1.5, 10, limit=12)) == 12
 
 
 def test_decoders_run_in_a_graph_with_dynamic_shapes(trained_reverse_model, sources):
@@ -477,7 +481,7 @@ def exhaustive_best(table, sentence, alpha, min_length=0):
     return exhaustive_ranking(table, sentence, alpha, min_length)[0]
 
 
-def fake_search(search, table, sentences, max_length, **options):
+def fake_search(search, table, sentences, max_decoding_length, **options):
     """`search` (greedy_search or beam_search) over `table` in a graph: numpy outputs."""
     outputs = tf.function(
         lambda: search(
@@ -485,7 +489,7 @@ def fake_search(search, table, sentences, max_length, **options):
             tf.fill([sentences], FAKE_START),
             FAKE_END,
             table.initial_state(sentences),
-            tf.constant(max_length),
+            tf.constant(max_decoding_length),
             alignment_width=FAKE_VOCAB,
             **options,
         )
@@ -532,7 +536,7 @@ def test_wide_beam_search_equals_exhaustive_search(alpha, min_length):
         beam_search,
         table,
         sentences,
-        max_length=8,
+        max_decoding_length=8,
         beam_width=32,
         alpha=alpha,
         min_length=min_length,
@@ -545,22 +549,23 @@ def test_wide_beam_search_equals_exhaustive_search(alpha, min_length):
     )
 
 
-def reference_beam_search(table, sentence, beam_width, alpha, max_length, min_length=0):
+def reference_beam_search(table, sentence, beam_width, alpha, max_decoding_length, min_length=0):
     """Beam search written out over the table, as `beam_search` documents it.
 
     Each step expands the alive hypotheses and keeps the 2·beam_width best continuations; the
     beam_width best of those that did not end stay alive, those that ended join the finished
     set (its beam_width best by log P / length penalty). A search is over once the best alive
-    hypothesis, at the penalty of `max_length`, cannot beat the worst of beam_width finished ones.
+    hypothesis, at the penalty of `max_decoding_length`, cannot beat the worst of beam_width
+    finished ones.
 
     Returns:
         `(ranking, end_outranked_a_parent)`: the finished hypotheses `(tokens, score)`, best
-        first, then the alive ones (where max_length cut the search), and whether at some step
-        an ended candidate ranked above a prefix of the best one (so that the alive beams'
-        parents are not the first beam_width origins of the ranking).
+        first, then the alive ones (where max_decoding_length cut the search), and whether at
+        some step an ended candidate ranked above a prefix of the best one (so that the alive
+        beams' parents are not the first beam_width origins of the ranking).
     """
     alive, finished, ranked_below_an_end = [(0.0, ())], [], set()
-    for step in range(max_length):
+    for step in range(max_decoding_length):
         candidates = []
         for log_prob, tokens in alive:
             log_probs = table.path_log_probs(sentence, (*tokens, FAKE_END))[-1].copy()
@@ -588,7 +593,7 @@ def reference_beam_search(table, sentence, beam_width, alpha, max_length, min_le
         )[:beam_width]
         if not alive or (
             len(finished) == beam_width
-            and gnmt_score(alive[0][0], max_length, alpha) <= finished[-1][0]
+            and gnmt_score(alive[0][0], max_decoding_length, alpha) <= finished[-1][0]
         ):
             break
     ranking = [(tokens, score) for score, tokens in finished] + [
@@ -612,7 +617,7 @@ def test_narrow_beam_search_equals_the_reference_beam_search(beam_width, alpha, 
         beam_search,
         table,
         sentences,
-        max_length=8,
+        max_decoding_length=8,
         beam_width=beam_width,
         alpha=alpha,
         min_length=min_length,
@@ -644,7 +649,7 @@ def test_wide_beam_n_best_equals_the_exhaustive_ranking(alpha, min_length):
         beam_search,
         table,
         sentences,
-        max_length=8,
+        max_decoding_length=8,
         beam_width=32,
         alpha=alpha,
         min_length=min_length,
@@ -676,7 +681,7 @@ def test_narrow_beam_n_best_equals_the_reference_finished_set(beam_width, alpha)
             beam_search,
             table,
             sentences,
-            max_length=8,
+            max_decoding_length=8,
             beam_width=beam_width,
             alpha=alpha,
             num_hypotheses=count,
@@ -687,7 +692,7 @@ def test_narrow_beam_n_best_equals_the_reference_finished_set(beam_width, alpha)
     assert len({len(ranking[n][0]) for ranking in references for n in range(count)}) > 1
 
 
-def test_beam_search_n_best_is_cut_at_max_length_with_alive_hypotheses():
+def test_beam_search_n_best_is_cut_at_max_decoding_length_with_alive_hypotheses():
     """Cut at 2 steps, no output of the table has ended but a few [END]s: each sentence's
     slots hold its finished hypotheses, then its best alive ones (the reference's ranking)."""
     sentences, beam_width = 30, 3
@@ -696,7 +701,7 @@ def test_beam_search_n_best_is_cut_at_max_length_with_alive_hypotheses():
         beam_search,
         table,
         sentences,
-        max_length=2,
+        max_decoding_length=2,
         beam_width=beam_width,
         alpha=0.6,
         num_hypotheses=beam_width,
@@ -771,7 +776,7 @@ def test_greedy_search_follows_the_table(fixed_shape, min_length):
         greedy_search,
         table,
         sentences,
-        max_length=8,
+        max_decoding_length=8,
         min_length=min_length,
         fixed_shape=fixed_shape,
     )
@@ -810,7 +815,7 @@ def test_greedy_search_continues_each_rows_prefix(fixed_shape, min_length):
         greedy_search,
         table,
         sentences,
-        max_length=8,
+        max_decoding_length=8,
         min_length=min_length,
         fixed_shape=fixed_shape,
         prefix=ids,
@@ -820,7 +825,9 @@ def test_greedy_search_continues_each_rows_prefix(fixed_shape, min_length):
         for sentence, prefix in enumerate(prefixes)
     ]
     assert_outputs_equal(found, table, expected)
-    free = fake_search(greedy_search, table, sentences, max_length=8, min_length=min_length)
+    free = fake_search(
+        greedy_search, table, sentences, max_decoding_length=8, min_length=min_length
+    )
     assert any(
         tuple(found["tokens"][sentence]) != tuple(free["tokens"][sentence])
         for sentence, prefix in enumerate(prefixes)
@@ -829,11 +836,11 @@ def test_greedy_search_continues_each_rows_prefix(fixed_shape, min_length):
 
 
 @pytest.mark.parametrize("search", [greedy_search, beam_search], ids=["greedy", "beam"])
-def test_a_prefix_longer_than_max_length_is_cut_there_unscored(search):
+def test_a_prefix_longer_than_max_decoding_length_is_cut_there_unscored(search):
     sentences = 4
     table = FakeTable(np.random.default_rng(5), sentences)
     ids = np.tile(np.int32([[3, 4, 5]]), [sentences, 1])
-    found = fake_search(search, table, sentences, max_length=2, prefix=ids)
+    found = fake_search(search, table, sentences, max_decoding_length=2, prefix=ids)
     np.testing.assert_array_equal(found["tokens"], ids[:, :2])
     np.testing.assert_array_equal(found["scores"], 0.0)
 
@@ -868,7 +875,7 @@ def test_wide_beam_with_prefixes_equals_the_exhaustive_continuations(alpha, min_
         beam_search,
         table,
         sentences,
-        max_length=8,
+        max_decoding_length=8,
         beam_width=32,
         alpha=alpha,
         min_length=min_length,
@@ -1151,12 +1158,12 @@ def test_top_k_one_draws_the_greedy_outputs():
     sentences = 12
     table = FakeTable(np.random.default_rng(5), sentences)
     rules = {"no_repeat_ngram_size": 1, "min_length": 2}
-    greedy = fake_search(greedy_search, table, sentences, max_length=8, **rules)
+    greedy = fake_search(greedy_search, table, sentences, max_decoding_length=8, **rules)
     drawn = fake_search(
         greedy_search,
         table,
         sentences,
-        max_length=8,
+        max_decoding_length=8,
         next_token=token_sampler(7, sentences, sampling_topk=1),
         **rules,
     )
@@ -1177,7 +1184,7 @@ def test_sampling_is_reproducible_and_follows_the_rules_like_greedy():
             sampling_search,
             table,
             sentences,
-            max_length=8,
+            max_decoding_length=8,
             seed=seed,
             sampling_temperature=1.5,
             no_repeat_ngram_size=1,
@@ -1189,7 +1196,9 @@ def test_sampling_is_reproducible_and_follows_the_rules_like_greedy():
     np.testing.assert_array_equal(fixed_shape["tokens"], found["tokens"])
     np.testing.assert_allclose(fixed_shape["scores"], found["scores"], rtol=1e-6)
     assert np.mean(np.any(draw(6)["tokens"] != found["tokens"], axis=1)) > 0.3
-    greedy = fake_search(greedy_search, table, sentences, max_length=8, no_repeat_ngram_size=1)
+    greedy = fake_search(
+        greedy_search, table, sentences, max_decoding_length=8, no_repeat_ngram_size=1
+    )
     assert np.any(found["tokens"] != greedy["tokens"]), "sampling drew only greedy's outputs"
     for sentence, row in enumerate(found["tokens"]):
         tokens = [int(token) for token in row if token != 0]

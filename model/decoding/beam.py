@@ -12,7 +12,7 @@ from model.decoding.common import (
     NEG_INF,
     empty_outputs,
     length_penalty,
-    max_output_length,
+    max_decoding_length_for,
     take_rows,
     trim,
     unknown_shapes,
@@ -56,7 +56,7 @@ def beam_search(
     start_ids,
     end_id,
     state,
-    max_length,
+    max_decoding_length,
     alignment_width,
     beam_width=4,
     alpha=0.6,
@@ -74,14 +74,14 @@ def beam_search(
     merges the ended ones into the finished set, scored by log P(y | x) / length_penalty(|y|).
     A sentence's search is over once no alive hypothesis can still beat its worst finished one
     (`_search_is_over`); its best hypothesis is then stored and its beams leave the loop, which
-    runs until the last sentence's search is over, or `max_length`.
+    runs until the last sentence's search is over, or `max_decoding_length`.
 
     Args:
         step_fn, reorder_state: see `model.decoding.step`.
         start_ids: `(batch,)` int32, the first token fed to `step_fn`.
         end_id: the [END] id.
         state: `step_fn`'s state for the batch (one row per sentence; repeated here per beam).
-        max_length: int32 scalar, tokens output at most.
+        max_decoding_length: int32 scalar, tokens output at most.
         alignment_width: the second dimension of `step_fn`'s alignment.
         beam_width: hypotheses kept per sentence (1 = greedy when alpha = 0).
         alpha: length-penalty exponent (0.6 in GNMT and the paper).
@@ -96,11 +96,11 @@ def beam_search(
             The length penalty counts the prefix.
 
     Returns:
-        dict: `tokens` `(batch, max_length)` of each sentence's best hypothesis, `scores`
-        `(batch,)` its length-normalized log-probability (after the prefix), `alignment`
-        `(batch, max_length, alignment_width)`, and `length`, the positions the loop ran; with
-        `num_hypotheses` N, `tokens` `(batch, N, max_length)`, `scores` `(batch, N)` and
-        `alignment` `(batch, N, max_length, alignment_width)`.
+        dict: `tokens` `(batch, max_decoding_length)` of each sentence's best hypothesis,
+        `scores` `(batch,)` its length-normalized log-probability (after the prefix),
+        `alignment` `(batch, max_decoding_length, alignment_width)`, and `length`, the positions
+        the loop ran; with `num_hypotheses` N, `tokens` `(batch, N, max_decoding_length)`,
+        `scores` `(batch, N)` and `alignment` `(batch, N, max_decoding_length, alignment_width)`.
     """
     validate_repetition_controls(repetition_penalty, no_repeat_ngram_size)
     hypotheses = _validate_num_hypotheses(num_hypotheses, beam_width)
@@ -110,13 +110,13 @@ def beam_search(
 
     def body(step, beams, outputs):
         beams = _beam_step(step_fn, reorder_state, beams, step, beam_width, rules, alpha, prefix)
-        over = _search_is_over(beams, max_length, alpha)
+        over = _search_is_over(beams, max_decoding_length, alpha)
 
         def store_and_drop_finished_searches():
             done = take_rows(_best_hypotheses(beams, alpha, hypotheses), tf.where(over)[:, 0])
             return (
                 _keep_searches(beams, tf.where(tf.logical_not(over))[:, 0], beam_width),
-                _store(outputs, done, max_length),
+                _store(outputs, done, max_decoding_length),
             )
 
         return (step + 1,) + tf.cond(
@@ -129,17 +129,17 @@ def beam_search(
     loop_vars = (
         tf.constant(0),
         _initial_beams(start_ids, state, beam_width, alignment_width),
-        empty_outputs(batch_size, max_length, alignment_width, hypotheses),
+        empty_outputs(batch_size, max_decoding_length, alignment_width, hypotheses),
     )
     steps, beams, outputs = tf.while_loop(
         cond,
         body,
         loop_vars,
         shape_invariants=unknown_shapes(loop_vars),
-        maximum_iterations=max_length,
+        maximum_iterations=max_decoding_length,
     )
-    # Sentences still searching when max_length cut the loop short.
-    outputs = _store(outputs, _best_hypotheses(beams, alpha, hypotheses), max_length)
+    # Sentences still searching when max_decoding_length cut the loop short.
+    outputs = _store(outputs, _best_hypotheses(beams, alpha, hypotheses), max_decoding_length)
     if num_hypotheses is None:
         outputs = tf.nest.map_structure(lambda tensor: tensor[:, 0], outputs)
     return {**outputs, "length": steps}
@@ -288,13 +288,13 @@ def _is_last(seq):
     return tf.equal(tf.range(tf.shape(seq)[-1]), tf.shape(seq)[-1] - 1)
 
 
-def _search_is_over(beams, max_length, alpha):
+def _search_is_over(beams, max_decoding_length, alpha):
     """`(sentences,)` bool: no alive hypothesis can still beat the worst finished one.
 
     Log-probabilities only fall as a hypothesis grows, so an alive one's best reachable score
-    is its log-probability / length_penalty(max_length).
+    is its log-probability / length_penalty(max_decoding_length).
     """
-    best_alive = beams.alive_log_probs[:, 0] / length_penalty(max_length, alpha)
+    best_alive = beams.alive_log_probs[:, 0] / length_penalty(max_decoding_length, alpha)
     return best_alive <= tf.reduce_min(beams.finished_scores, axis=1)
 
 
@@ -311,9 +311,9 @@ def _keep_searches(beams, keep, beam_width):
 
 def _best_hypotheses(beams, alpha, count):
     """Each searching sentence's `count` best hypotheses, best first: its finished ones, then,
-    where fewer than `count` have finished (max_length reached), its best alive ones (scored
-    log P / length_penalty of their length): dict of `rows` `(n,)`, `tokens` `(n, count, t)`,
-    `scores` `(n, count)`, `alignment` `(n, count, t, alignment_width)`."""
+    where fewer than `count` have finished (max_decoding_length reached), its best alive ones
+    (scored log P / length_penalty of their length): dict of `rows` `(n,)`, `tokens`
+    `(n, count, t)`, `scores` `(n, count)`, `alignment` `(n, count, t, alignment_width)`."""
     beam_width = tf.shape(beams.finished_scores)[1]
     finished = tf.reduce_sum(tf.cast(beams.finished_scores > NEG_INF / 2, tf.int32), axis=1)
     alive_length = tf.shape(beams.alive_seq)[2]
@@ -335,10 +335,10 @@ def _best_hypotheses(beams, alpha, count):
     }
 
 
-def _store(outputs, best, max_length):
+def _store(outputs, best, max_decoding_length):
     """`outputs` with the hypotheses `best` (from `_best_hypotheses`) written at their rows."""
     rows = best["rows"][:, tf.newaxis]
-    room = max_length - tf.shape(best["tokens"])[2]
+    room = max_decoding_length - tf.shape(best["tokens"])[2]
     return {
         "tokens": tf.tensor_scatter_nd_update(
             outputs["tokens"], rows, tf.pad(best["tokens"], [[0, 0], [0, 0], [0, room]])
@@ -364,7 +364,7 @@ def beam_search_decode(
     end_id,
     beam_width=4,
     alpha=0.6,
-    max_length=None,
+    max_decoding_length=None,
     min_length=0,
     with_alignment=True,
     repetition_penalty=1.0,
@@ -380,7 +380,7 @@ def beam_search_decode(
         start_id, end_id: the [START] and [END] ids.
         beam_width: hypotheses kept per sentence (1 = greedy when alpha = 0).
         alpha: length-penalty exponent (0.6 in GNMT and the paper).
-        max_length, min_length: as in `greedy_decode`.
+        max_decoding_length, min_length: as in `greedy_decode`.
         with_alignment: False skips the alignments (every beam's would be gathered and
             concatenated at each step, for nothing when only the translation is wanted).
         repetition_penalty, no_repeat_ngram_size, num_hypotheses, prefix: as in `beam_search`.
@@ -391,9 +391,9 @@ def beam_search_decode(
         `(batch, out_len, 0)` without alignment); with `num_hypotheses` N, the N best
         hypotheses, best first: `(batch, N, out_len)`, `(batch, N)`, `(batch, N, out_len, ...)`.
     """
-    if max_length is None:
-        max_length = max_output_length(inp, limit=model.pe_target - 1)
-    cache = model.init_cache(*model.encode(inp, training=False), max_length)
+    if max_decoding_length is None:
+        max_decoding_length = max_decoding_length_for(inp, limit=model.pe_target - 1)
+    cache = model.init_cache(*model.encode(inp, training=False), max_decoding_length)
     start_ids = tf.fill([tf.shape(inp)[0]], tf.cast(start_id, tf.int32))
     return trim(
         beam_search(
@@ -401,7 +401,7 @@ def beam_search_decode(
             start_ids,
             end_id,
             cache,
-            max_length,
+            max_decoding_length,
             alignment_width=tf.shape(inp)[1] if with_alignment else 0,
             beam_width=beam_width,
             alpha=alpha,

@@ -171,7 +171,7 @@ def sampling_search(
     start_ids,
     end_id,
     state,
-    max_length,
+    max_decoding_length,
     alignment_width,
     seed,
     sampling_topk=0,
@@ -182,7 +182,8 @@ def sampling_search(
     """Random sampling over a step function: `greedy_search` drawing each token.
 
     Args:
-        step_fn, start_ids, end_id, state, max_length, alignment_width: as in `greedy_search`.
+        step_fn, start_ids, end_id, state, max_decoding_length, alignment_width: as in
+            `greedy_search`.
         seed: int32 `(batch,)`, each row's seed, or a scalar (`row_seeds`); the same seeds,
             the same draws.
         sampling_topk: draw among the k most probable tokens (0: all, 1: greedy).
@@ -204,7 +205,7 @@ def sampling_search(
         start_ids,
         end_id,
         state,
-        max_length,
+        max_decoding_length,
         alignment_width,
         next_token=next_token,
         **greedy_options,
@@ -227,7 +228,7 @@ def sampling_decode(
     Args:
         model, inp, start_id, end_id: as in `greedy_decode`.
         seed, sampling_topk, sampling_topp, sampling_temperature: as in `sampling_search`.
-        greedy_options: `greedy_decode`'s max_length, min_length, jit_compile (in a traced
+        greedy_options: `greedy_decode`'s max_decoding_length, min_length, jit_compile (in a traced
             caller), repetition_penalty, no_repeat_ngram_size, prefix.
 
     Returns:
