@@ -233,14 +233,17 @@ def test_profile_decode_sums_a_traced_session_run_by_op_type():
 
 
 def test_bench_robustness_writes_a_section_with_a_row_per_perturbation(tiny_run, tmp_path):
-    from benchmarks.bench_robustness import SECTION
     from benchmarks.bench_robustness import main as bench_robustness
     from training.noise import PERTURBATIONS
 
     output = tmp_path / "BENCHMARKS.md"
-    bench_robustness(["--run_dir", tiny_run["run_dir"], "--limit", "4", "--output", str(output)])
+    section = "Robustness: a run of mine"
+    argv = ["--run_dir", tiny_run["run_dir"], "--limit", "4", "--output", str(output)]
+    bench_robustness([*argv, "--section", section])
     text = output.read_text(encoding="utf-8")
-    assert f"## {SECTION}" in text and "the 4 sentences of its test split" in text
+    assert f"## {section}" in text and "the 4 sentences of its test split" in text
+    # The command as a shell runs it: the section title quoted.
+    assert f"--section '{section}'`." in text
     for name in ["none", *PERTURBATIONS]:
         report = json.loads(
             open(
