@@ -332,16 +332,7 @@ def test_token_log_probs_equal_ctranslate2s_score_batch(run):
     greedy = greedy_decode(
         run["model"], source_ids, START_ID, END_ID, max_decoding_length=max_decoding_length
     )
-    third = beam_search_decode(
-        run["model"],
-        source_ids,
-        START_ID,
-        END_ID,
-        BEAM_WIDTH,
-        0.0,
-        max_decoding_length,
-        num_hypotheses=3,
-    )["tokens"][:, 2]
+    third = _third_best_hypotheses(run, source_ids, max_decoding_length)
     vocab = run["target"].vocab
     for tokens in (greedy["tokens"], third):
         ours = token_log_probs(run["model"], source_ids, tokens, START_ID).numpy()
@@ -371,15 +362,9 @@ def test_token_log_probs_equal_ctranslate2s_score_batch(run):
     )
 
 
-# Per text the length of its prefix: rows with none among rows with some, in one batch.
-PREFIX_LENGTHS = [2, 0, 3, 1, 4, 0, 3]
-
-
-def _prefixes(run, source_ids, max_decoding_length):
-    """Per text a prefix of `PREFIX_LENGTHS` tokens of the next text's 3rd best beam hypothesis
-    (so that decoding continues what it would not have chosen); the 3rd text's has [END] in
-    the middle. Returns `(list of id lists, (texts, P) ids padded with 0)`."""
-    third = beam_search_decode(
+def _third_best_hypotheses(run, source_ids, max_decoding_length):
+    """`(texts, length)` int32: each text's 3rd best beam hypothesis (α = 0), padded with 0."""
+    return beam_search_decode(
         run["model"],
         source_ids,
         START_ID,
@@ -388,7 +373,18 @@ def _prefixes(run, source_ids, max_decoding_length):
         0.0,
         max_decoding_length,
         num_hypotheses=3,
-    )["tokens"][:, 2].numpy()
+    )["tokens"][:, 2]
+
+
+# Per text the length of its prefix: rows with none among rows with some, in one batch.
+PREFIX_LENGTHS = [2, 0, 3, 1, 4, 0, 3]
+
+
+def _prefixes(run, source_ids, max_decoding_length):
+    """Per text a prefix of `PREFIX_LENGTHS` tokens of the next text's 3rd best beam hypothesis
+    (so that decoding continues what it would not have chosen); the 3rd text's has [END] in
+    the middle. Returns `(list of id lists, (texts, P) ids padded with 0)`."""
+    third = _third_best_hypotheses(run, source_ids, max_decoding_length).numpy()
     prefixes = [
         [int(token) for token in row if token != 0][:length]
         for row, length in zip(np.roll(third, -1, axis=0), PREFIX_LENGTHS)
