@@ -11,9 +11,9 @@ matter), times for a batch of 1 and of 32 sentences:
 - the floor: only the matrix products of a cached step, same weights, with XLA (`matmul_floor`),
 
 each compiled with `tf.function`, warmed up, then timed `--repeats` rounds (median reported), for
-exactly `--output_tokens` output tokens (min_length = max_length). Then the same model exported by
-`serving.export` (text in, text out, tokenizer and detokenizer in the graph) is loaded as TF
-Serving loads it, by the TF1 SavedModel loader into a `Session` (`SessionSignatures`), and its
+exactly `--output_tokens` output tokens (min_length = max_decoding_length). Then the same model
+exported by `serving.export` (text in, text out, tokenizer and detokenizer in the graph) is loaded
+as TF Serving loads it, by the TF1 SavedModel loader into a `Session` (`SessionSignatures`), and its
 `serving_default` and `beam_search` signatures are timed the same way; its output length is
 forced by a -1e4 bias on the [END] logit and `max_length_ratio=0`,
 `max_length_offset=output_tokens`, and checked through the `alignments` signature. With
@@ -72,6 +72,7 @@ FLOOR = "floor: a cached step's matmuls alone, XLA"
 SAVED_GREEDY = "SavedModel serving_default (greedy), TF1 Session"
 SAVED_BEAM = "SavedModel beam_search (beam {beam}), TF1 Session"
 SAVED_XLA_GREEDY = "SavedModel serving_default (greedy), --jit_compile export, TF1 Session"
+SAVED_XLA_BEAM = "SavedModel beam_search (beam {beam}), --jit_compile export, TF1 Session"
 CT2_GREEDY = "CTranslate2 {precision} greedy"
 CT2_BEAM = "CTranslate2 {precision} beam search (beam {beam})"
 CT2_PRECISIONS = ("float32", "int8")
@@ -148,7 +149,7 @@ def time_cases(cases, repeats, warmup):
 
 def python_decoders(model, args):
     """name -> `tf.function(source_ids) -> dict`, each forcing `args.output_tokens` tokens."""
-    forced = dict(max_length=args.output_tokens, min_length=args.output_tokens)
+    forced = dict(max_decoding_length=args.output_tokens, min_length=args.output_tokens)
     ids_spec = [tf.TensorSpec([None, None], tf.int32)]
     return {
         NAIVE: tf.function(
@@ -423,10 +424,14 @@ def main(argv=None):
             )
             cases += [
                 (
-                    SAVED_XLA_GREEDY,
-                    functools.partial(xla_signatures, GREEDY_SIGNATURE),
+                    label.format(beam=args.beam_width),
+                    functools.partial(xla_signatures, signature),
                     batch,
                     served_texts[:batch],
+                )
+                for signature, label in (
+                    (GREEDY_SIGNATURE, SAVED_XLA_GREEDY),
+                    (BEAM_SIGNATURE, SAVED_XLA_BEAM),
                 )
                 for batch in args.batch_sizes
             ]
@@ -489,7 +494,7 @@ def side_by_side(args, results):
         (
             "exported with --jit_compile, TF1 Session (TF Serving with "
             "--xla_cpu_compilation_enabled)",
-            {"greedy": SAVED_XLA_GREEDY},
+            {"greedy": SAVED_XLA_GREEDY, "beam": SAVED_XLA_BEAM.format(beam=beam)},
         ),
         ("in-process, plain graph", {"greedy": CACHED, "beam": BEAM.format(beam=beam)}),
         ("in-process, XLA", {"greedy": CACHED_XLA}),
@@ -524,25 +529,53 @@ def side_by_side(args, results):
                 cells.append(f"{ours:,.0f} ms ({multiples})")
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
 
+    return "\n".join(lines), "\n".join(served_goals(args, milliseconds))
+
+
+def served_goals(args, milliseconds):
+    """Markdown lines: issue #25's goals, each served time as a multiple of CTranslate2's.
+
+    Args:
+        milliseconds: `(case name, batch) -> ms per batch` (a KeyError for a case not timed).
+    """
+    beam = args.beam_width
     small, large = min(args.batch_sizes), max(args.batch_sizes)
-    goals = []
-    for kind, saved in (("greedy", SAVED_GREEDY), ("beam", SAVED_BEAM.format(beam=beam))):
-        reference = ct2["float32"][kind]
-        throughput = milliseconds(reference, large) / milliseconds(saved, large)
-        latency = milliseconds(saved, small) / milliseconds(reference, small)
-        goals.append(
-            f"- {saved}: throughput at batch {large} **{throughput:.2f}×** CTranslate2 float32's "
-            f"(goal ≥ 1: {'met' if throughput >= 1 else 'not met'}); latency at batch {small} "
-            f"**{latency:.2f}×** its (goal ≤ 1: {'met' if latency <= 1 else 'not met'})."
+    reference = {
+        (kind, precision): (CT2_GREEDY if kind == "greedy" else CT2_BEAM).format(
+            precision=precision, beam=beam
         )
-    xla_latency = milliseconds(SAVED_XLA_GREEDY, small) / milliseconds(
-        ct2["float32"]["greedy"], small
-    )
-    goals.append(
-        f"- {SAVED_XLA_GREEDY}: latency at batch {small} **{xla_latency:.2f}×** CTranslate2 "
-        f"float32's (goal ≤ 0.5: {'met' if xla_latency <= 0.5 else 'not met'})."
-    )
-    return "\n".join(lines), "\n".join(goals)
+        for kind in ("greedy", "beam")
+        for precision in CT2_PRECISIONS
+    }
+
+    def multiple(name, batch, kind, precision="float32"):
+        return milliseconds(name, batch) / milliseconds(reference[(kind, precision)], batch)
+
+    def goal(name, kind, limits):
+        parts = []
+        for batch, limit in limits:
+            ratio = multiple(name, batch, kind)
+            verdict = "met" if ratio <= limit else "not met"
+            parts.append(f"batch {batch} **{ratio:.2f}×** (goal ≤ {limit}: {verdict})")
+        return f"- {name}, against CTranslate2 float32: " + "; ".join(parts) + "."
+
+    plain_beam, xla_beam = SAVED_BEAM.format(beam=beam), SAVED_XLA_BEAM.format(beam=beam)
+    lines = [
+        goal(plain_beam, "beam", [(small, 1.3), (large, 1.3)]),
+        goal(xla_beam, "beam", [(small, 1.0), (large, 1.0)]),
+        goal(SAVED_XLA_GREEDY, "greedy", [(small, 0.5), (large, 0.8)]),
+    ]
+    served = {"greedy": (SAVED_GREEDY, SAVED_XLA_GREEDY), "beam": (plain_beam, xla_beam)}
+    best = []
+    for kind, names in served.items():
+        for batch in (small, large):
+            name = min(names, key=lambda name: milliseconds(name, batch))
+            best.append(
+                f"{kind} batch {batch} **{multiple(name, batch, kind, 'int8'):.2f}×** "
+                f"({'--jit_compile' if name in (SAVED_XLA_GREEDY, xla_beam) else 'plain'})"
+            )
+    lines.append("- The fastest served graph against CTranslate2 int8: " + "; ".join(best) + ".")
+    return lines
 
 
 def report(args, command, results, served_tokens, step_weight_bytes, load_before, load_after):
@@ -553,7 +586,12 @@ def report(args, command, results, served_tokens, step_weight_bytes, load_before
         served_tokens: mean output tokens per sentence of the SavedModel rows.
         step_weight_bytes: the size of `step_kernels`.
     """
-    saved_names = {SAVED_GREEDY, SAVED_XLA_GREEDY, SAVED_BEAM.format(beam=args.beam_width)}
+    saved_names = {
+        SAVED_GREEDY,
+        SAVED_XLA_GREEDY,
+        SAVED_BEAM.format(beam=args.beam_width),
+        SAVED_XLA_BEAM.format(beam=args.beam_width),
+    }
     rows = []
     for (name, batch), (median, fastest) in results.items():
         tokens = served_tokens if name in saved_names else args.output_tokens
@@ -602,13 +640,14 @@ float32's / int8's, so below 1× is faster):
         if args.export_dir
         else (
             f"the same weights exported by `serving.export` (tokenization and detokenization in the "
-            f"graph; {served_tokens:.0f} tokens forced through the [END] bias and max_length)"
+            f"graph; {served_tokens:.0f} tokens forced through the [END] bias and "
+            "max_decoding_length)"
         )
     )
     threads = args.threads or os.cpu_count()
     return f"""Command: `{command}`
 Machine: {machine_description()}; CTranslate2 {ctranslate2.__version__}; load average {load_before[0]:.2f} before, {load_after[0]:.2f} after (other processes share the cores).
-Model: {args.num_layers}+{args.num_layers} layers, d_model {args.d_model}, {args.num_heads} heads, dff {args.dff}, vocab {args.vocab_size}, random weights; sources of {args.source_words + 2} tokens; exactly {args.output_tokens} output tokens per sentence (min_length = max_length). TensorFlow threads (intra-op, inter-op): {args.threads or "default (one per core)"}; CTranslate2: {threads} intra-op threads, one batch at a time. Every decoder is warmed up {args.warmup}×, then timed {args.repeats}× in interleaved rounds (median; fastest in parentheses). SavedModel rows: {exported}, loaded by the TF1 SavedModel loader into a Session, as TF Serving loads it. CTranslate2 rows: the same weights converted by `serving.export_ctranslate2` (float32, and int8 weights), `translate_batch` on the same subword pieces, length penalty {export.DecodingOptions().alpha} (no effect on forced lengths).
+Model: {args.num_layers}+{args.num_layers} layers, d_model {args.d_model}, {args.num_heads} heads, dff {args.dff}, vocab {args.vocab_size}, random weights; sources of {args.source_words + 2} tokens; exactly {args.output_tokens} output tokens per sentence (min_length = max_decoding_length). TensorFlow threads (intra-op, inter-op): {args.threads or "default (one per core)"}; CTranslate2: {threads} intra-op threads, one batch at a time. Every decoder is warmed up {args.warmup}×, then timed {args.repeats}× in interleaved rounds (median; fastest in parentheses). SavedModel rows: {exported}, loaded by the TF1 SavedModel loader into a Session, as TF Serving loads it. CTranslate2 rows: the same weights converted by `serving.export_ctranslate2` (float32, and int8 weights), `translate_batch` on the same subword pieces, length penalty {export.DecodingOptions().alpha} (no effect on forced lengths).
 
 | decoder | batch | sentences/s | ms/sentence | output tokens/s | ms/batch |
 | --- | ---: | ---: | ---: | ---: | ---: |

@@ -7,6 +7,7 @@ often it copies names and numbers it never saw (`training.evaluate --copy_rate`)
 """
 
 import argparse
+import shlex
 import sys
 
 from benchmarks.report import machine_description, write_section
@@ -68,10 +69,16 @@ def main(argv=None):
         names, args.run_dir, args.split, beam_width=args.beam_width, limit=args.limit
     )
     copy_report = evaluate_copy_rates(args.run_dir, args.split, beam_width=args.beam_width)
-    command = "python -m benchmarks.bench_robustness " + " ".join(
-        argv if argv is not None else sys.argv[1:]
+    # Quoted as a shell needs it (a --section title has spaces), so the command runs as shown.
+    command = shlex.join(
+        [
+            "python",
+            "-m",
+            "benchmarks.bench_robustness",
+            *(argv if argv is not None else sys.argv[1:]),
+        ]
     )
-    text = markdown(reports, copy_report, command.strip())
+    text = markdown(reports, copy_report, command)
     print(text)
     if args.output:
         write_section(args.output, args.section, text)

@@ -81,12 +81,12 @@ class DecoderLayer(keras.layers.Layer):
             "feed_forward": self.ffn_block.with_layer_norm_weights(feed_forward_weights(self.ffn)),
         }
 
-    def init_cache(self, enc_output, max_length):
+    def init_cache(self, enc_output, cache_slots):
         """The decoding cache before the first target token.
 
         Args:
             enc_output: `(batch, inp_len, d_model)`.
-            max_length: target positions the cache has room for.
+            cache_slots: target positions the self-attention cache has room for.
 
         Returns:
             `{"self": empty keys/values, "cross": keys/values projected from enc_output}`; every
@@ -94,7 +94,7 @@ class DecoderLayer(keras.layers.Layer):
         """
         batch_size = keras.ops.shape(enc_output)[0]
         return {
-            "self": self.mha1.empty_cache(batch_size, max_length),
+            "self": self.mha1.empty_cache(batch_size, cache_slots),
             "cross": self.mha2.compute_key_value(enc_output, enc_output),
         }
 

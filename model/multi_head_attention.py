@@ -94,16 +94,16 @@ class MultiHeadAttention(AttentionMaskArgument, keras.layers.Layer):
             "value": self.split_heads(self.wv(v), batch_size),
         }
 
-    def empty_cache(self, batch_size, max_length):
-        """A self-attention cache with room for `max_length` positions, none written yet.
+    def empty_cache(self, batch_size, cache_slots):
+        """A self-attention cache with room for `cache_slots` positions, none written yet.
 
         Its size is fixed for the whole decoding loop: each step writes one slot instead of growing
         the tensors, so every step has the same shapes (which XLA needs to compile the loop once).
 
         Returns:
-            dict `{"key", "value"}`, each zeros `(batch, num_heads, max_length, depth)`.
+            dict `{"key", "value"}`, each zeros `(batch, num_heads, cache_slots, depth)`.
         """
-        empty = tf.zeros((batch_size, self.num_heads, max_length, self.depth), self.compute_dtype)
+        empty = tf.zeros((batch_size, self.num_heads, cache_slots, self.depth), self.compute_dtype)
         return {"key": empty, "value": empty}
 
     def call(self, v, k, q, mask=None):

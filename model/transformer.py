@@ -189,16 +189,16 @@ class Transformer(keras.Model):
             return enc_output, enc_padding_mask, weights
         return encoded, enc_padding_mask
 
-    def init_cache(self, enc_output, enc_padding_mask, max_length):
+    def init_cache(self, enc_output, enc_padding_mask, cache_slots):
         """The decoding cache before the first target token, from `encode`'s outputs, with room
-        for `max_length` target positions.
+        for `cache_slots` target positions.
 
         The cache is opaque to decoding but for one promise: it is a nest of tensors whose
         first dimension is the batch, so rows can be dropped, repeated and gathered as a whole.
         """
         return {
             "padding_mask": enc_padding_mask,
-            "decoder": self.decoder.init_cache(enc_output, max_length),
+            "decoder": self.decoder.init_cache(enc_output, cache_slots),
         }
 
     def decode(self, tar, cache, cache_update_index, compiled=False, with_alignment=True):

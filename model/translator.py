@@ -22,7 +22,7 @@ from model.decoding import (
     alternatives_decode,
     beam_search_decode,
     greedy_decode,
-    max_output_length,
+    max_decoding_length_for,
     sampling_decode,
     token_log_probs,
 )
@@ -195,8 +195,8 @@ class Translator:
         ]
         return {name: output[:batch_size] for name, output in translate(*inputs).items()}
 
-    def _max_output_length(self, source_ids):
-        return max_output_length(
+    def _max_decoding_length_for(self, source_ids):
+        return max_decoding_length_for(
             source_ids,
             self.options.max_length_ratio,
             self.options.max_length_offset,
@@ -210,7 +210,7 @@ class Translator:
             source_ids,
             START_ID,
             END_ID,
-            max_length=self._max_output_length(source_ids),
+            max_decoding_length=self._max_decoding_length_for(source_ids),
             jit_compile=self.options.jit_compile,
             with_alignment=with_alignment,
             **self.options.repetition_controls,
@@ -235,7 +235,7 @@ class Translator:
             END_ID,
             beam_width=self.options.beam_width,
             alpha=self.options.alpha,
-            max_length=self._max_output_length(source_ids),
+            max_decoding_length=self._max_decoding_length_for(source_ids),
             with_alignment=False,
             num_hypotheses=num_hypotheses,
             prefix=prefix,
@@ -254,7 +254,7 @@ class Translator:
             sampling_topk=self.options.sampling_topk,
             sampling_topp=self.options.sampling_topp,
             sampling_temperature=self.options.sampling_temperature,
-            max_length=self._max_output_length(source_ids),
+            max_decoding_length=self._max_decoding_length_for(source_ids),
             **self.options.repetition_controls,
         )
         return {
@@ -293,7 +293,7 @@ class Translator:
             size,
             beam_width=self.options.beam_width,
             alpha=self.options.alpha,
-            max_length=self._max_output_length(source_ids),
+            max_decoding_length=self._max_decoding_length_for(source_ids),
             **self.options.repetition_controls,
         )
         return self._n_translations(decoded, size)

@@ -56,7 +56,7 @@ import tensorflow as tf
 from ctranslate2.converters import Converter
 from ctranslate2.specs import common_spec, transformer_spec
 
-from model.decoding import max_output_length
+from model.decoding import max_decoding_length_for
 from model.special_tokens import END_ID, PAD_ID, START_ID, UNK_ID
 from training import artifacts
 
@@ -71,12 +71,13 @@ def greedy_options(run_dir, target_vocab, pieces):
     """`translate_batch` keyword arguments that decode the batch `pieces` (`source_pieces`) as
     the project's greedy decoding does: a beam of 1 (CTranslate2's default is 2), no [PAD]
     (`decoding_options`), sources cut to the model's positions, and the run's output-length bound
-    for the batch's longest source (`model.decoding.max_output_length`, the run's decoding.json).
+    for the batch's longest source (`model.decoding.max_decoding_length_for`, the run's
+    decoding.json).
     """
     positions = artifacts.read_config(run_dir)["max_sequence_length"]
     options = artifacts.decoding_options(run_dir)
     longest = min(max(map(len, pieces), default=0) + 2, positions)  # with [START] and [END]
-    bound = max_output_length(
+    bound = max_decoding_length_for(
         tf.ones([1, longest], tf.int32),
         options.max_length_ratio,
         options.max_length_offset,

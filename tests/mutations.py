@@ -95,7 +95,8 @@ MUTATIONS = (
         "        _, decoded = self._greedy_decode(text)\n        return {",
         "        ids = truncate_source_ids(self.source_tokenizer.tokenize(text), self.model.pe_input - 1)\n"
         "        decoded = greedy_decode(\n"
-        "            self.model, ids, START_ID, END_ID, max_length=self._max_output_length(ids)\n"
+        "            self.model, ids, START_ID, END_ID,\n"
+        "            max_decoding_length=self._max_decoding_length_for(ids),\n"
         "        )\n"
         "        return {",
         ("tests/test_export.py", "-k", "long_input"),
@@ -169,6 +170,20 @@ MUTATIONS = (
         "weight.assign((total / len(checkpoint_paths)).astype(weight.dtype))",
         "weight.assign((total / (len(checkpoint_paths) + 1)).astype(weight.dtype))",
         ("tests/test_average.py",),
+    ),
+    Mutation(
+        "the sampler's noise ignores the step: a row draws alike at every step",
+        "model/decoding/sampling.py",
+        "row_codes = triple32(xor(tf.bitcast(tf.cast(seeds, tf.int32), tf.uint32), step_code))",
+        "row_codes = triple32(tf.bitcast(tf.cast(seeds, tf.int32), tf.uint32))",
+        ("tests/test_decoding.py", "-k", "independent"),
+    ),
+    Mutation(
+        "the sampler adds the step to the seed: seed s + 1 draws as seed s a step later",
+        "model/decoding/sampling.py",
+        "row_codes = triple32(xor(tf.bitcast(tf.cast(seeds, tf.int32), tf.uint32), step_code))",
+        "row_codes = triple32(tf.bitcast(tf.cast(seeds, tf.int32), tf.uint32) + tf.cast(step, tf.uint32))",
+        ("tests/test_decoding.py", "-k", "independent"),
     ),
     Mutation(
         "TSV lines with more than one tab accepted",

@@ -18,7 +18,7 @@ from model.decoding import (
     greedy_search,
     length_penalty,
     mask_after_end,
-    max_output_length,
+    max_decoding_length_for,
     naive_greedy_decode,
     sampling_decode,
     sampling_search,
@@ -29,6 +29,7 @@ from model.decoding.beam import _beam_step, _initial_beams
 from model.decoding.common import NEG_INF, take_rows
 from model.decoding.greedy import _drop_finished_rows
 from model.decoding.penalties import NextTokenRules, ban_repeated_ngrams, penalize_repetitions
+from model.decoding.sampling import open_unit_interval, triple32, uniform_noise
 from model.decoding.xla import _EAGER_XLA_DECODERS, pad_to_xla_buckets
 from tests.reverse_task import END, START, reverse_task
 
@@ -39,8 +40,8 @@ def in_graph(decode, model, beam_width=None, **numeric_options):
     """`decode(model, inp, START, END, ...)` compiled once per decoder, model and beam width.
 
     Production decodes inside a graph (the SavedModel); eager while-loops are only slower.
-    `numeric_options` (max_length, min_length, alpha) travel as tensors, so new values don't
-    trace a new graph.
+    `numeric_options` (max_decoding_length, min_length, alpha) travel as tensors, so new values
+    don't trace a new graph.
     """
     key = (decode, id(model), beam_width, tuple(sorted(numeric_options)))
     static = {} if beam_width is None else {"beam_width": beam_width}
@@ -84,8 +85,10 @@ def test_cached_greedy_equals_naive_decoder_over_long_outputs(untrained_model):
     """An untrained model never says [END]: 40 forced steps stress the cache and positions."""
     source = np.random.default_rng(0).integers(4, 30, size=(3, 11))
     source[1, 4:] = 0
-    cached = in_graph(greedy_decode, untrained_model, max_length=40, min_length=40)(source)
-    naive = in_graph(naive_greedy_decode, untrained_model, max_length=40, min_length=40)(source)
+    cached = in_graph(greedy_decode, untrained_model, max_decoding_length=40, min_length=40)(source)
+    naive = in_graph(naive_greedy_decode, untrained_model, max_decoding_length=40, min_length=40)(
+        source
+    )
     assert cached["tokens"].shape == (3, 40)
     np.testing.assert_array_equal(cached["tokens"], naive["tokens"])
     np.testing.assert_allclose(cached["scores"], naive["scores"], rtol=1e-5)
@@ -104,7 +107,7 @@ def test_xla_compiled_greedy_equals_graph_greedy(
     else:
         model = untrained_model
         source = np.random.default_rng(3).integers(4, 30, size=(3, 9))
-        lengths = {"max_length": forced_length, "min_length": forced_length}
+        lengths = {"max_decoding_length": forced_length, "min_length": forced_length}
     results = [
         tf.function(lambda inp: greedy_decode(model, inp, START, END, jit_compile=jit, **lengths))(
             tf.constant(source, tf.int32)
@@ -139,7 +142,7 @@ def test_xla_inputs_are_padded_to_a_few_shapes(batch, width, max_source, padded_
 @pytest.fixture(scope="module")
 def ending_model():
     """A random model whose beam search ends sentences at many lengths, and some not before
-    max_length, and whose hypotheses depend on their own prefixes (an untrained model never
+    max_decoding_length, and whose hypotheses depend on their own prefixes (an untrained model never
     says [END], and heeds its source and prefix little): logits sharper than at
     initialization, a bias towards [END], louder attention (W^O scaled up)."""
     keras.utils.set_random_seed(5)
@@ -165,7 +168,7 @@ BEAM_XLA_OPTIONS = {
     "n-best": {"alpha": 0.0, "num_hypotheses": 3},
 }
 # (batch, source width): XLA pads them to batches of 1, 4 and 8 rows, sources of 16 and 32
-# columns and outputs of 16, 32 and 48 slots (their max_length: 1.5 · width + 10).
+# columns and outputs of 16, 32 and 48 slots (their max_decoding_length: 1.5 · width + 10).
 ONE_SHORT, THREE_IN_ONE_BUCKET, FIVE_LONG = (1, 3), (3, 12), (5, 20)
 
 
@@ -184,10 +187,10 @@ def test_xla_compiled_beam_search_equals_graph_beam_search(ending_model, options
     """`jit_compile`: the same hypotheses, scores and alignments as the plain graph, and as
     many steps, on batches and lengths that XLA pads to different buckets, with sentences
     whose searches end at different steps (in XLA's fixed-shape loop they step on) and some
-    that max_length cuts."""
+    that max_decoding_length cuts."""
     rng = np.random.default_rng(width)
     source = rng.integers(4, 24, size=(batch, width))
-    for row in range(1, batch):  # row 0 is the longest: max_length is 1.5 · width + 10
+    for row in range(1, batch):  # row 0 is the longest: max_decoding_length is 1.5 · width + 10
         source[row, rng.integers(2, width + 1) :] = 0
     results = [
         tf.function(
@@ -227,7 +230,9 @@ def test_eager_xla_decoding_is_traced_once_per_model(trained_reverse_model, sour
 
 def test_eager_xla_greedy_does_not_keep_its_model_alive():
     model = Transformer(1, 16, 2, 32, 20, 20, 40, 40)
-    greedy_decode(model, tf.constant([[5, 6, 7]]), START, END, max_length=3, jit_compile=True)
+    greedy_decode(
+        model, tf.constant([[5, 6, 7]]), START, END, max_decoding_length=3, jit_compile=True
+    )
     assert model in _EAGER_XLA_DECODERS
     model_ref = weakref.ref(model)
     del model
@@ -264,10 +269,10 @@ def test_beam_search_without_alignment_finds_the_same_hypotheses(untrained_model
     """The served beam search skips the alignments; what it finds must not change."""
     source = np.random.default_rng(2).integers(4, 30, size=(5, 8))
     source[1, 5:] = 0
-    with_alignment = in_graph(beam_search_decode, untrained_model, max_length=10)(source)
-    without = in_graph(beam_search_decode, untrained_model, max_length=10, with_alignment=False)(
-        source
-    )
+    with_alignment = in_graph(beam_search_decode, untrained_model, max_decoding_length=10)(source)
+    without = in_graph(
+        beam_search_decode, untrained_model, max_decoding_length=10, with_alignment=False
+    )(source)
     np.testing.assert_array_equal(without["tokens"], with_alignment["tokens"])
     np.testing.assert_array_equal(without["scores"], with_alignment["scores"])
     assert with_alignment["alignment"].shape[2] == 8 and without["alignment"].shape[2] == 0
@@ -294,7 +299,7 @@ def test_greedy_without_alignment_computes_none_and_finds_the_same(untrained_mod
                 untrained_model,
                 start_id=START,
                 end_id=END,
-                max_length=9,
+                max_decoding_length=9,
                 jit_compile=jit_compile,
                 with_alignment=with_alignment,
             )
@@ -447,8 +452,8 @@ def test_forced_length_and_padding_after_end():
         mask_after_end(tokens, 3), [[5, 3, 0, 0], [5, 6, 7, 3], [3, 0, 0, 0]]
     )
     inp = tf.constant([[4, 5, 6, 0], [4, 0, 0, 0]])
-    assert int(max_output_length(inp, 1.5, 10)) == 15
-    assert int(max_output_length(inp, 1.5, 10, limit=12)) == 12
+    assert int(max_decoding_length_for(inp, 1.5, 10)) == 15
+    assert int(max_decoding_length_for(inp, 1.5, 10, limit=12)) == 12
 
 
 def test_decoders_run_in_a_graph_with_dynamic_shapes(trained_reverse_model, sources):
@@ -560,7 +565,7 @@ LOOP_LAYOUTS = {
 }
 
 
-def fake_search(search, table, sentences, max_length, **options):
+def fake_search(search, table, sentences, max_decoding_length, **options):
     """`search` (greedy_search or beam_search) over `table` in a graph, compiled by XLA when
     `options` say `compiled`: numpy outputs."""
     outputs = tf.function(
@@ -569,7 +574,7 @@ def fake_search(search, table, sentences, max_length, **options):
             tf.fill([sentences], FAKE_START),
             FAKE_END,
             table.initial_state(sentences),
-            tf.constant(max_length),
+            tf.constant(max_decoding_length),
             alignment_width=FAKE_VOCAB,
             **options,
         ),
@@ -617,7 +622,7 @@ def test_wide_beam_search_equals_exhaustive_search(alpha, min_length):
         beam_search,
         table,
         sentences,
-        max_length=8,
+        max_decoding_length=8,
         beam_width=32,
         alpha=alpha,
         min_length=min_length,
@@ -630,22 +635,23 @@ def test_wide_beam_search_equals_exhaustive_search(alpha, min_length):
     )
 
 
-def reference_beam_search(table, sentence, beam_width, alpha, max_length, min_length=0):
+def reference_beam_search(table, sentence, beam_width, alpha, max_decoding_length, min_length=0):
     """Beam search written out over the table, as `beam_search` documents it.
 
     Each step expands the alive hypotheses and keeps the 2·beam_width best continuations; the
     beam_width best of those that did not end stay alive, those that ended join the finished
     set (its beam_width best by log P / length penalty). A search is over once the best alive
-    hypothesis, at the penalty of `max_length`, cannot beat the worst of beam_width finished ones.
+    hypothesis, at the penalty of `max_decoding_length`, cannot beat the worst of beam_width
+    finished ones.
 
     Returns:
         `(ranking, end_outranked_a_parent)`: the finished hypotheses `(tokens, score)`, best
-        first, then the alive ones (where max_length cut the search), and whether at some step
-        an ended candidate ranked above a prefix of the best one (so that the alive beams'
-        parents are not the first beam_width origins of the ranking).
+        first, then the alive ones (where max_decoding_length cut the search), and whether at
+        some step an ended candidate ranked above a prefix of the best one (so that the alive
+        beams' parents are not the first beam_width origins of the ranking).
     """
     alive, finished, ranked_below_an_end = [(0.0, ())], [], set()
-    for step in range(max_length):
+    for step in range(max_decoding_length):
         candidates = []
         for log_prob, tokens in alive:
             log_probs = table.path_log_probs(sentence, (*tokens, FAKE_END))[-1].copy()
@@ -673,7 +679,7 @@ def reference_beam_search(table, sentence, beam_width, alpha, max_length, min_le
         )[:beam_width]
         if not alive or (
             len(finished) == beam_width
-            and gnmt_score(alive[0][0], max_length, alpha) <= finished[-1][0]
+            and gnmt_score(alive[0][0], max_decoding_length, alpha) <= finished[-1][0]
         ):
             break
     ranking = [(tokens, score) for score, tokens in finished] + [
@@ -697,7 +703,7 @@ def test_narrow_beam_search_equals_the_reference_beam_search(beam_width, alpha, 
         beam_search,
         table,
         sentences,
-        max_length=8,
+        max_decoding_length=8,
         beam_width=beam_width,
         alpha=alpha,
         min_length=min_length,
@@ -729,7 +735,7 @@ def test_wide_beam_n_best_equals_the_exhaustive_ranking(alpha, min_length):
         beam_search,
         table,
         sentences,
-        max_length=8,
+        max_decoding_length=8,
         beam_width=32,
         alpha=alpha,
         min_length=min_length,
@@ -761,7 +767,7 @@ def test_narrow_beam_n_best_equals_the_reference_finished_set(beam_width, alpha)
             beam_search,
             table,
             sentences,
-            max_length=8,
+            max_decoding_length=8,
             beam_width=beam_width,
             alpha=alpha,
             num_hypotheses=count,
@@ -773,7 +779,7 @@ def test_narrow_beam_n_best_equals_the_reference_finished_set(beam_width, alpha)
 
 
 @pytest.mark.parametrize("layout", LOOP_LAYOUTS)
-def test_beam_search_n_best_is_cut_at_max_length_with_alive_hypotheses(layout):
+def test_beam_search_n_best_is_cut_at_max_decoding_length_with_alive_hypotheses(layout):
     """Cut at 2 steps, no output of the table has ended but a few [END]s: each sentence's
     slots hold its finished hypotheses, then its best alive ones (the reference's ranking)."""
     sentences, beam_width = 30, 3
@@ -782,7 +788,7 @@ def test_beam_search_n_best_is_cut_at_max_length_with_alive_hypotheses(layout):
         beam_search,
         table,
         sentences,
-        max_length=2,
+        max_decoding_length=2,
         beam_width=beam_width,
         alpha=0.6,
         num_hypotheses=beam_width,
@@ -812,7 +818,7 @@ def test_fixed_shape_beam_search_finds_the_reference_finished_set(layout, alpha,
     sentences, beam_width = 60, 3
     table = FakeTable(np.random.default_rng(23), sentences)
     options = {
-        "max_length": 8,
+        "max_decoding_length": 8,
         "beam_width": beam_width,
         "alpha": alpha,
         "min_length": min_length,
@@ -827,7 +833,7 @@ def test_fixed_shape_beam_search_finds_the_reference_finished_set(layout, alpha,
         expected = [ranking[n] for ranking, _ in references]
         assert_outputs_equal(nth_hypotheses(found, n), table, expected, lengths_vary=False)
     rows_leave = fake_search(beam_search, table, sentences, **options)
-    assert found["length"] == rows_leave["length"] < options["max_length"]
+    assert found["length"] == rows_leave["length"] < options["max_decoding_length"]
     if alpha >= 1.0:
         assert any(outranked for _, outranked in references), "no winner ranked below an [END]"
 
@@ -888,7 +894,7 @@ def test_greedy_search_follows_the_table(fixed_shape, min_length):
         greedy_search,
         table,
         sentences,
-        max_length=8,
+        max_decoding_length=8,
         min_length=min_length,
         fixed_shape=fixed_shape,
     )
@@ -927,7 +933,7 @@ def test_greedy_search_continues_each_rows_prefix(fixed_shape, min_length):
         greedy_search,
         table,
         sentences,
-        max_length=8,
+        max_decoding_length=8,
         min_length=min_length,
         fixed_shape=fixed_shape,
         prefix=ids,
@@ -937,7 +943,9 @@ def test_greedy_search_continues_each_rows_prefix(fixed_shape, min_length):
         for sentence, prefix in enumerate(prefixes)
     ]
     assert_outputs_equal(found, table, expected)
-    free = fake_search(greedy_search, table, sentences, max_length=8, min_length=min_length)
+    free = fake_search(
+        greedy_search, table, sentences, max_decoding_length=8, min_length=min_length
+    )
     assert any(
         tuple(found["tokens"][sentence]) != tuple(free["tokens"][sentence])
         for sentence, prefix in enumerate(prefixes)
@@ -946,11 +954,11 @@ def test_greedy_search_continues_each_rows_prefix(fixed_shape, min_length):
 
 
 @pytest.mark.parametrize("search", [greedy_search, beam_search], ids=["greedy", "beam"])
-def test_a_prefix_longer_than_max_length_is_cut_there_unscored(search):
+def test_a_prefix_longer_than_max_decoding_length_is_cut_there_unscored(search):
     sentences = 4
     table = FakeTable(np.random.default_rng(5), sentences)
     ids = np.tile(np.int32([[3, 4, 5]]), [sentences, 1])
-    found = fake_search(search, table, sentences, max_length=2, prefix=ids)
+    found = fake_search(search, table, sentences, max_decoding_length=2, prefix=ids)
     np.testing.assert_array_equal(found["tokens"], ids[:, :2])
     np.testing.assert_array_equal(found["scores"], 0.0)
 
@@ -988,7 +996,7 @@ def test_wide_beam_with_prefixes_equals_the_exhaustive_continuations(
         beam_search,
         table,
         sentences,
-        max_length=8,
+        max_decoding_length=8,
         beam_width=32,
         alpha=alpha,
         min_length=min_length,
@@ -1150,21 +1158,102 @@ def assert_draws_follow(draws, probs):
     assert statistic < chi_square_critical_value(int(support.sum()) - 1), (counts, expected)
 
 
+def pad_free_softmax(temperature=1.0):
+    """The softmax of `SAMPLING_LOGITS / temperature` without [PAD], which is never an output."""
+    probs = np.exp(SAMPLING_LOGITS.astype(np.float64) / temperature)
+    probs[0] = 0
+    return probs / probs.sum()
+
+
 def test_the_chi_square_check_rejects_a_wrong_distribution():
     """The check has power: draws of the tempered softmax fail against the untempered one."""
     tempered = first_draws(sampling_temperature=2.0)
-    probs = np.exp(SAMPLING_LOGITS.astype(np.float64))
-    probs[0] = 0
     with pytest.raises(AssertionError):
-        assert_draws_follow(tempered, probs / probs.sum())
+        assert_draws_follow(tempered, pad_free_softmax())
 
 
 @pytest.mark.parametrize("temperature", [1.0, 0.5, 2.0])
 def test_sampled_tokens_follow_the_tempered_softmax(temperature):
     draws = first_draws(sampling_temperature=temperature)
-    probs = np.exp(SAMPLING_LOGITS.astype(np.float64) / temperature)
-    probs[0] = 0  # [PAD] is never an output
-    assert_draws_follow(draws, probs / probs.sum())
+    assert_draws_follow(draws, pad_free_softmax(temperature))
+
+
+# `token_sampler` itself over many rows and steps, its row seeds consecutive as the client gives
+# them (`--seed + i`).
+SAMPLER_ROWS, SAMPLER_STEPS = 5000, 4
+
+
+def sampler_draws(first_seed=1000):
+    """`(SAMPLER_ROWS, SAMPLER_STEPS)` tokens drawn by `token_sampler` from `pad_free_softmax()`
+    at every step, row i seeded `first_seed + i`."""
+    probs = pad_free_softmax()
+    log_probs = np.tile(
+        np.log(probs, out=np.full_like(probs, NEG_INF), where=probs > 0), (SAMPLER_ROWS, 1)
+    )
+    next_token = token_sampler(tf.range(SAMPLER_ROWS) + first_seed, SAMPLER_ROWS)
+    draw = tf.function(
+        lambda step: next_token(tf.constant(log_probs, tf.float32), tf.range(SAMPLER_ROWS), step)
+    )
+    return np.stack([draw(tf.constant(step)).numpy() for step in range(SAMPLER_STEPS)], axis=1)
+
+
+def pair_codes(first, second):
+    """One code for each pair of tokens `(first[i], second[i])`."""
+    return (first * len(SAMPLING_LOGITS) + second).ravel()
+
+
+def test_draws_are_independent_across_steps_and_neighbouring_seeds():
+    """All 20,000 draws fit the softmax; disjoint pairs of them fit the product of the softmax
+    with itself: (step 2j, step 2j + 1) of a row, (seed 2i, seed 2i + 1) at a step, and (seed
+    2i at step 2j + 1, seed 2i + 1 at step 2j). Noise that ignored the step, or that
+    neighbouring seeds shared, even a step apart, draws such pairs alike far too often."""
+    draws = sampler_draws()
+    probs = pad_free_softmax()
+    assert_draws_follow(draws.ravel(), probs)
+    pair_probs = np.outer(probs, probs).ravel()
+    assert_draws_follow(pair_codes(draws[:, 0::2], draws[:, 1::2]), pair_probs)
+    assert_draws_follow(pair_codes(draws[0::2], draws[1::2]), pair_probs)
+    assert_draws_follow(pair_codes(draws[0::2, 1::2], draws[1::2, 0::2]), pair_probs)
+
+
+def test_triple32_is_wellons_listing():
+    """Against NumPy running the C listing of github.com/skeeto/hash-prospector's triple32."""
+
+    def listing(x):
+        for shift, multiplier in ((17, 0xED5AD4BB), (11, 0xAC4C1B51), (15, 0x31848BAB)):
+            x = (x ^ (x >> np.uint32(shift))) * np.uint32(multiplier)
+        return x ^ (x >> np.uint32(14))
+
+    values = np.random.default_rng(0).integers(0, 2**32, 1000, dtype=np.uint64).astype(np.uint32)
+    values = np.concatenate([values, np.uint32([0, 1, 2**31, 2**32 - 1])])
+    with np.errstate(over="ignore"):
+        np.testing.assert_array_equal(triple32(tf.constant(values)).numpy(), listing(values))
+
+
+def test_noise_is_strictly_between_0_and_1():
+    """The top 24 bits k as k / 2**24, k = 0 as 2**-25: never 0 or 1, so Gumbel noise is finite."""
+    bits = tf.constant([0, 255, 256, 2**31, 2**32 - 257, 2**32 - 1], tf.uint32)
+    uniform = open_unit_interval(bits).numpy()
+    expected = [2**-25, 2**-25, 2**-24, 0.5, 1 - 2**-23, 1 - 2**-24]
+    np.testing.assert_array_equal(uniform, np.float32(expected))
+    assert np.all(np.isfinite(-np.log(-np.log(uniform))))
+
+
+def test_a_rows_noise_depends_only_on_its_seed_and_step_wherever_it_runs():
+    """`uniform_noise` eagerly, in a graph and under XLA: the same bits; a row's noise that of
+    its seed alone, in any batch; another step or seed, other noise."""
+    seeds = tf.constant([7, -7, 0, 2**31 - 1, -(2**31), 8], tf.int32)
+    step, vocab = tf.constant(3), tf.constant(500)
+    eager = uniform_noise(seeds, step, vocab).numpy()
+    for compiled in (False, True):
+        traced = tf.function(uniform_noise, jit_compile=compiled)(seeds, step, vocab).numpy()
+        np.testing.assert_array_equal(traced, eager)
+    assert eager.shape == (6, 500) and np.all((eager > 0) & (eager < 1))
+    for row, seed in enumerate(seeds.numpy()):
+        alone = uniform_noise(tf.constant([seed]), step, vocab).numpy()[0]
+        np.testing.assert_array_equal(alone, eager[row])
+        assert np.mean(uniform_noise(tf.constant([seed]), step + 1, vocab).numpy() == alone) < 0.01
+    assert len({row.tobytes() for row in eager}) == len(eager)
 
 
 def test_top_k_draws_among_the_k_most_probable_tokens():
@@ -1191,12 +1280,12 @@ def test_top_k_one_draws_the_greedy_outputs():
     sentences = 12
     table = FakeTable(np.random.default_rng(5), sentences)
     rules = {"no_repeat_ngram_size": 1, "min_length": 2}
-    greedy = fake_search(greedy_search, table, sentences, max_length=8, **rules)
+    greedy = fake_search(greedy_search, table, sentences, max_decoding_length=8, **rules)
     drawn = fake_search(
         greedy_search,
         table,
         sentences,
-        max_length=8,
+        max_decoding_length=8,
         next_token=token_sampler(7, sentences, sampling_topk=1),
         **rules,
     )
@@ -1217,7 +1306,7 @@ def test_sampling_is_reproducible_and_follows_the_rules_like_greedy():
             sampling_search,
             table,
             sentences,
-            max_length=8,
+            max_decoding_length=8,
             seed=seed,
             sampling_temperature=1.5,
             no_repeat_ngram_size=1,
@@ -1229,7 +1318,9 @@ def test_sampling_is_reproducible_and_follows_the_rules_like_greedy():
     np.testing.assert_array_equal(fixed_shape["tokens"], found["tokens"])
     np.testing.assert_allclose(fixed_shape["scores"], found["scores"], rtol=1e-6)
     assert np.mean(np.any(draw(6)["tokens"] != found["tokens"], axis=1)) > 0.3
-    greedy = fake_search(greedy_search, table, sentences, max_length=8, no_repeat_ngram_size=1)
+    greedy = fake_search(
+        greedy_search, table, sentences, max_decoding_length=8, no_repeat_ngram_size=1
+    )
     assert np.any(found["tokens"] != greedy["tokens"]), "sampling drew only greedy's outputs"
     for sentence, row in enumerate(found["tokens"]):
         tokens = [int(token) for token in row if token != 0]
@@ -1270,3 +1361,23 @@ def test_sampling_decode_runs_the_model_reproducibly(trained_reverse_model, sour
     greedy = greedy_decode(model, source, START, END)
     coldest = sampling_decode(model, source, START, END, 1, sampling_temperature=0.0)
     np.testing.assert_array_equal(coldest["tokens"], greedy["tokens"])
+
+
+def test_sampling_draws_alike_in_a_graph_eagerly_and_under_xla(trained_reverse_model, sources):
+    """The same seeds, the same outputs: `sampling_decode` in a graph, eagerly, and with
+    `jit_compile` in a graph (6 rows, which XLA pads to 8: the padding rows borrow a seed)."""
+    model, _ = trained_reverse_model
+    source = tf.constant(sources[0][:6], tf.int32)
+    seeds = tf.constant([3, -4, 5, 2**31 - 1, 7, 8], tf.int32)
+
+    def decode(inp, seed, jit_compile=False):
+        return sampling_decode(
+            model, inp, START, END, seed, sampling_temperature=3.0, jit_compile=jit_compile
+        )
+
+    graph = tf.function(decode)(source, seeds)
+    greedy = greedy_decode(model, source, START, END)
+    assert np.any(graph["tokens"].numpy() != greedy["tokens"].numpy()), "nothing drawn off greedy"
+    for other in (decode(source, seeds), tf.function(decode)(source, seeds, jit_compile=True)):
+        np.testing.assert_array_equal(other["tokens"], graph["tokens"])
+        np.testing.assert_allclose(other["scores"], graph["scores"], rtol=1e-4, atol=1e-4)

@@ -28,7 +28,7 @@ from model.decoding import (
     alternatives_decode,
     beam_search_decode,
     greedy_decode,
-    max_output_length,
+    max_decoding_length_for,
     sequence_log_prob,
     token_log_probs,
 )
@@ -92,7 +92,7 @@ def _source_ids(run, texts):
     return endpoints.source_ids(tf.constant(texts))
 
 
-def _translate_ct2(run, texts, beam_size, length_penalty, max_length, **options):
+def _translate_ct2(run, texts, beam_size, length_penalty, max_decoding_length, **options):
     """CTranslate2's best hypotheses: `(list of id lists, each ending with [END] if it ended;
     scores)`; `options`: more of `translate_batch`'s."""
     vocab = run["target"].vocab
@@ -100,7 +100,7 @@ def _translate_ct2(run, texts, beam_size, length_penalty, max_length, **options)
         source_pieces(run["source"], texts),
         beam_size=beam_size,
         length_penalty=length_penalty,
-        max_decoding_length=max_length,
+        max_decoding_length=max_decoding_length,
         max_input_length=run["model"].pe_input,
         return_scores=True,
         return_end_token=True,
@@ -117,10 +117,10 @@ def _ours(decoded):
     return rows, decoded["scores"].numpy()
 
 
-def _max_length(run, source_ids):
+def _max_decoding_length(run, source_ids):
     options = export.DecodingOptions()
     return int(
-        max_output_length(
+        max_decoding_length_for(
             source_ids,
             options.max_length_ratio,
             options.max_length_offset,
@@ -149,11 +149,13 @@ def test_export_writes_the_spec_config_and_vocabularies(run):
 
 def test_greedy_equals_ours_token_for_token(run):
     source_ids = _source_ids(run, TEXTS)
-    max_length = _max_length(run, source_ids)
+    max_decoding_length = _max_decoding_length(run, source_ids)
     ours_ids, ours_scores = _ours(
-        greedy_decode(run["model"], source_ids, START_ID, END_ID, max_length=max_length)
+        greedy_decode(
+            run["model"], source_ids, START_ID, END_ID, max_decoding_length=max_decoding_length
+        )
     )
-    ct2_ids, ct2_scores = _translate_ct2(run, TEXTS, 1, 0.0, max_length)
+    ct2_ids, ct2_scores = _translate_ct2(run, TEXTS, 1, 0.0, max_decoding_length)
     assert ct2_ids == ours_ids
     assert len({len(row) for row in ours_ids}) > 2  # the batch really has different lengths
     # Summed log-probabilities, [PAD] left out of the softmax by both.
@@ -163,8 +165,8 @@ def test_greedy_equals_ours_token_for_token(run):
 def test_greedy_translations_equal_the_saved_model_functions(run):
     endpoints = Translator(run["model"], run["source"], run["target"])
     served = endpoints.greedy(tf.constant(TEXTS))
-    max_length = _max_length(run, _source_ids(run, TEXTS))
-    ct2_ids, ct2_scores = _translate_ct2(run, TEXTS, 1, 0.0, max_length)
+    max_decoding_length = _max_decoding_length(run, _source_ids(run, TEXTS))
+    ct2_ids, ct2_scores = _translate_ct2(run, TEXTS, 1, 0.0, max_decoding_length)
     padded = tf.ragged.constant(ct2_ids).to_tensor()
     assert list(run["target"].detokenize(padded).numpy()) == list(
         served[TRANSLATION_OUTPUT].numpy()
@@ -199,7 +201,7 @@ def test_the_readme_recipe_prints_the_greedy_translations(run):
 
 def test_beam_search_without_length_penalty_equals_ours(run):
     source_ids = _source_ids(run, TEXTS)
-    max_length = _max_length(run, source_ids)
+    max_decoding_length = _max_decoding_length(run, source_ids)
     ours_ids, ours_scores = _ours(
         beam_search_decode(
             run["model"],
@@ -208,10 +210,10 @@ def test_beam_search_without_length_penalty_equals_ours(run):
             END_ID,
             beam_width=BEAM_WIDTH,
             alpha=0.0,
-            max_length=max_length,
+            max_decoding_length=max_decoding_length,
         )
     )
-    ct2_ids, ct2_scores = _translate_ct2(run, TEXTS, BEAM_WIDTH, 0.0, max_length)
+    ct2_ids, ct2_scores = _translate_ct2(run, TEXTS, BEAM_WIDTH, 0.0, max_decoding_length)
     assert ct2_ids == ours_ids
     np.testing.assert_allclose(ct2_scores, ours_scores, atol=1e-3)
 
@@ -231,7 +233,7 @@ def test_beam_search_with_length_penalty_differs_only_in_the_normalization(run):
     [END] in both. Where the model is confident, both rank the same hypothesis first."""
     texts = _confident_texts(run)
     source_ids = _source_ids(run, texts)
-    max_length = _max_length(run, source_ids)
+    max_decoding_length = _max_decoding_length(run, source_ids)
     ours_ids, ours_scores = _ours(
         beam_search_decode(
             run["model"],
@@ -240,10 +242,10 @@ def test_beam_search_with_length_penalty_differs_only_in_the_normalization(run):
             END_ID,
             beam_width=BEAM_WIDTH,
             alpha=ALPHA,
-            max_length=max_length,
+            max_decoding_length=max_decoding_length,
         )
     )
-    ct2_ids, ct2_scores = _translate_ct2(run, texts, BEAM_WIDTH, ALPHA, max_length)
+    ct2_ids, ct2_scores = _translate_ct2(run, texts, BEAM_WIDTH, ALPHA, max_decoding_length)
     assert ct2_ids == ours_ids
     lengths = np.array([len(row) for row in ours_ids], np.float64)
     np.testing.assert_allclose(
@@ -251,7 +253,9 @@ def test_beam_search_with_length_penalty_differs_only_in_the_normalization(run):
     )
 
 
-def _n_best_ct2(run, texts, beam_size, length_penalty, max_length, num_hypotheses, **options):
+def _n_best_ct2(
+    run, texts, beam_size, length_penalty, max_decoding_length, num_hypotheses, **options
+):
     """CTranslate2's `num_hypotheses` best hypotheses per text: (per text a list of id lists,
     each ending with [END] if it ended; `(texts, num_hypotheses)` scores)."""
     vocab = run["target"].vocab
@@ -259,7 +263,7 @@ def _n_best_ct2(run, texts, beam_size, length_penalty, max_length, num_hypothese
         source_pieces(run["source"], texts),
         beam_size=beam_size,
         length_penalty=length_penalty,
-        max_decoding_length=max_length,
+        max_decoding_length=max_decoding_length,
         max_input_length=run["model"].pe_input,
         num_hypotheses=num_hypotheses,
         return_scores=True,
@@ -295,7 +299,7 @@ def test_n_best_without_length_penalty_equals_ctranslate2(run):
     tests/test_decoding.py.
     """
     source_ids = _source_ids(run, TEXTS)
-    max_length = _max_length(run, source_ids)
+    max_decoding_length = _max_decoding_length(run, source_ids)
     ours_ids, ours_scores = _n_best_ours(
         beam_search_decode(
             run["model"],
@@ -304,11 +308,13 @@ def test_n_best_without_length_penalty_equals_ctranslate2(run):
             END_ID,
             beam_width=BEAM_WIDTH,
             alpha=0.0,
-            max_length=max_length,
+            max_decoding_length=max_decoding_length,
             num_hypotheses=3,
         )
     )
-    ct2_ids, ct2_scores = _n_best_ct2(run, TEXTS, BEAM_WIDTH, 1e-6, max_length, 3, patience=4)
+    ct2_ids, ct2_scores = _n_best_ct2(
+        run, TEXTS, BEAM_WIDTH, 1e-6, max_decoding_length, 3, patience=4
+    )
     assert ct2_ids == ours_ids
     assert all(len(set(map(tuple, hypotheses))) == 3 for hypotheses in ours_ids)
     assert np.all(np.diff(ours_scores, axis=1) <= 0), "hypotheses not best first"
@@ -322,11 +328,11 @@ def test_token_log_probs_equal_ctranslate2s_score_batch(run):
     whole vocabulary, [PAD] in it: its mass is below 1e-3 here), and sums to `sequence_log_prob`
     and to the greedy decoder's own scores."""
     source_ids = _source_ids(run, TEXTS)
-    max_length = _max_length(run, source_ids)
-    greedy = greedy_decode(run["model"], source_ids, START_ID, END_ID, max_length=max_length)
-    third = beam_search_decode(
-        run["model"], source_ids, START_ID, END_ID, BEAM_WIDTH, 0.0, max_length, num_hypotheses=3
-    )["tokens"][:, 2]
+    max_decoding_length = _max_decoding_length(run, source_ids)
+    greedy = greedy_decode(
+        run["model"], source_ids, START_ID, END_ID, max_decoding_length=max_decoding_length
+    )
+    third = _third_best_hypotheses(run, source_ids, max_decoding_length)
     vocab = run["target"].vocab
     for tokens in (greedy["tokens"], third):
         ours = token_log_probs(run["model"], source_ids, tokens, START_ID).numpy()
@@ -356,17 +362,29 @@ def test_token_log_probs_equal_ctranslate2s_score_batch(run):
     )
 
 
+def _third_best_hypotheses(run, source_ids, max_decoding_length):
+    """`(texts, length)` int32: each text's 3rd best beam hypothesis (α = 0), padded with 0."""
+    return beam_search_decode(
+        run["model"],
+        source_ids,
+        START_ID,
+        END_ID,
+        BEAM_WIDTH,
+        0.0,
+        max_decoding_length,
+        num_hypotheses=3,
+    )["tokens"][:, 2]
+
+
 # Per text the length of its prefix: rows with none among rows with some, in one batch.
 PREFIX_LENGTHS = [2, 0, 3, 1, 4, 0, 3]
 
 
-def _prefixes(run, source_ids, max_length):
+def _prefixes(run, source_ids, max_decoding_length):
     """Per text a prefix of `PREFIX_LENGTHS` tokens of the next text's 3rd best beam hypothesis
     (so that decoding continues what it would not have chosen); the 3rd text's has [END] in
     the middle. Returns `(list of id lists, (texts, P) ids padded with 0)`."""
-    third = beam_search_decode(
-        run["model"], source_ids, START_ID, END_ID, BEAM_WIDTH, 0.0, max_length, num_hypotheses=3
-    )["tokens"][:, 2].numpy()
+    third = _third_best_hypotheses(run, source_ids, max_decoding_length).numpy()
     prefixes = [
         [int(token) for token in row if token != 0][:length]
         for row, length in zip(np.roll(third, -1, axis=0), PREFIX_LENGTHS)
@@ -385,9 +403,9 @@ def test_target_prefix_equals_ctranslate2(run, beam_size):
     it not ending it) and the same scores (of the tokens after the prefix); beam search without
     length penalty, where the two normalize alike."""
     source_ids = _source_ids(run, TEXTS)
-    max_length = _max_length(run, source_ids)
-    prefixes, padded = _prefixes(run, source_ids, max_length)
-    options = {"max_length": max_length, "prefix": tf.constant(padded)}
+    max_decoding_length = _max_decoding_length(run, source_ids)
+    prefixes, padded = _prefixes(run, source_ids, max_decoding_length)
+    options = {"max_decoding_length": max_decoding_length, "prefix": tf.constant(padded)}
     if beam_size == 1:
         decoded = greedy_decode(run["model"], source_ids, START_ID, END_ID, **options)
     else:
@@ -401,14 +419,16 @@ def test_target_prefix_equals_ctranslate2(run, beam_size):
         TEXTS,
         beam_size,
         0.0,
-        max_length,
+        max_decoding_length,
         target_prefix=[[vocab[token] for token in prefix] for prefix in prefixes],
     )
     assert ct2_ids == ours_ids
     for prefix, output in zip(prefixes, ours_ids):
         assert output[: len(prefix)] == prefix
     assert sum(output[-1] == END_ID for output in ours_ids) >= 5
-    unprefixed = _ours(greedy_decode(run["model"], source_ids, START_ID, END_ID, max_length))[0]
+    unprefixed = _ours(
+        greedy_decode(run["model"], source_ids, START_ID, END_ID, max_decoding_length)
+    )[0]
     assert sum(ours != free for ours, free in zip(ours_ids, unprefixed)) >= 4
     np.testing.assert_allclose(ct2_scores, ours_scores, atol=1e-3)
 
@@ -424,9 +444,11 @@ def test_return_alternatives_equals_ctranslate2(run, beam_size):
     per text the same alternatives, each continued as CTranslate2 continues it (greedy, or
     beam 4 without length penalty), with the same scores, in CTranslate2's order."""
     source_ids = _source_ids(run, TEXTS)
-    max_length = _max_length(run, source_ids)
-    prefixes, padded = _prefixes(run, source_ids, max_length)
-    greedy = _ours(greedy_decode(run["model"], source_ids, START_ID, END_ID, max_length))[0]
+    max_decoding_length = _max_decoding_length(run, source_ids)
+    prefixes, padded = _prefixes(run, source_ids, max_decoding_length)
+    greedy = _ours(greedy_decode(run["model"], source_ids, START_ID, END_ID, max_decoding_length))[
+        0
+    ]
     prefixes[-1] = greedy[-1][:-1]
     padded[-1] = 0
     padded = np.pad(padded, [(0, 0), (0, max(0, len(prefixes[-1]) - padded.shape[1]))])
@@ -440,7 +462,7 @@ def test_return_alternatives_equals_ctranslate2(run, beam_size):
         ALTERNATIVES,
         min_alternative_expansion_prob=0.02,
         beam_width=beam_size,
-        max_length=max_length,
+        max_decoding_length=max_decoding_length,
     )
     ours_ids, ours_scores = _n_best_ours(ours)
     counts = ours["count"].numpy()
@@ -453,7 +475,7 @@ def test_return_alternatives_equals_ctranslate2(run, beam_size):
         num_hypotheses=ALTERNATIVES,
         beam_size=beam_size,
         length_penalty=0.0,
-        max_decoding_length=max_length,
+        max_decoding_length=max_decoding_length,
         max_input_length=run["model"].pe_input,
         return_scores=True,
         return_end_token=True,
@@ -478,8 +500,8 @@ REPETITION_CONTROLS = {
 @pytest.mark.parametrize(
     "beam_size, controls",
     [(1, name) for name in REPETITION_CONTROLS]
-    # A penalty below 1 rewards repeats: beams loop to max_length, where the two beam searches
-    # differ by design (see below).
+    # A penalty below 1 rewards repeats: beams loop to max_decoding_length, where the two beam
+    # searches differ by design (see below).
     + [(BEAM_WIDTH, name) for name in REPETITION_CONTROLS if name != "penalty-0.5"],
 )
 def test_repetition_controls_equal_ctranslate2(run, controls, beam_size):
@@ -487,22 +509,33 @@ def test_repetition_controls_equal_ctranslate2(run, controls, beam_size):
     tokens and scores (beam search without length penalty, where the two normalize alike), on
     settings strong enough to change outputs."""
     source_ids = _source_ids(run, TEXTS)
-    max_length = _max_length(run, source_ids)
+    max_decoding_length = _max_decoding_length(run, source_ids)
 
     def decode(**options):
         if beam_size == 1:
-            return greedy_decode(run["model"], source_ids, START_ID, END_ID, max_length, **options)
+            return greedy_decode(
+                run["model"], source_ids, START_ID, END_ID, max_decoding_length, **options
+            )
         return beam_search_decode(
-            run["model"], source_ids, START_ID, END_ID, beam_size, 0.0, max_length, **options
+            run["model"],
+            source_ids,
+            START_ID,
+            END_ID,
+            beam_size,
+            0.0,
+            max_decoding_length,
+            **options,
         )
 
     controls = REPETITION_CONTROLS[controls]
     ours_ids, ours_scores = _ours(decode(**controls))
     assert ours_ids != _ours(decode())[0], "the controls change no output: the test tests little"
-    ct2_ids, ct2_scores = _translate_ct2(run, TEXTS, beam_size, 0.0, max_length, **controls)
-    # The two beam searches end differently at max_length (CTranslate2 closes every beam at its
-    # last step and ranks them with the finished ones; ours prefers a finished hypothesis):
-    # compared where both ended with [END].
+    ct2_ids, ct2_scores = _translate_ct2(
+        run, TEXTS, beam_size, 0.0, max_decoding_length, **controls
+    )
+    # The two beam searches end differently at max_decoding_length (CTranslate2 closes every beam
+    # at its last step and ranks them with the finished ones; ours prefers a finished
+    # hypothesis): compared where both ended with [END].
     ended = [
         row
         for row, (ours, theirs) in enumerate(zip(ours_ids, ct2_ids))
@@ -527,7 +560,7 @@ def test_int8_export_translates_like_float32(run, tmp_path):
     texts = _confident_texts(run)
     options = dict(
         beam_size=1,
-        max_decoding_length=_max_length(run, _source_ids(run, texts)),
+        max_decoding_length=_max_decoding_length(run, _source_ids(run, texts)),
         **decoding_options(run["target"].vocab),
     )
     int8 = translator.translate_batch(source_pieces(run["source"], texts), **options)

@@ -53,7 +53,7 @@ from serving.export_ctranslate2 import decoding_options, source_pieces, target_i
 from tests.export_fixtures import PAIRS
 from tests.test_export_ctranslate2 import (
     TEXTS,
-    _max_length,
+    _max_decoding_length,
     _n_best_ct2,
     _source_ids,
     _translate_ct2,
@@ -174,7 +174,7 @@ def test_n_best_signature_equals_beam_search_decode(run):
         END_ID,
         beam_width=BEAM_WIDTH,
         alpha=0.0,
-        max_length=_max_length(run, source_ids),
+        max_decoding_length=_max_decoding_length(run, source_ids),
         num_hypotheses=NUM_HYPOTHESES,
     )
     assert served[TRANSLATIONS_OUTPUT].shape == (len(TEXTS), NUM_HYPOTHESES)
@@ -192,9 +192,9 @@ def test_n_best_signature_equals_ctranslate2s_num_hypotheses(run):
     """The same hypotheses in the same order with the same scores as CTranslate2's
     `num_hypotheses` (searching as ours: see tests/test_export_ctranslate2.py)."""
     served = _signature(run, N_BEST_SIGNATURE, text=TEXTS)
-    max_length = _max_length(run, _source_ids(run, TEXTS))
+    max_decoding_length = _max_decoding_length(run, _source_ids(run, TEXTS))
     ct2_ids, ct2_scores = _n_best_ct2(
-        run, TEXTS, BEAM_WIDTH, 1e-6, max_length, NUM_HYPOTHESES, patience=4
+        run, TEXTS, BEAM_WIDTH, 1e-6, max_decoding_length, NUM_HYPOTHESES, patience=4
     )
     for row, hypotheses in enumerate(ct2_ids):
         assert _decoded(served[TRANSLATIONS_OUTPUT][row]) == _detokenize_rows(run, hypotheses)
@@ -374,7 +374,7 @@ def test_sample_signature_equals_sampling_decode_for_the_same_seeds(run):
         START_ID,
         END_ID,
         tf.constant(SEEDS, tf.int32),
-        max_length=_max_length(run, source_ids),
+        max_decoding_length=_max_decoding_length(run, source_ids),
         **SAMPLING,
     )
     expected = _detokenize_rows(run, [[t for t in row if t] for row in decoded["tokens"].numpy()])
@@ -450,7 +450,7 @@ def test_prefix_signature_equals_ctranslate2s_target_prefix(run):
         TEXTS,
         BEAM_WIDTH,
         0.0,
-        _max_length(run, _source_ids(run, TEXTS)),
+        _max_decoding_length(run, _source_ids(run, TEXTS)),
         target_prefix=pieces,
     )
     translations = _decoded(served[TRANSLATION_OUTPUT])
@@ -474,7 +474,7 @@ def test_alternatives_signature_equals_ctranslate2s_return_alternatives(run):
         num_hypotheses=NUM_ALTERNATIVES,
         beam_size=BEAM_WIDTH,
         length_penalty=0.0,
-        max_decoding_length=_max_length(run, _source_ids(run, TEXTS)),
+        max_decoding_length=_max_decoding_length(run, _source_ids(run, TEXTS)),
         max_input_length=run["model"].pe_input,
         return_scores=True,
         return_end_token=True,

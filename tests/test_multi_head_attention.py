@@ -68,7 +68,7 @@ def test_cache_writes_keys_and_values_step_by_step(compiled):
         jit_compile=compiled,
     )
 
-    cache = mha.empty_cache(batch_size=2, max_length=6)
+    cache = mha.empty_cache(batch_size=2, cache_slots=6)
     step_outputs = []
     for t in range(5):
         output, cache = step(x[:, t : t + 1], cache, tf.constant(t))

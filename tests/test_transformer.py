@@ -117,7 +117,7 @@ def test_cached_decoding_equals_full_forward(batch):
     inp, tar = batch
     model = small_transformer()
     expected = model((inp, tar), training=False)
-    cache = model.init_cache(*model.encode(inp), max_length=tar.shape[1] + 2)
+    cache = model.init_cache(*model.encode(inp), cache_slots=tar.shape[1] + 2)
     step_logits = []
     for t in range(tar.shape[1]):
         logits, _, cache = model.decode(tar[:, t : t + 1], cache, t)
@@ -132,7 +132,7 @@ def test_decode_contract_prefix_alignment_and_reorder(batch):
     inp, tar = batch
     model = small_transformer()
     expected, weights = model((inp, tar), training=False, return_attention_weights=True)
-    cache = model.init_cache(*model.encode(inp), max_length=tar.shape[1])
+    cache = model.init_cache(*model.encode(inp), cache_slots=tar.shape[1])
     output = model.decode(tar, cache, 0)
     np.testing.assert_allclose(output.logits, expected, atol=1e-5)
     np.testing.assert_allclose(
@@ -142,7 +142,7 @@ def test_decode_contract_prefix_alignment_and_reorder(batch):
     # Three hypotheses of one source (as in beam search); rows 0 and 2 swap target prefixes:
     # the next step equals decoding the swapped prefixes.
     source = np.repeat(inp[:1], 3, axis=0)
-    cache = model.init_cache(*model.encode(source), max_length=tar.shape[1])
+    cache = model.init_cache(*model.encode(source), cache_slots=tar.shape[1])
     reordered = model.reorder_cache(
         model.decode(tar[:, :4], cache, 0).cache, tf.constant([2, 1, 0])
     )

@@ -38,7 +38,7 @@ from model.decoding.common import (
     NEG_INF,
     length_penalty,
     mask_after_end,
-    max_output_length,
+    max_decoding_length_for,
     output_log_probs,
 )
 from model.decoding.greedy import greedy_decode, greedy_search, naive_greedy_decode
@@ -64,7 +64,7 @@ __all__ = [
     "keep_top_p",
     "length_penalty",
     "mask_after_end",
-    "max_output_length",
+    "max_decoding_length_for",
     "naive_greedy_decode",
     "output_log_probs",
     "penalize_repetitions",

@@ -4,17 +4,17 @@ sentence's prefix, each continued by its own search, for interactive translation
 come next here?").
 
 Per sentence:
-- Its prefix is cut to `max_length` tokens; the token after it is scored with [END] left out of
-  the softmax (CTranslate2 expands with a minimum length of 1), and its `num_alternatives`
-  most probable tokens are the alternatives, best first; those of probability below
-  `min_alternative_expansion_prob` are dropped.
+- Its prefix is cut to `max_decoding_length` tokens; the token after it is scored with [END]
+  left out of the softmax (CTranslate2 expands with a minimum length of 1), and its
+  `num_alternatives` most probable tokens are the alternatives, best first; those of probability
+  below `min_alternative_expansion_prob` are dropped.
 - Each alternative is continued by greedy search (`beam_width` 1) or beam search, with the
   prefix and the alternative as the decoder's context (`TargetPrefix.as_context`): the
   repetition rules read only the continuation, and the length bounds count the whole output.
 - An alternative's score is its token's log-probability plus its continuation's score; the
-  alternatives keep their order (they are not sorted again). A prefix of `max_length` tokens
-  or more has no room for an alternative: each of the `num_alternatives` is the prefix itself,
-  scored 0.
+  alternatives keep their order (they are not sorted again). A prefix of `max_decoding_length`
+  tokens or more has no room for an alternative: each of the `num_alternatives` is the prefix
+  itself, scored 0.
 
 With a length penalty, beam search's continuation is normalized by the length of the whole
 output (GNMT's penalty, `model.decoding.beam`), CTranslate2's by the continuation's.
@@ -23,7 +23,7 @@ output (GNMT's penalty, `model.decoding.beam`), CTranslate2's by the continuatio
 import tensorflow as tf
 
 from model.decoding.beam import beam_search_decode
-from model.decoding.common import NEG_INF, max_output_length, output_log_probs
+from model.decoding.common import NEG_INF, max_decoding_length_for, output_log_probs
 from model.decoding.greedy import greedy_decode
 from model.decoding.prefix import TargetPrefix
 from model.decoding.scoring import teacher_forced_logits
@@ -55,7 +55,7 @@ def alternatives_decode(
     min_alternative_expansion_prob=0.0,
     beam_width=1,
     alpha=0.0,
-    max_length=None,
+    max_decoding_length=None,
     min_length=0,
     repetition_penalty=1.0,
     no_repeat_ngram_size=0,
@@ -63,7 +63,7 @@ def alternatives_decode(
     """CTranslate2's `return_alternatives` over a `Transformer` (the module docstring).
 
     Args:
-        model, inp, start_id, end_id, max_length, min_length, repetition_penalty,
+        model, inp, start_id, end_id, max_decoding_length, min_length, repetition_penalty,
             no_repeat_ngram_size: as in `greedy_decode`.
         prefix: `(batch, P)` int32, each sentence's prefix then padding (a row of padding: none).
         num_alternatives: Python int ≥ 1, alternatives per sentence (CTranslate2's
@@ -84,14 +84,14 @@ def alternatives_decode(
             "min_alternative_expansion_prob must be in [0, 1], "
             f"got {min_alternative_expansion_prob!r}."
         )
-    if max_length is None:
-        max_length = max_output_length(inp, limit=model.pe_target - 1)
-    prefix = tf.cast(prefix, tf.int32)[:, :max_length]
+    if max_decoding_length is None:
+        max_decoding_length = max_decoding_length_for(inp, limit=model.pe_target - 1)
+    prefix = tf.cast(prefix, tf.int32)[:, :max_decoding_length]
     lengths = tf.reduce_sum(tf.cast(tf.not_equal(prefix, PAD_ID), tf.int32), axis=1)
     first_ids, first_log_probs = first_alternatives(
         model, inp, prefix, start_id, end_id, num_alternatives
     )
-    no_room = (lengths >= max_length)[:, tf.newaxis]
+    no_room = (lengths >= max_decoding_length)[:, tf.newaxis]
     kept = no_room | (tf.exp(first_log_probs) >= min_alternative_expansion_prob)
     first_log_probs = tf.where(no_room, 0.0, first_log_probs)
 
@@ -103,7 +103,7 @@ def alternatives_decode(
     )
     rows = tf.cast(tf.where(tf.reshape(kept, [-1]))[:, 0], tf.int32)
     options = {
-        "max_length": max_length,
+        "max_decoding_length": max_decoding_length,
         "min_length": min_length,
         "repetition_penalty": repetition_penalty,
         "no_repeat_ngram_size": no_repeat_ngram_size,

@@ -14,7 +14,7 @@ from model.decoding.common import (
     NEG_INF,
     empty_outputs,
     length_penalty,
-    max_output_length,
+    max_decoding_length_for,
     take_rows,
     trim,
     unknown_shapes,
@@ -59,7 +59,7 @@ def beam_search(
     start_ids,
     end_id,
     state,
-    max_length,
+    max_decoding_length,
     alignment_width,
     beam_width=4,
     alpha=0.6,
@@ -80,7 +80,7 @@ def beam_search(
     merges the ended ones into the finished set, scored by log P(y | x) / length_penalty(|y|).
     A sentence's search is over once no alive hypothesis can still beat its worst finished one
     (`_search_is_over`); its best hypothesis is then stored and its beams leave the loop, which
-    runs until the last sentence's search is over, or `max_length`. With `fixed_shape` (for
+    runs until the last sentence's search is over, or `max_decoding_length`. With `fixed_shape` (for
     XLA) nothing leaves the loop: a sentence whose search is over is stored and steps on,
     ignored, and the hypotheses are written into buffers of `slots` positions instead of
     growing by one a step; the hypotheses and scores found are the same.
@@ -90,7 +90,7 @@ def beam_search(
         start_ids: `(batch,)` int32, the first token fed to `step_fn`.
         end_id: the [END] id.
         state: `step_fn`'s state for the batch (one row per sentence; repeated here per beam).
-        max_length: int32 scalar, tokens output at most.
+        max_decoding_length: int32 scalar, tokens output at most.
         alignment_width: the second dimension of `step_fn`'s alignment.
         beam_width: hypotheses kept per sentence (1 = greedy when alpha = 0).
         alpha: length-penalty exponent (0.6 in GNMT and the paper).
@@ -108,7 +108,7 @@ def beam_search(
             their searches end.
         compiled: whether XLA compiles the search (it needs `fixed_shape`): the hypotheses'
             buffers are then written with XLA's op (`model.buffers.write_slot`).
-        slots: positions of the output buffers, ≥ max_length (default max_length).
+        slots: positions of the output buffers, ≥ max_decoding_length (default max_decoding_length).
 
     Returns:
         dict: `tokens` `(batch, slots)` of each sentence's best hypothesis, `scores`
@@ -119,7 +119,7 @@ def beam_search(
     """
     if compiled and not fixed_shape:
         raise ValueError("a compiled beam search needs fixed_shape=True: XLA's shapes are fixed.")
-    slots = max_length if slots is None else slots
+    slots = max_decoding_length if slots is None else slots
     validate_repetition_controls(repetition_penalty, no_repeat_ngram_size)
     hypotheses = _validate_num_hypotheses(num_hypotheses, beam_width)
     search = _Search(
@@ -137,7 +137,7 @@ def beam_search(
         start_ids, state, beam_width, alignment_width, slots if fixed_shape else 0
     )
     loop = _beam_search_fixed_shape if fixed_shape else _beam_search_dropping_finished
-    outputs, steps = loop(search, beams, outputs, max_length)
+    outputs, steps = loop(search, beams, outputs, max_decoding_length)
     if num_hypotheses is None:
         outputs = tf.nest.map_structure(lambda tensor: tensor[:, 0], outputs)
     return {**outputs, "length": steps}
@@ -192,21 +192,21 @@ class _Search(NamedTuple):
         )
 
 
-def _beam_search_dropping_finished(search, beams, outputs, max_length):
+def _beam_search_dropping_finished(search, beams, outputs, max_decoding_length):
     """The loop in which a sentence leaves once its search is over (its beams gathered out on
     the steps where some search ends), so a batch's short sentences do not pay the steps of its
     longest. Outside XLA only: the loop's batch dimension changes. Returns `(outputs, steps)`."""
 
     def body(step, beams, outputs):
         beams = search.advance(beams, step)
-        over = _search_is_over(beams, max_length, search.alpha)
+        over = _search_is_over(beams, max_decoding_length, search.alpha)
 
         def store_and_drop_finished_searches():
             best = _best_hypotheses(beams, search.alpha, search.hypotheses, step + 1)
             done = take_rows(best, tf.where(over)[:, 0])
             return (
                 _keep_searches(beams, tf.where(tf.logical_not(over))[:, 0], search.beam_width),
-                _store(outputs, done, max_length),
+                _store(outputs, done, max_decoding_length),
             )
 
         return (step + 1,) + tf.cond(
@@ -222,14 +222,14 @@ def _beam_search_dropping_finished(search, beams, outputs, max_length):
         body,
         loop_vars,
         shape_invariants=unknown_shapes(loop_vars),
-        maximum_iterations=max_length,
+        maximum_iterations=max_decoding_length,
     )
-    # Sentences still searching when max_length cut the loop short.
+    # Sentences still searching when max_decoding_length cut the loop short.
     best = _best_hypotheses(beams, search.alpha, search.hypotheses, steps)
-    return _store(outputs, best, max_length), steps
+    return _store(outputs, best, max_decoding_length), steps
 
 
-def _beam_search_fixed_shape(search, beams, outputs, max_length):
+def _beam_search_fixed_shape(search, beams, outputs, max_decoding_length):
     """The loop whose shapes never change (XLA compiles one program): every sentence steps
     until the last search is over. A sentence whose search is over has its best hypotheses
     stored then, as `_beam_search_dropping_finished` stores them, and steps on ignored.
@@ -247,7 +247,7 @@ def _beam_search_fixed_shape(search, beams, outputs, max_length):
 
     def body(step, beams, searching, outputs):
         beams = search.advance(beams, step)
-        over = searching & _search_is_over(beams, max_length, search.alpha)
+        over = searching & _search_is_over(beams, max_decoding_length, search.alpha)
         return step + 1, beams, searching & ~over, store(outputs, beams, step + 1, over)
 
     def cond(step, beams, searching, outputs):
@@ -255,9 +255,12 @@ def _beam_search_fixed_shape(search, beams, outputs, max_length):
 
     searching = tf.ones(tf.shape(beams.rows), tf.bool)
     steps, beams, searching, outputs = tf.while_loop(
-        cond, body, (tf.constant(0), beams, searching, outputs), maximum_iterations=max_length
+        cond,
+        body,
+        (tf.constant(0), beams, searching, outputs),
+        maximum_iterations=max_decoding_length,
     )
-    # Sentences still searching when max_length cut the loop short.
+    # Sentences still searching when max_decoding_length cut the loop short.
     return store(outputs, beams, steps, searching), steps
 
 
@@ -407,13 +410,13 @@ def _is_at(seq, position):
     return tf.equal(tf.range(tf.shape(seq)[-1]), position)
 
 
-def _search_is_over(beams, max_length, alpha):
+def _search_is_over(beams, max_decoding_length, alpha):
     """`(sentences,)` bool: no alive hypothesis can still beat the worst finished one.
 
     Log-probabilities only fall as a hypothesis grows, so an alive one's best reachable score
-    is its log-probability / length_penalty(max_length).
+    is its log-probability / length_penalty(max_decoding_length).
     """
-    best_alive = beams.alive_log_probs[:, 0] / length_penalty(max_length, alpha)
+    best_alive = beams.alive_log_probs[:, 0] / length_penalty(max_decoding_length, alpha)
     return best_alive <= tf.reduce_min(beams.finished_scores, axis=1)
 
 
@@ -430,7 +433,7 @@ def _keep_searches(beams, keep, beam_width):
 
 def _best_hypotheses(beams, alpha, count, alive_length):
     """Each searching sentence's `count` best hypotheses, best first: its finished ones, then,
-    where fewer than `count` have finished (max_length reached), its best alive ones (scored
+    where fewer than `count` have finished (max_decoding_length reached), its best alive ones (scored
     log P / length_penalty(`alive_length`), the steps taken): dict of `rows` `(n,)`, `tokens`
     `(n, count, t)`, `scores` `(n, count)`, `alignment` `(n, count, t, alignment_width)`."""
     beam_width = tf.shape(beams.finished_scores)[1]
@@ -453,10 +456,10 @@ def _best_hypotheses(beams, alpha, count, alive_length):
     }
 
 
-def _store(outputs, best, max_length):
+def _store(outputs, best, max_decoding_length):
     """`outputs` with the hypotheses `best` (from `_best_hypotheses`) written at their rows."""
     rows = best["rows"][:, tf.newaxis]
-    room = max_length - tf.shape(best["tokens"])[2]
+    room = max_decoding_length - tf.shape(best["tokens"])[2]
     return {
         "tokens": tf.tensor_scatter_nd_update(
             outputs["tokens"], rows, tf.pad(best["tokens"], [[0, 0], [0, 0], [0, room]])
@@ -491,7 +494,7 @@ def beam_search_decode(
     end_id,
     beam_width=4,
     alpha=0.6,
-    max_length=None,
+    max_decoding_length=None,
     min_length=0,
     with_alignment=True,
     repetition_penalty=1.0,
@@ -508,7 +511,7 @@ def beam_search_decode(
         start_id, end_id: the [START] and [END] ids.
         beam_width: hypotheses kept per sentence (1 = greedy when alpha = 0).
         alpha: length-penalty exponent (0.6 in GNMT and the paper).
-        max_length, min_length: as in `greedy_decode`.
+        max_decoding_length, min_length: as in `greedy_decode`.
         with_alignment: False skips the alignments (every beam's would be gathered and
             concatenated at each step, for nothing when only the translation is wanted).
         repetition_penalty, no_repeat_ngram_size, num_hypotheses, prefix: as in `beam_search`.
@@ -534,11 +537,18 @@ def beam_search_decode(
             repetition_penalty=repetition_penalty,
             no_repeat_ngram_size=no_repeat_ngram_size,
             num_hypotheses=num_hypotheses,
-        )(inp, start_id, end_id, alpha=alpha, max_length=max_length, min_length=min_length)
-    if max_length is None:
-        max_length = max_output_length(inp, limit=model.pe_target - 1)
+        )(
+            inp,
+            start_id,
+            end_id,
+            alpha=alpha,
+            max_decoding_length=max_decoding_length,
+            min_length=min_length,
+        )
+    if max_decoding_length is None:
+        max_decoding_length = max_decoding_length_for(inp, limit=model.pe_target - 1)
 
-    def search(inp, max_length, slots):
+    def search(inp, max_decoding_length, slots):
         cache = model.init_cache(*model.encode(inp, training=False), slots)
         start_ids = tf.fill([tf.shape(inp)[0]], tf.cast(start_id, tf.int32))
         return beam_search(
@@ -546,7 +556,7 @@ def beam_search_decode(
             start_ids,
             end_id,
             cache,
-            max_length,
+            max_decoding_length,
             alignment_width=tf.shape(inp)[1] if with_alignment else 0,
             beam_width=beam_width,
             alpha=alpha,
@@ -561,4 +571,4 @@ def beam_search_decode(
             slots=slots,
         )
 
-    return trim(run_loop(search, inp, max_length, jit_compile, model.pe_input))
+    return trim(run_loop(search, inp, max_decoding_length, jit_compile, model.pe_input))

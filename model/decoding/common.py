@@ -11,8 +11,9 @@ from model.masks import PAD_ID
 NEG_INF = -1e9
 
 
-def max_output_length(inp, max_length_ratio=1.5, max_length_offset=10, limit=None):
-    """Output-length bound relative to the longest source in the batch: ratio · len + offset.
+def max_decoding_length_for(inp, max_length_ratio=1.5, max_length_offset=10, limit=None):
+    """The decoders' `max_decoding_length` (output tokens at most) for the batch `inp`, relative
+    to its longest source: ceil(ratio · len) + offset, at least 1.
 
     Args:
         inp: `(batch, inp_len)` source ids.

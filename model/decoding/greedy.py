@@ -14,7 +14,7 @@ from model.buffers import write_slot
 from model.decoding.common import (
     empty_outputs,
     mask_after_end,
-    max_output_length,
+    max_decoding_length_for,
     take_rows,
     trim,
     unknown_shapes,
@@ -31,7 +31,7 @@ def greedy_search(
     start_ids,
     end_id,
     state,
-    max_length,
+    max_decoding_length,
     alignment_width,
     min_length=0,
     fixed_shape=False,
@@ -49,14 +49,15 @@ def greedy_search(
         start_ids: `(batch,)` int32, the first token fed to `step_fn`.
         end_id: the [END] id.
         state: `step_fn`'s state for the batch.
-        max_length: int32 scalar, tokens output at most.
+        max_decoding_length: int32 scalar, tokens output at most.
         alignment_width: the second dimension of `step_fn`'s alignment.
         min_length: `end_id` is forbidden before this many tokens.
         fixed_shape: every row steps until the last one ends (`_greedy_fixed_shape`, for XLA),
             instead of rows leaving the loop as they end (`_greedy_dropping_finished`).
         compiled: whether XLA compiles the search (it needs `fixed_shape`): the output buffers
             are then written with XLA's op (`model.buffers.write_slot`).
-        slots: positions of the output buffers, ≥ max_length (default max_length).
+        slots: positions of the output buffers, ≥ max_decoding_length (default:
+            max_decoding_length).
         repetition_penalty, no_repeat_ngram_size: CTranslate2's repetition controls
             (`model.decoding.penalties`); 1 and 0 disable them.
         next_token: how a row picks its token, `next_token(log_probs, rows, step)` -> `(rows,)`
@@ -73,14 +74,18 @@ def greedy_search(
     """
     if compiled and not fixed_shape:
         raise ValueError("a compiled greedy search needs fixed_shape=True: XLA's shapes are fixed.")
-    slots = max_length if slots is None else slots
+    slots = max_decoding_length if slots is None else slots
     validate_repetition_controls(repetition_penalty, no_repeat_ngram_size)
     rules = NextTokenRules(end_id, min_length, repetition_penalty, no_repeat_ngram_size)
     choice = _Choice(rules, next_token or _most_probable, forced_tokens(prefix))
     outputs = empty_outputs(tf.shape(start_ids)[0], slots, alignment_width)
     if fixed_shape:
-        return _greedy_fixed_shape(step_fn, start_ids, choice, state, max_length, outputs, compiled)
-    return _greedy_dropping_finished(step_fn, start_ids, choice, state, max_length, outputs)
+        return _greedy_fixed_shape(
+            step_fn, start_ids, choice, state, max_decoding_length, outputs, compiled
+        )
+    return _greedy_dropping_finished(
+        step_fn, start_ids, choice, state, max_decoding_length, outputs
+    )
 
 
 def _most_probable(log_probs, rows, step):
@@ -115,7 +120,7 @@ def _greedy_step(step_fn, ids, step, state, choice, rows, generated):
     return next_ids, log_probs, tf.equal(next_ids, rules.end_id), alignment, state
 
 
-def _greedy_fixed_shape(step_fn, start_ids, choice, state, max_length, outputs, compiled):
+def _greedy_fixed_shape(step_fn, start_ids, choice, state, max_decoding_length, outputs, compiled):
     """Greedy loop whose shapes never change (XLA compiles one program): every row steps until
     the last one ends, and rows that have ended write padding. `compiled`: as `greedy_search`."""
 
@@ -143,12 +148,12 @@ def _greedy_fixed_shape(step_fn, start_ids, choice, state, max_length, outputs, 
         cond,
         body,
         (tf.constant(0), start_ids, tf.zeros(tf.shape(start_ids), tf.bool), state, outputs),
-        maximum_iterations=max_length,
+        maximum_iterations=max_decoding_length,
     )
     return {**outputs, "length": steps}
 
 
-def _greedy_dropping_finished(step_fn, start_ids, choice, state, max_length, outputs):
+def _greedy_dropping_finished(step_fn, start_ids, choice, state, max_decoding_length, outputs):
     """Greedy loop in which a row leaves once it has produced [END] (`_drop_finished_rows`), so
     a batch's short sentences do not pay the steps of its longest. Outside XLA only: the
     loop's batch dimension changes."""
@@ -182,7 +187,7 @@ def _greedy_dropping_finished(step_fn, start_ids, choice, state, max_length, out
         cond,
         body,
         loop_vars,
-        maximum_iterations=max_length,
+        maximum_iterations=max_decoding_length,
         shape_invariants=unknown_shapes(loop_vars),
     )
     return {**outputs, "length": steps}
@@ -207,7 +212,7 @@ def greedy_decode(
     inp,
     start_id,
     end_id,
-    max_length=None,
+    max_decoding_length=None,
     min_length=0,
     jit_compile=False,
     repetition_penalty=1.0,
@@ -225,9 +230,10 @@ def greedy_decode(
         model: a `Transformer`.
         inp: `(batch, inp_len)` source ids.
         start_id, end_id: the [START] and [END] ids.
-        max_length: output-token bound (int32 scalar); default `max_output_length(inp)` capped
-            by the model's positional encodings.
-        min_length: [END] is forbidden before this many tokens (use = max_length to force a length).
+        max_decoding_length: output-token bound (int32 scalar); default
+            `max_decoding_length_for(inp)` capped by the model's positional encodings.
+        min_length: [END] is forbidden before this many tokens (= max_decoding_length forces a
+            length).
         jit_compile: compile the encoder and the whole decoding loop with XLA (see
             `run_loop`). TF Serving runs a graph holding it only with
             `--xla_cpu_compilation_enabled` (`serving.export --jit_compile`). Called eagerly, it
@@ -255,11 +261,11 @@ def greedy_decode(
             raise ValueError("next_token needs a traced caller under jit_compile (tf.function).")
         return eager_xla_decoder(
             greedy_decode, model, with_alignment=with_alignment, **repetition_controls
-        )(inp, start_id, end_id, max_length, min_length)
-    if max_length is None:
-        max_length = max_output_length(inp, limit=model.pe_target - 1)
+        )(inp, start_id, end_id, max_decoding_length, min_length)
+    if max_decoding_length is None:
+        max_decoding_length = max_decoding_length_for(inp, limit=model.pe_target - 1)
 
-    def search(inp, max_length, slots):
+    def search(inp, max_decoding_length, slots):
         cache = model.init_cache(*model.encode(inp, training=False), slots)
         start_ids = tf.fill([tf.shape(inp)[0]], tf.cast(start_id, tf.int32))
         return greedy_search(
@@ -267,7 +273,7 @@ def greedy_decode(
             start_ids,
             end_id,
             cache,
-            max_length,
+            max_decoding_length,
             alignment_width=tf.shape(inp)[1] if with_alignment else 0,
             min_length=min_length,
             fixed_shape=jit_compile,
@@ -278,10 +284,10 @@ def greedy_decode(
             **repetition_controls,
         )
 
-    return trim(run_loop(search, inp, max_length, jit_compile, model.pe_input))
+    return trim(run_loop(search, inp, max_decoding_length, jit_compile, model.pe_input))
 
 
-def naive_greedy_decode(model, inp, start_id, end_id, max_length=None, min_length=0):
+def naive_greedy_decode(model, inp, start_id, end_id, max_decoding_length=None, min_length=0):
     """Greedy decoding that re-runs the decoder on the whole prefix every step.
 
     The classic tutorial's `Translator` loop, batched: O(n²) decoder work for n tokens (each
@@ -292,9 +298,9 @@ def naive_greedy_decode(model, inp, start_id, end_id, max_length=None, min_lengt
         dict with `tokens` and `scores` as `greedy_decode`.
     """
     batch_size = tf.shape(inp)[0]
-    if max_length is None:
-        max_length = max_output_length(inp, limit=model.pe_target - 1)
-    empty_cache = model.init_cache(*model.encode(inp, training=False), max_length)
+    if max_decoding_length is None:
+        max_decoding_length = max_decoding_length_for(inp, limit=model.pe_target - 1)
+    empty_cache = model.init_cache(*model.encode(inp, training=False), max_decoding_length)
 
     def body(step, prefix, scores, finished):
         logits = model.decode(prefix, empty_cache, 0).logits[:, -1]
@@ -325,6 +331,6 @@ def naive_greedy_decode(model, inp, start_id, end_id, max_length=None, min_lengt
             tf.TensorShape([None]),
             tf.TensorShape([None]),
         ),
-        maximum_iterations=max_length,
+        maximum_iterations=max_decoding_length,
     )
     return {"tokens": mask_after_end(prefix[:, 1:], end_id), "scores": scores}

@@ -2,7 +2,7 @@
 (interactive translation, autocompletion, a forced term), with CTranslate2's `target_prefix`
 semantics (`src/decoding.cc`, `update_sample_with_prefix`):
 
-- The returned output holds the prefix, and the length bounds count it: `max_length` and
+- The returned output holds the prefix, and the length bounds count it: `max_decoding_length` and
   `min_length` bound the whole output (CTranslate2's default `return_prefix`).
 - A forced token is not scored: the score covers the tokens after the prefix only.
 - A forced [END] does not end the output; decoding goes on after the prefix.

@@ -11,27 +11,30 @@ from model.masks import PAD_ID
 SLOT_GRANULARITY = 16
 
 
-def run_loop(search, inp, max_length, jit_compile, max_source_length):
-    """Runs `search(inp, max_length, slots)`, whose buffers hold `slots` output positions.
+def run_loop(search, inp, max_decoding_length, jit_compile, max_source_length):
+    """Runs `search(inp, max_decoding_length, slots)`, whose buffers hold `slots` output
+    positions.
 
     `search` returns a dict: `tokens` `(batch, ..., slots)`, `scores` `(batch, ...)`,
     `alignment` `(batch, ..., slots, width)` (the `...` one axis of hypotheses, or none) and
     `length`, an int32 scalar; `run_loop` returns the same of `inp`'s rows and columns.
 
     Every buffer of the loop (key/value caches, tokens, alignments) has a fixed size, so that each
-    step has the same shapes. In a plain graph that size is `max_length` itself. XLA compiles one
-    program per set of static sizes, so with `jit_compile` the loop runs as one XLA function on
-    sizes rounded up to a few buckets: `slots` is `max_length` rounded up
+    step has the same shapes. In a plain graph that size is `max_decoding_length` itself. XLA
+    compiles one program per set of static sizes, so with `jit_compile` the loop runs as one XLA
+    function on sizes rounded up to a few buckets: `slots` is `max_decoding_length` rounded up
     to a multiple of `SLOT_GRANULARITY` (XLA reads such size arguments at run time and compiles
     per value), and `inp` is padded as `pad_to_xla_buckets` says; the padding is cut off the
     outputs again, so they equal the plain graph's.
     """
     if not jit_compile:
-        return search(inp, max_length, max_length)
-    slots = _round_up(max_length, SLOT_GRANULARITY)
+        return search(inp, max_decoding_length, max_decoding_length)
+    slots = _round_up(max_decoding_length, SLOT_GRANULARITY)
     batch_size, width = tf.shape(inp)[0], tf.shape(inp)[1]
     padded = pad_to_xla_buckets(inp, max_source_length)
-    outputs = tf.function(search, jit_compile=True, autograph=False)(padded, max_length, slots)
+    outputs = tf.function(search, jit_compile=True, autograph=False)(
+        padded, max_decoding_length, slots
+    )
     return {
         "tokens": outputs["tokens"][:batch_size],
         "scores": outputs["scores"][:batch_size],
@@ -51,7 +54,7 @@ def pad_to_xla_buckets(inp, max_source_length):
     Columns: padding (masked out everywhere) up to a multiple of `SLOT_GRANULARITY`, at most
     `max_source_length` (the model's positional encodings). Rows: copies of the first row up to
     the next power of two; copies of a real sentence end when it ends, where rows of padding
-    might never produce [END] and keep the fixed-shape loop running to `max_length`.
+    might never produce [END] and keep the fixed-shape loop running to `max_decoding_length`.
     """
     batch_size, width = tf.shape(inp)[0], tf.shape(inp)[1]
     padded_width = tf.maximum(
