@@ -292,6 +292,17 @@ class Soak:
     def now(self) -> float:
         return time.monotonic() - self.start
 
+    def wait_for_good_answers_since(self, since: float, timeout: float) -> None:
+        """Waits (at most `timeout` seconds, or until the soak stops) until every kind of good
+        traffic has had a call that started after `since` answered OK: clients still backing
+        off from a kill come back before the load ends."""
+        deadline = self.now() + timeout
+        while self.now() < deadline and not self.stop.is_set():
+            answered = {o.kind for o in list(self.outcomes) if o.start > since and o.code == OK}
+            if answered >= set(GOOD_KINDS):
+                return
+            self.stop.wait(0.1)
+
     def event(self, name: str) -> None:
         self.events.append((self.now(), name))
         print(f"[{self.now():7.1f} s] {name}", file=sys.stderr, flush=True)
@@ -584,8 +595,13 @@ def run_soak(args) -> dict:
             ):
                 soak.stop.wait(max(0.0, share * args.duration - soak.now()))
                 chaos[name] = phase()
-            # The restarted server serves a tenth of the duration at least.
+            # The restarted server serves a tenth of the duration at least, and each kind of
+            # good traffic once more: a short soak would otherwise end while clients back off.
             soak.stop.wait(max(args.duration, soak.now() + 0.1 * args.duration) - soak.now())
+            restart = chaos["restart"]
+            soak.wait_for_good_answers_since(
+                restart["at"] + restart["first_answer_seconds"], timeout=max(60.0, args.duration)
+            )
         finally:
             soak.stop.set()
             for thread in threads:
