@@ -96,9 +96,7 @@ def test_corpus_word_keys_are_lowercased_and_unaccented():
 @pytest.mark.parametrize("first_slot", [0, 3, 7])
 def test_protect_matches_the_python_reference(placeholders, first_slot):
     known = set(corpus_word_keys(KNOWN_TEXTS))
-    protected, values = placeholders.protect(
-        tf.constant(TEXTS), tf.fill([len(TEXTS)], first_slot)
-    )
+    protected, values = placeholders.protect(tf.constant(TEXTS), tf.fill([len(TEXTS)], first_slot))
     for text, got, got_values in zip(TEXTS, _decode(protected), np.asarray(values)):
         want, want_values = reference_protect(text, known, first_slot)
         assert got == want, text
@@ -259,3 +257,35 @@ def test_a_run_with_placeholders_copies_unseen_names_and_numbers(placeholder_run
     )
     pieces = _decode(scored["target_tokens"])
     assert "Zorblat" in pieces and not any(marker in "".join(pieces) for marker in MARKERS)
+
+
+def test_the_ctranslate2_recipe_protects_as_the_translator_does(placeholder_run, tmp_path):
+    """docs/serving.md's CTranslate2 recipe on the placeholder run, with unseen words: the same
+    translations as the project's greedy signature (CTranslate2 runs the same weights)."""
+    import contextlib
+    import io
+    import re
+
+    from serving.export_ctranslate2 import main as convert
+    from tests.test_export_ctranslate2 import readme_recipe
+    from training.evaluate import run_translate_function, translate
+
+    output_dir = str(tmp_path / "ct2")
+    with contextlib.redirect_stdout(io.StringIO()):
+        convert(["--run_dir", placeholder_run, "--output_dir", output_dir])
+    texts = [text for text, _ in UNSEEN]
+    recipe = re.sub(
+        r"^RUN_DIR, CT2_DIR = .*$",
+        f"RUN_DIR, CT2_DIR = {placeholder_run!r}, {output_dir!r}",
+        readme_recipe(),
+        flags=re.MULTILINE,
+    )
+    recipe, count = re.subn(r"^texts = \[.*\]$", f"texts = {texts!r}", recipe, flags=re.MULTILINE)
+    assert count == 1
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        exec(compile(recipe, "docs/serving.md (CTranslate2)", "exec"), {})
+    translate_batch, _ = run_translate_function(placeholder_run)
+    expected = translate(texts, translate_batch, show_progress=False)
+    assert printed.getvalue().splitlines() == expected
+    assert all(value in line for line, (_, value) in zip(expected, UNSEEN))
