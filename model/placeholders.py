@@ -178,8 +178,10 @@ class Placeholders(tf.Module):
             protected = protected | also(pieces)
         padded = pieces.to_tensor("")
         protected = protected.to_tensor(False)
-        # A word's first occurrence among its row's protected words: one marker per distinct word.
-        same = tf.equal(padded[:, :, None], padded[:, None, :]) & protected[:, None, :]
+        # A word's first occurrence among its row's protected words: one marker per distinct word
+        # (compared by a 62-bit hash: pairs of integers, not of strings).
+        hashes = tf.strings.to_hash_bucket_fast(padded, 1 << 62)
+        same = tf.equal(hashes[:, :, None], hashes[:, None, :]) & protected[:, None, :]
         first = tf.argmax(tf.cast(same, tf.int32), axis=2, output_type=tf.int32)
         is_first = protected & tf.equal(first, tf.range(tf.shape(padded)[1])[None, :])
         rank = tf.gather(tf.cumsum(tf.cast(is_first, tf.int32), axis=1) - 1, first, batch_dims=1)

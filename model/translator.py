@@ -1,7 +1,9 @@
 """Text in, text out: the translator that evaluation, training's dev BLEU and the export share.
 
 `Translator` puts a trained `Transformer`, its tokenizers and the decoders of `model.decoding`
-into one graph-friendly path: tokenize, cut to the model's length, decode, detokenize.
+into one graph-friendly path: protect names and numbers (`model.placeholders`, for a run trained
+with them), tokenize, cut to the model's length, decode, detokenize, restore the names and
+numbers.
 """
 
 import dataclasses
