@@ -31,6 +31,8 @@ import os
 import tensorflow as tf
 import tensorflow_text as tf_text
 
+from model.casing import normalize_casing
+
 # Unicode "private use" characters: no text holds them, NFKC keeps them, and SentencePiece keeps
 # a user symbol as one piece.
 MARKERS = tuple(chr(0xE000 + index) for index in range(8))
@@ -131,10 +133,14 @@ class Placeholders(tf.Module):
 
     Args:
         known_words: list of str, the keys (`word_key_graph`) of the training sources' words.
+        casing: the run's source casing (`model.casing.normalize_casing`), or None: `protect`
+            normalizes the case first, so that it sees a source as the model does (a source in
+            capitals, lowercased by "lower_all_caps", has no capitalized word to protect).
     """
 
-    def __init__(self, known_words, name=None):
+    def __init__(self, known_words, casing=None, name=None):
         super().__init__(name=name)
+        self.casing = casing
         self.known_words = tf.lookup.StaticHashTable(
             tf.lookup.KeyValueTensorInitializer(
                 tf.constant(list(known_words), tf.string),
@@ -144,10 +150,10 @@ class Placeholders(tf.Module):
         )
 
     @classmethod
-    def from_directory(cls, directory):
+    def from_directory(cls, directory, casing=None):
         """The `Placeholders` of a tokenizer directory's `KNOWN_WORDS_FILE`."""
         with open(os.path.join(directory, KNOWN_WORDS_FILE), encoding="utf-8") as handle:
-            return cls([line.rstrip("\n") for line in handle if line.strip()])
+            return cls([line.rstrip("\n") for line in handle if line.strip()], casing)
 
     def protected(self, words):
         """bool, same shape as `words` (`tf.string`): numbers and unknown capitalized words."""
@@ -172,6 +178,8 @@ class Placeholders(tf.Module):
             each marker stands for in its row, or "" (`restore`, `protect_target`).
         """
         texts = _without_markers(texts)
+        if self.casing is not None:
+            texts = normalize_casing(texts, self.casing)
         pieces = _split_words(texts)
         protected = self.protected(pieces)
         if also is not None:

@@ -47,6 +47,7 @@ import keras_hub
 import tensorflow as tf
 from tensorflow_text.python.ops.sentencepiece_tokenizer import gen_sentencepiece_tokenizer
 
+from model.casing import SOURCE_CASINGS, normalize_casing
 from model.files import write_atomically
 from model.placeholders import Placeholders
 from model.special_tokens import END_ID, PAD_ID, RESERVED_TOKENS, START_ID, UNK_ID
@@ -86,24 +87,6 @@ def normalize(text, lower_case=False):
         text = unicodedata.normalize("NFKC", text.casefold())
     text = " ".join(word for word in text.split(" ") if word)
     return text.replace(SENTENCEPIECE_WORD_MARKER, " ").strip(" ")
-
-
-# How a source tokenizer may normalize the case of its input (a run's "source_casing"):
-# "lower" lowercases every source; "lower_all_caps" lowercases only a source written in capitals
-# ("DIOS ES AMOR"), which a model trained on running text has barely seen, and keeps the case
-# of every other (names, sentence starts), which carries meaning.
-SOURCE_CASINGS = ("lower", "lower_all_caps")
-
-
-def normalize_casing(strings, casing):
-    """`strings` (`tf.string`, any shape) with their case normalized as `casing` says."""
-    if casing not in SOURCE_CASINGS:
-        raise ValueError(f"casing must be one of {SOURCE_CASINGS}, got {casing!r}.")
-    lowered = tf.strings.lower(strings, encoding="utf-8")
-    if casing == "lower":
-        return lowered
-    all_caps = tf.strings.regex_full_match(strings, r"(?s)[^\p{Ll}]*\p{Lu}[^\p{Ll}]*")
-    return tf.where(all_caps, lowered, strings)
 
 
 class Tokenizer(tf.Module):
@@ -445,7 +428,9 @@ def load_tokenizers(directory):
     def load_source(side):
         tokenizer = load(side, source=True)
         if config.get("placeholders"):
-            tokenizer.placeholders = Placeholders.from_directory(directory)
+            tokenizer.placeholders = Placeholders.from_directory(
+                directory, config.get("source_casing")
+            )
         return tokenizer
 
     if config["shared"]:

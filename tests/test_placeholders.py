@@ -121,6 +121,21 @@ def test_past_the_last_marker_words_stay(placeholders):
     assert _decode(values[0]) == ["Berlín", "Tomasz", "1", "2", "3", "4", "5", "6"]
 
 
+def test_protect_sees_the_source_as_the_models_casing_does():
+    """With "lower_all_caps", a source in capitals is lowercased first: only its numbers are
+    protected (the model reads it lowercased, so a capitalized name would be a marker it never
+    saw in such a sentence); any other source keeps its case."""
+    placeholders = Placeholders(corpus_word_keys(KNOWN_TEXTS), casing="lower_all_caps")
+    protected, values = placeholders.protect(
+        tf.constant(["KALOMIR VINO CON 47 HOMBRES", "Kalomir vino con 47 hombres"])
+    )
+    assert _decode(protected) == [
+        f"kalomir vino con {MARKERS[0]} hombres",
+        f"{MARKERS[0]} vino con {MARKERS[1]} hombres",
+    ]
+    assert _decode(values[:, :2]) == ["47", "", "Kalomir", "47"]
+
+
 def test_restore_inverts_protect(placeholders):
     protected, values = placeholders.protect(tf.constant(TEXTS))
     without_typed_markers = [text.replace(MARKERS[0], "") for text in TEXTS]
@@ -192,6 +207,7 @@ def test_vocabulary_holds_markers_as_pieces(tmp_path):
     assert MARKERS[0] in pieces and MARKERS[7] in pieces
     reloaded, _ = load_tokenizers(tmp_path)
     assert reloaded.placeholders is not None
+    assert reloaded.placeholders.casing == "lower_all_caps"
     with pytest.raises(ValueError, match="sentencepiece"):
         build_tokenizers(pairs, 300, tmp_path / "wp", tokenizer_type="wordpiece", placeholders=True)
 
