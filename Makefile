@@ -105,24 +105,28 @@ demo-train: $(STAMP)  ## As demo, with a model trained on the spot (the demo pre
 PRETRAINED_DIR ?= pretrained/bible-es-en
 PRETRAINED_RUN_DIR ?= runs/pretrained
 PRETRAINED_STEPS ?= 4000
-# Decoding options of the bundle, chosen on the dev split (BENCHMARKS.md, the bundle after issue 23).
+# Decoding options of the bundle, chosen on the dev split (BENCHMARKS.md, the bundle with placeholders).
 PRETRAINED_ALPHA ?= 1.0
 PRETRAINED_NO_REPEAT_NGRAM_SIZE ?= 3
 # Robust to how people type (issue 23): lowercased all-caps sources, a third of the pairs noised as
-# people type, and 80% of the name and number slots refilled with unseen ones, 30% of those
-# names with a figure (training.copying).
+# people type, 80% of the name and number slots refilled with unseen ones, 30% of those names with
+# a figure (training.copying), and numbers and unknown names carried as placeholders
+# (model.placeholders), 20% of the names written the same on both sides too.
 PRETRAINED_TRAIN_ARGS := --preset small --lr_scale 0.7 --keep_checkpoints 8 --checkpoint_every 250 \
 	--train_steps $(PRETRAINED_STEPS) --source_casing lower_all_caps --source_noise 0.35 \
 	--source_noise_kinds lowercase,strip_accents,no_final_punct,strip_accents+lowercase+no_final_punct,strip_diacritics+lowercase \
-	--copy_substitution 0.8 --copy_figure_share 0.3
+	--copy_substitution 0.8 --copy_figure_share 0.3 --placeholders true --placeholder_names 0.2
 PRETRAINED_AVERAGE ?= 5
 PRETRAINED_NOTES := Trained for issue 23 to hold up on what people type: the Spanish side in modern \
 	spelling (model.spelling), all-caps sources lowercased (--source_casing lower_all_caps), 35% of \
 	the training pairs noised as people type (lowercased, accents stripped, final punctuation \
 	dropped, and combinations), and 80% of the name and number slots refilled each epoch with \
 	names and figures the corpus never holds, a figure in 30% of the refilled name slots \
-	(--copy_substitution 0.8 --copy_figure_share 0.3, training.copying). Decoding options chosen \
-	on the dev split (BENCHMARKS.md, the bundle after issue 23): beam search's alpha \
+	(--copy_substitution 0.8 --copy_figure_share 0.3, training.copying); numbers and capitalized \
+	words its training sources never hold are carried through translation as placeholders, and \
+	20% of the names a pair writes the same on both sides are trained as placeholders too \
+	(--placeholders true --placeholder_names 0.2, model.placeholders). Decoding options chosen \
+	on the dev split (BENCHMARKS.md, the bundle with placeholders): beam search's alpha \
 	$(PRETRAINED_ALPHA) and no_repeat_ngram_size $(PRETRAINED_NO_REPEAT_NGRAM_SIZE) (CTranslate2's \
 	semantics); pass --no_repeat_ngram_size 0 to training.evaluate or serving.export to decode \
 	without it.

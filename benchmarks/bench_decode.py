@@ -73,6 +73,14 @@ SAVED_GREEDY = "SavedModel serving_default (greedy), TF1 Session"
 SAVED_BEAM = "SavedModel beam_search (beam {beam}), TF1 Session"
 SAVED_XLA_GREEDY = "SavedModel serving_default (greedy), --jit_compile export, TF1 Session"
 SAVED_XLA_BEAM = "SavedModel beam_search (beam {beam}), --jit_compile export, TF1 Session"
+SAVED_BF16_GREEDY = "SavedModel serving_default (greedy), bfloat16 export, TF1 Session"
+SAVED_BF16_BEAM = "SavedModel beam_search (beam {beam}), bfloat16 export, TF1 Session"
+SAVED_BF16_XLA_GREEDY = (
+    "SavedModel serving_default (greedy), bfloat16 --jit_compile export, TF1 Session"
+)
+SAVED_BF16_XLA_BEAM = (
+    "SavedModel beam_search (beam {beam}), bfloat16 --jit_compile export, TF1 Session"
+)
 CT2_GREEDY = "CTranslate2 {precision} greedy"
 CT2_BEAM = "CTranslate2 {precision} beam search (beam {beam})"
 CT2_PRECISIONS = ("float32", "int8")
@@ -93,8 +101,10 @@ def synthetic_vocab(size):
     return vocab
 
 
-def build_model(args):
-    """The benchmarked Transformer, built, with [END] made (practically) impossible."""
+def build_model(args, dtype=None):
+    """The benchmarked Transformer, built, with [END] made (practically) impossible. `dtype`:
+    a Keras dtype policy ("mixed_bfloat16": what `serving.export --compute_dtype bfloat16`
+    exports)."""
     model = Transformer(
         num_layers=args.num_layers,
         d_model=args.d_model,
@@ -106,6 +116,7 @@ def build_model(args):
         pe_target=args.max_positions,
         rate=0.0,
         tie_embeddings=False,  # the matmul floor reads the output layer's own (d_model, vocab) kernel
+        dtype=dtype,
     )
     model.build(((None, None), (None, None)))
     # Forced lengths for the exported graph, which has no min_length: no greedy or beam step
@@ -232,6 +243,13 @@ def matmul_floor(model, steps):
     return floor
 
 
+def bfloat16_copy(model, args):
+    """`model` computing in bfloat16 (the mixed_bfloat16 policy), with the same weights."""
+    copy = build_model(args, dtype="mixed_bfloat16")
+    copy.set_weights(model.get_weights())
+    return copy
+
+
 def export_benchmark_model(model, tokenizer, args, export_base, jit_compile=False):
     options = export.DecodingOptions(
         beam_width=args.beam_width,
@@ -239,7 +257,7 @@ def export_benchmark_model(model, tokenizer, args, export_base, jit_compile=Fals
         max_length_offset=args.output_tokens,
         jit_compile=jit_compile,
     )
-    name = "bench-xla" if jit_compile else "bench"
+    name = f"bench-{model.compute_dtype}" + ("-xla" if jit_compile else "")
     return export.export_translator(model, tokenizer, tokenizer, export_base, name, options)
 
 
@@ -417,24 +435,29 @@ def main(argv=None):
         signatures = SessionSignatures(export_dir, args.threads)
         served_texts = [served_texts[i % len(served_texts)] for i in range(max_batch)]
         if not args.export_dir:
-            # What TF Serving runs with --xla_cpu_compilation_enabled.
-            xla_signatures = SessionSignatures(
-                export_benchmark_model(model, tokenizer, args, work_dir, jit_compile=True),
-                args.threads,
-            )
-            cases += [
-                (
-                    label.format(beam=args.beam_width),
-                    functools.partial(xla_signatures, signature),
-                    batch,
-                    served_texts[:batch],
+            # What TF Serving runs with --xla_cpu_compilation_enabled, and the bfloat16 exports.
+            bfloat16_model = bfloat16_copy(model, args)
+            for exported_model, jit_compile, labels in (
+                (model, True, (SAVED_XLA_GREEDY, SAVED_XLA_BEAM)),
+                (bfloat16_model, False, (SAVED_BF16_GREEDY, SAVED_BF16_BEAM)),
+                (bfloat16_model, True, (SAVED_BF16_XLA_GREEDY, SAVED_BF16_XLA_BEAM)),
+            ):
+                other_signatures = SessionSignatures(
+                    export_benchmark_model(
+                        exported_model, tokenizer, args, work_dir, jit_compile=jit_compile
+                    ),
+                    args.threads,
                 )
-                for signature, label in (
-                    (GREEDY_SIGNATURE, SAVED_XLA_GREEDY),
-                    (BEAM_SIGNATURE, SAVED_XLA_BEAM),
-                )
-                for batch in args.batch_sizes
-            ]
+                cases += [
+                    (
+                        label.format(beam=args.beam_width),
+                        functools.partial(other_signatures, signature),
+                        batch,
+                        served_texts[:batch],
+                    )
+                    for signature, label in zip((GREEDY_SIGNATURE, BEAM_SIGNATURE), labels)
+                    for batch in args.batch_sizes
+                ]
         output_tokens = mean_output_tokens(signatures, served_texts)
         if not args.export_dir and output_tokens != args.output_tokens:
             raise RuntimeError(
@@ -495,6 +518,14 @@ def side_by_side(args, results):
             "exported with --jit_compile, TF1 Session (TF Serving with "
             "--xla_cpu_compilation_enabled)",
             {"greedy": SAVED_XLA_GREEDY, "beam": SAVED_XLA_BEAM.format(beam=beam)},
+        ),
+        (
+            "exported with --compute_dtype bfloat16, TF1 Session",
+            {"greedy": SAVED_BF16_GREEDY, "beam": SAVED_BF16_BEAM.format(beam=beam)},
+        ),
+        (
+            "exported with --compute_dtype bfloat16 --jit_compile, TF1 Session",
+            {"greedy": SAVED_BF16_XLA_GREEDY, "beam": SAVED_BF16_XLA_BEAM.format(beam=beam)},
         ),
         ("in-process, plain graph", {"greedy": CACHED, "beam": BEAM.format(beam=beam)}),
         ("in-process, XLA", {"greedy": CACHED_XLA}),
@@ -565,14 +596,27 @@ def served_goals(args, milliseconds):
         goal(xla_beam, "beam", [(small, 1.0), (large, 1.0)]),
         goal(SAVED_XLA_GREEDY, "greedy", [(small, 0.5), (large, 0.8)]),
     ]
-    served = {"greedy": (SAVED_GREEDY, SAVED_XLA_GREEDY), "beam": (plain_beam, xla_beam)}
+    served = {
+        "greedy": {
+            SAVED_GREEDY: "plain",
+            SAVED_XLA_GREEDY: "--jit_compile",
+            SAVED_BF16_GREEDY: "bfloat16",
+            SAVED_BF16_XLA_GREEDY: "bfloat16 --jit_compile",
+        },
+        "beam": {
+            plain_beam: "plain",
+            xla_beam: "--jit_compile",
+            SAVED_BF16_BEAM.format(beam=beam): "bfloat16",
+            SAVED_BF16_XLA_BEAM.format(beam=beam): "bfloat16 --jit_compile",
+        },
+    }
     best = []
     for kind, names in served.items():
         for batch in (small, large):
             name = min(names, key=lambda name: milliseconds(name, batch))
             best.append(
                 f"{kind} batch {batch} **{multiple(name, batch, kind, 'int8'):.2f}×** "
-                f"({'--jit_compile' if name in (SAVED_XLA_GREEDY, xla_beam) else 'plain'})"
+                f"({names[name]})"
             )
     lines.append("- The fastest served graph against CTranslate2 int8: " + "; ".join(best) + ".")
     return lines

@@ -27,6 +27,10 @@ in the graph before the subword model (`model.spelling.modernize_graph`), so exp
 the notebooks all read old-spelled input as the modern text the run learned. Without the key
 (runs trained on the 1909 spelling) the input is tokenized as it is.
 
+A run trained with `--placeholders` records `"placeholders": true` and keeps `known_words.txt`
+(the keys of its training sources' words) beside its vocabulary, which holds the placeholder
+markers as pieces (`model.placeholders`).
+
 In an exported SavedModel the graph holds tensorflow-text ops (`SentencepieceOp`,
 `SentencepieceTokenizeOp`, `SentencepieceDetokenizeOp`, `FastWordpieceTokenizeWithOffsets`, ...):
 TF Serving's model server links them; a plain Python process must `import tensorflow_text` before
@@ -43,7 +47,9 @@ import keras_hub
 import tensorflow as tf
 from tensorflow_text.python.ops.sentencepiece_tokenizer import gen_sentencepiece_tokenizer
 
+from model.casing import SOURCE_CASINGS, normalize_casing
 from model.files import write_atomically
+from model.placeholders import Placeholders
 from model.special_tokens import END_ID, PAD_ID, RESERVED_TOKENS, START_ID, UNK_ID
 from model.spelling import MODERN, modernize_graph
 
@@ -83,30 +89,17 @@ def normalize(text, lower_case=False):
     return text.replace(SENTENCEPIECE_WORD_MARKER, " ").strip(" ")
 
 
-# How a source tokenizer may normalize the case of its input (a run's "source_casing"):
-# "lower" lowercases every source; "lower_all_caps" lowercases only a source written in capitals
-# ("DIOS ES AMOR"), which a model trained on running text has barely seen, and keeps the case
-# of every other (names, sentence starts), which carries meaning.
-SOURCE_CASINGS = ("lower", "lower_all_caps")
-
-
-def normalize_casing(strings, casing):
-    """`strings` (`tf.string`, any shape) with their case normalized as `casing` says."""
-    if casing not in SOURCE_CASINGS:
-        raise ValueError(f"casing must be one of {SOURCE_CASINGS}, got {casing!r}.")
-    lowered = tf.strings.lower(strings, encoding="utf-8")
-    if casing == "lower":
-        return lowered
-    all_caps = tf.strings.regex_full_match(strings, r"(?s)[^\p{Ll}]*\p{Lu}[^\p{Ll}]*")
-    return tf.where(all_caps, lowered, strings)
-
-
 class Tokenizer(tf.Module):
     """Strings <-> `[START] pieces... [END]` id sequences, in the graph (base class).
 
     Subclasses wrap one keras-hub tokenizer (`self.subword_tokenizer`) and define how kept pieces
     join back into text (`_join`). `spelling="modern"` (`model.spelling.MODERN`) modernizes the
     input before tokenizing it (a source tokenizer, see the module docstring); None leaves it.
+
+    `placeholders` is the `model.placeholders.Placeholders` of a source tokenizer whose run
+    protects numbers and unknown names (`load_tokenizers` sets it), else None. The tokenizer
+    does not apply it: the `model.translator.Translator` protects a source before tokenizing it
+    and restores the words after detokenizing, since it holds both sides.
     """
 
     def __init__(self, subword_tokenizer, lower_case=False, spelling=None, name=None, casing=None):
@@ -119,6 +112,7 @@ class Tokenizer(tf.Module):
         self._lower_case = lower_case
         self._spelling = spelling
         self._casing = casing
+        self.placeholders = None
         self._vocab = list(subword_tokenizer.get_vocabulary())
         if tuple(self._vocab[: len(RESERVED_TOKENS)]) != RESERVED_TOKENS:
             raise ValueError(
@@ -401,8 +395,10 @@ def load_tokenizers(directory):
 
     Returns:
         `(source_tokenizer, target_tokenizer)`, the same object twice for a shared vocabulary,
-        unless the config records a "source_spelling": then the source tokenizer modernizes its
-        input and the target one does not, so they are two objects.
+        unless the config records a "source_spelling", a "source_casing" or "placeholders":
+        then the source tokenizer modernizes, recases or protects its input
+        (`Tokenizer.placeholders`, from `known_words.txt`) and the target one does not, so they
+        are two objects.
 
     Raises:
         FileNotFoundError: no `tokenizer_config.json` there.
@@ -429,11 +425,23 @@ def load_tokenizers(directory):
             path, lower_case=config["lower_case"], **(source_settings if source else {})
         )
 
+    def load_source(side):
+        tokenizer = load(side, source=True)
+        if config.get("placeholders"):
+            tokenizer.placeholders = Placeholders.from_directory(
+                directory, config.get("source_casing")
+            )
+        return tokenizer
+
     if config["shared"]:
         shared = load("shared")
-        source_transforms = config.get("source_spelling") or config.get("source_casing")
-        return (load("shared", source=True) if source_transforms else shared), shared
-    return load("src", source=True), load("tgt")
+        source_transforms = (
+            config.get("source_spelling")
+            or config.get("source_casing")
+            or config.get("placeholders")
+        )
+        return (load_source("shared") if source_transforms else shared), shared
+    return load_source("src"), load("tgt")
 
 
 def _dense_ids(ids):

@@ -1,7 +1,9 @@
 """Text in, text out: the translator that evaluation, training's dev BLEU and the export share.
 
 `Translator` puts a trained `Transformer`, its tokenizers and the decoders of `model.decoding`
-into one graph-friendly path: tokenize, cut to the model's length, decode, detokenize.
+into one graph-friendly path: protect names and numbers (`model.placeholders`, for a run trained
+with them), tokenize, cut to the model's length, decode, detokenize, restore the names and
+numbers.
 """
 
 import dataclasses
@@ -28,6 +30,7 @@ from model.decoding import (
 )
 from model.decoding.penalties import validate_repetition_controls
 from model.decoding.sampling import validate_sampling
+from model.placeholders import protect_target, restore
 from model.special_tokens import END_ID, PAD_ID, START_ID
 
 
@@ -170,10 +173,9 @@ class Translator:
         """`[batch]` strings → int32 `[batch, S]` source ids, cut to the model's length."""
         return truncate_source_ids(self.source_tokenizer.tokenize(text), self.model.pe_input)
 
-    @staticmethod
-    def _on_nonempty_batch(translate, text, *row_inputs):
-        """Runs `translate(text, *row_inputs)`, feeding it one row of zeros ("" for strings)
-        when the batch is empty.
+    def _on_nonempty_batch(self, translate, text, *row_inputs):
+        """Runs `translate(text, *row_inputs)` (`_with_placeholders`), feeding it one row of
+        zeros ("" for strings) when the batch is empty.
 
         The model's attention cannot run on a `[0, 0]` batch, and a `tf.cond` around it would
         need a hand-written empty output per signature; decoding one empty string and keeping
@@ -193,7 +195,26 @@ class Translator:
             tf.cond(batch_size > 0, lambda x=x: x, lambda x=x: tf.zeros([1], x.dtype))
             for x in (text, *row_inputs)
         ]
-        return {name: output[:batch_size] for name, output in translate(*inputs).items()}
+        outputs = self._with_placeholders(translate, *inputs)
+        return {name: output[:batch_size] for name, output in outputs.items()}
+
+    def _with_placeholders(self, translate, text, *row_inputs):
+        """`translate(text, *row_inputs)`, around which a run with placeholders
+        (`model.placeholders`, `source_tokenizer.placeholders`) replaces each source's numbers
+        and unknown names by markers, and the same words in its target-side inputs (a prefix, a
+        scored target: the string row inputs), then puts the words back in every string output
+        (translations, pieces)."""
+        placeholders = self.source_tokenizer.placeholders
+        if placeholders is None:
+            return translate(text, *row_inputs)
+        text, values = placeholders.protect(text)
+        row_inputs = [
+            protect_target(row, values) if row.dtype == tf.string else row for row in row_inputs
+        ]
+        return {
+            name: restore(output, values) if output.dtype == tf.string else output
+            for name, output in translate(text, *row_inputs).items()
+        }
 
     def _max_decoding_length_for(self, source_ids):
         return max_decoding_length_for(

@@ -26,12 +26,16 @@ from common.serving_contract import BEAM_SIGNATURE, GREEDY_SIGNATURE
 from serving.client import TranslationClient
 from training import artifacts
 
+# Written as people type: modern spelling, then lowercase and without accents, in capitals, and
+# with a name and a figure the corpus never holds (issue 23).
 SENTENCES = [
     "En el principio creó Dios los cielos y la tierra.",
-    "Y dijo Dios: Sea la luz: y fué la luz.",
     "¿Dónde está Abel tu hermano?",
-    "Bienaventurados los pobres en espíritu.",
-    "El Señor es mi pastor; nada me faltará.",
+    "bienaventurados los pobres en espiritu",
+    "amaras a tu projimo como a ti mismo",
+    "no tengas miedo, yo estoy contigo",
+    "DIOS ES AMOR",
+    "Kalomir vino a la ciudad con 47 hombres.",
 ]
 
 

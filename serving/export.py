@@ -331,6 +331,7 @@ def make_export_info(model, source_tokenizer, target_tokenizer, options, run_con
         "target_vocab_size": target_tokenizer.vocab_size,
         # What the source tokenizer reads: evaluation shows the corpus in this spelling.
         "source_spelling": source_tokenizer.spelling,
+        "compute_dtype": model.compute_dtype,
         "run_config": run_config,
         "tensorflow_version": tf.__version__,
         "keras_version": keras.__version__,
@@ -357,16 +358,21 @@ def export_translator(
     return write_version(archive, export_base, model_name, info)
 
 
-def export_run(run_dir, export_base="exports", model_name="translator", options=None):
-    """Loads a training run (`training.artifacts.load_trained`) and exports it, decoding with
-    `options` (default: the run's own, `training.artifacts.decoding_options`).
+def export_run(
+    run_dir, export_base="exports", model_name="translator", options=None, compute_dtype="float32"
+):
+    """Loads a training run (`training.artifacts.load_trained`, computing in `compute_dtype`)
+    and exports it, decoding with `options` (default: the run's own,
+    `training.artifacts.decoding_options`).
 
     Returns:
         str, the new version directory.
     """
     if options is None:
         options = artifacts.decoding_options(run_dir)
-    model, source_tokenizer, target_tokenizer, config = artifacts.load_trained(run_dir)
+    model, source_tokenizer, target_tokenizer, config = artifacts.load_trained(
+        run_dir, compute_dtype
+    )
     return export_translator(
         model, source_tokenizer, target_tokenizer, export_base, model_name, options, config
     )
@@ -435,6 +441,13 @@ def main(argv=None):
         f"search ({BEAM_SIGNATURE}, {N_BEST_SIGNATURE}) with XLA: served only by a server "
         "started with --xla_cpu_compilation_enabled=true",
     )
+    parser.add_argument(
+        "--compute_dtype",
+        choices=list(artifacts.COMPUTE_DTYPES),
+        default="float32",
+        help="bfloat16: the matrix products in bfloat16 (weights kept float32; the attention "
+        "softmax and the logits in float32), for CPUs with bfloat16 units (default: float32)",
+    )
     artifacts.add_repetition_arguments(parser, "default: the run's decoding.json, else off")
     parser.add_argument(
         "--sampling_topk",
@@ -481,7 +494,9 @@ def main(argv=None):
         )
     except ValueError as error:
         parser.error(str(error))
-    version_dir = export_run(args.run_dir, args.export_base, args.model_name, options)
+    version_dir = export_run(
+        args.run_dir, args.export_base, args.model_name, options, args.compute_dtype
+    )
     print(version_dir)
 
 

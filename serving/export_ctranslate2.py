@@ -57,6 +57,7 @@ from ctranslate2.converters import Converter
 from ctranslate2.specs import common_spec, transformer_spec
 
 from model.decoding import max_decoding_length_for
+from model.placeholders import restore
 from model.special_tokens import END_ID, PAD_ID, START_ID, UNK_ID
 from training import artifacts
 
@@ -227,6 +228,24 @@ def source_pieces(tokenizer, texts):
     vocab = tokenizer.vocab
     ids = tokenizer.tokenize(tf.constant(texts, tf.string)).to_list()
     return [[vocab[token_id] for token_id in row[1:-1]] for row in ids]
+
+
+def protect_sources(tokenizer, texts):
+    """`(texts, values)`: `texts` (list of str) with their numbers and unknown names replaced by
+    markers, as the run's translator replaces them (`model.placeholders`; as they are for a run
+    trained without), and what `restore_words` puts back (None without)."""
+    if tokenizer.placeholders is None:
+        return list(texts), None
+    protected, values = tokenizer.placeholders.protect(tf.constant(texts, tf.string))
+    return [text.decode("utf-8") for text in protected.numpy()], values
+
+
+def restore_words(translations, values):
+    """Detokenized `translations` (`[batch]` tf.string) with the words of `protect_sources`'s
+    `values` back in place of their markers: list of str."""
+    if values is not None:
+        translations = restore(translations, values)
+    return [text.decode("utf-8") for text in translations.numpy()]
 
 
 def target_ids(target_vocab, pieces):

@@ -167,6 +167,10 @@ def test_bench_decode_side_by_side_gives_each_decoder_as_a_multiple_of_ctranslat
         bench_decode.SAVED_BEAM.format(beam=beam): (360, 2800),
         bench_decode.SAVED_XLA_GREEDY: (90, 380),
         bench_decode.SAVED_XLA_BEAM.format(beam=beam): (120, 1600),
+        bench_decode.SAVED_BF16_GREEDY: (150, 300),
+        bench_decode.SAVED_BF16_BEAM.format(beam=beam): (250, 2000),
+        bench_decode.SAVED_BF16_XLA_GREEDY: (95, 390),
+        bench_decode.SAVED_BF16_XLA_BEAM.format(beam=beam): (110, 1700),
         bench_decode.CACHED: (250, 600),
         bench_decode.BEAM.format(beam=beam): (450, 2100),
         bench_decode.CACHED_XLA: (80, 350),
@@ -187,6 +191,14 @@ def test_bench_decode_side_by_side_gives_each_decoder_as_a_multiple_of_ctranslat
     saved_xla = next(line for line in lines if line.startswith("| exported with --jit_compile"))
     assert saved_xla.endswith("| 90 ms (0.45× / 0.90×) | 380 ms (0.76× / 0.95×) "
                               "| 120 ms (0.40× / 0.80×) | 1,600 ms (1.14× / 1.60×) |")  # fmt: skip
+    bf16 = next(
+        line for line in lines if line.startswith("| exported with --compute_dtype bfloat16, ")
+    )
+    assert bf16.endswith("| 150 ms (0.75× / 1.50×) | 300 ms (0.60× / 0.75×) "
+                         "| 250 ms (0.83× / 1.67×) | 2,000 ms (1.43× / 2.00×) |")  # fmt: skip
+    assert any(
+        line.startswith("| exported with --compute_dtype bfloat16 --jit_compile") for line in lines
+    )
     goal_lines = goals.splitlines()
     # Issue #25: the plain graph's beam ≤ 1.3× CTranslate2 float32 (360 / 300, 2800 / 1400)...
     assert goal_lines[0] == (
@@ -201,12 +213,12 @@ def test_bench_decode_side_by_side_gives_each_decoder_as_a_multiple_of_ctranslat
     assert goal_lines[2].endswith(
         "batch 1 **0.45×** (goal ≤ 0.5: met); batch 32 **0.76×** (goal ≤ 0.8: met)."
     )
-    # The fastest served graph of each kind and batch against int8: 90 / 100, 380 / 400,
-    # 120 / 150 (compiled), 1600 / 1000 (compiled: faster than the plain 2800).
+    # The fastest served graph of each kind and batch against int8: 90 / 100 (compiled),
+    # 300 / 400 (bfloat16), 110 / 150 (bfloat16 compiled), 1600 / 1000 (compiled).
     assert goal_lines[3] == (
         "- The fastest served graph against CTranslate2 int8: greedy batch 1 **0.90×** "
-        "(--jit_compile); greedy batch 32 **0.95×** (--jit_compile); beam batch 1 **0.80×** "
-        "(--jit_compile); beam batch 32 **1.60×** (--jit_compile)."
+        "(--jit_compile); greedy batch 32 **0.75×** (bfloat16); beam batch 1 **0.73×** "
+        "(bfloat16 --jit_compile); beam batch 32 **1.60×** (--jit_compile)."
     )
 
 

@@ -713,3 +713,59 @@ def test_local_server_serves_the_export_to_the_grpc_client(exported, loaded):
                 MIXED_TEXTS[:2], signature_name=ALIGNMENTS_SIGNATURE
             )
             assert len(details) == 2
+
+
+# ------------------------------------------------------------------ bfloat16 compute
+
+
+def _op_dtypes(saved_model_pb, ops):
+    """`{op: {dtype names}}` of the nodes of `ops` in a SavedModel's graph and functions."""
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    proto = saved_model_pb2.SavedModel()
+    with open(saved_model_pb, "rb") as handle:
+        proto.ParseFromString(handle.read())
+    graph = proto.meta_graphs[0].graph_def
+    nodes = list(graph.node) + [node for f in graph.library.function for node in f.node_def]
+    found = {}
+    for node in nodes:
+        if node.op in ops and "T" in node.attr:
+            found.setdefault(node.op, set()).add(tf.dtypes.as_dtype(node.attr["T"].type).name)
+    return found
+
+
+def test_bfloat16_export_multiplies_in_bfloat16_and_translates_as_float32(
+    run_dir, loaded, tmp_path
+):
+    import tensorflow_text  # noqa: F401
+
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        export.main(
+            [
+                "--run_dir",
+                str(run_dir),
+                "--export_base",
+                str(tmp_path),
+                "--beam_width",
+                str(BEAM_WIDTH),
+                "--alpha",
+                str(ALPHA),
+                "--compute_dtype",
+                "bfloat16",
+            ]
+        )
+    path = printed.getvalue().strip().splitlines()[-1]
+    with open(os.path.join(path, serving_contract.EXPORT_INFO_PATH), encoding="utf-8") as handle:
+        assert json.load(handle)["compute_dtype"] == "bfloat16"
+    dtypes = _op_dtypes(os.path.join(path, "saved_model.pb"), {"MatMul", "BatchMatMulV2"})
+    # The dense layers and the attention's products; the float32 output projection keeps
+    # some float32 MatMuls.
+    assert "bfloat16" in dtypes["MatMul"] and "bfloat16" in dtypes["BatchMatMulV2"]
+    bf16 = tf.saved_model.load(path)
+    sources = [source for source, _ in PAIRS]
+    for signature in (GREEDY_SIGNATURE, BEAM_SIGNATURE):
+        got = _run_signature(bf16, signature, sources)
+        want = _run_signature(loaded, signature, sources)
+        assert _decoded(got[TRANSLATION_OUTPUT]) == _decoded(want[TRANSLATION_OUTPUT])
+        np.testing.assert_allclose(got[SCORE_OUTPUT], want[SCORE_OUTPUT], atol=0.05, rtol=0.05)

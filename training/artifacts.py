@@ -63,11 +63,12 @@ def read_config(run_dir):
         return {**SETTINGS_OF_OLDER_RUNS, **upgrade_renamed_settings(json.load(config_file), path)}
 
 
-def build_model(config, input_vocab_size, target_vocab_size):
+def build_model(config, input_vocab_size, target_vocab_size, dtype=None):
     """A fresh `Transformer` with the sizes of a run's `config` (a dict) and the vocabularies.
 
     `tie_embeddings` ties the target embedding and the output projection, and with
-    `shared_vocab` the source embedding too (§3.4).
+    `shared_vocab` the source embedding too (§3.4). `dtype`: a Keras dtype policy name
+    ("mixed_bfloat16"), or None for the global one.
     """
     return Transformer(
         num_layers=config["num_layers"],
@@ -82,6 +83,7 @@ def build_model(config, input_vocab_size, target_vocab_size):
         norm_first=config["norm_first"],
         tie_embeddings=config["tie_embeddings"],
         share_embeddings=config["tie_embeddings"] and config["shared_vocab"],
+        dtype=dtype,
     )
 
 
@@ -246,8 +248,17 @@ def require_trained_run(run_dir):
         raise SystemExit(2) from None
 
 
-def load_trained(run_dir):
+# Compute dtypes a trained model can be loaded with (`load_trained`), and their Keras policies.
+COMPUTE_DTYPES = {"float32": "float32", "bfloat16": "mixed_bfloat16"}
+
+
+def load_trained(run_dir, compute_dtype="float32"):
     """Loads a trained translator, from the weights `select_weights` picks.
+
+    `compute_dtype` "bfloat16" computes in bfloat16 (`COMPUTE_DTYPES`: Keras's mixed_bfloat16
+    policy): the matrix products and activations in bfloat16, the variables float32 as
+    trained, the attention softmax and the output logits in float32 (`model.attention`,
+    `model.embedding`). For serving where the CPU has bfloat16 units (AVX-512 BF16, AMX).
 
     Returns:
         `(model, source_tokenizer, target_tokenizer, config)`; an INFO log says which weights.
@@ -261,5 +272,19 @@ def load_trained(run_dir):
         model = build_model(config, source_tokenizer.vocab_size, target_tokenizer.vocab_size)
         model.build(((None, None), (None, None)))
         restore_model(model, checkpoint_path)
-    logger.info("%s: using the weights of %s", run_dir, loaded)
+    if compute_dtype not in COMPUTE_DTYPES:
+        raise ValueError(
+            f"compute_dtype must be one of {list(COMPUTE_DTYPES)}, got {compute_dtype!r}."
+        )
+    if COMPUTE_DTYPES[compute_dtype] != model.dtype_policy.name:
+        weights = model.get_weights()
+        model = build_model(
+            config,
+            source_tokenizer.vocab_size,
+            target_tokenizer.vocab_size,
+            dtype=COMPUTE_DTYPES[compute_dtype],
+        )
+        model.build(((None, None), (None, None)))
+        model.set_weights(weights)
+    logger.info("%s: using the weights of %s (%s)", run_dir, loaded, compute_dtype)
     return model, source_tokenizer, target_tokenizer, config

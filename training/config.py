@@ -45,6 +45,13 @@ class TrainConfig:
     copy_substitution: float = 0.0
     # Of those name slots filled, the share that gets a figure instead of a name.
     copy_figure_share: float = 0.0
+    # Numbers and unknown capitalized names become placeholder markers before the subword model
+    # and come back after detokenizing (model.placeholders), in training and wherever the run
+    # translates.
+    placeholders: bool = False
+    # With placeholders, the share of the names a training pair writes the same on both sides
+    # ("David") that become markers too (training.pipeline.protect_pairs).
+    placeholder_names: float = 0.0
     # SentencePiece subword regularization (Kudo 2018) of the training pairs, both sides:
     # nbest_size 0 (or 1) is off, -1 samples from every segmentation, N > 1 from the N best;
     # alpha smooths the sampling distribution. Decoding always tokenizes deterministically.
@@ -301,6 +308,10 @@ def validate(config):
     parse_kinds(config.source_noise_kinds)
     if not 0.0 <= config.copy_substitution <= 1.0:
         raise ValueError(f"copy_substitution must be within [0, 1], got {config.copy_substitution}")
+    if not 0.0 <= config.placeholder_names <= 1.0:
+        raise ValueError(f"placeholder_names must be within [0, 1], got {config.placeholder_names}")
+    if config.placeholder_names > 0 and not config.placeholders:
+        raise ValueError("placeholder_names needs --placeholders true")
     if not 0.0 <= config.copy_figure_share <= 1.0:
         raise ValueError(f"copy_figure_share must be within [0, 1], got {config.copy_figure_share}")
     if subword_sampling(config):

@@ -14,11 +14,13 @@ random batches of a fixed size: measure both with `make bench-train`).
 """
 
 import logging
+from functools import partial
 
 import numpy as np
 import tensorflow as tf
 from tqdm import tqdm
 
+from model.placeholders import CAPITALIZED, MARKERS, protect_target
 from model.special_tokens import END_ID
 from training.copying import fill_copy_slots, template_tensors
 from training.noise import perturb_sources
@@ -29,7 +31,8 @@ LONG_EXAMPLE_POLICIES = ("drop", "truncate")
 
 
 def tokenize_pairs(pairs, source_tokenizer, target_tokenizer, chunk_size=4096, show_progress=True):
-    """Tokenizes `(source, target)` string pairs in chunks.
+    """Tokenizes `(source, target)` string pairs in chunks, protected as the source tokenizer's
+    run protects them (`Tokenizer.placeholders`, `protect_pairs`).
 
     Returns:
         `(source_ids, target_ids)`: lists of int32 numpy arrays, each `[START] ... [END]`.
@@ -38,13 +41,60 @@ def tokenize_pairs(pairs, source_tokenizer, target_tokenizer, chunk_size=4096, s
     chunks = range(0, len(pairs), chunk_size)
     for start in tqdm(chunks, desc="tokenizing", unit="chunk", disable=not show_progress):
         chunk = pairs[start : start + chunk_size]
+        sources, targets = protect_pairs(
+            source_tokenizer.placeholders,
+            tf.constant([source for source, _ in chunk], tf.string),
+            tf.constant([target for _, target in chunk], tf.string),
+        )
         for tokenizer, texts, out in (
-            (source_tokenizer, [source for source, _ in chunk], source_ids),
-            (target_tokenizer, [target for _, target in chunk], target_ids),
+            (source_tokenizer, sources, source_ids),
+            (target_tokenizer, targets, target_ids),
         ):
-            ragged = tokenizer.tokenize(tf.constant(texts))
+            ragged = tokenizer.tokenize(texts)
             out.extend(row.astype(np.int32) for row in ragged.numpy())
     return source_ids, target_ids
+
+
+def protect_pairs(placeholders, sources, targets, seed=None, shared_names=0.0):
+    """`(sources, targets)` (`[batch]` tf.string) with numbers and unknown names replaced by
+    markers (`model.placeholders`), the same word by the same marker on both sides; as they are
+    when `placeholders` is None.
+
+    Args:
+        seed: optional int `[2]`, for training: number each source's markers from a random
+            first one (so that every marker is learned), and draw the `shared_names`; None
+            numbers them from the first, as translation does.
+        shared_names: for training, the share of the capitalized source words that the target
+            writes the same ("David", "Gezer"), known or not, that become markers too, so that
+            the model also sees sources with several markers.
+    """
+    if placeholders is None:
+        return sources, targets
+    first_slot = also = None
+    if seed is not None:
+        seeds = tf.random.experimental.stateless_split(tf.cast(seed, tf.int64), num=2)
+        first_slot = tf.random.stateless_uniform(
+            tf.shape(sources), seed=seeds[0], maxval=len(MARKERS), dtype=tf.int32
+        )
+        if shared_names > 0:
+            also = partial(_shared_names, targets, shared_names, seeds[1])
+    sources, values = placeholders.protect(sources, first_slot, also)
+    return sources, protect_target(targets, values)
+
+
+def _shared_names(targets, share, seed, pieces):
+    """A share `share` of the capitalized words of `pieces` (a source's words and separators)
+    that its target also holds as a word: a ragged bool mask like `pieces`."""
+    target_words = tf.strings.split(
+        tf.strings.regex_replace(targets, r"[^\pL\pN\pM]+", " ")
+    ).to_tensor("")
+    words = pieces.flat_values
+    in_target = tf.reduce_any(
+        tf.equal(words[:, None], tf.gather(target_words, pieces.value_rowids())), axis=1
+    )
+    capitalized = tf.strings.regex_full_match(words, CAPITALIZED)
+    drawn = tf.random.stateless_uniform(tf.shape(words), seed=seed) < share
+    return pieces.with_flat_values(in_target & capitalized & drawn)
 
 
 def truncate(ids, max_sequence_length):
@@ -226,6 +276,8 @@ def make_text_dataset(
     noise_kinds=(),
     copy_substitution=0.0,
     copy_figure_share=0.0,
+    placeholders=None,
+    placeholder_names=0.0,
     chunk_size=256,
 ):
     """`make_dataset`'s batches, tokenized inside tf.data: each pass over the data anew.
@@ -237,6 +289,9 @@ def make_text_dataset(
     both sides tokenized by `source_tokenize`/`target_tokenize` (`Tokenizer.tokenize`, or
     `Tokenizer.sampling_tokenize` for subword regularization). Pairs that come out longer than
     `max_sequence_length` are dropped or truncated per `long_examples`, as `bound_lengths` does.
+    With `placeholders` (`model.placeholders.Placeholders`), the noised pairs' numbers and
+    unknown names (the fresh ones, mostly) become markers before tokenizing (`protect_pairs`),
+    and a share `placeholder_names` of the names written the same on both sides.
 
     Args:
         pairs: list of `(source, target)` str, non-empty. Give the pairs `bound_lengths` keeps
@@ -277,6 +332,13 @@ def make_text_dataset(
                 copy_figure_share,
             )
         chunk_sources, _ = perturb_sources(chunk_sources, source_noise, noise_kinds, chunk_seed)
+        chunk_sources, chunk_targets = protect_pairs(
+            placeholders,
+            chunk_sources,
+            chunk_targets,
+            chunk_seed + tf.constant([0, 2 << 40], tf.int64),
+            placeholder_names,
+        )
         return (
             tf.cast(source_tokenize(chunk_sources), tf.int32),
             tf.cast(target_tokenize(chunk_targets), tf.int32),

@@ -60,12 +60,14 @@ FIXED_ON_RESUME = (
     "norm_first",
     "tie_embeddings",
     "source_casing",
+    "placeholders",
     # These choose the training pipeline (tokenized up front, or in tf.data), whose iterator
     # position the checkpoints hold.
     "source_noise",
     "source_noise_kinds",
     "copy_substitution",
     "copy_figure_share",
+    "placeholder_names",
     "subword_nbest_size",
     "subword_alpha",
 )
@@ -165,7 +167,13 @@ def make_train_dataset(pairs, train_ids, source_tokenizer, target_tokenizer, con
     source noise or subword sampling is on, tokenized anew in tf.data from the same pairs."""
     options = dict(seed=config.seed, shuffle_buffer=config.shuffle_buffer)
     options["pad_to_bucket"] = config.jit_compile
-    if not (config.source_noise > 0 or config.copy_substitution > 0 or subword_sampling(config)):
+    drawn_each_epoch = (
+        config.source_noise > 0
+        or config.copy_substitution > 0
+        or config.placeholder_names > 0
+        or subword_sampling(config)
+    )
+    if not drawn_each_epoch:
         return make_dataset(
             *train_ids[:2], config.max_sequence_length, config.batch_tokens, **options
         )
@@ -177,11 +185,15 @@ def make_train_dataset(pairs, train_ids, source_tokenizer, target_tokenizer, con
         )
     logger.info(
         "train: tokenized in the input pipeline, %.0f%% of sources noised (%s), %.0f%% of "
-        "names and numbers fresh (%.0f%% of those names a figure), subword sampling %s",
+        "names and numbers fresh (%.0f%% of those names a figure), placeholders %s, subword "
+        "sampling %s",
         100 * config.source_noise,
         config.source_noise_kinds,
         100 * config.copy_substitution,
         100 * config.copy_figure_share,
+        f"on ({100 * config.placeholder_names:.0f}% of shared names too)"
+        if config.placeholders
+        else "off",
         f"nbest_size={config.subword_nbest_size} alpha={config.subword_alpha}"
         if subword_sampling(config)
         else "off",
@@ -197,6 +209,8 @@ def make_train_dataset(pairs, train_ids, source_tokenizer, target_tokenizer, con
         noise_kinds=parse_kinds(config.source_noise_kinds),
         copy_substitution=config.copy_substitution,
         copy_figure_share=config.copy_figure_share,
+        placeholders=source_tokenizer.placeholders,
+        placeholder_names=config.placeholder_names,
         **options,
     )
 

@@ -22,6 +22,7 @@ import os
 import sentencepiece
 import tensorflow as tf
 
+from model.placeholders import MARKERS, write_known_words
 from model.special_tokens import END_ID, PAD_ID, RESERVED_TOKENS, START_ID, UNK_ID
 from model.tokenizer import (
     CONFIG_FILE,
@@ -44,7 +45,9 @@ SENTENCEPIECE_MODEL_TYPES = ("unigram", "bpe")
 MAX_SENTENCE_BYTES = 16384
 
 
-def learn_sentencepiece(texts, vocab_size, model_type="unigram", lower_case=False, threads=None):
+def learn_sentencepiece(
+    texts, vocab_size, model_type="unigram", lower_case=False, threads=None, user_symbols=()
+):
     """Learns a SentencePiece model.
 
     Args:
@@ -54,6 +57,8 @@ def learn_sentencepiece(texts, vocab_size, model_type="unigram", lower_case=Fals
         model_type: "unigram" or "bpe".
         lower_case: bool, lowercase while normalizing (the `nfkc_cf` rule).
         threads: int, trainer threads (default: every core).
+        user_symbols: strings each kept as one piece wherever they occur (the placeholder
+            markers, `model.placeholders.MARKERS`).
 
     Returns:
         bytes, the serialized model proto (`model.tokenizer.SentencePieceTokenizer(proto)`).
@@ -90,6 +95,7 @@ def learn_sentencepiece(texts, vocab_size, model_type="unigram", lower_case=Fals
         input_sentence_size=0,
         num_threads=threads or os.cpu_count() or 1,
         minloglevel=2,
+        **({"user_defined_symbols": list(user_symbols)} if user_symbols else {}),
     )
     return proto.getvalue()
 
@@ -114,7 +120,11 @@ def learn_wordpiece(texts, vocab_size, lower_case=False):
 def _learn(tokenizer_type, texts, config):
     if tokenizer_type == "sentencepiece":
         proto = learn_sentencepiece(
-            texts, config["vocab_size"], config["model_type"], config["lower_case"]
+            texts,
+            config["vocab_size"],
+            config["model_type"],
+            config["lower_case"],
+            user_symbols=MARKERS if config.get("placeholders") else (),
         )
         return SentencePieceTokenizer(proto, lower_case=config["lower_case"])
     vocab = learn_wordpiece(texts, config["vocab_size"], config["lower_case"])
@@ -131,6 +141,7 @@ def build_tokenizers(
     model_type="unigram",
     source_spelling=None,
     source_casing="keep",
+    placeholders=False,
 ):
     """Learns (or reloads) the source and target tokenizers.
 
@@ -155,6 +166,10 @@ def build_tokenizers(
             (`model.tokenizer.normalize_casing`): the vocabulary is learned from normalized
             sources (and targets as they are), and the source tokenizer normalizes its input
             (`Tokenizer.casing`), in training, evaluation and exports alike.
+        placeholders: bool, numbers and unknown names become markers (`model.placeholders`):
+            the markers are pieces of the vocabulary, the training sources' words are written to
+            `known_words.txt`, and the source tokenizer carries them (`Tokenizer.placeholders`).
+            SentencePiece only.
 
     Returns:
         `(source_tokenizer, target_tokenizer)`, the same object twice when `shared`.
@@ -164,6 +179,8 @@ def build_tokenizers(
     """
     if tokenizer_type not in TOKENIZER_TYPES:
         raise ValueError(f"tokenizer must be one of {TOKENIZER_TYPES}, got {tokenizer_type!r}.")
+    if placeholders and tokenizer_type != "sentencepiece":
+        raise ValueError("placeholders need the sentencepiece tokenizer (its user symbols).")
     config = dict(
         format_version=FORMAT_VERSION,
         type=tokenizer_type,
@@ -177,6 +194,8 @@ def build_tokenizers(
     if source_casing != "keep":
         # Only when set: directories written before the setting existed still match.
         config["source_casing"] = source_casing
+    if placeholders:
+        config["placeholders"] = True
     os.makedirs(out_dir, exist_ok=True)
     existing = read_tokenizer_config(out_dir)
     if existing is not None:
@@ -205,6 +224,8 @@ def build_tokenizers(
         tokenizer = _learn(tokenizer_type, texts, config)
         tokenizer.save(os.path.join(out_dir, model_file(tokenizer_type, side)))
         logger.info("Learned %d pieces.", tokenizer.vocab_size)
+    if placeholders:
+        write_known_words(out_dir, [source for source, _ in pairs])
     # The config goes last: a directory with a config always holds every vocabulary it names.
     with open(os.path.join(out_dir, CONFIG_FILE), "w", encoding="utf-8") as config_file:
         json.dump(config, config_file, indent=2)
@@ -226,6 +247,7 @@ def build_run_tokenizers(pairs, config, out_dir):
         model_type=settings["subword_model"],
         source_spelling=corpus_source_spelling(settings["data"]),
         source_casing=settings.get("source_casing", "keep"),
+        placeholders=settings.get("placeholders", False),
     )
 
 

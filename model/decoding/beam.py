@@ -14,15 +14,13 @@ from model.decoding.common import (
     NEG_INF,
     empty_outputs,
     length_penalty,
-    max_decoding_length_for,
     take_rows,
-    trim,
     unknown_shapes,
 )
 from model.decoding.penalties import NextTokenRules, validate_repetition_controls
 from model.decoding.prefix import forced_tokens
-from model.decoding.step import transformer_step_fn
-from model.decoding.xla import eager_xla_decoder, run_loop
+from model.decoding.step import decode_transformer
+from model.decoding.xla import eager_xla_decoder
 from model.masks import PAD_ID
 
 
@@ -545,30 +543,21 @@ def beam_search_decode(
             max_decoding_length=max_decoding_length,
             min_length=min_length,
         )
-    if max_decoding_length is None:
-        max_decoding_length = max_decoding_length_for(inp, limit=model.pe_target - 1)
-
-    def search(inp, max_decoding_length, slots):
-        cache = model.init_cache(*model.encode(inp, training=False), slots)
-        start_ids = tf.fill([tf.shape(inp)[0]], tf.cast(start_id, tf.int32))
-        return beam_search(
-            transformer_step_fn(model, with_alignment, compiled=jit_compile),
-            start_ids,
-            end_id,
-            cache,
-            max_decoding_length,
-            alignment_width=tf.shape(inp)[1] if with_alignment else 0,
-            beam_width=beam_width,
-            alpha=alpha,
-            min_length=min_length,
-            reorder_state=model.reorder_cache,
-            repetition_penalty=repetition_penalty,
-            no_repeat_ngram_size=no_repeat_ngram_size,
-            num_hypotheses=num_hypotheses,
-            prefix=prefix,
-            fixed_shape=jit_compile,
-            compiled=jit_compile,
-            slots=slots,
-        )
-
-    return trim(run_loop(search, inp, max_decoding_length, jit_compile, model.pe_input))
+    return decode_transformer(
+        beam_search,
+        model,
+        inp,
+        start_id,
+        max_decoding_length,
+        jit_compile,
+        with_alignment,
+        end_id=end_id,
+        beam_width=beam_width,
+        alpha=alpha,
+        min_length=min_length,
+        reorder_state=model.reorder_cache,
+        repetition_penalty=repetition_penalty,
+        no_repeat_ngram_size=no_repeat_ngram_size,
+        num_hypotheses=num_hypotheses,
+        prefix=prefix,
+    )

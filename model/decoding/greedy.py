@@ -16,13 +16,12 @@ from model.decoding.common import (
     mask_after_end,
     max_decoding_length_for,
     take_rows,
-    trim,
     unknown_shapes,
 )
 from model.decoding.penalties import NextTokenRules, validate_repetition_controls
 from model.decoding.prefix import forced_tokens
-from model.decoding.step import transformer_step_fn
-from model.decoding.xla import eager_xla_decoder, run_loop
+from model.decoding.step import decode_transformer
+from model.decoding.xla import eager_xla_decoder
 from model.masks import PAD_ID
 
 
@@ -262,29 +261,20 @@ def greedy_decode(
         return eager_xla_decoder(
             greedy_decode, model, with_alignment=with_alignment, **repetition_controls
         )(inp, start_id, end_id, max_decoding_length, min_length)
-    if max_decoding_length is None:
-        max_decoding_length = max_decoding_length_for(inp, limit=model.pe_target - 1)
-
-    def search(inp, max_decoding_length, slots):
-        cache = model.init_cache(*model.encode(inp, training=False), slots)
-        start_ids = tf.fill([tf.shape(inp)[0]], tf.cast(start_id, tf.int32))
-        return greedy_search(
-            transformer_step_fn(model, with_alignment, compiled=jit_compile),
-            start_ids,
-            end_id,
-            cache,
-            max_decoding_length,
-            alignment_width=tf.shape(inp)[1] if with_alignment else 0,
-            min_length=min_length,
-            fixed_shape=jit_compile,
-            compiled=jit_compile,
-            slots=slots,
-            next_token=next_token,
-            prefix=prefix,
-            **repetition_controls,
-        )
-
-    return trim(run_loop(search, inp, max_decoding_length, jit_compile, model.pe_input))
+    return decode_transformer(
+        greedy_search,
+        model,
+        inp,
+        start_id,
+        max_decoding_length,
+        jit_compile,
+        with_alignment,
+        end_id=end_id,
+        min_length=min_length,
+        next_token=next_token,
+        prefix=prefix,
+        **repetition_controls,
+    )
 
 
 def naive_greedy_decode(model, inp, start_id, end_id, max_decoding_length=None, min_length=0):

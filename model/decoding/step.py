@@ -16,6 +16,9 @@ the rows of its own sentence (default: every tensor gathered; a `Transformer`'s 
 
 import tensorflow as tf
 
+from model.decoding.common import max_decoding_length_for, trim
+from model.decoding.xla import run_loop
+
 
 def transformer_step_fn(model, with_alignment=True, compiled=False):
     """The step function of a `Transformer` whose state is its decoding cache (`init_cache`).
@@ -31,3 +34,44 @@ def transformer_step_fn(model, with_alignment=True, compiled=False):
         return output.logits[:, 0], output.alignment[:, 0], output.cache
 
     return step_fn
+
+
+def decode_transformer(
+    search, model, inp, start_id, max_decoding_length, jit_compile, with_alignment, **options
+):
+    """Runs `search` (`greedy_search`, `beam_search`) over a `Transformer`: encodes `inp`, starts
+    its cache and every row at `start_id`, and decodes through `model.decoding.xla.run_loop`
+    (on XLA's bucket shapes when `jit_compile`), trimmed to the longest output.
+
+    Args:
+        search: called as `search(step_fn, start_ids, end_id, cache, max_decoding_length,
+            alignment_width=, fixed_shape=, compiled=, slots=, **options)`; `options` holds
+            `end_id` and the search's own settings.
+        max_decoding_length: output-token bound, or None for `max_decoding_length_for(inp)`
+            capped by the model's positional encodings.
+        with_alignment: False: no alignment computed, a zero-width one returned.
+
+    Returns:
+        `search`'s outputs, trimmed (`model.decoding.common.trim`).
+    """
+    if max_decoding_length is None:
+        max_decoding_length = max_decoding_length_for(inp, limit=model.pe_target - 1)
+    end_id = options.pop("end_id")
+
+    def run(inp, max_decoding_length, slots):
+        cache = model.init_cache(*model.encode(inp, training=False), slots)
+        start_ids = tf.fill([tf.shape(inp)[0]], tf.cast(start_id, tf.int32))
+        return search(
+            transformer_step_fn(model, with_alignment, compiled=jit_compile),
+            start_ids,
+            end_id,
+            cache,
+            max_decoding_length,
+            alignment_width=tf.shape(inp)[1] if with_alignment else 0,
+            fixed_shape=jit_compile,
+            compiled=jit_compile,
+            slots=slots,
+            **options,
+        )
+
+    return trim(run_loop(run, inp, max_decoding_length, jit_compile, model.pe_input))
