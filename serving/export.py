@@ -359,9 +359,10 @@ def export_translator(
 
 
 def export_run(
-    run_dir, export_base="exports", model_name="translator", options=None, compute_dtype="float32"
+    run_dir, export_base="exports", model_name="translator", options=None, compute_dtype=None
 ):
-    """Loads a training run (`training.artifacts.load_trained`, computing in `compute_dtype`)
+    """Loads a training run (`training.artifacts.load_trained`, computing in `compute_dtype`, or
+    as trained when None)
     and exports it, decoding with `options` (default: the run's own,
     `training.artifacts.decoding_options`).
 
@@ -444,9 +445,9 @@ def main(argv=None):
     parser.add_argument(
         "--compute_dtype",
         choices=list(artifacts.COMPUTE_DTYPES),
-        default="float32",
         help="bfloat16: the matrix products in bfloat16 (weights kept float32; the attention "
-        "softmax and the logits in float32), for CPUs with bfloat16 units (default: float32)",
+        "softmax and the logits in float32), for CPUs with bfloat16 units (default: as the run "
+        "was trained)",
     )
     artifacts.add_repetition_arguments(parser, "default: the run's decoding.json, else off")
     parser.add_argument(

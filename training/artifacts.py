@@ -252,10 +252,11 @@ def require_trained_run(run_dir):
 COMPUTE_DTYPES = {"float32": "float32", "bfloat16": "mixed_bfloat16"}
 
 
-def load_trained(run_dir, compute_dtype="float32"):
+def load_trained(run_dir, compute_dtype=None):
     """Loads a trained translator, from the weights `select_weights` picks.
 
-    `compute_dtype` "bfloat16" computes in bfloat16 (`COMPUTE_DTYPES`: Keras's mixed_bfloat16
+    `compute_dtype` None computes as the run was trained (its dtype policy); "float32" in
+    float32; "bfloat16" in bfloat16 (`COMPUTE_DTYPES`: Keras's mixed_bfloat16
     policy): the matrix products and activations in bfloat16, the variables float32 as
     trained, the attention softmax and the output logits in float32 (`model.attention`,
     `model.embedding`). For serving where the CPU has bfloat16 units (AVX-512 BF16, AMX).
@@ -272,11 +273,11 @@ def load_trained(run_dir, compute_dtype="float32"):
         model = build_model(config, source_tokenizer.vocab_size, target_tokenizer.vocab_size)
         model.build(((None, None), (None, None)))
         restore_model(model, checkpoint_path)
-    if compute_dtype not in COMPUTE_DTYPES:
+    if compute_dtype is not None and compute_dtype not in COMPUTE_DTYPES:
         raise ValueError(
             f"compute_dtype must be one of {list(COMPUTE_DTYPES)}, got {compute_dtype!r}."
         )
-    if COMPUTE_DTYPES[compute_dtype] != model.dtype_policy.name:
+    if compute_dtype is not None and COMPUTE_DTYPES[compute_dtype] != model.dtype_policy.name:
         weights = model.get_weights()
         model = build_model(
             config,
@@ -286,5 +287,5 @@ def load_trained(run_dir, compute_dtype="float32"):
         )
         model.build(((None, None), (None, None)))
         model.set_weights(weights)
-    logger.info("%s: using the weights of %s (%s)", run_dir, loaded, compute_dtype)
+    logger.info("%s: using the weights of %s (%s)", run_dir, loaded, model.dtype_policy.name)
     return model, source_tokenizer, target_tokenizer, config
