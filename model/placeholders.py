@@ -40,7 +40,7 @@ KNOWN_WORDS_FILE = "known_words.txt"
 # What a word is (RE2, TensorFlow's regexes): letters, digits and combining marks; anything else
 # separates words, markers included.
 WORD = r"[\pL\pN\pM]+"
-_NOT_WORD = r"[^\pL\pN\pM]+"
+NOT_WORD = r"[^\pL\pN\pM]+"
 _NUMBER = r"\pN+"
 CAPITALIZED = r"\p{Lu}[\pL\pM]*"
 
@@ -57,7 +57,7 @@ def corpus_word_keys(texts):
     keys = set()
     texts = list(texts)
     for start in range(0, len(texts), 4096):
-        words = tf_text.regex_split(tf.constant(texts[start : start + 4096]), _NOT_WORD)
+        words = tf_text.regex_split(tf.constant(texts[start : start + 4096]), NOT_WORD)
         keys.update(word_key_graph(words.flat_values).numpy().tolist())
     return sorted(key.decode("utf-8") for key in keys if key)
 
@@ -79,7 +79,7 @@ def _without_markers(texts):
 def _split_words(texts):
     """`texts` `[batch]` as ragged `[batch, (pieces)]`: words (`WORD`) and the text between
     them, in order, so that joining a row gives its text back."""
-    return tf_text.regex_split(texts, _NOT_WORD, _NOT_WORD)
+    return tf_text.regex_split(texts, NOT_WORD, NOT_WORD)
 
 
 def _join(pieces):

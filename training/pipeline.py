@@ -20,7 +20,7 @@ import numpy as np
 import tensorflow as tf
 from tqdm import tqdm
 
-from model.placeholders import CAPITALIZED, MARKERS, protect_target
+from model.placeholders import CAPITALIZED, MARKERS, NOT_WORD, protect_target
 from model.special_tokens import END_ID
 from training.copying import fill_copy_slots, template_tensors
 from training.noise import perturb_sources
@@ -85,9 +85,7 @@ def protect_pairs(placeholders, sources, targets, seed=None, shared_names=0.0):
 def _shared_names(targets, share, seed, pieces):
     """A share `share` of the capitalized words of `pieces` (a source's words and separators)
     that its target also holds as a word: a ragged bool mask like `pieces`."""
-    target_words = tf.strings.split(
-        tf.strings.regex_replace(targets, r"[^\pL\pN\pM]+", " ")
-    ).to_tensor("")
+    target_words = tf.strings.split(tf.strings.regex_replace(targets, NOT_WORD, " ")).to_tensor("")
     words = pieces.flat_values
     in_target = tf.reduce_any(
         tf.equal(words[:, None], tf.gather(target_words, pieces.value_rowids())), axis=1

@@ -164,7 +164,8 @@ def load_corpus_splits(config):
 
 def make_train_dataset(pairs, train_ids, source_tokenizer, target_tokenizer, config):
     """The training batches: from `train_ids` (`prepare_examples`, tokenized once), or, when
-    source noise or subword sampling is on, tokenized anew in tf.data from the same pairs."""
+    something is drawn anew each epoch (source noise, copy substitution, placeholder names,
+    subword sampling), tokenized anew in tf.data from the same pairs."""
     options = dict(seed=config.seed, shuffle_buffer=config.shuffle_buffer)
     options["pad_to_bucket"] = config.jit_compile
     drawn_each_epoch = (
