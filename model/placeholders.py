@@ -9,7 +9,8 @@ vocabulary holds as a piece of its own (`training.vocabulary` declares them as S
 symbols); the model learns to copy a marker, one token, to where the word belongs; after
 detokenizing, each marker is put back as the word it stands for.
 
-A protected word is a run of letters, digits and combining marks (`WORD`) that is
+A protected word is a run of letters, digits and combining marks (what `NOT_WORD` does not
+match) that is
 
 - a number: digits only ("47", "1985"), or
 - an unknown name: it starts with a capital letter, and its key (`word_key_graph`: lowercased and
@@ -39,7 +40,6 @@ MARKERS = tuple(chr(0xE000 + index) for index in range(8))
 KNOWN_WORDS_FILE = "known_words.txt"
 # What a word is (RE2, TensorFlow's regexes): letters, digits and combining marks; anything else
 # separates words, markers included.
-WORD = r"[\pL\pN\pM]+"
 NOT_WORD = r"[^\pL\pN\pM]+"
 _NUMBER = r"\pN+"
 CAPITALIZED = r"\p{Lu}[\pL\pM]*"
@@ -77,7 +77,7 @@ def _without_markers(texts):
 
 
 def _split_words(texts):
-    """`texts` `[batch]` as ragged `[batch, (pieces)]`: words (`WORD`) and the text between
+    """`texts` `[batch]` as ragged `[batch, (pieces)]`: words and the text between
     them, in order, so that joining a row gives its text back."""
     return tf_text.regex_split(texts, NOT_WORD, NOT_WORD)
 
@@ -101,12 +101,13 @@ def restore(texts, values):
         repeated = tf.repeat(values, tf.shape(texts)[1], axis=0)
         return tf.reshape(restore(flat, repeated), tf.shape(texts))
     for slot, marker in enumerate(MARKERS):
-        texts = _replace_all(texts, marker, values[:, slot])
+        texts = replace_all(texts, marker, values[:, slot])
     return texts
 
 
-def _replace_all(texts, marker, replacements):
-    """Each occurrence of `marker` in `texts[i]` replaced by `replacements[i]`."""
+def replace_all(texts, marker, replacements):
+    """Each occurrence of `marker` in `texts[i]` (`[batch]` tf.string) replaced by
+    `replacements[i]` (`training.copying` fills its copy slots with it too)."""
     pieces = tf.strings.split(texts, marker)
     row_values = tf.gather(replacements, pieces.value_rowids())
     # Every piece is followed by the value, except each row's last: join, then cut that one off.

@@ -362,8 +362,7 @@ def export_run(
     run_dir, export_base="exports", model_name="translator", options=None, compute_dtype=None
 ):
     """Loads a training run (`training.artifacts.load_trained`, computing in `compute_dtype`, or
-    as trained when None)
-    and exports it, decoding with `options` (default: the run's own,
+    as trained when None) and exports it, decoding with `options` (default: the run's own,
     `training.artifacts.decoding_options`).
 
     Returns:

@@ -223,13 +223,9 @@ class Export:
     outdirs: dict
 
 
-@pytest.fixture(scope="module")
-def exported(run_dir, tmp_path_factory):
-    """The tiny run exported with the command line (in this process: tracing takes seconds)
-    into a model directory that already holds version 3."""
-    model_dir = tmp_path_factory.mktemp("exports") / MODEL_NAME
-    (model_dir / "3").mkdir(parents=True)
-    (model_dir / "3" / "keep.txt").write_text(OLD_VERSION_MARKER)
+def _export_with_cli(run_dir, export_base, *flags):
+    """`serving.export`'s command line on the tiny run, with the tests' beam options and
+    `flags`, in this process; returns the version directory it prints."""
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
         export.main(
@@ -237,16 +233,25 @@ def exported(run_dir, tmp_path_factory):
                 "--run_dir",
                 str(run_dir),
                 "--export_base",
-                str(model_dir.parent),
-                "--model_name",
-                MODEL_NAME,
+                str(export_base),
                 "--beam_width",
                 str(BEAM_WIDTH),
                 "--alpha",
                 str(ALPHA),
+                *flags,
             ]
         )
-    path = printed.getvalue().strip().splitlines()[-1]
+    return printed.getvalue().strip().splitlines()[-1]
+
+
+@pytest.fixture(scope="module")
+def exported(run_dir, tmp_path_factory):
+    """The tiny run exported with the command line (in this process: tracing takes seconds)
+    into a model directory that already holds version 3."""
+    model_dir = tmp_path_factory.mktemp("exports") / MODEL_NAME
+    (model_dir / "3").mkdir(parents=True)
+    (model_dir / "3" / "keep.txt").write_text(OLD_VERSION_MARKER)
+    path = _export_with_cli(run_dir, model_dir.parent, "--model_name", MODEL_NAME)
 
     commands = {
         "show": [
@@ -739,23 +744,7 @@ def test_bfloat16_export_multiplies_in_bfloat16_and_translates_as_float32(
 ):
     import tensorflow_text  # noqa: F401
 
-    printed = io.StringIO()
-    with contextlib.redirect_stdout(printed):
-        export.main(
-            [
-                "--run_dir",
-                str(run_dir),
-                "--export_base",
-                str(tmp_path),
-                "--beam_width",
-                str(BEAM_WIDTH),
-                "--alpha",
-                str(ALPHA),
-                "--compute_dtype",
-                "bfloat16",
-            ]
-        )
-    path = printed.getvalue().strip().splitlines()[-1]
+    path = _export_with_cli(run_dir, tmp_path, "--compute_dtype", "bfloat16")
     with open(os.path.join(path, serving_contract.EXPORT_INFO_PATH), encoding="utf-8") as handle:
         assert json.load(handle)["compute_dtype"] == "bfloat16"
     dtypes = _op_dtypes(os.path.join(path, "saved_model.pb"), {"MatMul", "BatchMatMulV2"})

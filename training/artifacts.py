@@ -264,6 +264,10 @@ def load_trained(run_dir, compute_dtype=None):
     Returns:
         `(model, source_tokenizer, target_tokenizer, config)`; an INFO log says which weights.
     """
+    if compute_dtype is not None and compute_dtype not in COMPUTE_DTYPES:
+        raise ValueError(
+            f"compute_dtype must be one of {list(COMPUTE_DTYPES)}, got {compute_dtype!r}."
+        )
     config = read_config(run_dir)
     source_tokenizer, target_tokenizer = load_tokenizers(os.path.join(run_dir, TOKENIZER_DIR))
     checkpoint_path, loaded = select_weights(run_dir)
@@ -273,10 +277,6 @@ def load_trained(run_dir, compute_dtype=None):
         model = build_model(config, source_tokenizer.vocab_size, target_tokenizer.vocab_size)
         model.build(((None, None), (None, None)))
         restore_model(model, checkpoint_path)
-    if compute_dtype is not None and compute_dtype not in COMPUTE_DTYPES:
-        raise ValueError(
-            f"compute_dtype must be one of {list(COMPUTE_DTYPES)}, got {compute_dtype!r}."
-        )
     if compute_dtype is not None and COMPUTE_DTYPES[compute_dtype] != model.dtype_policy.name:
         weights = model.get_weights()
         model = build_model(

@@ -24,6 +24,8 @@ import re
 
 import tensorflow as tf
 
+from model.placeholders import replace_all
+
 # Marks a copy slot in a template: a control character text does not hold (a pair that holds it
 # gets no slot).
 SLOT = "\x01"
@@ -189,14 +191,7 @@ def fresh_numbers_graph(size, seed):
 
 def fill_slots(templates, values):
     """Each `SLOT` of `templates[i]` (`[batch]` tf.string) replaced by `values[i]`."""
-    pieces = tf.strings.split(templates, SLOT)
-    row_values = tf.gather(values, pieces.value_rowids())
-    # Every piece is followed by the value, except each row's last: join, then cut that one off.
-    joined = tf.strings.reduce_join(
-        pieces.with_flat_values(tf.strings.join([pieces.flat_values, row_values])), axis=1
-    )
-    lengths = tf.strings.length(joined) - tf.strings.length(values)
-    return tf.strings.substr(joined, tf.zeros_like(lengths), lengths)
+    return replace_all(templates, SLOT, values)
 
 
 def fill_copy_slots(
