@@ -30,7 +30,7 @@ from model.decoding import (
 )
 from model.decoding.penalties import validate_repetition_controls
 from model.decoding.sampling import validate_sampling
-from model.placeholders import protect_target, restore
+from model.placeholders import MARKERS, protect_target, restore
 from model.special_tokens import END_ID, PAD_ID, START_ID
 
 
@@ -59,6 +59,10 @@ class DecodingOptions:
             temperature (top-k 1 or temperature 0: greedy).
         num_alternatives: alternatives per sentence of the `alternatives` signature
             (CTranslate2's `num_hypotheses` with `return_alternatives`).
+        limit_placeholders: for a run trained with placeholders (`model.placeholders`), no
+            decoder writes a placeholder more often than the source holds it
+            (`model.decoding.copies`), so no name or number is repeated and no made-up marker
+            restores to nothing; False leaves them to the model.
     """
 
     beam_width: int = 4
@@ -73,6 +77,7 @@ class DecodingOptions:
     sampling_topp: float = 1.0
     sampling_temperature: float = 1.0
     num_alternatives: int = 5
+    limit_placeholders: bool = True
 
     def __post_init__(self):
         if not isinstance(self.beam_width, int) or self.beam_width < 1:
@@ -97,6 +102,10 @@ class DecodingOptions:
         if not isinstance(self.num_alternatives, int) or self.num_alternatives < 1:
             raise ValueError(
                 f"num_alternatives must be an int >= 1, got {self.num_alternatives!r}."
+            )
+        if not isinstance(self.limit_placeholders, bool):
+            raise ValueError(
+                f"limit_placeholders must be true or false, got {self.limit_placeholders!r}."
             )
 
     @property
@@ -216,6 +225,21 @@ class Translator:
             for name, output in translate(text, *row_inputs).items()
         }
 
+    @property
+    def _next_token_rules(self):
+        """The decoders' keyword arguments for the rules of each step's choice: the options'
+        repetition controls, and the placeholder pieces to limit (`model.decoding.copies`) of a
+        run with placeholders, unless `limit_placeholders` is off."""
+        placeholder_ids = ()
+        if self.options.limit_placeholders and self.source_tokenizer.placeholders is not None:
+            source_vocab, target_vocab = self.source_tokenizer.vocab, self.target_tokenizer.vocab
+            placeholder_ids = tuple(
+                (source_vocab.index(marker), target_vocab.index(marker))
+                for marker in MARKERS
+                if marker in source_vocab and marker in target_vocab
+            )
+        return {**self.options.repetition_controls, "placeholder_ids": placeholder_ids}
+
     def _max_decoding_length_for(self, source_ids):
         return max_decoding_length_for(
             source_ids,
@@ -234,7 +258,7 @@ class Translator:
             max_decoding_length=self._max_decoding_length_for(source_ids),
             jit_compile=self.options.jit_compile,
             with_alignment=with_alignment,
-            **self.options.repetition_controls,
+            **self._next_token_rules,
         )
         return source_ids, decoded
 
@@ -261,7 +285,7 @@ class Translator:
             num_hypotheses=num_hypotheses,
             prefix=prefix,
             jit_compile=jit_compile,
-            **self.options.repetition_controls,
+            **self._next_token_rules,
         )
 
     def _sample(self, text, seed):
@@ -276,7 +300,7 @@ class Translator:
             sampling_topp=self.options.sampling_topp,
             sampling_temperature=self.options.sampling_temperature,
             max_decoding_length=self._max_decoding_length_for(source_ids),
-            **self.options.repetition_controls,
+            **self._next_token_rules,
         )
         return {
             TRANSLATION_OUTPUT: self.target_tokenizer.detokenize(decoded["tokens"]),
@@ -315,7 +339,7 @@ class Translator:
             beam_width=self.options.beam_width,
             alpha=self.options.alpha,
             max_decoding_length=self._max_decoding_length_for(source_ids),
-            **self.options.repetition_controls,
+            **self._next_token_rules,
         )
         return self._n_translations(decoded, size)
 

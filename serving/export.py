@@ -448,7 +448,7 @@ def main(argv=None):
         "softmax and the logits in float32), for CPUs with bfloat16 units (default: as the run "
         "was trained)",
     )
-    artifacts.add_repetition_arguments(parser, "default: the run's decoding.json, else off")
+    artifacts.add_next_token_rule_arguments(parser, "default: the run's decoding.json, else off")
     parser.add_argument(
         "--sampling_topk",
         type=int,
@@ -485,8 +485,7 @@ def main(argv=None):
             max_length_ratio=args.max_length_ratio,
             max_length_offset=args.max_length_offset,
             jit_compile=args.jit_compile,
-            repetition_penalty=args.repetition_penalty,
-            no_repeat_ngram_size=args.no_repeat_ngram_size,
+            **artifacts.next_token_rules(args),
             sampling_topk=args.sampling_topk,
             sampling_topp=args.sampling_topp,
             sampling_temperature=args.sampling_temperature,

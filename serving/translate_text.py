@@ -223,7 +223,7 @@ def build_parser():
         help="beam search's length penalty exponent (default: the run's decoding.json, else "
         "0.6; an export uses its own)",
     )
-    artifacts.add_repetition_arguments(
+    artifacts.add_next_token_rule_arguments(
         parser, "default: the run's decoding.json, else off; an export uses its own"
     )
     parser.add_argument(
@@ -289,8 +289,7 @@ def main(argv=None):
             args.beam_width,
             args.n_best,
             alpha=args.alpha,
-            repetition_penalty=args.repetition_penalty,
-            no_repeat_ngram_size=args.no_repeat_ngram_size,
+            **artifacts.next_token_rules(args),
         )
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)

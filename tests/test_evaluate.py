@@ -139,18 +139,26 @@ def test_exports_bake_the_repetition_controls_that_evaluation_checks(tiny_run, t
     from serving.export import main as export_main
 
     run_dir = tiny_run["run_dir"]
+    rules = {"no_repeat_ngram_size": 2, "limit_placeholders": False}
     export_main(
-        ["--run_dir", run_dir, "--export_base", str(tmp_path), "--no_repeat_ngram_size", "2"]
+        [
+            *("--run_dir", run_dir, "--export_base", str(tmp_path)),
+            *("--no_repeat_ngram_size", "2", "--limit_placeholders", "false"),
+        ]
     )
     version_dir = capsys.readouterr().out.strip().splitlines()[-1]
     decoding = json.load(open(os.path.join(version_dir, EXPORT_INFO_PATH)))["decoding"]
     assert (decoding["no_repeat_ngram_size"], decoding["repetition_penalty"]) == (2, 1.0)
+    assert decoding["limit_placeholders"] is False
     assert main(["--export_dir", version_dir, "--no_repeat_ngram_size", "3"]) == 1
     assert "exported with no_repeat_ngram_size 2, not 3" in capsys.readouterr().err
-    from_export = evaluate(export_dir=version_dir, split="test", no_repeat_ngram_size=2)
-    from_run = evaluate(run_dir, "test", output_dir=str(tmp_path / "run"), no_repeat_ngram_size=2)
+    assert main(["--export_dir", version_dir, "--limit_placeholders", "true"]) == 1
+    assert "exported with limit_placeholders False, not True" in capsys.readouterr().err
+    from_export = evaluate(export_dir=version_dir, split="test", **rules)
+    from_run = evaluate(run_dir, "test", output_dir=str(tmp_path / "run"), **rules)
     plain = evaluate(run_dir, "test", output_dir=str(tmp_path / "plain"))
-    assert from_export["decoding"] == from_run["decoding"] == "greedy, no_repeat_ngram_size 2"
+    assert from_export["decoding"] == from_run["decoding"]
+    assert from_run["decoding"] == "greedy, no_repeat_ngram_size 2, placeholders not limited"
     assert from_export["bleu"] == from_run["bleu"] and plain["decoding"] == "greedy"
 
 

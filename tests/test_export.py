@@ -367,6 +367,7 @@ def test_command_line_export_layout_and_metadata(exported, run_dir):
         "sampling_topp": 1.0,
         "sampling_temperature": 1.0,
         "num_alternatives": 5,
+        "limit_placeholders": True,
     }
     assert info["signature_options"][BEAM_SIGNATURE]["beam_width"] == BEAM_WIDTH
     assert info["signature_options"][N_BEST_SIGNATURE]["num_hypotheses"] == BEAM_WIDTH

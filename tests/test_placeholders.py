@@ -2,6 +2,7 @@
 training pipeline's markers, the vocabulary, and a run trained with them that copies a name and
 a number it never saw, through the Translator and its SavedModel export."""
 
+import dataclasses
 import os
 import unicodedata
 
@@ -305,3 +306,62 @@ def test_the_ctranslate2_recipe_protects_as_the_translator_does(placeholder_run,
     expected = translate(texts, translate_batch, show_progress=False)
     assert printed.getvalue().splitlines() == expected
     assert all(value in line for line, (_, value) in zip(expected, UNSEEN))
+
+
+# Sources on which the tiny run, left alone, writes some placeholder more often than the source
+# holds it (a repeated name) in some signature.
+CROWDED = [
+    "Kwame Kwame.",
+    "Zorblat bebe café y Kwame bebe té.",
+    "Kwame tiene un perro y Zorblat tiene un gato.",
+    "Zorblat, Kwame, Ingrid, Olaf.",
+    "Tengo 3 libros y 3 perros.",
+]
+UNSEEN_WORDS = ("Kwame", "Zorblat", "Ingrid", "Olaf", "3")
+
+
+def _repeated_words(text, translation):
+    """The unseen words `translation` holds more often than `text`."""
+    return [word for word in UNSEEN_WORDS if translation.count(word) > text.count(word)]
+
+
+def test_no_signature_writes_a_placeholder_more_often_than_the_source(placeholder_run):
+    """With `limit_placeholders` (the default) no decoder's output holds a protected word more
+    often than its source, nor a marker; without it, the tiny run repeats some."""
+    from model.translator import DecodingOptions, Translator
+    from training.artifacts import load_trained
+
+    model, source_tokenizer, target_tokenizer = load_trained(placeholder_run)[:3]
+    texts = tf.constant(CROWDED)
+    empty = tf.fill([len(CROWDED)], "")
+
+    def outputs(options):
+        translator = Translator(model, source_tokenizer, target_tokenizer, options)
+        found = {
+            "greedy": translator.greedy(texts)["translation"],
+            "beam_search": translator.beam_search(texts)["translation"],
+            "prefix": translator.prefix(texts, empty)["translation"],
+            "alignments": translator.alignments(texts)["translation"],
+        }
+        for seed in range(4):
+            seeds = tf.fill([len(CROWDED)], seed)
+            found[f"sample seed {seed}"] = translator.sample(texts, seeds)["translation"]
+        for name, columns in (
+            ("n_best", translator.n_best(texts)),
+            ("alternatives", translator.alternatives(texts, empty)),
+        ):
+            for column in range(columns["translations"].shape[1]):
+                found[f"{name}[{column}]"] = columns["translations"][:, column]
+        return {name: _decode(value) for name, value in found.items()}
+
+    options = DecodingOptions(beam_width=3, sampling_topk=5, num_alternatives=3)
+    for name, translations in outputs(options).items():
+        for text, translation in zip(CROWDED, translations):
+            assert not any(marker in translation for marker in MARKERS), (name, translation)
+            assert not _repeated_words(text, translation), (name, text, translation)
+    unlimited = outputs(dataclasses.replace(options, limit_placeholders=False))
+    assert any(
+        _repeated_words(text, translation)
+        for translations in unlimited.values()
+        for text, translation in zip(CROWDED, translations)
+    ), "the tiny run repeats no placeholder on its own: the test tests nothing"

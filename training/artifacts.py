@@ -22,6 +22,7 @@ import sys
 
 import keras
 
+from common.flags import parse_bool
 from model import Transformer
 from model.tokenizer import load_tokenizers, read_tokenizer_config
 from model.translator import DecodingOptions
@@ -192,9 +193,11 @@ def decoding_options(run_dir, **overrides):
     )
 
 
-def add_repetition_arguments(parser, default_help):
-    """`--repetition_penalty` and `--no_repeat_ngram_size` (CTranslate2's repetition controls,
-    `model.decoding.penalties`), None when not given; `default_help` says what applies then."""
+def add_next_token_rule_arguments(parser, default_help):
+    """The rules of each step's choice as flags, None when not given (`default_help` says what
+    applies then): `--repetition_penalty` and `--no_repeat_ngram_size` (CTranslate2's
+    repetition controls, `model.decoding.penalties`) and `--limit_placeholders`
+    (`model.decoding.copies`). `next_token_rules(args)` reads them back."""
     parser.add_argument(
         "--repetition_penalty",
         type=float,
@@ -206,6 +209,22 @@ def add_repetition_arguments(parser, default_help):
         type=int,
         help=f"never generate an n-gram of this size twice (0: off; {default_help})",
     )
+    parser.add_argument(
+        "--limit_placeholders",
+        type=parse_bool,
+        help="true: for a run trained with placeholders, never write a name's or number's "
+        f"placeholder more often than the source holds it ({default_help}, else true)",
+    )
+
+
+def next_token_rules(args):
+    """The `DecodingOptions` fields `add_next_token_rule_arguments`' flags set (None: not
+    given)."""
+    return {
+        "repetition_penalty": args.repetition_penalty,
+        "no_repeat_ngram_size": args.no_repeat_ngram_size,
+        "limit_placeholders": args.limit_placeholders,
+    }
 
 
 def select_weights(run_dir):

@@ -173,6 +173,8 @@ def describe_decoding(options, beam_width):
         text += f", repetition_penalty {options.repetition_penalty}"
     if options.no_repeat_ngram_size:
         text += f", no_repeat_ngram_size {options.no_repeat_ngram_size}"
+    if not options.limit_placeholders:
+        text += ", placeholders not limited"
     return text
 
 
@@ -306,8 +308,9 @@ def evaluate(
         perturb: a `training.noise` perturbation name (or "+"-composition) applied to the
             sources; None or "none": the split as written.
         tfds_data_dir: TFDS data directory for a `tfds:NAME` corpus (default: the run's own).
-        repetition_controls: `repetition_penalty`, `no_repeat_ngram_size` (default: the run's
-            own; an export must have been traced with them).
+        repetition_controls: `repetition_penalty`, `no_repeat_ngram_size`,
+            `limit_placeholders` (default: the run's own; an export must have been traced with
+            them).
 
     Returns:
         the report dict (also written as `<split>.<decoding>[.<perturb>].report.json`).
@@ -495,7 +498,7 @@ def main(argv=None):
         help="default <run_dir>/eval (runs/eval/<name> for a bundled model such as "
         "pretrained/bible-es-en), or <model dir>/eval/<version> for an export",
     )
-    artifacts.add_repetition_arguments(
+    artifacts.add_next_token_rule_arguments(
         parser, "default: the run's decoding.json, else off; an export uses its own"
     )
     parser.add_argument(
@@ -515,10 +518,7 @@ def main(argv=None):
     names = [args.perturb or UNPERTURBED]
     if args.perturb == "all":
         names = [UNPERTURBED, *PERTURBATIONS]
-    repetition_controls = {
-        "repetition_penalty": args.repetition_penalty,
-        "no_repeat_ngram_size": args.no_repeat_ngram_size,
-    }
+    repetition_controls = artifacts.next_token_rules(args)
     try:
         if args.copy_rate:
             report = evaluate_copy_rates(

@@ -59,12 +59,14 @@ def alternatives_decode(
     min_length=0,
     repetition_penalty=1.0,
     no_repeat_ngram_size=0,
+    placeholder_ids=(),
 ):
     """CTranslate2's `return_alternatives` over a `Transformer` (the module docstring).
 
     Args:
         model, inp, start_id, end_id, max_decoding_length, min_length, repetition_penalty,
-            no_repeat_ngram_size: as in `greedy_decode`.
+            no_repeat_ngram_size, placeholder_ids: as in `greedy_decode` (the placeholder rule
+            over each continuation, its prefix and alternative included).
         prefix: `(batch, P)` int32, each sentence's prefix then padding (a row of padding: none).
         num_alternatives: Python int ≥ 1, alternatives per sentence (CTranslate2's
             `num_hypotheses`).
@@ -107,6 +109,7 @@ def alternatives_decode(
         "min_length": min_length,
         "repetition_penalty": repetition_penalty,
         "no_repeat_ngram_size": no_repeat_ngram_size,
+        "placeholder_ids": placeholder_ids,
         "prefix": TargetPrefix(
             tf.gather(tf.reshape(extended, [-1, tf.shape(padded)[1]]), rows), as_context=True
         ),

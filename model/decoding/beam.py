@@ -70,6 +70,7 @@ def beam_search(
     fixed_shape=False,
     compiled=False,
     slots=None,
+    placeholders=None,
 ):
     """Beam search with the GNMT length penalty.
 
@@ -107,6 +108,8 @@ def beam_search(
         compiled: whether XLA compiles the search (it needs `fixed_shape`): the hypotheses'
             buffers are then written with XLA's op (`model.buffers.write_slot`).
         slots: positions of the output buffers, ≥ max_decoding_length (default max_decoding_length).
+        placeholders: None, or the `PlaceholderLimits` of each hypothesis
+            (`model.decoding.copies`).
 
     Returns:
         dict: `tokens` `(batch, slots)` of each sentence's best hypothesis, `scores`
@@ -124,7 +127,7 @@ def beam_search(
         step_fn,
         reorder_state,
         beam_width,
-        NextTokenRules(end_id, min_length, repetition_penalty, no_repeat_ngram_size),
+        NextTokenRules(end_id, min_length, repetition_penalty, no_repeat_ngram_size, placeholders),
         alpha,
         hypotheses,
         forced_tokens(prefix),
@@ -314,9 +317,7 @@ def _beam_step(
     generated = None
     if rules.reads_generated:
         generated = tf.reshape(beams.alive_seq, [count * beam_width, -1])
-        if prefix is not None:
-            generated = prefix.rules_view(generated, tf.repeat(beams.rows, beam_width))
-    log_probs = rules.log_probs(logits, step, generated)
+    log_probs = rules.log_probs(logits, step, generated, tf.repeat(beams.rows, beam_width), prefix)
     vocab_size = tf.shape(log_probs)[-1]
     log_probs = tf.reshape(log_probs, [count, beam_width, vocab_size])
     if prefix is not None:
@@ -500,6 +501,7 @@ def beam_search_decode(
     num_hypotheses=None,
     prefix=None,
     jit_compile=False,
+    placeholder_ids=(),
 ):
     """`beam_search` over a `Transformer` with its key/value cache.
 
@@ -517,6 +519,7 @@ def beam_search_decode(
             of `model.decoding.xla.run_loop` (as `greedy_decode`'s; not with `prefix`). Called
             eagerly, it runs through one traced function per model and setting of the
             options that shape the search (`eager_xla_decoder`).
+        placeholder_ids: as in `greedy_decode`.
 
     Returns:
         dict: `tokens` `(batch, out_len)` of the best hypothesis, `scores` `(batch,)` its
@@ -535,6 +538,7 @@ def beam_search_decode(
             repetition_penalty=repetition_penalty,
             no_repeat_ngram_size=no_repeat_ngram_size,
             num_hypotheses=num_hypotheses,
+            placeholder_ids=tuple(placeholder_ids),
         )(
             inp,
             start_id,
@@ -560,4 +564,5 @@ def beam_search_decode(
         no_repeat_ngram_size=no_repeat_ngram_size,
         num_hypotheses=num_hypotheses,
         prefix=prefix,
+        placeholder_ids=placeholder_ids,
     )

@@ -40,6 +40,7 @@ def greedy_search(
     no_repeat_ngram_size=0,
     next_token=None,
     prefix=None,
+    placeholders=None,
 ):
     """Greedy search: each row takes its most probable next token until it produces `end_id`.
 
@@ -64,6 +65,8 @@ def greedy_search(
             in the batch; default the most probable (`model.decoding.sampling` draws one).
         prefix: None, or the tokens each row's output starts with: `(batch, P)` int32 padded
             with 0, or a `TargetPrefix` (`model.decoding.prefix` states the semantics).
+        placeholders: None, or the `PlaceholderLimits` of each row's output
+            (`model.decoding.copies`).
 
     Returns:
         dict: `tokens` `(batch, slots)`, `scores` `(batch,)` summed log-probabilities of the
@@ -75,7 +78,9 @@ def greedy_search(
         raise ValueError("a compiled greedy search needs fixed_shape=True: XLA's shapes are fixed.")
     slots = max_decoding_length if slots is None else slots
     validate_repetition_controls(repetition_penalty, no_repeat_ngram_size)
-    rules = NextTokenRules(end_id, min_length, repetition_penalty, no_repeat_ngram_size)
+    rules = NextTokenRules(
+        end_id, min_length, repetition_penalty, no_repeat_ngram_size, placeholders
+    )
     choice = _Choice(rules, next_token or _most_probable, forced_tokens(prefix))
     outputs = empty_outputs(tf.shape(start_ids)[0], slots, alignment_width)
     if fixed_shape:
@@ -106,9 +111,7 @@ def _greedy_step(step_fn, ids, step, state, choice, rows, generated):
     only when the rules read them. `ended`: the row output [END] after its prefix."""
     logits, alignment, state = step_fn(ids, step, state)
     rules, prefix = choice.rules, choice.prefix
-    if rules.reads_generated and prefix is not None:
-        generated = prefix.rules_view(generated, rows)
-    log_probs = rules.log_probs(logits, step, generated if rules.reads_generated else None)
+    log_probs = rules.log_probs(logits, step, generated, rows, prefix)
     next_ids = choice.next_token(log_probs, rows, step)
     log_probs = tf.gather(log_probs, next_ids, axis=1, batch_dims=1)
     if prefix is not None:
@@ -219,6 +222,7 @@ def greedy_decode(
     next_token=None,
     prefix=None,
     with_alignment=True,
+    placeholder_ids=(),
 ):
     """Greedy decoding of a `Transformer` with its key/value cache: one decoder step per token.
 
@@ -243,6 +247,8 @@ def greedy_decode(
         prefix: as in `greedy_search` (not with `jit_compile`: XLA's padded batch would need
             padded prefixes).
         with_alignment: False skips the alignments (not computed; a zero-width `alignment`).
+        placeholder_ids: `(source_id, target_id)` pairs of the placeholder pieces no output may
+            hold more often than its source (`model.decoding.copies`); () for none.
 
     Returns:
         dict: `tokens` `(batch, out_len)`, `scores` `(batch,)` summed log-probabilities of the
@@ -254,6 +260,7 @@ def greedy_decode(
     repetition_controls = {
         "repetition_penalty": repetition_penalty,
         "no_repeat_ngram_size": no_repeat_ngram_size,
+        "placeholder_ids": tuple(placeholder_ids),
     }
     if jit_compile and tf.executing_eagerly():
         if next_token is not None:

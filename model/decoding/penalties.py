@@ -90,33 +90,52 @@ def validate_repetition_controls(repetition_penalty, no_repeat_ngram_size):
 
 class NextTokenRules(NamedTuple):
     """What a search may choose at a step besides the model's distribution: [END] is forbidden
-    before `min_length` tokens, and the repetition controls above apply when set.
+    before `min_length` tokens, the repetition controls above apply when set, and so do
+    `placeholders`' (`model.decoding.copies`).
 
     Attributes:
         end_id: the [END] id.
         min_length: int or int32 scalar.
         repetition_penalty: Python float, 1 = off.
         no_repeat_ngram_size: Python int, 0 = off.
+        placeholders: a `PlaceholderLimits`, or None (off).
     """
 
     end_id: int
     min_length: object = 0
     repetition_penalty: float = 1.0
     no_repeat_ngram_size: int = 0
+    placeholders: object = None
 
     @property
     def reads_generated(self):
         """Whether `log_probs` reads the tokens generated so far (the searches skip gathering
         them otherwise)."""
-        return self.repetition_penalty != 1 or self.no_repeat_ngram_size > 0
+        return (
+            self.repetition_penalty != 1
+            or self.no_repeat_ngram_size > 0
+            or self.placeholders is not None
+        )
 
-    def log_probs(self, logits, step, generated=None):
-        """`(rows, vocab)` log-probabilities of the token at `step` (`output_log_probs` after the
-        repetition controls, [END] forbidden before `min_length`); `generated` as above, needed
-        only when `reads_generated`."""
+    def log_probs(self, logits, step, generated=None, rows=None, prefix=None):
+        """`(rows, vocab)` log-probabilities of the token at `step`: `output_log_probs` after the
+        repetition controls, then [END] forbidden before `min_length` and the placeholder
+        rule's tokens forbidden (both NEG_INF added, the rest left as the model's).
+
+        Args:
+            generated: `(rows, width)` int32, the rows' outputs so far as above, needed only
+                when `reads_generated`.
+            rows: `(rows,)` int32, each row's sentence, needed only with `placeholders`.
+            prefix: the search's `ForcedTokens`, or None: the repetition controls read
+                `generated` through its `rules_view`, the placeholder rule reads it whole.
+        """
         logits = tf.cast(logits, tf.float32)
-        if self.reads_generated:
+        if self.repetition_penalty != 1 or self.no_repeat_ngram_size > 0:
+            view = generated if prefix is None else prefix.rules_view(generated, rows)
             logits = apply_repetition_controls(
-                logits, generated, step, self.repetition_penalty, self.no_repeat_ngram_size
+                logits, view, step, self.repetition_penalty, self.no_repeat_ngram_size
             )
-        return next_token_log_probs(logits, step, self.min_length, self.end_id)
+        log_probs = next_token_log_probs(logits, step, self.min_length, self.end_id)
+        if self.placeholders is not None:
+            log_probs = self.placeholders.apply(log_probs, generated, rows)
+        return log_probs

@@ -17,6 +17,7 @@ the rows of its own sentence (default: every tensor gathered; a `Transformer`'s 
 import tensorflow as tf
 
 from model.decoding.common import max_decoding_length_for, trim
+from model.decoding.copies import PlaceholderLimits
 from model.decoding.xla import run_loop
 
 
@@ -50,6 +51,8 @@ def decode_transformer(
         max_decoding_length: output-token bound, or None for `max_decoding_length_for(inp)`
             capped by the model's positional encodings.
         with_alignment: False: no alignment computed, a zero-width one returned.
+        options: besides `search`'s own, `placeholder_ids` (`greedy_decode`'s), given to
+            `search` as the `placeholders` of the sources.
 
     Returns:
         `search`'s outputs, trimmed (`model.decoding.common.trim`).
@@ -57,10 +60,14 @@ def decode_transformer(
     if max_decoding_length is None:
         max_decoding_length = max_decoding_length_for(inp, limit=model.pe_target - 1)
     end_id = options.pop("end_id")
+    placeholder_ids = options.pop("placeholder_ids", ())
 
     def run(inp, max_decoding_length, slots):
         cache = model.init_cache(*model.encode(inp, training=False), slots)
         start_ids = tf.fill([tf.shape(inp)[0]], tf.cast(start_id, tf.int32))
+        placeholders = (
+            PlaceholderLimits.of_sources(inp, placeholder_ids) if placeholder_ids else None
+        )
         return search(
             transformer_step_fn(model, with_alignment, compiled=jit_compile),
             start_ids,
@@ -71,6 +78,7 @@ def decode_transformer(
             fixed_shape=jit_compile,
             compiled=jit_compile,
             slots=slots,
+            placeholders=placeholders,
             **options,
         )
 
