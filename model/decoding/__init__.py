@@ -15,6 +15,7 @@ One strategy a file, as keras-hub's `samplers/`:
 | `alternatives` | `alternatives_decode`: the top next tokens after a prefix, each continued, CTranslate2's `return_alternatives` |
 | `sampling` | `sampling_search` / `sampling_decode`: random sampling (top-k, top-p, temperature, a seed), CTranslate2's semantics |
 | `penalties` | repetition controls with CTranslate2's semantics, and the rules of each step's choice |
+| `copies` | placeholder limits: no output holds a placeholder more often than its source (`PlaceholderLimits`) |
 | `scoring` | `token_log_probs`, `sequence_log_prob`, `teacher_forced_logits`: teacher-forced (forced-decoding) log-probabilities of given outputs, per token and summed |
 | `xla` | the bucket shapes XLA-compiled decoding runs on |
 
