@@ -129,7 +129,8 @@ PRETRAINED_NOTES := Trained for issue 23 to hold up on what people type: the Spa
 	on the dev split (BENCHMARKS.md, the bundle with placeholders): beam search's alpha \
 	$(PRETRAINED_ALPHA) and no_repeat_ngram_size $(PRETRAINED_NO_REPEAT_NGRAM_SIZE) (CTranslate2's \
 	semantics); pass --no_repeat_ngram_size 0 to training.evaluate or serving.export to decode \
-	without it.
+	without it. Every decoder writes a placeholder at most as often as its source holds it \
+	(model.decoding.copies, BENCHMARKS.md, Placeholder limits; --limit_placeholders false: off).
 pretrained: $(STAMP) data  ## Reproduce pretrained/bible-es-en (about 2 hours on 2 cores).
 	$(PY) -m training.train --run_dir $(PRETRAINED_RUN_DIR) $(PRETRAINED_TRAIN_ARGS)
 	$(PY) -m training.average --run_dir $(PRETRAINED_RUN_DIR) --last $(PRETRAINED_AVERAGE)
