@@ -130,10 +130,16 @@ PRETRAINED_NOTES := Trained for issue 23 to hold up on what people type: the Spa
 	$(PRETRAINED_ALPHA) and no_repeat_ngram_size $(PRETRAINED_NO_REPEAT_NGRAM_SIZE) (CTranslate2's \
 	semantics); pass --no_repeat_ngram_size 0 to training.evaluate or serving.export to decode \
 	without it. Every decoder writes a placeholder at most as often as its source holds it \
-	(model.decoding.copies, BENCHMARKS.md, Placeholder limits; --limit_placeholders false: off).
+	(model.decoding.copies, BENCHMARKS.md, Placeholder limits; --limit_placeholders false: off). \
+	After training, its source tokenizer was given the restoration of accents and capitals \
+	(python -m training.vocabulary --add_restoration, model.restoration: tables learned from the \
+	training sources put back the accents of a source typed without them, and the capitals of \
+	one typed in lowercase; BENCHMARKS.md, Accents and capitals restored).
 pretrained: $(STAMP) data  ## Reproduce pretrained/bible-es-en (about 2 hours on 2 cores).
 	$(PY) -m training.train --run_dir $(PRETRAINED_RUN_DIR) $(PRETRAINED_TRAIN_ARGS)
 	$(PY) -m training.average --run_dir $(PRETRAINED_RUN_DIR) --last $(PRETRAINED_AVERAGE)
+	$(PY) -m training.vocabulary --data_dir data/bible --out_dir $(PRETRAINED_RUN_DIR)/tokenizer \
+		--add_restoration
 	$(PY) -m training.bundle --run_dir $(PRETRAINED_RUN_DIR) --output_dir $(PRETRAINED_DIR) \
 		--alpha $(PRETRAINED_ALPHA) --no_repeat_ngram_size $(PRETRAINED_NO_REPEAT_NGRAM_SIZE) \
 		--notes "$(PRETRAINED_NOTES)" --reproduce "make pretrained PRETRAINED_STEPS=$(PRETRAINED_STEPS) \

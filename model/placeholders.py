@@ -76,13 +76,14 @@ def _without_markers(texts):
     )
 
 
-def _split_words(texts):
+def split_words(texts):
     """`texts` `[batch]` as ragged `[batch, (pieces)]`: words and the text between
     them, in order, so that joining a row gives its text back."""
     return tf_text.regex_split(texts, NOT_WORD, NOT_WORD)
 
 
-def _join(pieces):
+def join_words(pieces):
+    """Ragged `[batch, (pieces)]` (as `split_words` returns them) joined back into `[batch]`."""
     return tf.strings.reduce_join(pieces, axis=1)
 
 
@@ -111,7 +112,7 @@ def replace_all(texts, marker, replacements):
     pieces = tf.strings.split(texts, marker)
     row_values = tf.gather(replacements, pieces.value_rowids())
     # Every piece is followed by the value, except each row's last: join, then cut that one off.
-    joined = _join(pieces.with_flat_values(tf.strings.join([pieces.flat_values, row_values])))
+    joined = join_words(pieces.with_flat_values(tf.strings.join([pieces.flat_values, row_values])))
     lengths = tf.strings.length(joined) - tf.strings.length(replacements)
     return tf.strings.substr(joined, tf.zeros_like(lengths), lengths)
 
@@ -120,13 +121,13 @@ def protect_target(targets, values):
     """`targets` `[batch]` with each word that a marker of its row stands for (`values`, as
     `Placeholders.protect` returns them) replaced by that marker: a reference translation or a
     target prefix, protected as its source was."""
-    pieces = _split_words(_without_markers(targets))
+    pieces = split_words(_without_markers(targets))
     row_values = tf.gather(values, pieces.value_rowids())
     flat = pieces.flat_values
     matches = tf.equal(flat[:, None], row_values) & tf.not_equal(row_values, "")
     markers = tf.gather(tf.constant(MARKERS), tf.argmax(tf.cast(matches, tf.int32), axis=1))
     flat = tf.where(tf.reduce_any(matches, axis=1), markers, flat)
-    return _join(pieces.with_flat_values(flat))
+    return join_words(pieces.with_flat_values(flat))
 
 
 class Placeholders(tf.Module):
@@ -181,7 +182,7 @@ class Placeholders(tf.Module):
         texts = _without_markers(texts)
         if self.casing is not None:
             texts = normalize_casing(texts, self.casing)
-        pieces = _split_words(texts)
+        pieces = split_words(texts)
         protected = self.protected(pieces)
         if also is not None:
             protected = protected | also(pieces)
@@ -209,4 +210,4 @@ class Placeholders(tf.Module):
             axis=1,
         )
         mask = tf.sequence_mask(pieces.row_lengths(), tf.shape(padded)[1])
-        return _join(tf.ragged.boolean_mask(marked, mask)), values
+        return join_words(tf.ragged.boolean_mask(marked, mask)), values

@@ -50,6 +50,7 @@ from tensorflow_text.python.ops.sentencepiece_tokenizer import gen_sentencepiece
 from model.casing import SOURCE_CASINGS, normalize_casing
 from model.files import write_atomically
 from model.placeholders import Placeholders
+from model.restoration import Restoration
 from model.special_tokens import END_ID, PAD_ID, RESERVED_TOKENS, START_ID, UNK_ID
 from model.spelling import MODERN, modernize_graph
 
@@ -96,6 +97,11 @@ class Tokenizer(tf.Module):
     join back into text (`_join`). `spelling="modern"` (`model.spelling.MODERN`) modernizes the
     input before tokenizing it (a source tokenizer, see the module docstring); None leaves it.
 
+    `restoration` is the `model.restoration.Restoration` of a source tokenizer whose run puts
+    accents and capitals back on sources typed without them (`load_tokenizers` sets it):
+    `tokenize` applies it after modernizing the spelling and normalizing the case. None leaves
+    the input as typed.
+
     `placeholders` is the `model.placeholders.Placeholders` of a source tokenizer whose run
     protects numbers and unknown names (`load_tokenizers` sets it), else None. The tokenizer
     does not apply it: the `model.translator.Translator` protects a source before tokenizing it
@@ -112,6 +118,7 @@ class Tokenizer(tf.Module):
         self._lower_case = lower_case
         self._spelling = spelling
         self._casing = casing
+        self.restoration = None
         self.placeholders = None
         self._vocab = list(subword_tokenizer.get_vocabulary())
         if tuple(self._vocab[: len(RESERVED_TOKENS)]) != RESERVED_TOKENS:
@@ -175,6 +182,8 @@ class Tokenizer(tf.Module):
             strings = modernize_graph(strings)
         if self._casing is not None:
             strings = normalize_casing(strings, self._casing)
+        if self.restoration is not None:
+            strings = self.restoration(strings)
         ids = tf.cast(subword_tokenize(strings), tf.int64)
         edge_shape = tf.stack([ids.nrows(), 1])
         starts = tf.fill(edge_shape, tf.constant(START_ID, tf.int64))
@@ -395,8 +404,9 @@ def load_tokenizers(directory):
 
     Returns:
         `(source_tokenizer, target_tokenizer)`, the same object twice for a shared vocabulary,
-        unless the config records a "source_spelling", a "source_casing" or "placeholders":
-        then the source tokenizer modernizes, recases or protects its input
+        unless the config records a "source_spelling", a "source_casing", "restore_accents",
+        "restore_case" or "placeholders": then the source tokenizer modernizes, recases, restores
+        (`Tokenizer.restoration`, from `accents.tsv` and `cases.tsv`) or protects its input
         (`Tokenizer.placeholders`, from `known_words.txt`) and the target one does not, so they
         are two objects.
 
@@ -427,6 +437,10 @@ def load_tokenizers(directory):
 
     def load_source(side):
         tokenizer = load(side, source=True)
+        if config.get("restore_accents") or config.get("restore_case"):
+            tokenizer.restoration = Restoration.from_directory(
+                directory, config.get("restore_accents", False), config.get("restore_case", False)
+            )
         if config.get("placeholders"):
             tokenizer.placeholders = Placeholders.from_directory(
                 directory, config.get("source_casing")
@@ -438,6 +452,8 @@ def load_tokenizers(directory):
         source_transforms = (
             config.get("source_spelling")
             or config.get("source_casing")
+            or config.get("restore_accents")
+            or config.get("restore_case")
             or config.get("placeholders")
         )
         return (load_source("shared") if source_transforms else shared), shared

@@ -192,6 +192,27 @@ MUTATIONS = (
         "if len(fields) > 3:",
         ("tests/test_corpus.py",),
     ),
+    Mutation(
+        "a placeholder allowed once more than its source holds it",
+        "model/decoding/copies.py",
+        "written >= tf.gather(self.counts, rows)",
+        "written > tf.gather(self.counts, rows)",
+        ("tests/test_decoding.py", "-k", "placeholder"),
+    ),
+    Mutation(
+        "a bare form that is itself a word accented anyway",
+        "model/restoration.py",
+        "if bare != word and bare not in counts:",
+        "if bare != word:",
+        ("tests/test_restoration.py",),
+    ),
+    Mutation(
+        "capitals put back on a source its writer cased",
+        "model/restoration.py",
+        "return tf.where(lowercase_only, restored, texts)",
+        "return restored",
+        ("tests/test_restoration.py",),
+    ),
 )
 
 

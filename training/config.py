@@ -49,6 +49,11 @@ class TrainConfig:
     # and come back after detokenizing (model.placeholders), in training and wherever the run
     # translates.
     placeholders: bool = False
+    # Sources typed without accents, or in lowercase, get them back before the subword model
+    # (model.restoration: tables learned from the training sources), in training and wherever
+    # the run translates.
+    restore_accents: bool = False
+    restore_case: bool = False
     # With placeholders, the share of the names a training pair writes the same on both sides
     # ("David") that become markers too (training.pipeline.protect_pairs).
     placeholder_names: float = 0.0

@@ -23,11 +23,11 @@ input pipeline (`perturb_sources`, per example) and perturbs whole test splits i
 import tensorflow as tf
 import tensorflow_text
 
+from model.restoration import ACCENT_MARKS
 from model.spelling import old_spelling_graph
 
-# Combining marks (after NFD): acute and diaeresis are the Spanish accents; every mark
-# (\p{Mn}) includes the tilde of ñ.
-_ACCENT_MARKS = "[\u0301\u0308]"
+# Combining marks (after NFD): acute and diaeresis are the Spanish accents (model.restoration,
+# which puts them back); every mark (\p{Mn}) includes the tilde of ñ.
 _ALL_MARKS = r"\p{Mn}"
 _FINAL = ".!?;:…"
 _CLOSING = "\\s»”’\"')\\]"
@@ -49,7 +49,7 @@ def _remove_marks(text, marks):
 
 def strip_accents(text):
     """á é í ó ú ü (and capitals) → a e i o u; ñ and everything else unchanged (NFC output)."""
-    return _remove_marks(text, _ACCENT_MARKS)
+    return _remove_marks(text, ACCENT_MARKS)
 
 
 def strip_diacritics(text):

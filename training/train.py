@@ -61,6 +61,8 @@ FIXED_ON_RESUME = (
     "tie_embeddings",
     "source_casing",
     "placeholders",
+    "restore_accents",
+    "restore_case",
     # These choose the training pipeline (tokenized up front, or in tf.data), whose iterator
     # position the checkpoints hold.
     "source_noise",

@@ -23,6 +23,7 @@ import sentencepiece
 import tensorflow as tf
 
 from model.placeholders import MARKERS, write_known_words
+from model.restoration import ACCENTS_FILE, CASES_FILE, accent_table, case_table, write_table
 from model.special_tokens import END_ID, PAD_ID, RESERVED_TOKENS, START_ID, UNK_ID
 from model.tokenizer import (
     CONFIG_FILE,
@@ -142,6 +143,8 @@ def build_tokenizers(
     source_spelling=None,
     source_casing="keep",
     placeholders=False,
+    restore_accents=False,
+    restore_case=False,
 ):
     """Learns (or reloads) the source and target tokenizers.
 
@@ -170,6 +173,10 @@ def build_tokenizers(
             the markers are pieces of the vocabulary, the training sources' words are written to
             `known_words.txt`, and the source tokenizer carries them (`Tokenizer.placeholders`).
             SentencePiece only.
+        restore_accents, restore_case: bool, sources typed without accents, or in lowercase, get
+            them back (`model.restoration`): the table learned from the training sources is
+            written to `accents.tsv` or `cases.tsv`, and the source tokenizer restores them
+            (`Tokenizer.restoration`).
 
     Returns:
         `(source_tokenizer, target_tokenizer)`, the same object twice when `shared`.
@@ -196,6 +203,10 @@ def build_tokenizers(
         config["source_casing"] = source_casing
     if placeholders:
         config["placeholders"] = True
+    if restore_accents:
+        config["restore_accents"] = True
+    if restore_case:
+        config["restore_case"] = True
     os.makedirs(out_dir, exist_ok=True)
     existing = read_tokenizer_config(out_dir)
     if existing is not None:
@@ -226,10 +237,9 @@ def build_tokenizers(
         logger.info("Learned %d pieces.", tokenizer.vocab_size)
     if placeholders:
         write_known_words(out_dir, [source for source, _ in pairs])
+    write_restoration_tables(out_dir, sources, restore_accents, restore_case)
     # The config goes last: a directory with a config always holds every vocabulary it names.
-    with open(os.path.join(out_dir, CONFIG_FILE), "w", encoding="utf-8") as config_file:
-        json.dump(config, config_file, indent=2)
-        config_file.write("\n")
+    _write_config(out_dir, config)
     return load_tokenizers(out_dir)
 
 
@@ -248,7 +258,45 @@ def build_run_tokenizers(pairs, config, out_dir):
         source_spelling=corpus_source_spelling(settings["data"]),
         source_casing=settings.get("source_casing", "keep"),
         placeholders=settings.get("placeholders", False),
+        restore_accents=settings.get("restore_accents", False),
+        restore_case=settings.get("restore_case", False),
     )
+
+
+def write_restoration_tables(directory, sources, accents=True, cases=True):
+    """Writes the `model.restoration` tables asked for, learned from `sources` (the training
+    sources as the source tokenizer sees them, after its case normalization)."""
+    if accents:
+        write_table(os.path.join(directory, ACCENTS_FILE), accent_table(sources))
+    if cases:
+        write_table(os.path.join(directory, CASES_FILE), case_table(sources))
+
+
+def add_restoration(tokenizer_dir, pairs):
+    """Gives the tokenizers of `tokenizer_dir` (a run's, trained without it) the restoration of
+    accents and capitals (`model.restoration`): writes the tables of `pairs`' sources (the run's
+    training pairs) and records "restore_accents" and "restore_case" in its config, so its
+    source tokenizer restores them from now on. The vocabularies are unchanged, so the run's
+    weights still fit them.
+
+    Raises:
+        FileNotFoundError: no tokenizer config there.
+    """
+    config = read_tokenizer_config(tokenizer_dir)
+    if config is None:
+        raise FileNotFoundError(f"{os.path.join(tokenizer_dir, CONFIG_FILE)} not found.")
+    sources = [source for source, _ in pairs]
+    if config.get("source_casing"):
+        normalized = normalize_casing(tf.constant(sources), config["source_casing"])
+        sources = [text.decode("utf-8") for text in normalized.numpy()]
+    write_restoration_tables(tokenizer_dir, sources)
+    _write_config(tokenizer_dir, {**config, "restore_accents": True, "restore_case": True})
+
+
+def _write_config(directory, config):
+    with open(os.path.join(directory, CONFIG_FILE), "w", encoding="utf-8") as config_file:
+        json.dump(config, config_file, indent=2)
+        config_file.write("\n")
 
 
 def main(argv=None):
@@ -276,9 +324,32 @@ def main(argv=None):
         help="one vocabulary per language instead of a shared one",
     )
     parser.add_argument("--lower_case", action="store_true", help="lowercase the text")
+    parser.add_argument(
+        "--restore_accents",
+        action="store_true",
+        help="sources typed without accents get them back (model.restoration)",
+    )
+    parser.add_argument(
+        "--restore_case",
+        action="store_true",
+        help="sources typed in lowercase get their capitals back (model.restoration)",
+    )
+    parser.add_argument(
+        "--add_restoration",
+        action="store_true",
+        help="instead of learning vocabularies, give those already in OUT_DIR (a trained run's "
+        "tokenizer directory) both restorations, learned from DATA_DIR/train.tsv",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     pairs = read_tsv(os.path.join(args.data_dir, "train.tsv"))
+    if args.add_restoration:
+        add_restoration(args.out_dir, pairs)
+        print(
+            f"{args.out_dir}: the source tokenizer now restores accents and capitals "
+            f"({ACCENTS_FILE}, {CASES_FILE})"
+        )
+        return
     source_tokenizer, target_tokenizer = build_tokenizers(
         pairs,
         args.vocab_size,
@@ -288,6 +359,8 @@ def main(argv=None):
         lower_case=args.lower_case,
         model_type=args.model_type,
         source_spelling=corpus_source_spelling(args.data_dir),
+        restore_accents=args.restore_accents,
+        restore_case=args.restore_case,
     )
     for name, tokenizer, texts in (
         ("source", source_tokenizer, [source for source, _ in pairs[:3]]),
