@@ -87,3 +87,10 @@ SIGNATURE_INPUTS = {
 # Relative to an export version: the run config and decoding options the signatures were traced
 # with (`serving.export.make_export_info`).
 EXPORT_INFO_PATH = "assets/export_info.json"
+
+# Relative to an export version: the PredictionLog records TF Serving replays when it loads the
+# version, and how many it reads at most (a version with more fails to load):
+# `WarmupConsts::kRequestsFileName` and `kMaxNumRecords` of TF Serving's
+# tensorflow_serving/servables/tensorflow/saved_model_warmup_util.h.
+WARMUP_PATH = "assets.extra/tf_serving_warmup_requests"
+MAX_WARMUP_RECORDS = 1000

@@ -87,6 +87,7 @@ from common.serving_contract import (
     TARGET_INPUT,
     TARGET_PREFIX_INPUT,
     TEXT_INPUT,
+    WARMUP_PATH,
 )
 from model.translator import DecodingOptions, Translator
 from training import artifacts
@@ -94,7 +95,6 @@ from training import artifacts
 logger = logging.getLogger(__name__)
 
 EXPORT_INFO_FILE = os.path.basename(EXPORT_INFO_PATH)
-WARMUP_FILE = os.path.join("assets.extra", "tf_serving_warmup_requests")
 # Spanish sentences of different lengths (punctuation, accents, an inverted question mark), so
 # warmup exercises the whole tokenizer and a few loop lengths.
 WARMUP_TEXTS = (
@@ -246,7 +246,7 @@ def write_warmup_requests(version_dir, model_name, texts=WARMUP_TEXTS, signature
     """
     from tensorflow_serving.apis import predict_pb2, prediction_log_pb2
 
-    path = os.path.join(version_dir, WARMUP_FILE)
+    path = os.path.join(version_dir, WARMUP_PATH)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with tf.io.TFRecordWriter(path) as writer:
         for signature_name in signatures:

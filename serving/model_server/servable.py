@@ -30,15 +30,13 @@ from tensorflow.core.framework import tensor_shape_pb2
 from tensorflow.core.protobuf import meta_graph_pb2, saved_model_pb2
 from tensorflow_serving.apis import predict_pb2, prediction_log_pb2
 
+from common.serving_contract import MAX_WARMUP_RECORDS, WARMUP_PATH
 from serving.model_server import errors
 from serving.model_server.metrics import ServerMetrics
 
 logger = logging.getLogger("serving.servable")
 
 SAVED_MODEL_FILENAMES = ("saved_model.pb", "saved_model.pbtxt")
-# Same location and record cap as TF Serving's saved_model_warmup_util.
-WARMUP_FILE = os.path.join("assets.extra", "tf_serving_warmup_requests")
-MAX_WARMUP_RECORDS = 1000
 # What TF Serving answers (INTERNAL) when a graph reaches an XLA-compiled function and the server
 # runs without --xla_cpu_compilation_enabled (TF's DisableXlaCompilation()).
 XLA_DISABLED_MESSAGE = "XLA compilation disabled"
@@ -119,7 +117,7 @@ def read_warmup_requests(export_dir: str) -> list[predict_pb2.PredictRequest]:
             unparsable record, UNIMPLEMENTED for a record type other than predict_log
             (this server replays Predict only), as TF Serving's warmup reports them.
     """
-    path = os.path.join(export_dir, WARMUP_FILE)
+    path = os.path.join(export_dir, WARMUP_PATH)
     if not os.path.isfile(path):
         return []
     requests = []
