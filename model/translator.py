@@ -24,12 +24,13 @@ from model.decoding import (
     alternatives_decode,
     beam_search_decode,
     greedy_decode,
-    max_decoding_length_for,
     sampling_decode,
     token_log_probs,
 )
+from model.decoding.common import longest_source_length, max_decoding_length_for_source
 from model.decoding.penalties import validate_repetition_controls
 from model.decoding.sampling import validate_sampling
+from model.decoding.xla import xla_buckets
 from model.placeholders import MARKERS, protect_target, restore
 from model.special_tokens import END_ID, PAD_ID, START_ID
 
@@ -122,6 +123,10 @@ class DecodingOptions:
         }
 
 
+# Tokens of the shortest source: every tokenized source holds [START] and [END] ("" is just that).
+MIN_SOURCE_TOKENS = 2
+
+
 def truncate_source_ids(ids, max_tokens):
     """Pads tokenized sources into a batch, cutting each to `max_tokens` tokens.
 
@@ -133,7 +138,7 @@ def truncate_source_ids(ids, max_tokens):
         int32 `[batch, min(longest row, max_tokens)]`, `PAD_ID` padding. A cut row ends with
         [END] in place of its last kept token: the model was trained on [END]-terminated sources.
     """
-    if max_tokens < 2:
+    if max_tokens < MIN_SOURCE_TOKENS:
         raise ValueError(f"max_tokens must leave room for [START] and [END], got {max_tokens}.")
     was_cut = ids.row_lengths() > max_tokens
     dense = tf.cast(ids[:, :max_tokens].to_tensor(default_value=PAD_ID), tf.int32)
@@ -240,12 +245,54 @@ class Translator:
             )
         return {**self.options.repetition_controls, "placeholder_ids": placeholder_ids}
 
-    def _max_decoding_length_for(self, source_ids):
-        return max_decoding_length_for(
-            source_ids,
+    def max_decoding_length(self, source_length):
+        """Output tokens the decoders produce at most for a batch whose longest source has
+        `source_length` tokens (int or scalar tensor, [START] and [END] included): `ceil(ratio *
+        source_length) + offset` of the options, capped by the model's positional encodings.
+
+        Returns:
+            int32 scalar.
+        """
+        return max_decoding_length_for_source(
+            source_length,
             self.options.max_length_ratio,
             self.options.max_length_offset,
             limit=self.model.pe_target - 1,
+        )
+
+    def _max_decoding_length_for(self, source_ids):
+        return self.max_decoding_length(longest_source_length(source_ids))
+
+    def xla_buckets(self, max_batch, max_source_tokens=None):
+        """The XLA programs that the compiled signatures (`options.jit_compile`) each compile
+        for requests of 1 to `max_batch` sentences of at most `max_source_tokens` tokens
+        (`model.decoding.xla.xla_buckets`).
+
+        Args:
+            max_batch: int, at least 1.
+            max_source_tokens: int, at least `MIN_SOURCE_TOKENS` ([START] and [END] included);
+                default, and at most, the model's `pe_input` (sources are cut to it).
+
+        Returns:
+            dict `{(batch, width, slots): (batch_size, source_length)}`: each program with the
+            smallest request that compiles it.
+
+        Raises:
+            ValueError: `max_batch` below 1 or `max_source_tokens` below `MIN_SOURCE_TOKENS`.
+        """
+        longest = self.model.pe_input
+        if max_source_tokens is not None:
+            if max_source_tokens < MIN_SOURCE_TOKENS:
+                raise ValueError(
+                    f"max_source_tokens must be at least {MIN_SOURCE_TOKENS} ([START] and "
+                    f"[END]), got {max_source_tokens!r}."
+                )
+            longest = min(max_source_tokens, longest)
+        return xla_buckets(
+            max_batch,
+            range(MIN_SOURCE_TOKENS, longest + 1),
+            self.model.pe_input,
+            self.max_decoding_length,
         )
 
     def _greedy_decode(self, text, with_alignment=False):

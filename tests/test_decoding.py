@@ -31,7 +31,7 @@ from model.decoding.copies import PlaceholderLimits
 from model.decoding.greedy import _drop_finished_rows
 from model.decoding.penalties import NextTokenRules, ban_repeated_ngrams, penalize_repetitions
 from model.decoding.sampling import open_unit_interval, triple32, uniform_noise
-from model.decoding.xla import _EAGER_XLA_DECODERS, pad_to_xla_buckets
+from model.decoding.xla import _EAGER_XLA_DECODERS, pad_to_xla_buckets, xla_buckets, xla_slots
 from tests.reverse_task import END, START, reverse_task
 
 _GRAPHS = {}
@@ -138,6 +138,34 @@ def test_xla_inputs_are_padded_to_a_few_shapes(batch, width, max_source, padded_
         padded[batch:, :width], np.repeat(inp[:1], len(padded) - batch, 0)
     )
     assert not padded[:, width:].any()
+
+
+def test_xla_slots_round_output_lengths_up_to_multiples_of_16():
+    assert [int(xla_slots(length)) for length in (1, 16, 17, 32, 33)] == [16, 16, 32, 32, 48]
+
+
+def test_xla_buckets_name_the_programs_of_every_batch_and_source_length():
+    """Each (batch, longest source) of the ranges falls in one of the buckets, as
+    `pad_to_xla_buckets` pads it and `xla_slots` sizes its outputs, and each bucket holds the
+    smallest batch and length that fall in it."""
+    max_batch, max_source = 5, 40
+
+    def max_decoding_length(length):
+        return 2 * length + 3
+
+    buckets = xla_buckets(max_batch, range(2, max_source + 1), max_source, max_decoding_length)
+    smallest = {}
+    for batch_size, length in itertools.product(range(1, max_batch + 1), range(2, max_source + 1)):
+        inp = tf.ones([batch_size, length], tf.int32)
+        bucket = (
+            *pad_to_xla_buckets(inp, max_source).shape,
+            int(xla_slots(max_decoding_length(length))),
+        )
+        smallest.setdefault(bucket, (batch_size, length))
+    assert buckets == smallest
+    # Four batch buckets (1, 2, 4, 8) by the (width, slots) of lengths 2-6, 7-14, 15-16, 17-22,
+    # 23-30, 31-32, 33-38 and 39-40.
+    assert len(buckets) == 4 * 8
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ NEG_INF = -1e9
 
 def max_decoding_length_for(inp, max_length_ratio=1.5, max_length_offset=10, limit=None):
     """The decoders' `max_decoding_length` (output tokens at most) for the batch `inp`, relative
-    to its longest source: ceil(ratio · len) + offset, at least 1.
+    to its longest source: `max_decoding_length_for_source(longest_source_length(inp), ...)`.
 
     Args:
         inp: `(batch, inp_len)` source ids.
@@ -22,8 +22,29 @@ def max_decoding_length_for(inp, max_length_ratio=1.5, max_length_offset=10, lim
     Returns:
         int32 scalar.
     """
-    source_lengths = tf.reduce_sum(tf.cast(tf.not_equal(inp, PAD_ID), tf.float32), axis=1)
-    bound = tf.cast(tf.math.ceil(tf.reduce_max(source_lengths) * max_length_ratio), tf.int32)
+    return max_decoding_length_for_source(
+        longest_source_length(inp), max_length_ratio, max_length_offset, limit
+    )
+
+
+def longest_source_length(inp):
+    """Tokens of the longest source of `inp` `(batch, inp_len)` (padding not counted): float32
+    scalar, -inf for an empty batch."""
+    return tf.reduce_max(tf.reduce_sum(tf.cast(tf.not_equal(inp, PAD_ID), tf.float32), axis=1))
+
+
+def max_decoding_length_for_source(
+    source_length, max_length_ratio=1.5, max_length_offset=10, limit=None
+):
+    """Output tokens at most for a batch whose longest source has `source_length` tokens (int or
+    scalar tensor): ceil(ratio · source_length) + offset, at least 1, at most `limit` (optional
+    hard cap, e.g. the model's `pe_target - 1`).
+
+    Returns:
+        int32 scalar.
+    """
+    source_length = tf.cast(source_length, tf.float32)
+    bound = tf.cast(tf.math.ceil(source_length * max_length_ratio), tf.int32)
     bound = tf.maximum(bound + max_length_offset, 1)
     if limit is not None:
         bound = tf.minimum(bound, limit)
