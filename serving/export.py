@@ -45,6 +45,14 @@ dimension is the batch):
 `assets/export_info.json` records, under "signature_options", the decoding options each signature
 was traced with.
 
+The warmup requests TF Serving replays when it loads the version (`warmup_requests`): one per
+signature on `WARMUP_TEXTS`, enough for a plain graph, which runs any shape once optimized. With
+`--jit_compile`, XLA compiles one program per bucket of batch size and source length
+(`model.decoding.xla`) on its first use, seconds each, so every compiled signature gets one
+request per bucket that batches of 1 to `--warmup_max_batch` sentences of up to
+`--warmup_max_source_tokens` tokens fall in; a request outside those bounds still compiles its
+bucket when it first comes.
+
 Tokenization and detokenization run inside the graph (`model.tokenizer`: keras-hub's SentencePiece
 or WordPiece tokenizer, TensorFlow and tensorflow-text ops only, both linked into TF Serving's model
 server). A source longer than the
@@ -77,6 +85,7 @@ from common.serving_contract import (
     BEAM_SIGNATURE,
     EXPORT_INFO_PATH,
     GREEDY_SIGNATURE,
+    MAX_WARMUP_RECORDS,
     N_BEST_SIGNATURE,
     PREFIX_SIGNATURE,
     SAMPLE_SIGNATURE,
@@ -89,7 +98,8 @@ from common.serving_contract import (
     TEXT_INPUT,
     WARMUP_PATH,
 )
-from model.translator import DecodingOptions, Translator
+from model.special_tokens import PAD_ID
+from model.translator import MIN_SOURCE_TOKENS, DecodingOptions, Translator
 from training import artifacts
 
 logger = logging.getLogger(__name__)
@@ -102,6 +112,9 @@ WARMUP_TEXTS = (
     "¿Dónde está la estación de tren?",
     "El libro que me prestaste ayer es muy interesante.",
 )
+# The default --warmup_max_batch: the largest batch a server with serving/batching.config runs
+# (its max_execution_batch_size; it splits larger requests into batches of at most that).
+WARMUP_MAX_BATCH = 16
 
 _VERSION_NAME = re.compile(r"^[0-9]+$")
 _STAGING_PREFIX = ".staging-"
@@ -235,21 +248,144 @@ def warmup_inputs(signature_name, texts):
     return {name: values[name] for name in SIGNATURE_INPUTS[signature_name]}
 
 
-def write_warmup_requests(version_dir, model_name, texts=WARMUP_TEXTS, signatures=SIGNATURE_NAMES):
-    """Writes `assets.extra/tf_serving_warmup_requests`: one PredictRequest per signature.
+def compiled_signatures(options):
+    """The signatures XLA compiles under `options` (`signature_options`), in `SIGNATURE_NAMES`
+    order."""
+    traced = signature_options(options)
+    return [name for name in SIGNATURE_NAMES if traced[name].get("jit_compile")]
+
+
+def warmup_requests(translator, max_batch=WARMUP_MAX_BATCH, max_source_tokens=None):
+    """The `(signature, texts)` requests of a version's warmup file.
+
+    Each signature not compiled by XLA gets one request on `WARMUP_TEXTS`. Each compiled one
+    (`translator.options.jit_compile`) gets one request per XLA program
+    (`Translator.xla_buckets(max_batch, max_source_tokens)`): the smallest batch of that program,
+    each row a text as many tokens long as the program's shortest source (`texts_of_lengths`).
+
+    Raises:
+        ValueError: bounds `Translator.xla_buckets` refuses, or more requests than TF Serving
+            replays (`MAX_WARMUP_RECORDS`).
+    """
+    compiled = compiled_signatures(translator.options)
+    buckets = (
+        sorted(translator.xla_buckets(max_batch, max_source_tokens).values()) if compiled else []
+    )
+    texts = texts_of_lengths(translator, {length for _, length in buckets})
+    requests = []
+    for name in SIGNATURE_NAMES:
+        if name in compiled:
+            requests.extend((name, [texts[length]] * batch_size) for batch_size, length in buckets)
+        else:
+            requests.append((name, list(WARMUP_TEXTS)))
+    _require_loadable_warmup(len(requests))
+    return requests
+
+
+def _require_loadable_warmup(count):
+    if count > MAX_WARMUP_RECORDS:
+        raise ValueError(
+            f"{count} warmup requests, more than the {MAX_WARMUP_RECORDS} TF Serving replays (it "
+            "would not load the version): lower --warmup_max_batch or "
+            "--warmup_max_source_tokens."
+        )
+
+
+def texts_of_lengths(translator, lengths):
+    """`{length: text}`: for each length, a text that `translator.source_ids` makes exactly that
+    many tokens ([START] and [END] included).
+
+    Each text is the longest run of the words of `WARMUP_TEXTS` (repeated as needed) that fits,
+    topped up with a word the source tokenizer keeps as one token; a text where the tokenizer
+    does not add up (a word that splits differently next to others) is that word alone, repeated.
+
+    Args:
+        translator: a `Translator`.
+        lengths: ints from `MIN_SOURCE_TOKENS` to the model's `pe_input`.
+
+    Raises:
+        ValueError: a length outside those bounds, or a length no such text has (no word of
+            `WARMUP_TEXTS` is one token for the source tokenizer, or repeated it is not).
+    """
+    lengths = sorted(set(lengths))
+    if not lengths:
+        return {}
+    if lengths[0] < MIN_SOURCE_TOKENS or lengths[-1] > translator.model.pe_input:
+        raise ValueError(
+            f"source lengths must be {MIN_SOURCE_TOKENS} to {translator.model.pe_input} tokens, "
+            f"got {lengths[0]} to {lengths[-1]}."
+        )
+
+    def token_counts(texts):
+        ids = translator.source_ids(tf.constant(texts, tf.string))
+        return tf.reduce_sum(tf.cast(ids != PAD_ID, tf.int32), axis=1).numpy().tolist()
+
+    words = " ".join(WARMUP_TEXTS).split()
+    # One token alone, and one token each when repeated.
+    filler = next(
+        (
+            word
+            for word, alone, thrice in zip(
+                words,
+                token_counts(words),
+                token_counts([f"{word} {word} {word}" for word in words]),
+            )
+            if (alone, thrice) == (MIN_SOURCE_TOKENS + 1, MIN_SOURCE_TOKENS + 3)
+        ),
+        None,
+    )
+    if filler is None:
+        raise ValueError(f"No word of {WARMUP_TEXTS} is one token for the source tokenizer.")
+    # Every word adds a token or more, so prefixes of the longest length's words reach it.
+    prefixes = [
+        " ".join(words[i % len(words)] for i in range(count)) for count in range(lengths[-1])
+    ]
+    prefix_lengths = token_counts(prefixes)
+
+    def topped_up(length):
+        count = max(i for i, prefix_length in enumerate(prefix_lengths) if prefix_length <= length)
+        return " ".join([prefixes[count], *[filler] * (length - prefix_lengths[count])]).strip()
+
+    def repeated_filler(length):
+        return " ".join([filler] * (length - MIN_SOURCE_TOKENS))
+
+    texts = {}
+    for make_text in (topped_up, repeated_filler):
+        missing = [length for length in lengths if length not in texts]
+        candidates = [make_text(length) for length in missing]
+        for length, text, actual in zip(missing, candidates, token_counts(candidates)):
+            if actual == length:
+                texts[length] = text
+        if len(texts) == len(lengths):
+            return texts
+    raise ValueError(
+        f"No text of {min(set(lengths) - set(texts))} tokens found for the source tokenizer."
+    )
+
+
+def write_warmup_requests(version_dir, model_name, requests=None):
+    """Writes `assets.extra/tf_serving_warmup_requests`: one PredictRequest (a PredictionLog
+    record) per `(signature, texts)` of `requests` (default: one per signature on
+    `WARMUP_TEXTS`; `warmup_requests` gives an export's).
 
     TF Serving replays these records when it loads the version, so the first real request does
-    not pay for graph optimization.
+    not pay for graph optimization (nor, with XLA, for compiling its bucket).
 
     Returns:
         the file's path.
+
+    Raises:
+        ValueError: more requests than TF Serving replays (`MAX_WARMUP_RECORDS`).
     """
     from tensorflow_serving.apis import predict_pb2, prediction_log_pb2
 
+    if requests is None:
+        requests = [(name, list(WARMUP_TEXTS)) for name in SIGNATURE_NAMES]
+    _require_loadable_warmup(len(requests))
     path = os.path.join(version_dir, WARMUP_PATH)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with tf.io.TFRecordWriter(path) as writer:
-        for signature_name in signatures:
+        for signature_name, texts in requests:
             request = predict_pb2.PredictRequest()
             request.model_spec.name = model_name
             request.model_spec.signature_name = signature_name
@@ -261,9 +397,7 @@ def write_warmup_requests(version_dir, model_name, texts=WARMUP_TEXTS, signature
     return path
 
 
-def write_version(
-    archive, export_base, model_name="translator", export_info=None, warmup_texts=WARMUP_TEXTS
-):
+def write_version(archive, export_base, model_name="translator", export_info=None, warmup=None):
     """Writes `archive` as the next version of `<export_base>/<model_name>/`, atomically.
 
     Args:
@@ -271,7 +405,8 @@ def write_version(
         export_base: str or os.PathLike, the directory holding one folder per model.
         model_name: the model's folder name (TF Serving's model name).
         export_info: JSON-serializable dict written to `assets/export_info.json`.
-        warmup_texts: sentences of the warmup requests.
+        warmup: the `(signature, texts)` warmup requests (`warmup_requests`); default one per
+            signature on `WARMUP_TEXTS`.
 
     Returns:
         str, the new version directory.
@@ -293,7 +428,7 @@ def write_version(
             ) as info_file:
                 json.dump(export_info, info_file, indent=2, sort_keys=True)
                 info_file.write("\n")
-        write_warmup_requests(staging_dir, model_name, warmup_texts)
+        write_warmup_requests(staging_dir, model_name, warmup)
         return _publish(staging_dir, model_dir)
     except BaseException:
         shutil.rmtree(staging_dir, ignore_errors=True)
@@ -347,23 +482,41 @@ def export_translator(
     model_name="translator",
     options=DecodingOptions(),
     run_config=None,
+    warmup_max_batch=WARMUP_MAX_BATCH,
+    warmup_max_source_tokens=None,
 ):
-    """Exports a translator in memory as the next version under `<export_base>/<model_name>`.
+    """Exports a translator in memory as the next version under `<export_base>/<model_name>`,
+    with the warmup requests of `warmup_requests(..., warmup_max_batch,
+    warmup_max_source_tokens)`.
 
     Returns:
         str, the new version directory.
+
+    Raises:
+        ValueError: as `warmup_requests`, before the (slow) tracing.
     """
+    warmup = warmup_requests(
+        Translator(model, source_tokenizer, target_tokenizer, options),
+        warmup_max_batch,
+        warmup_max_source_tokens,
+    )
     archive = build_export_archive(model, source_tokenizer, target_tokenizer, options)
     info = make_export_info(model, source_tokenizer, target_tokenizer, options, run_config)
-    return write_version(archive, export_base, model_name, info)
+    return write_version(archive, export_base, model_name, info, warmup)
 
 
 def export_run(
-    run_dir, export_base="exports", model_name="translator", options=None, compute_dtype=None
+    run_dir,
+    export_base="exports",
+    model_name="translator",
+    options=None,
+    compute_dtype=None,
+    **warmup_bounds,
 ):
     """Loads a training run (`training.artifacts.load_trained`, computing in `compute_dtype`, or
     as trained when None) and exports it, decoding with `options` (default: the run's own,
-    `training.artifacts.decoding_options`).
+    `training.artifacts.decoding_options`); `warmup_bounds` are `export_translator`'s
+    `warmup_max_batch` and `warmup_max_source_tokens`.
 
     Returns:
         str, the new version directory.
@@ -374,7 +527,14 @@ def export_run(
         run_dir, compute_dtype
     )
     return export_translator(
-        model, source_tokenizer, target_tokenizer, export_base, model_name, options, config
+        model,
+        source_tokenizer,
+        target_tokenizer,
+        export_base,
+        model_name,
+        options,
+        config,
+        **warmup_bounds,
     )
 
 
@@ -448,6 +608,21 @@ def main(argv=None):
         "softmax and the logits in float32), for CPUs with bfloat16 units (default: as the run "
         "was trained)",
     )
+    parser.add_argument(
+        "--warmup_max_batch",
+        type=int,
+        default=WARMUP_MAX_BATCH,
+        help="with --jit_compile, the warmup requests compile every XLA program that batches of "
+        "1 to this many sentences run (default: %(default)s, the max_execution_batch_size of "
+        "serving/batching.config)",
+    )
+    parser.add_argument(
+        "--warmup_max_source_tokens",
+        type=int,
+        help="with --jit_compile, the warmup requests compile every XLA program that sources of "
+        "up to this many tokens run, [START] and [END] included (default, and at most: the "
+        "model's longest source)",
+    )
     artifacts.add_next_token_rule_arguments(parser, "default: the run's decoding.json, else off")
     parser.add_argument(
         "--sampling_topk",
@@ -474,6 +649,15 @@ def main(argv=None):
         f"run's decoding.json, else {defaults.num_alternatives})",
     )
     args = parser.parse_args(argv)
+    if args.warmup_max_batch < 1:
+        parser.error(f"--warmup_max_batch must be at least 1, got {args.warmup_max_batch}")
+    if args.warmup_max_source_tokens is not None and (
+        args.warmup_max_source_tokens < MIN_SOURCE_TOKENS
+    ):
+        parser.error(
+            f"--warmup_max_source_tokens must be at least {MIN_SOURCE_TOKENS} ([START] and "
+            f"[END]), got {args.warmup_max_source_tokens}"
+        )
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     artifacts.require_trained_run(args.run_dir)
     try:
@@ -494,7 +678,13 @@ def main(argv=None):
     except ValueError as error:
         parser.error(str(error))
     version_dir = export_run(
-        args.run_dir, args.export_base, args.model_name, options, args.compute_dtype
+        args.run_dir,
+        args.export_base,
+        args.model_name,
+        options,
+        args.compute_dtype,
+        warmup_max_batch=args.warmup_max_batch,
+        warmup_max_source_tokens=args.warmup_max_source_tokens,
     )
     print(version_dir)
 

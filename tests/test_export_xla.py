@@ -1,18 +1,26 @@
 """The XLA export variant (`serving.export --jit_compile`) and the server's
 `--xla_cpu_compilation_enabled`.
 
-The tiny trained run is exported twice, as a plain graph and with greedy decoding and beam
-search compiled by XLA. The XLA export must translate exactly as the plain one (the same
-translations, the same scores to a float tolerance), through `tf.saved_model.load`, the TF1
-Session loader (`saved_model_cli run`, as TF Serving loads it) and the local server; and the
-server must refuse its XLA signatures unless started with the flag, as TF Serving does (INTERNAL
-"XLA compilation disabled", which also fails the version's warmup).
+The tiny trained run is exported twice (`python -m serving.export`), as a plain graph and with
+greedy decoding and beam search compiled by XLA. The XLA export must translate exactly as the
+plain one (the same translations, the same scores to a float tolerance), through
+`tf.saved_model.load`, the TF1 Session loader (`saved_model_cli run`, as TF Serving loads it) and
+the local server; and the server must refuse its XLA signatures unless started with the flag, as
+TF Serving does (INTERNAL "XLA compilation disabled", which also fails the version's warmup).
+
+The XLA export's warmup requests must cover every bucket (XLA program) of its bounds, so that a
+server that has replayed them compiles nothing more for requests within them. XLA's own dump
+(`XLA_FLAGS=--xla_dump_to`, one `module_*.before_optimizations.txt` per compilation) counts the
+compilations of a server subprocess.
 """
 
 import dataclasses
+import glob
+import itertools
 import json
 import os
 import subprocess
+import tempfile
 
 import grpc
 import numpy as np
@@ -27,19 +35,23 @@ from common.serving_contract import (
     GREEDY_SIGNATURE,
     N_BEST_SIGNATURE,
     PREFIX_SIGNATURE,
+    SIGNATURE_NAMES,
     SIGNATURE_OUTPUTS,
     TARGET_PREFIX_INPUT,
     TEXT_INPUT,
     TRANSLATION_OUTPUT,
     TRANSLATIONS_OUTPUT,
 )
+from model.decoding.xla import pad_to_xla_buckets, xla_batch_size, xla_slots
+from model.special_tokens import PAD_ID
+from model.translator import MIN_SOURCE_TOKENS, Translator
 from serving import export
 from serving.model_server import servable as servable_lib
 from serving.model_server.errors import ServingError
 from serving.model_server.predict import run_warmup
 from serving.model_server.server import ModelServer, ServerOptions
-from tests.export_fixtures import saved_model_cli, text_literal
-from tests.serving_fixtures import texts_request
+from tests.export_fixtures import PAIRS, saved_model_cli, text_literal
+from tests.serving_fixtures import ServerProcess, texts_request
 from training import artifacts
 
 MODEL_NAME = "translator"
@@ -53,11 +65,19 @@ TEXTS = [
 ]
 # The signatures `--jit_compile` compiles: greedy decoding and beam search.
 XLA_SIGNATURES = (GREEDY_SIGNATURE, ALIGNMENTS_SIGNATURE, BEAM_SIGNATURE, N_BEST_SIGNATURE)
+# The XLA export's --warmup_max_batch: batches 1, 2 and 3, padded to 1, 2 and 4 rows; its
+# sources have every length the tiny model takes (its default --warmup_max_source_tokens).
+WARMUP_MAX_BATCH = 3
 
 
 def _export(run_dir, export_base, jit_compile):
-    options = dataclasses.replace(artifacts.decoding_options(run_dir), jit_compile=jit_compile)
-    return export.export_run(run_dir, export_base, MODEL_NAME, options)
+    """`python -m serving.export` of `run_dir` into `export_base`; returns the version dir."""
+    flags = ["--jit_compile", f"--warmup_max_batch={WARMUP_MAX_BATCH}"] if jit_compile else []
+    base = os.fspath(export_base)
+    export.main(
+        ["--run_dir", os.fspath(run_dir), "--export_base", base, "--model_name", MODEL_NAME, *flags]
+    )
+    return os.path.join(base, MODEL_NAME, "1")
 
 
 @pytest.fixture(scope="module")
@@ -68,6 +88,14 @@ def versions(tiny_export_run, tmp_path_factory):
         kind: _export(tiny_export_run, base / kind, jit_compile=kind == "xla")
         for kind in ("plain", "xla")
     }
+
+
+@pytest.fixture(scope="module")
+def translator(tiny_export_run):
+    """The tiny run's `Translator` with the XLA export's decoding options."""
+    model, source_tokenizer, target_tokenizer, _ = artifacts.load_trained(tiny_export_run)
+    options = artifacts.decoding_options(tiny_export_run)
+    return Translator(model, source_tokenizer, target_tokenizer, options)
 
 
 @pytest.fixture(scope="module")
@@ -115,6 +143,189 @@ def test_export_info_records_the_xla_option(versions):
             if options.get("jit_compile")
         }
         assert compiled == (set(XLA_SIGNATURES) if kind == "xla" else set())
+
+
+# --------------------------------------------------------------------------- warmup buckets
+
+
+def _source_lengths(translator, texts):
+    """Tokens of each text as the signatures see it ([START] and [END] included, cut to the
+    model's length)."""
+    ids = translator.source_ids(tf.constant(texts, tf.string))
+    return tf.reduce_sum(tf.cast(ids != PAD_ID, tf.int32), axis=1).numpy().tolist()
+
+
+def _bucket(translator, batch_size, source_length):
+    """The XLA program of a batch of `batch_size` sources, the longest `source_length` tokens:
+    the shape `pad_to_xla_buckets` pads its source ids to, and `xla_slots` of its output bound."""
+    inp = tf.ones([batch_size, source_length], tf.int32)
+    padded = pad_to_xla_buckets(inp, translator.model.pe_input)
+    return (*padded.shape, int(xla_slots(translator.max_decoding_length(source_length))))
+
+
+def _expected_buckets(translator, max_batch, max_source_tokens):
+    """Sorted buckets of every batch of 1 to `max_batch` sources of up to `max_source_tokens`."""
+    return sorted(
+        {
+            _bucket(translator, batch_size, length)
+            for batch_size, length in itertools.product(
+                range(1, max_batch + 1), range(MIN_SOURCE_TOKENS, max_source_tokens + 1)
+            )
+        }
+    )
+
+
+def _buckets_by_signature(translator, requests):
+    """`{signature: sorted buckets of its requests}` of `(signature, texts)` requests."""
+    buckets = {}
+    for signature, texts in requests:
+        longest = max(_source_lengths(translator, texts))
+        buckets.setdefault(signature, []).append(_bucket(translator, len(texts), longest))
+    return {signature: sorted(found) for signature, found in buckets.items()}
+
+
+def _assert_warmup_covers(translator, requests, max_batch, max_source_tokens):
+    """Each compiled signature has exactly one request per bucket of the bounds; the others one
+    request each."""
+    expected = _expected_buckets(translator, max_batch, max_source_tokens)
+    buckets = _buckets_by_signature(translator, requests)
+    assert list(buckets) == list(SIGNATURE_NAMES)
+    for signature in SIGNATURE_NAMES:
+        if signature in XLA_SIGNATURES:
+            assert buckets[signature] == expected, signature
+        else:
+            assert len(buckets[signature]) == 1, signature
+
+
+def _file_requests(version_dir):
+    """The `(signature, texts)` of a version's warmup records, as the server reads them."""
+    return [
+        (
+            request.model_spec.signature_name,
+            [text.decode() for text in tf.make_ndarray(request.inputs[TEXT_INPUT])],
+        )
+        for request in servable_lib.read_warmup_requests(version_dir)
+    ]
+
+
+def test_xla_warmup_has_one_request_per_bucket_of_its_bounds(versions, translator):
+    requests = _file_requests(versions["xla"])
+    _assert_warmup_covers(translator, requests, WARMUP_MAX_BATCH, translator.model.pe_input)
+    # Batches of 1, 2 and 4 rows, by sources of 2-4, 5-16 and 17-24 tokens (output slots 16, 32
+    # and 32): had the export found fewer, `expected` would be as short.
+    assert len(requests) == len(XLA_SIGNATURES) * 3 * 3 + len(SIGNATURE_NAMES) - len(XLA_SIGNATURES)
+
+
+def test_plain_warmup_has_one_request_per_signature(versions):
+    assert _file_requests(versions["plain"]) == [
+        (signature, list(export.WARMUP_TEXTS)) for signature in SIGNATURE_NAMES
+    ]
+
+
+@pytest.mark.parametrize("max_batch, max_source_tokens", [(1, 2), (5, 10), (2, 1000)])
+def test_warmup_requests_cover_the_buckets_of_other_bounds(
+    translator, max_batch, max_source_tokens
+):
+    xla = Translator(
+        translator.model,
+        translator.source_tokenizer,
+        translator.target_tokenizer,
+        dataclasses.replace(translator.options, jit_compile=True),
+    )
+    requests = export.warmup_requests(xla, max_batch, max_source_tokens)
+    # Sources are cut to the model's length: longer bounds add no bucket.
+    longest = min(max_source_tokens, translator.model.pe_input)
+    _assert_warmup_covers(translator, requests, max_batch, longest)
+
+
+def test_warmup_texts_are_exactly_as_long_as_asked(translator):
+    lengths = list(range(MIN_SOURCE_TOKENS, translator.model.pe_input + 1))
+    texts = export.texts_of_lengths(translator, lengths)
+    assert _source_lengths(translator, [texts[length] for length in lengths]) == lengths
+    with pytest.raises(ValueError, match="source lengths"):
+        export.texts_of_lengths(translator, [MIN_SOURCE_TOKENS - 1])
+
+
+def test_warmup_bounds_tf_serving_cannot_load_are_refused(translator, tmp_path):
+    with pytest.raises(ValueError, match="1001 warmup requests, more than the 1000"):
+        export.write_warmup_requests(tmp_path, MODEL_NAME, [(GREEDY_SIGNATURE, [""])] * 1001)
+    assert not os.listdir(tmp_path)
+    with pytest.raises(ValueError, match="max_batch"):
+        translator.xla_buckets(0)
+    with pytest.raises(ValueError, match="max_source_tokens"):
+        translator.xla_buckets(1, MIN_SOURCE_TOKENS - 1)
+    for flag in ("--warmup_max_batch=0", "--warmup_max_source_tokens=1"):
+        with pytest.raises(SystemExit):
+            export.main(["--run_dir", os.fspath(tmp_path), "--jit_compile", flag])
+
+
+def _compilations(dump_dir):
+    """XLA programs a process with `XLA_FLAGS=--xla_dump_to=dump_dir` has compiled so far."""
+    return len(glob.glob(os.path.join(dump_dir, "module_*.before_optimizations.txt")))
+
+
+def _texts_in_every_bucket(translator, max_batch):
+    """Requests (lists of texts) of the training sentences, not the warmup's texts, one in each
+    bucket of batches of 1 to `max_batch` sources of any length: the largest batch of each batch
+    bucket, its longest source the longest sentence of its (width, slots) bucket, the other rows
+    sentences no longer (repeated when there are too few)."""
+    sources = [source for source, _ in PAIRS]
+    candidates = ["", *sources, *(f"{a} {b}" for a, b in itertools.product(sources[:12], repeat=2))]
+    by_length = sorted(zip(_source_lengths(translator, candidates), candidates))
+    longest = {_bucket(translator, 1, length)[1:]: (length, text) for length, text in by_length}
+    batch_sizes = {_bucket(translator, size, 2)[0]: size for size in range(1, max_batch + 1)}
+
+    def no_longer(length):
+        return itertools.cycle(
+            [other for other_length, other in by_length if other_length <= length]
+        )
+
+    return [
+        [text, *itertools.islice(no_longer(length), size - 1)]
+        for size in batch_sizes.values()
+        for length, text in longest.values()
+    ]
+
+
+def test_a_served_xla_export_compiles_nothing_after_its_warmup(versions, translator):
+    """The local server replays the warmup at load, as TF Serving does; afterwards a request in
+    any bucket of the bounds runs a program compiled already."""
+    requests = _texts_in_every_bucket(translator, WARMUP_MAX_BATCH)
+    expected = _expected_buckets(translator, WARMUP_MAX_BATCH, translator.model.pe_input)
+    assert (
+        sorted(
+            _bucket(translator, len(texts), max(_source_lengths(translator, texts)))
+            for texts in requests
+        )
+        == expected
+    ), "the test's requests should fall in every bucket"
+    flags = [
+        f"--model_name={MODEL_NAME}",
+        f"--model_base_path={os.path.dirname(versions['xla'])}",
+        "--xla_cpu_compilation_enabled=true",
+    ]
+    with (
+        tempfile.TemporaryDirectory() as dump_dir,
+        # A bound on a hang: the warmup compiles a program per record, seconds each.
+        ServerProcess(
+            flags,
+            startup_timeout=1800,
+            environment={"XLA_FLAGS": f"--xla_dump_to={dump_dir}"},
+        ) as server,
+        grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}") as channel,
+    ):
+        stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
+        # The server serves once it has replayed the warmup: one program per compiled request.
+        warmed_up = _compilations(dump_dir)
+        assert warmed_up == len(XLA_SIGNATURES) * len(expected)
+        for signature, texts in itertools.product(XLA_SIGNATURES, requests):
+            stub.Predict(texts_request(texts, signature, MODEL_NAME), timeout=300)
+        assert _compilations(dump_dir) == warmed_up
+        # A batch beyond the bounds' largest bucket compiles a new program: the count does see
+        # compilations.
+        beyond = [""] * (int(xla_batch_size(WARMUP_MAX_BATCH)) + 1)
+        stub.Predict(texts_request(beyond, GREEDY_SIGNATURE, MODEL_NAME), timeout=300)
+        assert _compilations(dump_dir) == warmed_up + 1
 
 
 def test_the_server_finds_the_signatures_that_run_xla(versions):
@@ -206,7 +417,9 @@ def test_served_over_grpc_only_with_xla_cpu_compilation_enabled(versions, loaded
         assert info.value.details() == servable_lib.XLA_DISABLED_MESSAGE
     finally:
         server.stop()
-    server = _serve(versions["xla"], xla_cpu_compilation_enabled=True)
+    # Without the warmup, which compiles a program per bucket (its replay with the flag:
+    # test_a_served_xla_export_compiles_nothing_after_its_warmup); these requests compile theirs.
+    server = _serve(versions["xla"], xla_cpu_compilation_enabled=True, enable_model_warmup=False)
     try:
         for signature in (GREEDY_SIGNATURE, BEAM_SIGNATURE, N_BEST_SIGNATURE):
             _assert_same_outputs(_predict(server, signature), _outputs(loaded["plain"], signature))
