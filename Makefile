@@ -181,8 +181,9 @@ bench-decode: $(STAMP)  ## Decoders side by side with CTranslate2 on the same we
 bench-profile: $(STAMP)  ## Op profile of the served beam_search at batch 32 (where a step's time goes).
 	$(PY) -m benchmarks.profile_decode --output BENCHMARKS.md
 
-bench-serve: $(STAMP)  ## Serving throughput/latency at default TF threads, then with one intra-op thread.
-	$(PY) -m benchmarks.bench_serve --model_base_path $(EXPORT_BASE)/$(MODEL_NAME) --output BENCHMARKS.md
+bench-serve: $(STAMP)  ## Serving throughput/latency at default TF threads (and RUN_DIR's --jit_compile export after load), then with one intra-op thread.
+	$(PY) -m benchmarks.bench_serve --model_base_path $(EXPORT_BASE)/$(MODEL_NAME) \
+		--xla_run_dir $(RUN_DIR) --output BENCHMARKS.md
 	$(PY) -m benchmarks.bench_serve --model_base_path $(EXPORT_BASE)/$(MODEL_NAME) \
 		--concurrency 1 32 --soak_requests 1000 \
 		--server_flags=--tensorflow_intra_op_parallelism=1 \

@@ -6,16 +6,20 @@ For concurrency 1, 8 and 32 it measures requests/s and p50/p99 latency of
   * the in-process call of the SavedModel signature (no server, same inputs),
   * `python -m serving.server` over gRPC without batching,
   * the same server with `--enable_batching` (serving/batching.config by default),
+  * with --xla_run_dir, that run exported with `--jit_compile` (the default warmup buckets) and
+    served with batching and `--xla_cpu_compilation_enabled=true`, measured from its first
+    request after load: what its warmup requests compiled is all it has,
 then soaks the batching server with --soak_requests requests and reports the
 growth of its resident memory, and the greedy output length of each sentence
 (a merged batch steps until its longest one ends). At each concurrency the
-three setups take turns (--rounds), so a slow spell of a shared machine does not
+setups take turns (--rounds), so a slow spell of a shared machine does not
 land on one of them.
 The servers run as subprocesses so their memory can be measured and the client
-threads do not share their interpreter; --server_flags go to both. Output is a
+threads do not share their interpreter; --server_flags go to all. Output is a
 Markdown section (with --output, written as "## <--section>" into BENCHMARKS.md),
 with the goals: gRPC overhead <= 10% over in-process at concurrency 1, batching
->= 3x the unbatched throughput at concurrency 32, soak memory growth < 10%.
+>= 3x the unbatched throughput at concurrency 32, soak memory growth < 10%, and
+for the --jit_compile export p99 <= 2x p50 at every concurrency.
 Loopback only; every loop is bounded by a request count.
 """
 
@@ -29,7 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 
 import grpc
 import numpy as np
@@ -43,6 +47,7 @@ from serving.model_server.server import GRPC_PORT_LOG_LINE, REST_PORT_LOG_LINE
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SERVING_DIR = os.path.join(REPO_ROOT, "serving")  # the committed batching.config
 IN_PROCESS, NO_BATCHING, BATCHING = "in-process SavedModel", "gRPC, no batching", "gRPC, batching"
+XLA_BATCHING = "gRPC, batching, --jit_compile export"
 
 
 def percentile_ms(latencies: Sequence[float], q: float) -> float:
@@ -107,15 +112,18 @@ def measure_interleaved(
     concurrency_levels: Sequence[int],
     requests: int,
     rounds: int,
+    cold: Collection[str] = (),
 ) -> list[tuple]:
     """(setup, concurrency, summary, per-round requests/s) rows; at each concurrency the setups
     take turns, `rounds` times, `requests / rounds` calls each, so a slow spell of a shared
-    machine hits all alike. The summary is over all rounds."""
+    machine hits all alike. The summary is over all rounds. Each setup's path is warmed by one
+    call before timing, but those of `cold`: their first timed calls are their first calls."""
     rows = []
     for concurrency in concurrency_levels:
         loads: dict[str, list[Load]] = {setup: [] for setup in callers}
-        for call in callers.values():
-            call(0)  # Warm the path before timing.
+        for setup, call in callers.items():
+            if setup not in cold:
+                call(0)
         for _ in range(rounds):
             for setup, call in callers.items():
                 loads[setup].append(
@@ -133,13 +141,16 @@ def measure_interleaved(
     return sorted(rows, key=lambda row: list(callers).index(row[0]))
 
 
-def start_server(flags: Sequence[str], log, rest: bool = False) -> tuple:
+def start_server(
+    flags: Sequence[str], log, rest: bool = False, startup_timeout: float = 180
+) -> tuple:
     """Starts `python -m serving.server *flags` writing its log to `log` (a binary file) and
     returns (process, gRPC port, REST port or None) once it logs the ports it bound (the REST
     one too when `rest`, the last line before it serves) and its gRPC channel is ready.
 
     Raises:
-        RuntimeError: the server exited or logged no port within 180 s; with its log.
+        RuntimeError: the server exited or logged no port within `startup_timeout` seconds;
+            with its log.
     """
     process = subprocess.Popen(
         [sys.executable, "-m", "serving.server", *flags],
@@ -150,7 +161,7 @@ def start_server(flags: Sequence[str], log, rest: bool = False) -> tuple:
     )
     ports = {GRPC_PORT_LOG_LINE: None, REST_PORT_LOG_LINE: None}
     wanted = [GRPC_PORT_LOG_LINE, REST_PORT_LOG_LINE] if rest else [GRPC_PORT_LOG_LINE]
-    deadline = time.monotonic() + 180
+    deadline = time.monotonic() + startup_timeout
     while any(ports[line] is None for line in wanted):
         log.seek(0)
         text = log.read().decode(errors="replace")
@@ -169,9 +180,12 @@ def start_server(flags: Sequence[str], log, rest: bool = False) -> tuple:
 
 
 @contextlib.contextmanager
-def server_process(model_name: str, base_path: str, extra_flags: Sequence[str]) -> Iterator[tuple]:
+def server_process(
+    model_name: str, base_path: str, extra_flags: Sequence[str], startup_timeout: float = 180
+) -> Iterator[tuple]:
     """Starts `python -m serving.server` on a port it picks (`--port=0`) and yields
-    (address, psutil.Process) once it answers."""
+    (address, psutil.Process, seconds it took to load and answer) once it answers (within
+    `startup_timeout` seconds)."""
     flags = [
         "--port=0",
         f"--model_name={model_name}",
@@ -182,8 +196,9 @@ def server_process(model_name: str, base_path: str, extra_flags: Sequence[str]) 
     log = tempfile.TemporaryFile()
     process = None
     try:
-        process, port, _ = start_server(flags, log)
-        yield f"127.0.0.1:{port}", psutil.Process(process.pid)
+        start = time.perf_counter()
+        process, port, _ = start_server(flags, log, startup_timeout=startup_timeout)
+        yield f"127.0.0.1:{port}", psutil.Process(process.pid), time.perf_counter() - start
     finally:
         if process is not None:
             process.terminate()
@@ -192,6 +207,40 @@ def server_process(model_name: str, base_path: str, extra_flags: Sequence[str]) 
             except subprocess.TimeoutExpired:
                 process.kill()
         log.close()
+
+
+@dataclasses.dataclass(frozen=True)
+class XlaLoad:
+    """How the --jit_compile export's server loaded: the run exported, its warmup records, and
+    the seconds from the server's start until it answered (its warmup included)."""
+
+    run_dir: str
+    warmup_records: int
+    seconds: float
+
+
+@contextlib.contextmanager
+def xla_export(run_dir: str, model_name: str) -> Iterator[tuple[str, int]]:
+    """Exports `run_dir` with `python -m serving.export --jit_compile` (its default warmup
+    bounds) into a temporary model base; yields (its path, its warmup records).
+
+    Raises:
+        subprocess.CalledProcessError: the export failed (its output went to stderr).
+    """
+    from serving.model_server.servable import read_warmup_requests
+
+    with tempfile.TemporaryDirectory(prefix="bench-serve-xla-") as export_base:
+        command = [sys.executable, "-m", "serving.export", "--run_dir", run_dir]
+        command += ["--export_base", export_base, "--model_name", model_name, "--jit_compile"]
+        subprocess.run(
+            command,
+            cwd=REPO_ROOT,
+            check=True,
+            stdout=subprocess.DEVNULL,
+            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
+        )
+        base_path = os.path.join(export_base, model_name)
+        yield base_path, len(read_warmup_requests(os.path.join(base_path, "1")))
 
 
 def grpc_caller(address: str, model_name: str, signature: str, batches: list[list[str]]):
@@ -259,9 +308,32 @@ def in_process_caller(
     return call
 
 
-def report(args, command, rows, soak: Load, rss, load_before, output_lengths=None) -> str:
+def xla_goal(by_setup, concurrency_levels, xla_load: XlaLoad) -> str:
+    """The goal line of the --jit_compile export: p99 within 2× p50 at every concurrency."""
+    ratios = []
+    for concurrency in concurrency_levels:
+        result = by_setup[(XLA_BATCHING, concurrency)]
+        ratios.append((result["p99_ms"] / result["p50_ms"], concurrency, result))
+    measured = ", ".join(
+        f"**{ratio:.1f}×** at concurrency {concurrency} (p50 {result['p50_ms']:.0f} ms, p99 "
+        f"{result['p99_ms']:.0f} ms)"
+        for ratio, concurrency, result in ratios
+    )
+    met = all(ratio <= 2 for ratio, _, _ in ratios)
+    return (
+        f"- `--jit_compile` export of `{xla_load.run_dir}` (batching server; it loaded in "
+        f"{xla_load.seconds:.0f} s, replaying {xla_load.warmup_records} warmup requests), from "
+        f"its first request after load: p99 / p50 {measured}. Goal p99 ≤ 2× p50: "
+        f"{'met' if met else 'not met'}."
+    )
+
+
+def report(
+    args, command, rows, soak: Load, rss, load_before, output_lengths=None, xla_load=None
+) -> str:
     """The Markdown section: setup, the table, the goals and the soak (and, given the greedy
-    output length of each sentence, how many steps a merged batch runs)."""
+    output length of each sentence, how many steps a merged batch runs; given `xla_load`, the
+    --jit_compile export's goal)."""
     from benchmarks.report import machine_description
 
     by_setup = {(setup, concurrency): result for setup, concurrency, result, _ in rows}
@@ -295,6 +367,8 @@ def report(args, command, rows, soak: Load, rss, load_before, output_lengths=Non
         f"({batched['rps']:.1f} vs {unbatched['rps']:.1f}; round by round {round_speedups}). "
         f"Goal ≥ 3×: {'met' if speedup >= 3 else 'not met'}."
     )
+    if xla_load is not None:
+        goals.append(xla_goal(by_setup, args.concurrency, xla_load))
     if output_lengths:
         mean, longest = float(np.mean(output_lengths)), max(output_lengths)
         goals.append(
@@ -321,7 +395,7 @@ def report(args, command, rows, soak: Load, rss, load_before, output_lengths=Non
         )
     return f"""Command: `{command}`
 Machine: {machine_description()}; load average {load_before[0]:.2f} before, {os.getloadavg()[0]:.2f} after; client, servers and model share the cores.
-Model: `{args.model_base_path}` (latest version), signature `{args.signature_name}`, inputs {f"from `{args.sentences_file}`" if args.sentences_file else f"the {len(SPANISH_SENTENCES)} Spanish sentences of `benchmarks/sentences.py`"}, {args.sentences_per_request} sentence(s) per request, {args.requests} requests per row, the three setups taking turns in {args.rounds} rounds; server flags: `{" ".join(args.server_flags) or "defaults"}`; batching parameters: `{batching}`.
+Model: `{args.model_base_path}` (latest version), signature `{args.signature_name}`, inputs {f"from `{args.sentences_file}`" if args.sentences_file else f"the {len(SPANISH_SENTENCES)} Spanish sentences of `benchmarks/sentences.py`"}, {args.sentences_per_request} sentence(s) per request, {args.requests} requests per row, the setups taking turns in {args.rounds} rounds; server flags: `{" ".join(args.server_flags) or "defaults"}`; batching parameters: `{batching}`.
 
 | setup | concurrency | requests/s | p50 ms | p99 ms | errors |
 |---|---:|---:|---:|---:|---:|
@@ -361,6 +435,11 @@ def main(argv=None) -> int:
         "--server_flags=--tensorflow_intra_op_parallelism=1 (repeat it for more than one)",
     )
     parser.add_argument(
+        "--xla_run_dir",
+        help="also export this run (or bundle) with --jit_compile and measure it served with "
+        "batching and --xla_cpu_compilation_enabled=true, from its first request after load",
+    )
+    parser.add_argument(
         "--section", default="Serving", help="title of the section written into --output"
     )
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32])
@@ -394,10 +473,10 @@ def main(argv=None) -> int:
         f"--batching_parameters_file={args.batching_parameters_file}",
     ]
     with contextlib.ExitStack() as servers:
-        plain_address, _ = servers.enter_context(
+        plain_address, _, _ = servers.enter_context(
             server_process(args.model_name, base_path, args.server_flags)
         )
-        batching_address, batching_process = servers.enter_context(
+        batching_address, batching_process, _ = servers.enter_context(
             server_process(args.model_name, base_path, [*args.server_flags, *batching_flags])
         )
         callers = {
@@ -407,8 +486,24 @@ def main(argv=None) -> int:
             NO_BATCHING: grpc_caller(plain_address, args.model_name, args.signature_name, batches),
             BATCHING: grpc_caller(batching_address, args.model_name, args.signature_name, batches),
         }
+        xla_load = None
+        if args.xla_run_dir:
+            xla_base_path, warmup_records = servers.enter_context(
+                xla_export(args.xla_run_dir, args.model_name)
+            )
+            xla_flags = [*args.server_flags, *batching_flags, "--xla_cpu_compilation_enabled=true"]
+            # A bound on a hang: its warmup compiles a program per record, seconds each.
+            xla_address, _, seconds = servers.enter_context(
+                server_process(args.model_name, xla_base_path, xla_flags, startup_timeout=7200)
+            )
+            xla_load = XlaLoad(args.xla_run_dir, warmup_records, seconds)
+            callers[XLA_BATCHING] = grpc_caller(
+                xla_address, args.model_name, args.signature_name, batches
+            )
         output_lengths = greedy_output_lengths(plain_address, args.model_name, sentences)
-        rows = measure_interleaved(callers, args.concurrency, args.requests, args.rounds)
+        rows = measure_interleaved(
+            callers, args.concurrency, args.requests, args.rounds, cold=[XLA_BATCHING]
+        )
         rss_before = batching_process.memory_info().rss
         soak = (
             run_load(callers[BATCHING], args.soak_requests, args.soak_concurrency, "soak")
@@ -417,7 +512,9 @@ def main(argv=None) -> int:
         )
         rss_after = batching_process.memory_info().rss
 
-    body = report(args, command, rows, soak, (rss_before, rss_after), load_before, output_lengths)
+    body = report(
+        args, command, rows, soak, (rss_before, rss_after), load_before, output_lengths, xla_load
+    )
     print(body)
     if args.output:
         from benchmarks.report import write_section

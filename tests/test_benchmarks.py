@@ -134,6 +134,42 @@ def test_bench_serve_reports_the_soak_when_one_ran():
     assert "**4.0×** requests/s" in body and "Goal ≥ 3×: met" in body
 
 
+def test_bench_serve_reports_the_jit_compile_export_against_p99_within_twice_p50():
+    """One setup more, `XLA_BATCHING`: at concurrency 1 its four latencies are 100 ms twice,
+    then 150 and 180 ms, p50 125 ms and p99 179.1 ms (1.4×); at 32, 100 ms three times and a
+    first request of 1 s, p99 973 ms (9.7×): the goal is met only when met at every one."""
+    table = rows([10.0, 10.0], [40.0, 40.0])
+    for concurrency, latencies in ((1, [0.1, 0.1, 0.15, 0.18]), (32, [1.0, 0.1, 0.1, 0.1])):
+        xla = bench_serve.Load(latencies, 1.0, 0)
+        table.append((bench_serve.XLA_BATCHING, concurrency, xla.summary(), [4.0]))
+    xla_load = bench_serve.XlaLoad("runs/small", 224, 300.4)
+    body = bench_serve.report(
+        report_args(), "cmd", table, bench_serve.Load(), (100, 100), (0.0, 0.0, 0.0), None, xla_load
+    )
+    assert "| gRPC, batching, --jit_compile export | 32 | 4.0 | 100 | 973 | 0 |" in body
+    assert (
+        "- `--jit_compile` export of `runs/small` (batching server; it loaded in 300 s, replaying "
+        "224 warmup requests), from its first request after load: p99 / p50 **1.4×** at "
+        "concurrency 1 (p50 125 ms, p99 179 ms), **9.7×** at concurrency 32 (p50 100 ms, p99 "
+        "973 ms). Goal p99 ≤ 2× p50: not met."
+    ) in body
+    table[-1] = (bench_serve.XLA_BATCHING, 32, bench_serve.Load([0.1] * 4, 1.0, 0).summary(), [])
+    body = bench_serve.report(
+        report_args(), "cmd", table, bench_serve.Load(), (100, 100), (0.0, 0.0, 0.0), None, xla_load
+    )
+    assert "**1.0×** at concurrency 32 (p50 100 ms, p99 100 ms). Goal p99 ≤ 2× p50: met." in body
+
+
+def test_bench_serve_warms_every_setup_but_the_cold_ones_before_timing():
+    calls = {"warmed": [], "cold": []}
+    callers = {setup: made.append for setup, made in calls.items()}
+    rows = bench_serve.measure_interleaved(callers, [1, 2], requests=4, rounds=2, cold=["cold"])
+    # Each concurrency: one untimed call of index 0, then 2 rounds of 2 timed calls.
+    assert sorted(calls["warmed"]) == sorted([0, 0, 1, 0, 1] * 2)
+    assert sorted(calls["cold"]) == sorted([0, 1, 0, 1] * 2)
+    assert [len(runs) for _, _, _, runs in rows] == [2] * 4
+
+
 def test_bench_tokenizer_measures_losslessness_against_sacrebleu():
     from benchmarks.bench_tokenizer import learn, measure
 
