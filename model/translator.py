@@ -187,6 +187,15 @@ class Translator:
         """`[batch]` strings → int32 `[batch, S]` source ids, cut to the model's length."""
         return truncate_source_ids(self.source_tokenizer.tokenize(text), self.model.pe_input)
 
+    def source_lengths(self, text):
+        """Tokens of each source of `text` (`[batch]` strings) as the signatures decode it: after
+        the placeholders of a run trained with them, [START] and [END] included, cut to the
+        model's length (int32 `[batch]`)."""
+        placeholders = self.source_tokenizer.placeholders
+        if placeholders is not None:
+            text, _ = placeholders.protect(text)
+        return tf.reduce_sum(tf.cast(tf.not_equal(self.source_ids(text), PAD_ID), tf.int32), 1)
+
     def _on_nonempty_batch(self, translate, text, *row_inputs):
         """Runs `translate(text, *row_inputs)` (`_with_placeholders`), feeding it one row of
         zeros ("" for strings) when the batch is empty.

@@ -98,7 +98,6 @@ from common.serving_contract import (
     TEXT_INPUT,
     WARMUP_PATH,
 )
-from model.special_tokens import PAD_ID
 from model.translator import MIN_SOURCE_TOKENS, DecodingOptions, Translator
 from training import artifacts
 
@@ -292,8 +291,8 @@ def _require_loadable_warmup(count):
 
 
 def texts_of_lengths(translator, lengths):
-    """`{length: text}`: for each length, a text that `translator.source_ids` makes exactly that
-    many tokens ([START] and [END] included).
+    """`{length: text}`: for each length, a text the signatures decode as exactly that many
+    tokens (`Translator.source_lengths`).
 
     Each text is the longest run of the words of `WARMUP_TEXTS` (repeated as needed) that fits,
     topped up with a word the source tokenizer keeps as one token; a text where the tokenizer
@@ -317,8 +316,7 @@ def texts_of_lengths(translator, lengths):
         )
 
     def token_counts(texts):
-        ids = translator.source_ids(tf.constant(texts, tf.string))
-        return tf.reduce_sum(tf.cast(ids != PAD_ID, tf.int32), axis=1).numpy().tolist()
+        return translator.source_lengths(tf.constant(texts, tf.string)).numpy().tolist()
 
     words = " ".join(WARMUP_TEXTS).split()
     # One token alone, and one token each when repeated.

@@ -43,7 +43,6 @@ from common.serving_contract import (
     TRANSLATIONS_OUTPUT,
 )
 from model.decoding.xla import pad_to_xla_buckets, xla_batch_size, xla_slots
-from model.special_tokens import PAD_ID
 from model.translator import MIN_SOURCE_TOKENS, Translator
 from serving import export
 from serving.model_server import servable as servable_lib
@@ -149,10 +148,8 @@ def test_export_info_records_the_xla_option(versions):
 
 
 def _source_lengths(translator, texts):
-    """Tokens of each text as the signatures see it ([START] and [END] included, cut to the
-    model's length)."""
-    ids = translator.source_ids(tf.constant(texts, tf.string))
-    return tf.reduce_sum(tf.cast(ids != PAD_ID, tf.int32), axis=1).numpy().tolist()
+    """Tokens of each text as the signatures decode it (`Translator.source_lengths`)."""
+    return translator.source_lengths(tf.constant(texts, tf.string)).numpy().tolist()
 
 
 def _bucket(translator, batch_size, source_length):

@@ -365,3 +365,21 @@ def test_no_signature_writes_a_placeholder_more_often_than_the_source(placeholde
         for translations in unlimited.values()
         for text, translation in zip(CROWDED, translations)
     ), "the tiny run repeats no placeholder on its own: the test tests nothing"
+
+
+def test_warmup_texts_are_as_long_as_asked_after_the_placeholders(placeholder_run):
+    """`serving.export`'s warmup texts, counted as the signatures decode them: with known words
+    that leave out the capitals of `WARMUP_TEXTS` ("Hola", "Dónde", "El"), each of those is one
+    marker piece, as `alignments` shows them (the words put back in its `source_tokens`)."""
+    from model.translator import MIN_SOURCE_TOKENS, Translator
+    from serving.export import texts_of_lengths
+    from training.artifacts import load_trained
+
+    model, source_tokenizer, target_tokenizer, _ = load_trained(placeholder_run)
+    source_tokenizer.placeholders = Placeholders(corpus_word_keys(KNOWN_TEXTS))
+    translator = Translator(model, source_tokenizer, target_tokenizer)
+    lengths = list(range(MIN_SOURCE_TOKENS, model.pe_input + 1))
+    texts = texts_of_lengths(translator, lengths)
+    assert "Hola" in texts[model.pe_input]
+    pieces = translator.alignments(tf.constant([texts[length] for length in lengths]))
+    assert np.sum(pieces["source_tokens"].numpy() != b"", axis=1).tolist() == lengths
