@@ -213,6 +213,20 @@ MUTATIONS = (
         "return restored",
         ("tests/test_restoration.py",),
     ),
+    Mutation(
+        "the XLA warmup buckets ignore the output slots a source length gives",
+        "model/decoding/xla.py",
+        "            int(xla_slots(max_decoding_length(length))),\n",
+        "            0,\n",
+        ("tests/test_decoding.py", "-k", "xla_buckets"),
+    ),
+    Mutation(
+        "a --jit_compile export warms every bucket with one sentence, not the bucket's batch",
+        "serving/export.py",
+        "requests.extend((name, [texts[length]] * batch_size) for batch_size, length in buckets)",
+        "requests.extend((name, [texts[length]]) for batch_size, length in buckets)",
+        ("tests/test_export_xla.py", "-k", "other_bounds"),
+    ),
 )
 
 
