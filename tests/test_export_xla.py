@@ -11,9 +11,12 @@ TF Serving does (INTERNAL "XLA compilation disabled", which also fails the versi
 The XLA export's warmup requests must cover every bucket (XLA program) of its bounds, so that a
 server that has replayed them compiles nothing more for requests within them. XLA's own dump
 (`XLA_FLAGS=--xla_dump_to`, one `module_*.before_optimizations.txt` per compilation) counts the
-compilations of a server subprocess.
+compilations of a server subprocess. Compiling is most of this file's time (seconds a program):
+the export's bounds are small (4 buckets), one server serves every test that needs the flag, and
+the bounds' full ranges are checked on the requests alone (`warmup_requests`), not served.
 """
 
+import contextlib
 import dataclasses
 import glob
 import itertools
@@ -64,14 +67,25 @@ TEXTS = [
 ]
 # The signatures `--jit_compile` compiles: greedy decoding and beam search.
 XLA_SIGNATURES = (GREEDY_SIGNATURE, ALIGNMENTS_SIGNATURE, BEAM_SIGNATURE, N_BEST_SIGNATURE)
-# The XLA export's --warmup_max_batch: batches 1, 2 and 3, padded to 1, 2 and 4 rows; its
-# sources have every length the tiny model takes (its default --warmup_max_source_tokens).
-WARMUP_MAX_BATCH = 3
+# The XLA export's --warmup_max_batch and --warmup_max_source_tokens, small for a short load:
+# batches of 1 and 2 sentences (1 and 2 rows) by sources of 2-4 and 5-16 tokens (16 and 32
+# output slots, 16 columns), 4 buckets (the tiny model takes 24 tokens: 17-24 would be a third
+# source bucket, 24 columns).
+WARMUP_MAX_BATCH = 2
+WARMUP_MAX_SOURCE_TOKENS = 16
 
 
 def _export(run_dir, export_base, jit_compile):
     """`python -m serving.export` of `run_dir` into `export_base`; returns the version dir."""
-    flags = ["--jit_compile", f"--warmup_max_batch={WARMUP_MAX_BATCH}"] if jit_compile else []
+    flags = (
+        [
+            "--jit_compile",
+            f"--warmup_max_batch={WARMUP_MAX_BATCH}",
+            f"--warmup_max_source_tokens={WARMUP_MAX_SOURCE_TOKENS}",
+        ]
+        if jit_compile
+        else []
+    )
     base = os.fspath(export_base)
     export.main(
         ["--run_dir", os.fspath(run_dir), "--export_base", base, "--model_name", MODEL_NAME, *flags]
@@ -104,8 +118,8 @@ def loaded(versions):
     return {kind: tf.saved_model.load(path) for kind, path in versions.items()}
 
 
-def _outputs(loaded_model, signature):
-    result = loaded_model.signatures[signature](text=tf.constant(TEXTS))
+def _outputs(loaded_model, signature, texts=TEXTS):
+    result = loaded_model.signatures[signature](text=tf.constant(texts))
     return {name: value.numpy() for name, value in result.items()}
 
 
@@ -207,10 +221,10 @@ def _file_requests(version_dir):
 
 def test_xla_warmup_has_one_request_per_bucket_of_its_bounds(versions, translator):
     requests = _file_requests(versions["xla"])
-    _assert_warmup_covers(translator, requests, WARMUP_MAX_BATCH, translator.model.pe_input)
-    # Batches of 1, 2 and 4 rows, by sources of 2-4, 5-16 and 17-24 tokens (output slots 16, 32
-    # and 32): had the export found fewer, `expected` would be as short.
-    assert len(requests) == len(XLA_SIGNATURES) * 3 * 3 + len(SIGNATURE_NAMES) - len(XLA_SIGNATURES)
+    _assert_warmup_covers(translator, requests, WARMUP_MAX_BATCH, WARMUP_MAX_SOURCE_TOKENS)
+    # Batches of 1 and 2 rows by sources of 2-4 and 5-16 tokens: had the export found fewer,
+    # `expected` would be as short.
+    assert len(requests) == len(XLA_SIGNATURES) * 2 * 2 + len(SIGNATURE_NAMES) - len(XLA_SIGNATURES)
 
 
 def test_plain_warmup_has_one_request_per_signature(versions):
@@ -219,10 +233,12 @@ def test_plain_warmup_has_one_request_per_signature(versions):
     ]
 
 
-@pytest.mark.parametrize("max_batch, max_source_tokens", [(1, 2), (5, 10), (2, 1000)])
+@pytest.mark.parametrize("max_batch, max_source_tokens", [(1, 2), (5, 10), (2, 1000), (3, None)])
 def test_warmup_requests_cover_the_buckets_of_other_bounds(
     translator, max_batch, max_source_tokens
 ):
+    """Bounds beyond the served export's, down to one bucket and up to every source length the
+    model takes (None: `--warmup_max_source_tokens`'s default)."""
     xla = Translator(
         translator.model,
         translator.source_tokenizer,
@@ -231,8 +247,12 @@ def test_warmup_requests_cover_the_buckets_of_other_bounds(
     )
     requests = export.warmup_requests(xla, max_batch, max_source_tokens)
     # Sources are cut to the model's length: longer bounds add no bucket.
-    longest = min(max_source_tokens, translator.model.pe_input)
+    longest = min(max_source_tokens or translator.model.pe_input, translator.model.pe_input)
     _assert_warmup_covers(translator, requests, max_batch, longest)
+    if max_source_tokens is None:
+        # Batches of 1, 2 and 4 rows by sources of 2-4, 5-16 and 17-24 tokens (16 and 24 columns).
+        plain = len(SIGNATURE_NAMES) - len(XLA_SIGNATURES)
+        assert len(requests) == len(XLA_SIGNATURES) * 3 * 3 + plain
 
 
 def test_warmup_texts_are_exactly_as_long_as_asked(translator):
@@ -261,14 +281,63 @@ def _compilations(dump_dir):
     return len(glob.glob(os.path.join(dump_dir, "module_*.before_optimizations.txt")))
 
 
-def _texts_in_every_bucket(translator, max_batch):
+@dataclasses.dataclass
+class XlaServer:
+    """A served XLA export: `stub` its gRPC PredictionService, `warmed_up` the XLA programs its
+    process had compiled when it began to serve, `compilations()` those it has compiled since
+    it started."""
+
+    stub: prediction_service_pb2_grpc.PredictionServiceStub
+    warmed_up: int
+    dump_dir: str
+
+    def compilations(self):
+        return _compilations(self.dump_dir)
+
+    def predict(self, texts, signature):
+        """The outputs of `signature` on `texts`, as `_outputs` returns them."""
+        response = self.stub.Predict(texts_request(texts, signature, MODEL_NAME), timeout=300)
+        return {name: tf.make_ndarray(proto) for name, proto in response.outputs.items()}
+
+
+@pytest.fixture(scope="module")
+def xla_server(versions):
+    """The XLA export served by `python -m serving.server --xla_cpu_compilation_enabled=true`,
+    which replays its warmup before it serves, as TF Serving does; an `XlaServer`."""
+    flags = [
+        f"--model_name={MODEL_NAME}",
+        f"--model_base_path={os.path.dirname(versions['xla'])}",
+        "--xla_cpu_compilation_enabled=true",
+    ]
+    # LLVM at -O0 compiles the same programs in about half the time.
+    xla_flags = "--xla_backend_optimization_level=0"
+    with contextlib.ExitStack() as stack:
+        dump_dir = stack.enter_context(tempfile.TemporaryDirectory())
+        server = stack.enter_context(
+            # A bound on a hang: the warmup compiles a program per record, a second or two each.
+            ServerProcess(
+                flags,
+                startup_timeout=600,
+                environment={"XLA_FLAGS": f"--xla_dump_to={dump_dir} {xla_flags}"},
+            )
+        )
+        channel = stack.enter_context(grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}"))
+        stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
+        yield XlaServer(stub, _compilations(dump_dir), dump_dir)
+
+
+def _texts_in_every_bucket(translator, max_batch, max_source_tokens):
     """Requests (lists of texts) of the training sentences, not the warmup's texts, one in each
-    bucket of batches of 1 to `max_batch` sources of any length: the largest batch of each batch
-    bucket, its longest source the longest sentence of its (width, slots) bucket, the other rows
-    sentences no longer (repeated when there are too few)."""
+    bucket of batches of 1 to `max_batch` sources of up to `max_source_tokens` tokens: the
+    largest batch of each batch bucket, its longest source the longest sentence of its (width,
+    slots) bucket, the other rows sentences no longer (repeated when there are too few)."""
     sources = [source for source, _ in PAIRS]
     candidates = ["", *sources, *(f"{a} {b}" for a, b in itertools.product(sources[:12], repeat=2))]
-    by_length = sorted(zip(_source_lengths(translator, candidates), candidates))
+    by_length = sorted(
+        (length, text)
+        for length, text in zip(_source_lengths(translator, candidates), candidates)
+        if length <= max_source_tokens
+    )
     longest = {_bucket(translator, 1, length)[1:]: (length, text) for length, text in by_length}
     batch_sizes = {_bucket(translator, size, 2)[0]: size for size in range(1, max_batch + 1)}
 
@@ -284,11 +353,11 @@ def _texts_in_every_bucket(translator, max_batch):
     ]
 
 
-def test_a_served_xla_export_compiles_nothing_after_its_warmup(versions, translator):
+def test_a_served_xla_export_compiles_nothing_after_its_warmup(xla_server, translator):
     """The local server replays the warmup at load, as TF Serving does; afterwards a request in
     any bucket of the bounds runs a program compiled already."""
-    requests = _texts_in_every_bucket(translator, WARMUP_MAX_BATCH)
-    expected = _expected_buckets(translator, WARMUP_MAX_BATCH, translator.model.pe_input)
+    requests = _texts_in_every_bucket(translator, WARMUP_MAX_BATCH, WARMUP_MAX_SOURCE_TOKENS)
+    expected = _expected_buckets(translator, WARMUP_MAX_BATCH, WARMUP_MAX_SOURCE_TOKENS)
     assert (
         sorted(
             _bucket(translator, len(texts), max(_source_lengths(translator, texts)))
@@ -296,33 +365,17 @@ def test_a_served_xla_export_compiles_nothing_after_its_warmup(versions, transla
         )
         == expected
     ), "the test's requests should fall in every bucket"
-    flags = [
-        f"--model_name={MODEL_NAME}",
-        f"--model_base_path={os.path.dirname(versions['xla'])}",
-        "--xla_cpu_compilation_enabled=true",
-    ]
-    with (
-        tempfile.TemporaryDirectory() as dump_dir,
-        # A bound on a hang: the warmup compiles a program per record, seconds each.
-        ServerProcess(
-            flags,
-            startup_timeout=1800,
-            environment={"XLA_FLAGS": f"--xla_dump_to={dump_dir}"},
-        ) as server,
-        grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}") as channel,
-    ):
-        stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
-        # The server serves once it has replayed the warmup: one program per compiled request.
-        warmed_up = _compilations(dump_dir)
-        assert warmed_up == len(XLA_SIGNATURES) * len(expected)
-        for signature, texts in itertools.product(XLA_SIGNATURES, requests):
-            stub.Predict(texts_request(texts, signature, MODEL_NAME), timeout=300)
-        assert _compilations(dump_dir) == warmed_up
-        # A batch beyond the bounds' largest bucket compiles a new program: the count does see
-        # compilations.
-        beyond = [""] * (int(xla_batch_size(WARMUP_MAX_BATCH)) + 1)
-        stub.Predict(texts_request(beyond, GREEDY_SIGNATURE, MODEL_NAME), timeout=300)
-        assert _compilations(dump_dir) == warmed_up + 1
+    # The server serves once it has replayed the warmup: one program per compiled request.
+    assert xla_server.warmed_up == len(XLA_SIGNATURES) * len(expected)
+    compiled = xla_server.compilations()
+    for signature, texts in itertools.product(XLA_SIGNATURES, requests):
+        xla_server.predict(texts, signature)
+    assert xla_server.compilations() == compiled
+    # A batch beyond the bounds' largest bucket compiles a new program: the count does see
+    # compilations after the load.
+    beyond = [""] * (int(xla_batch_size(WARMUP_MAX_BATCH)) + 1)
+    xla_server.predict(beyond, GREEDY_SIGNATURE)
+    assert xla_server.compilations() == compiled + 1
 
 
 def test_the_server_finds_the_signatures_that_run_xla(versions):
@@ -385,40 +438,32 @@ def test_without_the_flag_xla_signatures_fail_and_so_does_their_warmup(versions)
         run_warmup(version)
 
 
-def _serve(base_path, **flags):
+def test_served_over_grpc_only_with_xla_cpu_compilation_enabled(
+    versions, loaded, xla_server, translator
+):
     options = ServerOptions(
         port=0,
         model_name=MODEL_NAME,
-        model_base_path=os.path.dirname(base_path),
+        model_base_path=os.path.dirname(versions["xla"]),
         file_system_poll_wait_seconds=0,
-        **flags,
+        enable_model_warmup=False,
     )
-    return ModelServer(options).start()
-
-
-def _predict(server, signature):
-    """The outputs of `signature` on `TEXTS` over gRPC, as `_outputs` returns them."""
-    request = texts_request(TEXTS, signature, MODEL_NAME)
-    with grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}") as channel:
-        stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
-        response = stub.Predict(request, timeout=120)
-    return {name: tf.make_ndarray(proto) for name, proto in response.outputs.items()}
-
-
-def test_served_over_grpc_only_with_xla_cpu_compilation_enabled(versions, loaded):
-    server = _serve(versions["xla"], enable_model_warmup=False)
+    server = ModelServer(options).start()
     try:
-        with pytest.raises(grpc.RpcError) as info:
-            _predict(server, GREEDY_SIGNATURE)
+        with (
+            grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}") as channel,
+            pytest.raises(grpc.RpcError) as info,
+        ):
+            stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
+            stub.Predict(texts_request(TEXTS, GREEDY_SIGNATURE, MODEL_NAME), timeout=120)
         assert info.value.code() == grpc.StatusCode.INTERNAL
         assert info.value.details() == servable_lib.XLA_DISABLED_MESSAGE
     finally:
         server.stop()
-    # Without the warmup, which compiles a program per bucket (its replay with the flag:
-    # test_a_served_xla_export_compiles_nothing_after_its_warmup); these requests compile theirs.
-    server = _serve(versions["xla"], xla_cpu_compilation_enabled=True, enable_model_warmup=False)
-    try:
-        for signature in (GREEDY_SIGNATURE, BEAM_SIGNATURE, N_BEST_SIGNATURE):
-            _assert_same_outputs(_predict(server, signature), _outputs(loaded["plain"], signature))
-    finally:
-        server.stop()
+    # With the flag (`xla_server`), on sentences within the warmup's bounds: programs it compiled.
+    texts = TEXTS[:WARMUP_MAX_BATCH]
+    assert max(_source_lengths(translator, texts)) <= WARMUP_MAX_SOURCE_TOKENS
+    for signature in (GREEDY_SIGNATURE, BEAM_SIGNATURE, N_BEST_SIGNATURE):
+        _assert_same_outputs(
+            xla_server.predict(texts, signature), _outputs(loaded["plain"], signature, texts)
+        )
