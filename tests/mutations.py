@@ -227,6 +227,13 @@ MUTATIONS = (
         "requests.extend((name, [texts[length]]) for batch_size, length in buckets)",
         ("tests/test_export_xla.py", "-k", "other_bounds"),
     ),
+    Mutation(
+        "a --jit_compile export's warmup leaves out a bucket (the first: batch 1, shortest sources)",
+        "serving/export.py",
+        "sorted(translator.xla_buckets(max_batch, max_source_tokens).values()) if compiled else []",
+        "sorted(translator.xla_buckets(max_batch, max_source_tokens).values())[1:] if compiled else []",
+        ("tests/test_export_xla.py", "-k", "compiles_nothing"),
+    ),
 )
 
 
