@@ -186,8 +186,11 @@ class Placeholders(tf.Module):
         protected = self.protected(pieces)
         if also is not None:
             protected = protected | also(pieces)
-        padded = pieces.to_tensor("")
-        protected = protected.to_tensor(False)
+        # At least one column, or a batch of texts without a piece (all "") would take the
+        # argmax below over an empty axis (INVALID_ARGUMENT).
+        padding = [[0, 0], [0, 1 - tf.minimum(tf.shape(pieces.flat_values)[0], 1)]]
+        padded = tf.pad(pieces.to_tensor(""), padding, constant_values="")
+        protected = tf.pad(protected.to_tensor(False), padding, constant_values=False)
         # A word's first occurrence among its row's protected words: one marker per distinct word
         # (compared by a 62-bit hash: pairs of integers, not of strings).
         hashes = tf.strings.to_hash_bucket_fast(padded, 1 << 62)

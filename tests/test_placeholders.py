@@ -122,6 +122,16 @@ def test_past_the_last_marker_words_stay(placeholders):
     assert _decode(values[0]) == ["Berlín", "Tomasz", "1", "2", "3", "4", "5", "6"]
 
 
+@pytest.mark.parametrize("texts", [[""], ["", MARKERS[0]]])
+def test_protect_a_batch_without_a_word(placeholders, texts):
+    """A batch of empty texts (or only typed markers) has no piece at all: nothing to protect,
+    and nothing to put back."""
+    protected, values = placeholders.protect(tf.constant(texts))
+    assert _decode(protected) == [""] * len(texts)
+    assert set(_decode(values)) == {""}
+    assert _decode(restore(protected, values)) == [""] * len(texts)
+
+
 def test_protect_sees_the_source_as_the_models_casing_does():
     """With "lower_all_caps", a source in capitals is lowercased first: only its numbers are
     protected (the model reads it lowercased, so a capitalized name would be a marker it never
@@ -383,3 +393,7 @@ def test_warmup_texts_are_as_long_as_asked_after_the_placeholders(placeholder_ru
     assert "Hola" in texts[model.pe_input]
     pieces = translator.alignments(tf.constant([texts[length] for length in lengths]))
     assert np.sum(pieces["source_tokens"].numpy() != b"", axis=1).tolist() == lengths
+    # A warmup request holds one length's text alone: for 2 tokens "", a batch without a word.
+    assert texts[MIN_SOURCE_TOKENS] == ""
+    alone = translator.alignments(tf.constant([texts[MIN_SOURCE_TOKENS]]))
+    assert alone["source_tokens"].numpy().tolist() == [[b"[START]", b"[END]"]]
