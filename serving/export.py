@@ -50,8 +50,9 @@ signature on `WARMUP_TEXTS`, enough for a plain graph, which runs any shape once
 `--jit_compile`, XLA compiles one program per bucket of batch size and source length
 (`model.decoding.xla`) on its first use, seconds each, so every compiled signature gets one
 request per bucket that batches of 1 to `--warmup_max_batch` sentences of up to
-`--warmup_max_source_tokens` tokens fall in; a request outside those bounds still compiles its
-bucket when it first comes.
+`--warmup_max_source_tokens` tokens fall in (by default single sentences of up to 32 tokens; what
+larger bounds cost at load: serving/DEPLOY.md, "XLA"); a request outside those bounds still
+compiles its bucket when it first comes.
 
 Tokenization and detokenization run inside the graph (`model.tokenizer`: keras-hub's SentencePiece
 or WordPiece tokenizer, TensorFlow and tensorflow-text ops only, both linked into TF Serving's model
@@ -111,9 +112,12 @@ WARMUP_TEXTS = (
     "¿Dónde está la estación de tren?",
     "El libro que me prestaste ayer es muy interesante.",
 )
-# The default --warmup_max_batch: the largest batch a server with serving/batching.config runs
-# (its max_execution_batch_size; it splits larger requests into batches of at most that).
-WARMUP_MAX_BATCH = 16
+# The default --warmup_max_batch and --warmup_max_source_tokens: single sentences of up to 32
+# tokens, 5 programs of each compiled signature for the bundled model. The batches of
+# serving/batching.config (up to 16 sentences) of every length are 55 of each: far longer to
+# load, and more than the server's memory maps held (measured in serving/DEPLOY.md, "XLA").
+WARMUP_MAX_BATCH = 1
+WARMUP_MAX_SOURCE_TOKENS = 32
 
 _VERSION_NAME = re.compile(r"^[0-9]+$")
 _STAGING_PREFIX = ".staging-"
@@ -254,7 +258,9 @@ def compiled_signatures(options):
     return [name for name in SIGNATURE_NAMES if traced[name].get("jit_compile")]
 
 
-def warmup_requests(translator, max_batch=WARMUP_MAX_BATCH, max_source_tokens=None):
+def warmup_requests(
+    translator, max_batch=WARMUP_MAX_BATCH, max_source_tokens=WARMUP_MAX_SOURCE_TOKENS
+):
     """The `(signature, texts)` requests of a version's warmup file.
 
     Each signature not compiled by XLA gets one request on `WARMUP_TEXTS`. Each compiled one
@@ -481,7 +487,7 @@ def export_translator(
     options=DecodingOptions(),
     run_config=None,
     warmup_max_batch=WARMUP_MAX_BATCH,
-    warmup_max_source_tokens=None,
+    warmup_max_source_tokens=WARMUP_MAX_SOURCE_TOKENS,
 ):
     """Exports a translator in memory as the next version under `<export_base>/<model_name>`,
     with the warmup requests of `warmup_requests(..., warmup_max_batch,
@@ -611,15 +617,17 @@ def main(argv=None):
         type=int,
         default=WARMUP_MAX_BATCH,
         help="with --jit_compile, the warmup requests compile every XLA program that batches of "
-        "1 to this many sentences run (default: %(default)s, the max_execution_batch_size of "
-        "serving/batching.config)",
+        "1 to this many sentences run (default: %(default)s; a server with "
+        "serving/batching.config runs batches of up to 16, and each bucket more costs seconds "
+        "of load: serving/DEPLOY.md, 'XLA')",
     )
     parser.add_argument(
         "--warmup_max_source_tokens",
         type=int,
+        default=WARMUP_MAX_SOURCE_TOKENS,
         help="with --jit_compile, the warmup requests compile every XLA program that sources of "
-        "up to this many tokens run, [START] and [END] included (default, and at most: the "
-        "model's longest source)",
+        "up to this many tokens run, [START] and [END] included (default: %(default)s; at most "
+        "the model's longest source, so a larger value means every length)",
     )
     artifacts.add_next_token_rule_arguments(parser, "default: the run's decoding.json, else off")
     parser.add_argument(
@@ -649,9 +657,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.warmup_max_batch < 1:
         parser.error(f"--warmup_max_batch must be at least 1, got {args.warmup_max_batch}")
-    if args.warmup_max_source_tokens is not None and (
-        args.warmup_max_source_tokens < MIN_SOURCE_TOKENS
-    ):
+    if args.warmup_max_source_tokens < MIN_SOURCE_TOKENS:
         parser.error(
             f"--warmup_max_source_tokens must be at least {MIN_SOURCE_TOKENS} ([START] and "
             f"[END]), got {args.warmup_max_source_tokens}"

@@ -238,7 +238,7 @@ def test_warmup_requests_cover_the_buckets_of_other_bounds(
     translator, max_batch, max_source_tokens
 ):
     """Bounds beyond the served export's, down to one bucket and up to every source length the
-    model takes (None: `--warmup_max_source_tokens`'s default)."""
+    model takes (None)."""
     xla = Translator(
         translator.model,
         translator.source_tokenizer,
