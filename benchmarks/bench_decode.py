@@ -312,7 +312,10 @@ class SessionWorker:
     alone in a fresh process; a raised ONEDNN_PRIMITIVE_CACHE_CAPACITY did not change that
     (BENCHMARKS.md, "Session workers"). One process per export keeps the interleaved rounds of
     `time_cases` and times each export as if alone. The request's round trip (the texts and
-    outputs pickled through a pipe) is timed with it, well under a millisecond.
+    outputs pickled through a pipe) is timed with it, well under a millisecond. Not fixed here:
+    the worker imports `model`, whose start-up Session (`common/startup.py`) slows every later
+    Session's plain graph, 1.9–2.7× at batch 1 (same section); with `TF_CPP_MIN_LOG_LEVEL=0`
+    in the environment it is skipped.
 
     Args:
         export_dir, threads: as `SessionSignatures`'s; `threads` also sets the worker's
