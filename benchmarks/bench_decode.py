@@ -313,9 +313,8 @@ class SessionWorker:
     (BENCHMARKS.md, "Session workers"). One process per export keeps the interleaved rounds of
     `time_cases` and times each export as if alone. The request's round trip (the texts and
     outputs pickled through a pipe) is timed with it, well under a millisecond. Not fixed here:
-    the worker imports `model`, whose start-up Session (`common/startup.py`) slows every later
-    Session's plain graph, 1.9–2.7× at batch 1 (same section); with `TF_CPP_MIN_LOG_LEVEL=0`
-    in the environment it is skipped.
+    in a process started as this bench starts, the plain graph ran 1.9–2.7× slower at batch 1
+    than in one that imported `tensorflow` before `model` (same section; the cause is open).
 
     Args:
         export_dir, threads: as `SessionSignatures`'s; `threads` also sets the worker's
