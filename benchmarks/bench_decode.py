@@ -17,7 +17,10 @@ as TF Serving loads it, by the TF1 SavedModel loader into a `Session` (`SessionS
 `serving_default` and `beam_search` signatures are timed the same way; its output length is
 forced by a -1e4 bias on the [END] logit and `max_length_ratio=0`,
 `max_length_offset=output_tokens`, and checked through the `alignments` signature. With
-`--export_dir` an existing export is timed instead (its own output lengths, reported).
+`--export_dir` an existing export is timed instead (its own output lengths, reported). Each
+export's Session runs in a worker process of its own (`SessionWorker`), which the timed rounds
+call in turn: Sessions of several exports in one process slowed each other's plain graph
+(`SessionWorker`).
 
 The anchor: the same weights converted by `serving.export_ctranslate2` and run by CTranslate2
 (float32, and int8 weights), greedy and beam 4, on the same number of threads
@@ -32,14 +35,17 @@ CTranslate2 float32's time; batch 32 ≥ 8× batch 1 in sentences/s for cached g
 """
 
 import argparse
+import contextlib
 import functools
 import itertools
+import multiprocessing
 import os
 import shlex
 import statistics
 import sys
 import tempfile
 import time
+import traceback
 
 import ctranslate2
 import keras
@@ -296,6 +302,79 @@ class SessionSignatures:
         )
 
 
+class SessionWorker:
+    """`SessionSignatures` of one export in a worker process of its own (spawned, so it shares
+    no TensorFlow state with this one), called as `SessionSignatures` is: each call sends the
+    request and waits for the outputs.
+
+    With the four exports' Sessions in one process, their interleaved rounds timed the plain
+    graph 1.2–1.4× (and in full `make bench-decode` runs 2–3×) slower than the same export
+    alone in a fresh process; a raised ONEDNN_PRIMITIVE_CACHE_CAPACITY did not change that
+    (BENCHMARKS.md, "Session workers"). One process per export keeps the interleaved rounds of
+    `time_cases` and times each export as if alone. The request's round trip (the texts and
+    outputs pickled through a pipe) is timed with it, well under a millisecond. Not fixed here:
+    in a process started as this bench starts, the plain graph ran 1.9–2.7× slower at batch 1
+    than in one that imported `tensorflow` before `model` (same section; the cause is open).
+
+    Args:
+        export_dir, threads: as `SessionSignatures`'s; `threads` also sets the worker's
+            TensorFlow threads, as `main` sets this process's.
+
+    Use it as a context manager, or `close` it: the worker ends then (or with this process).
+    """
+
+    def __init__(self, export_dir, threads=0):
+        context = multiprocessing.get_context("spawn")
+        self._connection, worker_end = context.Pipe()
+        self._process = context.Process(
+            target=_serve_signatures, args=(worker_end, export_dir, threads), daemon=True
+        )
+        self._process.start()
+        worker_end.close()
+        self._receive()  # The export is loaded (or its loader's error is raised here).
+
+    def __call__(self, signature_name, texts):
+        self._connection.send((signature_name, list(texts)))
+        return self._receive()
+
+    def _receive(self):
+        succeeded, value = self._connection.recv()
+        if not succeeded:
+            raise RuntimeError(f"The Session worker failed:\n{value}")
+        return value
+
+    def close(self):
+        if self._process.is_alive():
+            self._connection.send(None)
+            self._process.join(timeout=60)
+        self._connection.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self.close()
+
+
+def _serve_signatures(connection, export_dir, threads):
+    """`SessionWorker`'s process: loads the export, then answers `(signature, texts)` requests
+    with `(True, outputs)` (or `(False, traceback)`) until it receives None."""
+    try:
+        if threads:
+            tf.config.threading.set_intra_op_parallelism_threads(threads)
+            tf.config.threading.set_inter_op_parallelism_threads(threads)
+        signatures = SessionSignatures(export_dir, threads)
+    except Exception:
+        connection.send((False, traceback.format_exc()))
+        return
+    connection.send((True, None))
+    while (request := connection.recv()) is not None:
+        try:
+            connection.send((True, signatures(*request)))
+        except Exception:
+            connection.send((False, traceback.format_exc()))
+
+
 def mean_output_tokens(signatures, texts):
     """Mean output tokens ([END] included) per sentence, from the `alignments` signature."""
     target_tokens = signatures(ALIGNMENTS_SIGNATURE, texts)[TARGET_TOKENS_OUTPUT]
@@ -415,7 +494,7 @@ def main(argv=None):
         for name, decoder in decoders.items()
         for batch in args.batch_sizes
     ]
-    with tempfile.TemporaryDirectory() as work_dir:
+    with tempfile.TemporaryDirectory() as work_dir, contextlib.ExitStack() as workers:
         if args.export_dir:
             export_dir, served_texts = args.export_dir, list(SPANISH_SENTENCES)
         else:
@@ -432,7 +511,7 @@ def main(argv=None):
                     )
                 cases += [(name, decoder, batch, pieces[:batch]) for batch in args.batch_sizes]
 
-        signatures = SessionSignatures(export_dir, args.threads)
+        signatures = workers.enter_context(SessionWorker(export_dir, args.threads))
         served_texts = [served_texts[i % len(served_texts)] for i in range(max_batch)]
         if not args.export_dir:
             # What TF Serving runs with --xla_cpu_compilation_enabled, and the bfloat16 exports.
@@ -442,11 +521,13 @@ def main(argv=None):
                 (bfloat16_model, False, (SAVED_BF16_GREEDY, SAVED_BF16_BEAM)),
                 (bfloat16_model, True, (SAVED_BF16_XLA_GREEDY, SAVED_BF16_XLA_BEAM)),
             ):
-                other_signatures = SessionSignatures(
-                    export_benchmark_model(
-                        exported_model, tokenizer, args, work_dir, jit_compile=jit_compile
-                    ),
-                    args.threads,
+                other_signatures = workers.enter_context(
+                    SessionWorker(
+                        export_benchmark_model(
+                            exported_model, tokenizer, args, work_dir, jit_compile=jit_compile
+                        ),
+                        args.threads,
+                    )
                 )
                 cases += [
                     (

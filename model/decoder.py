@@ -66,10 +66,13 @@ class Decoder(LayerStack):
     def build(self, x_shape, enc_output_shape=None):
         self.build_stack(x_shape, enc_output_shape)
 
-    def init_cache(self, enc_output, cache_slots):
-        """Per-layer caches before the first target token, each with room for `cache_slots`
-        target positions: `{layer_name: DecoderLayer cache}`."""
-        return {layer.name: layer.init_cache(enc_output, cache_slots) for layer in self.dec_layers}
+    def init_cache(self, enc_output, cache_slots, compiled=False):
+        """Per-layer caches before the first target token (`DecoderLayer.init_cache`):
+        `{layer_name: DecoderLayer cache}`."""
+        return {
+            layer.name: layer.init_cache(enc_output, cache_slots, compiled)
+            for layer in self.dec_layers
+        }
 
     def reorder_cache(self, cache, indices):
         """Each layer's cache at the rows `indices` (see `DecoderLayer.reorder_cache`)."""

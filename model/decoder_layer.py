@@ -81,12 +81,15 @@ class DecoderLayer(keras.layers.Layer):
             "feed_forward": self.ffn_block.with_layer_norm_weights(feed_forward_weights(self.ffn)),
         }
 
-    def init_cache(self, enc_output, cache_slots):
-        """The decoding cache before the first target token.
+    def init_cache(self, enc_output, cache_slots, compiled=False):
+        """The decoding cache before the first target token, for `decode_step` with the same
+        `compiled`.
 
         Args:
             enc_output: `(batch, inp_len, d_model)`.
-            cache_slots: target positions the self-attention cache has room for.
+            cache_slots: target positions the self-attention cache has room for under XLA
+                (`MultiHeadAttention.empty_cache`: a plain graph's grows instead).
+            compiled: whether XLA compiles the decoding loop.
 
         Returns:
             `{"self": empty keys/values, "cross": keys/values projected from enc_output}`; every
@@ -94,7 +97,7 @@ class DecoderLayer(keras.layers.Layer):
         """
         batch_size = keras.ops.shape(enc_output)[0]
         return {
-            "self": self.mha1.empty_cache(batch_size, cache_slots),
+            "self": self.mha1.empty_cache(batch_size, cache_slots, compiled),
             "cross": self.mha2.compute_key_value(enc_output, enc_output),
         }
 

@@ -32,8 +32,8 @@ class MultiHeadAttention(AttentionMaskArgument, keras.layers.Layer):
     Incremental decoding goes through two other methods over a key/value cache (dict
     `{"key", "value"}` of projected heads `(batch, num_heads, slots, depth)`):
     `attend_to_cache` (cross-attention over keys/values projected once by `compute_key_value`)
-    and `write_cache_and_attend` (self-attention, one new position written per step into a
-    cache from `empty_cache`).
+    and `write_cache_and_attend` (self-attention, one new position per step written into a
+    fixed-size cache from `empty_cache` under XLA, appended to a growing one in a plain graph).
     """
 
     def __init__(self, d_model, num_heads, **kwargs):
@@ -94,16 +94,23 @@ class MultiHeadAttention(AttentionMaskArgument, keras.layers.Layer):
             "value": self.split_heads(self.wv(v), batch_size),
         }
 
-    def empty_cache(self, batch_size, cache_slots):
-        """A self-attention cache with room for `cache_slots` positions, none written yet.
+    def empty_cache(self, batch_size, cache_slots, compiled=False):
+        """A self-attention cache before the first position, for `write_cache_and_attend` with
+        the same `compiled`.
 
-        Its size is fixed for the whole decoding loop: each step writes one slot instead of growing
-        the tensors, so every step has the same shapes (which XLA needs to compile the loop once).
+        Compiled (XLA): room for `cache_slots` positions, a size fixed for the whole decoding
+        loop, since XLA compiles the loop once for one set of shapes; each step writes one slot.
+        A plain graph: no slot at all (`cache_slots` unused); each step appends its positions,
+        so that attention reads and beam search's `reorder_cache` gathers the written slots
+        only, and no step copies a whole buffer to write one slot (which TensorStridedSliceUpdate
+        does inside a `tf.while_loop`: `model.buffers.write_slot`).
 
         Returns:
-            dict `{"key", "value"}`, each zeros `(batch, num_heads, cache_slots, depth)`.
+            dict `{"key", "value"}`, each zeros `(batch, num_heads, slots, depth)`, slots
+            `cache_slots` compiled, else 0.
         """
-        empty = tf.zeros((batch_size, self.num_heads, cache_slots, self.depth), self.compute_dtype)
+        slots = cache_slots if compiled else 0
+        empty = tf.zeros((batch_size, self.num_heads, slots, self.depth), self.compute_dtype)
         return {"key": empty, "value": empty}
 
     def call(self, v, k, q, mask=None):
@@ -128,31 +135,31 @@ class MultiHeadAttention(AttentionMaskArgument, keras.layers.Layer):
 
         Args:
             v, k, q: as in `call`, the same `n` new positions each (decoding: one).
-            cache: dict `{"key", "value"}` from `empty_cache`, `(batch, num_heads, slots, depth)`.
-            cache_update_index: int32 scalar, the slot of the first new position.
+            cache: dict `{"key", "value"}` from `empty_cache` with the same `compiled`, or from
+                the previous step: `(batch, num_heads, slots, depth)`.
+            cache_update_index: int32 scalar, the slot of the first new position; a plain
+                graph's cache holds exactly the positions before it.
             compiled: whether XLA compiles the caller. XLA needs every step to have the same
-                shapes, so there a step attends over every slot (those not yet written masked);
-                a plain graph attends over the written slots only, so that a step's cost grows
-                with its position instead of being the longest output's. The results are the
-                same either way.
+                shapes, so there the new positions are written into the fixed-size cache and a
+                step attends over every slot (those not yet written masked). A plain graph's
+                cache grows by the new positions, and a step attends over it whole: its cost
+                grows with its position instead of being the longest output's. The results are
+                the same either way.
 
         Returns:
             `(output, cache)`: output `(batch, n, d_model)`; the updated cache. (No attention
             weights: their width would depend on `compiled`.)
         """
         new = self.compute_key_value(k, v)
-        cache = {
-            name: write_slot(cache[name], new[name], cache_update_index, axis=2, compiled=compiled)
-            for name in ("key", "value")
-        }
-        new_positions = tf.shape(q)[1]
-        mask = create_cache_mask(tf.shape(cache["key"])[2], cache_update_index, new_positions)
-        attended = cache
-        if not compiled:
-            written = cache_update_index + new_positions
-            attended = {name: tensor[:, :, :written] for name, tensor in cache.items()}
-            mask = mask[..., :written]
-        output, _ = self._attend(q, attended, mask)
+        if compiled:
+            cache = {
+                name: write_slot(cache[name], new[name], cache_update_index, axis=2, compiled=True)
+                for name in ("key", "value")
+            }
+        else:
+            cache = {name: tf.concat([cache[name], new[name]], axis=2) for name in ("key", "value")}
+        mask = create_cache_mask(tf.shape(cache["key"])[2], cache_update_index, tf.shape(q)[1])
+        output, _ = self._attend(q, cache, mask)
         return output, cache
 
     def _attend(self, q, key_value, mask):

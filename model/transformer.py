@@ -189,16 +189,17 @@ class Transformer(keras.Model):
             return enc_output, enc_padding_mask, weights
         return encoded, enc_padding_mask
 
-    def init_cache(self, enc_output, enc_padding_mask, cache_slots):
-        """The decoding cache before the first target token, from `encode`'s outputs, with room
-        for `cache_slots` target positions.
+    def init_cache(self, enc_output, enc_padding_mask, cache_slots, compiled=False):
+        """The decoding cache before the first target token, from `encode`'s outputs, for
+        `decode` with the same `compiled`: with room for `cache_slots` target positions under
+        XLA, growing by a position a step in a plain graph (`MultiHeadAttention.empty_cache`).
 
         The cache is opaque to decoding but for one promise: it is a nest of tensors whose
         first dimension is the batch, so rows can be dropped, repeated and gathered as a whole.
         """
         return {
             "padding_mask": enc_padding_mask,
-            "decoder": self.decoder.init_cache(enc_output, cache_slots),
+            "decoder": self.decoder.init_cache(enc_output, cache_slots, compiled),
         }
 
     def decode(self, tar, cache, cache_update_index, compiled=False, with_alignment=True):
@@ -211,8 +212,9 @@ class Transformer(keras.Model):
                 positions before `cache_update_index`.
             cache_update_index: int32 scalar.
             compiled: whether XLA compiles the caller (`tf.function(jit_compile=True)`): the
-                cache is then written and read with fixed shapes. The outputs are the same
-                either way; each choice runs only where it says.
+                cache is then written and read with fixed shapes. It must be the `compiled` of
+                `init_cache`. The outputs are the same either way; each choice runs only where
+                it says.
             with_alignment: False returns a zero-width alignment, not computed.
 
         Returns:

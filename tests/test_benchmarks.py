@@ -258,6 +258,25 @@ def test_bench_decode_side_by_side_gives_each_decoder_as_a_multiple_of_ctranslat
     )
 
 
+def test_bench_decode_session_worker_answers_as_a_session_in_this_process_and_raises_its_errors(
+    exports,
+):
+    from common.serving_contract import BEAM_SIGNATURE, GREEDY_SIGNATURE
+
+    texts = ["Gracias.", "Buenas noches."]
+    here = bench_decode.SessionSignatures(exports[1], threads=1)
+    with bench_decode.SessionWorker(exports[1], threads=1) as worker:
+        for signature in (GREEDY_SIGNATURE, BEAM_SIGNATURE):
+            expected, answered = here(signature, texts), worker(signature, texts)
+            assert answered.keys() == expected.keys()
+            for name, value in expected.items():
+                np.testing.assert_array_equal(answered[name], value)
+        with pytest.raises(RuntimeError, match="Session worker failed"):
+            worker("no_such_signature", texts)
+        # The worker still answers after a failed request.
+        assert worker(GREEDY_SIGNATURE, texts).keys() == expected.keys()
+
+
 def test_profile_decode_sums_a_traced_session_run_by_op_type():
     from benchmarks.profile_decode import op_times
 

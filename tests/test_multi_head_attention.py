@@ -54,9 +54,9 @@ def test_equals_keras_multi_head_attention(masked):
 @pytest.mark.parametrize("compiled", [False, True], ids=["graph", "xla"])
 def test_cache_writes_keys_and_values_step_by_step(compiled):
     """Feeding tokens one at a time through the cache equals masked attention over the sequence,
-    with the cache one slot larger than needed (the spare slot stays zero), compiled by XLA or
-    not: a plain graph attends over the slots written so far, XLA over the whole cache with the
-    slots not yet written masked."""
+    compiled by XLA or not: XLA writes into a cache one slot larger than needed (the spare slot
+    stays zero) and attends over all of it with the slots not yet written masked; a plain
+    graph's cache grows by one slot a step and holds the positions fed, nothing more."""
     rng = np.random.default_rng(1)
     x = rng.normal(size=(2, 5, 16)).astype(np.float32)
     mha = MultiHeadAttention(16, 2)
@@ -68,14 +68,37 @@ def test_cache_writes_keys_and_values_step_by_step(compiled):
         jit_compile=compiled,
     )
 
-    cache = mha.empty_cache(batch_size=2, cache_slots=6)
+    cache = mha.empty_cache(batch_size=2, cache_slots=6, compiled=compiled)
     step_outputs = []
     for t in range(5):
         output, cache = step(x[:, t : t + 1], cache, tf.constant(t))
         step_outputs.append(output)
-    assert cache["key"].shape == (2, 2, 6, 8)
-    np.testing.assert_array_equal(cache["key"][:, :, 5], 0.0)
+    if compiled:
+        assert cache["key"].shape == (2, 2, 6, 8)
+        np.testing.assert_array_equal(cache["key"][:, :, 5], 0.0)
+    else:
+        assert cache["key"].shape == (2, 2, 5, 8)
     np.testing.assert_allclose(np.concatenate(step_outputs, axis=1), full_output, atol=1e-5)
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["graph", "xla"])
+def test_cache_takes_several_positions_a_step_after_earlier_ones(compiled):
+    """Positions written in chunks (two, one, two) attend as in one causal pass: each chunk's
+    positions go after the cache's, in order, and see each other causally (a plain graph's
+    cache appends them, XLA's writes them at their slots)."""
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(2, 5, 16)).astype(np.float32)
+    mha = MultiHeadAttention(16, 2)
+    full_output, _ = mha(x, x, x, create_look_ahead_mask(5))
+    cache = mha.empty_cache(batch_size=2, cache_slots=5, compiled=compiled)
+    outputs = []
+    for start, end in ((0, 2), (2, 3), (3, 5)):
+        chunk = x[:, start:end]
+        output, cache = mha.write_cache_and_attend(
+            chunk, chunk, chunk, cache, tf.constant(start), compiled=compiled
+        )
+        outputs.append(output)
+    np.testing.assert_allclose(np.concatenate(outputs, axis=1), full_output, atol=1e-5)
 
 
 def test_fixed_cache_equals_recomputing_keys_and_values():

@@ -63,7 +63,7 @@ def decode_transformer(
     placeholder_ids = options.pop("placeholder_ids", ())
 
     def run(inp, max_decoding_length, slots):
-        cache = model.init_cache(*model.encode(inp, training=False), slots)
+        cache = model.init_cache(*model.encode(inp, training=False), slots, compiled=jit_compile)
         start_ids = tf.fill([tf.shape(inp)[0]], tf.cast(start_id, tf.int32))
         placeholders = (
             PlaceholderLimits.of_sources(inp, placeholder_ids) if placeholder_ids else None
