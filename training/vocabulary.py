@@ -224,10 +224,7 @@ def build_tokenizers(
         return load_tokenizers(out_dir)
 
     pairs = list(pairs)
-    sources = [source for source, _ in pairs]
-    if source_casing != "keep":
-        normalized = normalize_casing(tf.constant(sources), source_casing)
-        sources = [text.decode("utf-8") for text in normalized.numpy()]
+    sources = _sources_as_seen(pairs, source_casing)
     targets = [target for _, target in pairs]
     texts_by_side = {"shared": sources + targets} if shared else {"src": sources, "tgt": targets}
     for side, texts in texts_by_side.items():
@@ -285,12 +282,18 @@ def add_restoration(tokenizer_dir, pairs):
     config = read_tokenizer_config(tokenizer_dir)
     if config is None:
         raise FileNotFoundError(f"{os.path.join(tokenizer_dir, CONFIG_FILE)} not found.")
-    sources = [source for source, _ in pairs]
-    if config.get("source_casing"):
-        normalized = normalize_casing(tf.constant(sources), config["source_casing"])
-        sources = [text.decode("utf-8") for text in normalized.numpy()]
-    write_restoration_tables(tokenizer_dir, sources)
+    write_restoration_tables(tokenizer_dir, _sources_as_seen(pairs, config.get("source_casing")))
     _write_config(tokenizer_dir, {**config, "restore_accents": True, "restore_case": True})
+
+
+def _sources_as_seen(pairs, source_casing):
+    """The sources of `pairs` as the source tokenizer sees them: case-normalized as
+    `source_casing` says ("keep" or None: as written)."""
+    sources = [source for source, _ in pairs]
+    if source_casing in (None, "keep"):
+        return sources
+    normalized = normalize_casing(tf.constant(sources), source_casing)
+    return [text.decode("utf-8") for text in normalized.numpy()]
 
 
 def _write_config(directory, config):

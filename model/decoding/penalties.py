@@ -111,11 +111,12 @@ class NextTokenRules(NamedTuple):
     def reads_generated(self):
         """Whether `log_probs` reads the tokens generated so far (the searches skip gathering
         them otherwise)."""
-        return (
-            self.repetition_penalty != 1
-            or self.no_repeat_ngram_size > 0
-            or self.placeholders is not None
-        )
+        return self.controls_repetition or self.placeholders is not None
+
+    @property
+    def controls_repetition(self):
+        """Whether a repetition control is set."""
+        return self.repetition_penalty != 1 or self.no_repeat_ngram_size > 0
 
     def log_probs(self, logits, step, generated=None, rows=None, prefix=None):
         """`(rows, vocab)` log-probabilities of the token at `step`: `output_log_probs` after the
@@ -130,7 +131,7 @@ class NextTokenRules(NamedTuple):
                 `generated` through its `rules_view`, the placeholder rule reads it whole.
         """
         logits = tf.cast(logits, tf.float32)
-        if self.repetition_penalty != 1 or self.no_repeat_ngram_size > 0:
+        if self.controls_repetition:
             view = generated if prefix is None else prefix.rules_view(generated, rows)
             logits = apply_repetition_controls(
                 logits, view, step, self.repetition_penalty, self.no_repeat_ngram_size
