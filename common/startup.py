@@ -18,7 +18,15 @@ tensorflow/core/util/util.cc), "E... oneDNN supports DT_INT64 only on platforms 
 Falling back to the default Eigen-based implementation", on every CPU, AVX-512 or not. It is
 triggered here while stderr is captured, in a graph of its own run by a `tf.compat.v1.Session`
 (which leaves the eager runtime uninitialized, so thread and device settings can still be made),
-and so never prints again. The same once-only message would have reported a bfloat16 or float16
+and so never prints again. That Session must leave no thread pool behind: TensorFlow sizes its
+process-wide intra-op pool (and DirectSession its inter-op pool) from the first session or
+context that asks, so a default-configured Session here silently overrode every later
+`tf.config.threading` setting and Session `ConfigProto`, the server's
+`--tensorflow_intra_op_parallelism` and the benchmarks' `--threads` included. It therefore runs
+with its own inter-op threads (`use_per_session_threads`) and with `TF_OVERRIDE_GLOBAL_THREADPOOL`
+set, which gives each device set (the eager context, each Session) an intra-op pool of the size
+its own options ask for, as they would have without this start-up; a value already in the
+environment is kept. The same once-only message would have reported a bfloat16 or float16
 fallback; `--mixed_precision mixed_bfloat16` on a CPU without AVX-512 runs in Eigen silently.
 """
 
@@ -50,7 +58,8 @@ def _log_the_once_only_onednn_notice(tf):
     graph = tf.Graph()
     with graph.as_default():
         transposed = tf.transpose(tf.constant([[0]], tf.int64))
-    with tf.compat.v1.Session(graph=graph) as session:
+    config = tf.compat.v1.ConfigProto(use_per_session_threads=True)
+    with tf.compat.v1.Session(graph=graph, config=config) as session:
         session.run(transposed)
 
 
@@ -68,6 +77,7 @@ def import_tensorflow_quietly():
         import tensorflow  # noqa: F401
 
         return
+    os.environ.setdefault("TF_OVERRIDE_GLOBAL_THREADPOOL", "1")  # read once, at the first device
     sys.stderr.flush()
     saved_stderr = os.dup(2)
     with tempfile.TemporaryFile() as capture:

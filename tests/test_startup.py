@@ -88,3 +88,33 @@ def test_the_once_only_onednn_notice_is_spent_at_start_up_without_initializing_t
     )
     assert result.stdout == b"[[1, 1]]\n"
     assert result.stderr == b""
+
+
+def thread_count_after_one_thread_matmul(first_import):
+    script = (
+        f"import os; {first_import}; import tensorflow as tf; "
+        "tf.config.threading.set_intra_op_parallelism_threads(1); "
+        "tf.config.threading.set_inter_op_parallelism_threads(1); "
+        "a = tf.ones([256, 256]); tf.linalg.matmul(a, a).numpy(); "
+        "print(len(os.listdir('/proc/self/task')))"
+    )
+    env = {
+        key: value for key, value in os.environ.items() if key != "TF_OVERRIDE_GLOBAL_THREADPOOL"
+    }
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=ROOT,
+        capture_output=True,
+        env={**env, "TF_CPP_MIN_LOG_LEVEL": "2"},
+        check=True,
+    )
+    return int(result.stdout)
+
+
+def test_the_start_up_session_leaves_thread_settings_to_the_process():
+    # TensorFlow sizes its shared thread pools from the first session that asks; the start-up
+    # Session once did, and `--threads 1` or `--tensorflow_intra_op_parallelism=1` then ran on
+    # as many threads as cores.
+    assert thread_count_after_one_thread_matmul("import model") == (
+        thread_count_after_one_thread_matmul("pass")
+    )
