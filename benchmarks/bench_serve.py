@@ -11,15 +11,20 @@ For concurrency 1, 8 and 32 it measures requests/s and p50/p99 latency of
     request after load: what its warmup requests compiled is all it has,
 then soaks the batching server with --soak_requests requests and reports the
 growth of its resident memory, and the greedy output length of each sentence
-(a merged batch steps until its longest one ends). At each concurrency the
+(a merged batch steps until its longest one ends). Last, the adversarial rows: a
+REST client of the batching server, one request at a time, timed without and
+with --adversarial_idle idle and --adversarial_slowloris slowloris connections
+held against the same port (issue 26, D1), and the server's threads, file
+descriptors and memory before, during and after. At each concurrency the
 setups take turns (--rounds), so a slow spell of a shared machine does not
 land on one of them.
 The servers run as subprocesses so their memory can be measured and the client
 threads do not share their interpreter; --server_flags go to all. Output is a
 Markdown section (with --output, written as "## <--section>" into BENCHMARKS.md),
 with the goals: gRPC overhead <= 10% over in-process at concurrency 1, batching
->= 3x the unbatched throughput at concurrency 32, soak memory growth < 10%, and
-for the --jit_compile export p99 <= 2x p50 at every concurrency.
+>= 3x the unbatched throughput at concurrency 32, soak memory growth < 10%,
+for the --jit_compile export p99 <= 2x p50 at every concurrency, REST p99 with
+the connections held <= 2x without, and threads and descriptors back to baseline.
 Loopback only; every loop is bounded by a request count.
 """
 
@@ -27,7 +32,10 @@ import argparse
 import concurrent.futures
 import contextlib
 import dataclasses
+import http.client
+import json
 import os
+import resource
 import shlex
 import subprocess
 import sys
@@ -40,6 +48,7 @@ import numpy as np
 import psutil
 from tqdm import tqdm
 
+from benchmarks.held_connections import HeldConnections
 from benchmarks.sentences import SPANISH_SENTENCES
 from common.serving_contract import ALIGNMENTS_SIGNATURE, GREEDY_SIGNATURE, TEXT_INPUT
 from serving.model_server.server import GRPC_PORT_LOG_LINE, REST_PORT_LOG_LINE
@@ -48,6 +57,7 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SERVING_DIR = os.path.join(REPO_ROOT, "serving")  # the committed batching.config
 IN_PROCESS, NO_BATCHING, BATCHING = "in-process SavedModel", "gRPC, no batching", "gRPC, batching"
 XLA_BATCHING = "gRPC, batching, --jit_compile export"
+REST_QUIET = "REST, batching"
 
 
 def percentile_ms(latencies: Sequence[float], q: float) -> float:
@@ -179,26 +189,46 @@ def start_server(
     return process, ports[GRPC_PORT_LOG_LINE], ports[REST_PORT_LOG_LINE]
 
 
+@dataclasses.dataclass(frozen=True)
+class RunningServer:
+    """A server `server_process` started: its gRPC address, its process, the seconds it took to
+    load and answer, and its REST (host, port) when it serves REST."""
+
+    address: str
+    process: psutil.Process
+    seconds: float
+    rest_address: tuple[str, int] | None = None
+
+
 @contextlib.contextmanager
 def server_process(
-    model_name: str, base_path: str, extra_flags: Sequence[str], startup_timeout: float = 180
-) -> Iterator[tuple]:
-    """Starts `python -m serving.server` on a port it picks (`--port=0`) and yields
-    (address, psutil.Process, seconds it took to load and answer) once it answers (within
-    `startup_timeout` seconds)."""
+    model_name: str,
+    base_path: str,
+    extra_flags: Sequence[str],
+    startup_timeout: float = 180,
+    rest: bool = False,
+) -> Iterator[RunningServer]:
+    """Starts `python -m serving.server` on ports it picks (`--port=0`, and with `rest`
+    `--rest_api_free_port`) and yields it once it answers (within `startup_timeout` seconds)."""
     flags = [
         "--port=0",
         f"--model_name={model_name}",
         f"--model_base_path={base_path}",
         "--file_system_poll_wait_seconds=0",
+        *(["--rest_api_free_port"] if rest else []),
         *extra_flags,
     ]
     log = tempfile.TemporaryFile()
     process = None
     try:
         start = time.perf_counter()
-        process, port, _ = start_server(flags, log, startup_timeout=startup_timeout)
-        yield f"127.0.0.1:{port}", psutil.Process(process.pid), time.perf_counter() - start
+        process, port, rest_port = start_server(flags, log, rest, startup_timeout)
+        yield RunningServer(
+            f"127.0.0.1:{port}",
+            psutil.Process(process.pid),
+            time.perf_counter() - start,
+            ("127.0.0.1", rest_port) if rest else None,
+        )
     finally:
         if process is not None:
             process.terminate()
@@ -278,6 +308,128 @@ def greedy_output_lengths(address: str, model_name: str, sentences: list[str]):
     return [len(result.target_tokens) for result in results]
 
 
+def rest_caller(rest_address: tuple[str, int], model_name: str, batches: list[list[str]]):
+    """A function POSTing batch i % len(batches) to :predict on a new connection, as a simple
+    REST client does; raises on anything but 200."""
+    bodies = [json.dumps({"instances": batch}).encode() for batch in batches]
+
+    def call(index: int) -> None:
+        connection = http.client.HTTPConnection(*rest_address, timeout=120)
+        try:
+            connection.request(
+                "POST",
+                f"/v1/models/{model_name}:predict",
+                bodies[index % len(bodies)],
+                {"Content-Type": "application/json"},
+            )
+            response = connection.getresponse()
+            response.read()
+            if response.status != 200:
+                raise RuntimeError(f"REST answered {response.status}")
+        finally:
+            connection.close()
+
+    return call
+
+
+def resources(process: psutil.Process) -> dict[str, float]:
+    """The server's resident memory (MiB), threads and open file descriptors."""
+    with process.oneshot():
+        return {
+            "rss_mib": process.memory_info().rss / 2**20,
+            "threads": process.num_threads(),
+            "fds": process.num_fds(),
+        }
+
+
+@dataclasses.dataclass
+class Adversarial:
+    """What a REST client saw without and with idle and slowloris connections held, and the
+    server's resources before, while held and after they were let go."""
+
+    quiet: Load
+    held: Load
+    before: dict[str, float]
+    during: dict[str, float]
+    after: dict[str, float]
+    settle_seconds: float
+    replaced: int
+
+
+def measure_adversarial(
+    call: Callable[[int], None],
+    server: RunningServer,
+    requests: int,
+    rounds: int,
+    idle: int,
+    slowloris: int,
+    settle_timeout: float = 120.0,
+) -> Adversarial:
+    """Times `call` one request at a time, in `rounds` turns without and with `idle` idle and
+    `slowloris` slowloris connections held against the server's REST port (each it closes is
+    replaced), then waits (at most `settle_timeout` s) for its threads and file descriptors to
+    come back to what they were before the first hostile connection."""
+    call(0)
+    before = resources(server.process)
+    quiet, held, during = [], [], []
+    replaced = 0
+
+    def count_closed(*outcome) -> None:
+        nonlocal replaced
+        replaced += 1
+
+    for _ in range(rounds):
+        quiet.append(run_load(call, requests // rounds, 1, "REST, quiet"))
+        holder = HeldConnections(lambda: server.rest_address, idle, slowloris, count_closed)
+        with holder:
+            if not holder.wait_until_held(timeout=120):
+                raise RuntimeError(
+                    f"could not hold {idle} idle and {slowloris} slowloris connections"
+                )
+            held.append(run_load(call, requests // rounds, 1, "REST, connections held"))
+            during.append(resources(server.process))
+    let_go = time.monotonic()
+    after = resources(server.process)
+    while time.monotonic() - let_go < settle_timeout and (
+        after["threads"] > before["threads"] or after["fds"] > before["fds"]
+    ):
+        time.sleep(0.5)
+        after = resources(server.process)
+    peak = {key: max(sample[key] for sample in during) for key in before}
+    return Adversarial(
+        sum(quiet, Load()),
+        sum(held, Load()),
+        before,
+        peak,
+        after,
+        time.monotonic() - let_go,
+        replaced,
+    )
+
+
+def adversarial_goal(args, adversarial: Adversarial) -> str:
+    """The report's lines for the adversarial rows: p99 ratio and resources against baseline."""
+    quiet, held = adversarial.quiet.summary(), adversarial.held.summary()
+    ratio = held["p99_ms"] / quiet["p99_ms"]
+    before, during, after = adversarial.before, adversarial.during, adversarial.after
+    back = after["threads"] <= before["threads"] and after["fds"] <= before["fds"]
+    rss_growth = 100.0 * (after["rss_mib"] / before["rss_mib"] - 1.0)
+    return (
+        f"- REST under {args.adversarial_idle:,} idle and {args.adversarial_slowloris:,} "
+        f"slowloris connections (batching server, one request at a time, a new connection "
+        f"each): p99 **{ratio:.2f}×** the quiet p99 ({held['p99_ms']:.0f} vs "
+        f"{quiet['p99_ms']:.0f} ms; goal ≤ 2×: {'met' if ratio <= 2 else 'not met'}); "
+        f"{adversarial.replaced:,} held connections closed by the server and replaced.\n"
+        f"- Server resources before → while held (peak) → after: threads "
+        f"{before['threads']:.0f} → {during['threads']:.0f} → {after['threads']:.0f}, file "
+        f"descriptors {before['fds']:.0f} → {during['fds']:.0f} → {after['fds']:.0f}, resident "
+        f"memory {before['rss_mib']:,.0f} → {during['rss_mib']:,.0f} → "
+        f"{after['rss_mib']:,.0f} MiB ({rss_growth:+.1f}%), {adversarial.settle_seconds:.1f} s "
+        f"after the last was let go (goal: threads and descriptors back to baseline: "
+        f"{'met' if back else 'not met'})."
+    )
+
+
 def in_process_caller(
     base_path: str, signature: str, batches: list[list[str]], server_flags: Sequence[str] = ()
 ):
@@ -329,11 +481,19 @@ def xla_goal(by_setup, concurrency_levels, xla_load: XlaLoad) -> str:
 
 
 def report(
-    args, command, rows, soak: Load, rss, load_before, output_lengths=None, xla_load=None
+    args,
+    command,
+    rows,
+    soak: Load,
+    rss,
+    load_before,
+    output_lengths=None,
+    xla_load=None,
+    adversarial: Adversarial | None = None,
 ) -> str:
     """The Markdown section: setup, the table, the goals and the soak (and, given the greedy
     output length of each sentence, how many steps a merged batch runs; given `xla_load`, the
-    --jit_compile export's goal)."""
+    --jit_compile export's goal; given `adversarial`, its rows and goals)."""
     from benchmarks.report import machine_description
 
     by_setup = {(setup, concurrency): result for setup, concurrency, result, _ in rows}
@@ -343,6 +503,20 @@ def report(
         f"{result['p99_ms']:.0f} | {result['errors']} |"
         for setup, concurrency, result, _ in rows
     )
+    if adversarial is not None:
+        for setup, load in (
+            (REST_QUIET, adversarial.quiet),
+            (
+                f"{REST_QUIET}, {args.adversarial_idle:,} idle + "
+                f"{args.adversarial_slowloris:,} slowloris connections held",
+                adversarial.held,
+            ),
+        ):
+            result = load.summary()
+            table += (
+                f"\n| {setup} | 1 | {result['rps']:.1f} | {result['p50_ms']:.0f} | "
+                f"{result['p99_ms']:.0f} | {result['errors']} |"
+            )
     goals = []
     low, high = min(args.concurrency), max(args.concurrency)
     in_process, plain = by_setup[(IN_PROCESS, low)], by_setup[(NO_BATCHING, low)]
@@ -376,6 +550,8 @@ def report(
             f"{longest}. A merged batch steps until its longest sentence ends; sentences that "
             f"have ended leave it, so its later steps run on fewer rows."
         )
+    if adversarial is not None:
+        goals.append(adversarial_goal(args, adversarial))
     rss_before, rss_after = rss
     growth = 100.0 * (rss_after - rss_before) / rss_before
     if not args.soak_requests:
@@ -446,6 +622,25 @@ def main(argv=None) -> int:
     parser.add_argument("--soak_requests", type=int, default=10_000)
     parser.add_argument("--soak_concurrency", type=int, default=32)
     parser.add_argument(
+        "--adversarial_idle",
+        type=int,
+        default=1000,
+        help="idle REST connections held against the batching server in the adversarial rows",
+    )
+    parser.add_argument(
+        "--adversarial_slowloris",
+        type=int,
+        default=200,
+        help="slowloris REST connections (a header byte a second) held with them "
+        "(both 0: no adversarial rows)",
+    )
+    parser.add_argument(
+        "--adversarial_requests",
+        type=int,
+        default=200,
+        help="REST requests timed without and as many with the connections held",
+    )
+    parser.add_argument(
         "--batching_parameters_file", default=os.path.join(SERVING_DIR, "batching.config")
     )
     parser.add_argument(
@@ -458,6 +653,9 @@ def main(argv=None) -> int:
         ["python", "-m", "benchmarks.bench_serve", *(argv if argv is not None else sys.argv[1:])]
     )
     load_before = os.getloadavg()
+    # The adversarial rows hold a socket each, here and in the server (which inherits this).
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
     sentences = list(SPANISH_SENTENCES)
     if args.sentences_file:
@@ -473,12 +671,15 @@ def main(argv=None) -> int:
         f"--batching_parameters_file={args.batching_parameters_file}",
     ]
     with contextlib.ExitStack() as servers:
-        plain_address, _, _ = servers.enter_context(
+        plain_address = servers.enter_context(
             server_process(args.model_name, base_path, args.server_flags)
+        ).address
+        batching = servers.enter_context(
+            server_process(
+                args.model_name, base_path, [*args.server_flags, *batching_flags], rest=True
+            )
         )
-        batching_address, batching_process, _ = servers.enter_context(
-            server_process(args.model_name, base_path, [*args.server_flags, *batching_flags])
-        )
+        batching_address, batching_process = batching.address, batching.process
         callers = {
             IN_PROCESS: in_process_caller(
                 base_path, args.signature_name, batches, args.server_flags
@@ -493,10 +694,11 @@ def main(argv=None) -> int:
             )
             xla_flags = [*args.server_flags, *batching_flags, "--xla_cpu_compilation_enabled=true"]
             # A bound on a hang: its warmup compiles a program per record, seconds each.
-            xla_address, _, seconds = servers.enter_context(
+            xla_server = servers.enter_context(
                 server_process(args.model_name, xla_base_path, xla_flags, startup_timeout=7200)
             )
-            xla_load = XlaLoad(args.xla_run_dir, warmup_records, seconds)
+            xla_address = xla_server.address
+            xla_load = XlaLoad(args.xla_run_dir, warmup_records, xla_server.seconds)
             callers[XLA_BATCHING] = grpc_caller(
                 xla_address, args.model_name, args.signature_name, batches
             )
@@ -511,16 +713,36 @@ def main(argv=None) -> int:
             else Load()
         )
         rss_after = batching_process.memory_info().rss
+        adversarial = None
+        if args.adversarial_idle or args.adversarial_slowloris:
+            adversarial = measure_adversarial(
+                rest_caller(batching.rest_address, args.model_name, batches),
+                batching,
+                args.adversarial_requests,
+                args.rounds,
+                args.adversarial_idle,
+                args.adversarial_slowloris,
+            )
 
     body = report(
-        args, command, rows, soak, (rss_before, rss_after), load_before, output_lengths, xla_load
+        args,
+        command,
+        rows,
+        soak,
+        (rss_before, rss_after),
+        load_before,
+        output_lengths,
+        xla_load,
+        adversarial,
     )
     print(body)
     if args.output:
         from benchmarks.report import write_section
 
         write_section(args.output, args.section, body)
-    return 0 if soak.errors == 0 and all(r["errors"] == 0 for _, _, r, _ in rows) else 1
+    adversarial_errors = adversarial.quiet.errors + adversarial.held.errors if adversarial else 0
+    failed = soak.errors + adversarial_errors + sum(r["errors"] for _, _, r, _ in rows)
+    return 0 if failed == 0 else 1
 
 
 if __name__ == "__main__":

@@ -60,6 +60,7 @@ from tensorflow_serving.apis import (
 )
 
 from benchmarks.bench_serve import REPO_ROOT, SERVING_DIR, start_server
+from benchmarks.held_connections import HeldConnections
 from benchmarks.sentences import SPANISH_SENTENCES
 from common.serving_contract import TEXT_INPUT, TRANSLATION_OUTPUT
 from serving.client import TranslationClient, TranslationError, backoff_delay
@@ -72,7 +73,6 @@ DEFAULT_PLOT = os.path.join(REPO_ROOT, "docs", "serving_soak.png")
 GRPC_GOOD, REST_GOOD = "gRPC translation", "REST translation"
 GOOD_KINDS = (GRPC_GOOD, REST_GOOD)
 OK, WRONG_ANSWER = "OK", "WRONG ANSWER"
-IDLE, SLOWLORIS = "idle connection", "slowloris connection"
 RELOAD = "ReloadConfig"
 AVAILABLE = get_model_status_pb2.ModelVersionStatus.AVAILABLE
 # When the roll-out, the reload storm and the kill come, as shares of --duration.
@@ -397,48 +397,9 @@ class Soak:
             index += 1
         channel.close()
 
-    def held_connections(self) -> None:
-        """Keeps the idle and slowloris connections open; each one the server closes (or
-        answers) is an outcome, timed from its opening, and is replaced."""
-        wanted = {IDLE: self.args.idle_connections, SLOWLORIS: self.args.slowloris_connections}
-        held: list[tuple[str, socket.socket, float]] = []
-
-        def finish(entry, code):
-            kind, connection, opened = entry
-            connection.close()
-            self.outcomes.append(Outcome(kind, code, opened, self.now() - opened))
-
-        while not self.stop.wait(1.0):
-            for kind, count in wanted.items():
-                for _ in range(count - sum(1 for entry in held if entry[0] == kind)):
-                    try:
-                        connection = socket.create_connection(self.rest_address(), timeout=1)
-                    except OSError as error:
-                        self.outcomes.append(Outcome(kind, type(error).__name__, self.now(), 0))
-                        break
-                    connection.setblocking(False)
-                    held.append((kind, connection, self.now()))
-                    if kind == SLOWLORIS:
-                        connection.send(b"GET /v1/models/x HTTP/1.1\r\nHost: 127.0.0.1\r\n")
-            for entry in list(held):
-                kind, connection, _ = entry
-                try:
-                    data = connection.recv(64)
-                except BlockingIOError:  # Still open and silent: send the next header byte.
-                    try:
-                        if kind == SLOWLORIS:
-                            connection.send(b"X")
-                        continue
-                    except OSError as error:
-                        code = type(error).__name__
-                except OSError as error:
-                    code = type(error).__name__
-                else:
-                    code = "closed by the server" if not data else "answered, then closed"
-                held.remove(entry)
-                finish(entry, code)
-        for _, connection, _ in held:
-            connection.close()
+    def held_connection_closed(self, kind: str, code: str, opened: float, seconds: float) -> None:
+        """`HeldConnections`' report of an idle or slowloris connection that ended."""
+        self.outcomes.append(Outcome(kind, code, opened - self.start, seconds))
 
     def sample_resources(self) -> None:
         while not self.stop.wait(self.args.sample_seconds):
@@ -581,11 +542,17 @@ def run_soak(args) -> dict:
                 threading.Thread(target=soak.hostile_traffic, args=(offset,))
                 for offset in range(args.hostile_clients)
             ),
-            threading.Thread(target=soak.held_connections),
             threading.Thread(target=soak.sample_resources),
         ]
+        held = HeldConnections(
+            soak.rest_address,
+            args.idle_connections,
+            args.slowloris_connections,
+            soak.held_connection_closed,
+        )
         for thread in threads:
             thread.start()
+        held.start()
         chaos = {}
         try:
             for share, name, phase in (
@@ -604,6 +571,7 @@ def run_soak(args) -> dict:
             )
         finally:
             soak.stop.set()
+            held.stop()
             for thread in threads:
                 thread.join()
             end = soak.now()

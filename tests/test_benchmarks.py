@@ -160,6 +160,65 @@ def test_bench_serve_reports_the_jit_compile_export_against_p99_within_twice_p50
     assert "**1.0×** at concurrency 32 (p50 100 ms, p99 100 ms). Goal p99 ≤ 2× p50: met." in body
 
 
+def adversarial(quiet_ms, held_ms, before, after):
+    """An `Adversarial` whose requests all took the given ms, with threads/fds before and after."""
+    return bench_serve.Adversarial(
+        bench_serve.Load([quiet_ms / 1000] * 4, 1.0, 0),
+        bench_serve.Load([held_ms / 1000] * 4, 1.0, 0),
+        {"rss_mib": 1000.0, "threads": before[0], "fds": before[1]},
+        {"rss_mib": 1020.0, "threads": before[0] + 2, "fds": before[1] + 1200},
+        {"rss_mib": 1010.0, "threads": after[0], "fds": after[1]},
+        0.5,
+        7,
+    )
+
+
+def test_bench_serve_reports_the_adversarial_rows_against_the_quiet_p99_and_baseline():
+    args = report_args(adversarial_idle=1000, adversarial_slowloris=200)
+    table = rows([10.0, 10.0], [40.0, 40.0])
+    met = bench_serve.report(args, "c", table, bench_serve.Load(), (1, 1), (0, 0, 0),
+                             adversarial=adversarial(50, 90, (20, 30), (20, 30)))  # fmt: skip
+    assert "| REST, batching | 1 | 4.0 | 50 | 50 | 0 |" in met
+    assert (
+        "| REST, batching, 1,000 idle + 200 slowloris connections held | 1 | 4.0 | 90 | 90 | 0 |"
+        in met
+    )
+    assert "p99 **1.80×** the quiet p99 (90 vs 50 ms; goal ≤ 2×: met)" in met
+    assert "threads 20 → 22 → 20, file descriptors 30 → 1230 → 30" in met
+    assert "1,000 → 1,020 → 1,010 MiB (+1.0%)" in met
+    assert "back to baseline: met" in met
+    missed = bench_serve.report(args, "c", table, bench_serve.Load(), (1, 1), (0, 0, 0),
+                                adversarial=adversarial(50, 110, (20, 30), (20, 31)))  # fmt: skip
+    assert "goal ≤ 2×: not met" in missed and "back to baseline: not met" in missed
+
+
+def test_bench_serve_holds_idle_and_slowloris_connections_and_sees_the_server_let_them_go(
+    exports, tmp_path
+):
+    import psutil
+
+    from tests.serving_fixtures import ServerProcess, make_model_base
+
+    base_path = make_model_base(exports, str(tmp_path))
+    flags = [f"--model_base_path={base_path}", "--model_name=translator"]
+    with ServerProcess(flags, rest=True) as server:
+        running = bench_serve.RunningServer(
+            f"127.0.0.1:{server.grpc_port}",
+            psutil.Process(server.process.pid),
+            0.0,
+            ("127.0.0.1", server.rest_port),
+        )
+        call = bench_serve.rest_caller(running.rest_address, "translator", [["Gracias."]])
+        result = bench_serve.measure_adversarial(call, running, 4, 2, idle=40, slowloris=10)
+    assert result.quiet.errors == 0 and result.held.errors == 0
+    assert len(result.quiet.latencies) == len(result.held.latencies) == 4
+    # The server held a descriptor for each connection (the baseline may still count the warm-up
+    # call's), and let every one go.
+    assert result.during["fds"] >= result.before["fds"] + 50 - 1
+    assert result.after["fds"] <= result.before["fds"]
+    assert result.after["threads"] <= result.before["threads"]
+
+
 def test_bench_serve_warms_every_setup_but_the_cold_ones_before_timing():
     calls = {"warmed": [], "cold": []}
     callers = {setup: made.append for setup, made in calls.items()}
