@@ -20,6 +20,10 @@ import pytest  # noqa: E402
 SHARED_FIXTURES = ("trained_reverse_model", "tiny_export_run")
 
 
+# First: pytest-xdist's own hook reads the markers (it suffixes each node id with its group), and
+# pluggy calls later-registered plugins first, so without tryfirst the markers came too late and
+# every file's tests were spread over both workers, each building the file's fixtures.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     files = {}
     for item in items:
