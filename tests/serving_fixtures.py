@@ -260,6 +260,11 @@ def wait_for(
         time.sleep(interval)
 
 
+# The server gets SIGKILL when the test process dies (a pytest killed by a timeout or by hand
+# left servers holding a gigabyte each); the death signal survives the exec into Python.
+DIES_WITH_THE_TESTS = ("setpriv", "--pdeathsig", "KILL") if shutil.which("setpriv") else ()
+
+
 class ServerProcess:
     """`python -m serving.server` in a subprocess, on ports the server picked itself.
 
@@ -288,7 +293,15 @@ class ServerProcess:
         environment = dict(
             os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=REPO_ROOT, **(environment or {})
         )
-        command = [*launcher, sys.executable, "-m", "serving.server", "--port=0", *flags]
+        command = [
+            *DIES_WITH_THE_TESTS,
+            *launcher,
+            sys.executable,
+            "-m",
+            "serving.server",
+            "--port=0",
+            *flags,
+        ]
         if rest:
             command.append("--rest_api_free_port")
         self.process = subprocess.Popen(
