@@ -5,6 +5,7 @@ import contextlib
 import threading
 import time
 
+import grpc
 import numpy as np
 import pytest
 
@@ -167,6 +168,40 @@ def test_one_failing_piece_fails_the_request_with_the_models_error():
         ].tolist() == [2, 4, 6, 8]
     finally:
         scheduler.close()
+
+
+def test_a_request_whose_caller_has_gone_leaves_with_its_pieces_not_yet_started():
+    started, release = threading.Event(), threading.Event()
+    ran = []
+
+    def blocks_until_released(inputs, deadline=None):
+        ran.append(inputs["x"].tolist())
+        started.set()
+        release.wait(HANG_BOUND_SECONDS)
+        return {"double": inputs["x"] * 2}
+
+    callbacks = []
+    scheduler = splitting_scheduler(num_batch_threads=1)
+    try:
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            answer = pool.submit(
+                scheduler.run, "q", blocks_until_released, {"x": np.arange(1, 10)}, None,
+                lambda callback: callbacks.append(callback) or True,
+            )  # fmt: skip
+            assert started.wait(HANG_BOUND_SECONDS)  # The first piece of 3 runs.
+            callbacks[0]()  # The caller goes away.
+            release.set()
+            with pytest.raises(errors.ServingError) as cancelled:
+                answer.result(HANG_BOUND_SECONDS)
+        assert scheduler.wait_until_idle(HANG_BOUND_SECONDS)
+        # A caller gone before its request was queued: nothing of it runs.
+        with pytest.raises(errors.ServingError) as gone_before:
+            scheduler.run("q", blocks_until_released, {"x": np.arange(1, 4)}, None, lambda _: False)
+        assert scheduler.wait_until_idle(HANG_BOUND_SECONDS)
+    finally:
+        scheduler.close()
+    assert cancelled.value.code == gone_before.value.code == grpc.StatusCode.CANCELLED
+    assert ran == [[1, 2, 3]]
 
 
 def test_concatenate_rows_pads_shorter_pieces_with_empty_strings_and_zeros():

@@ -14,10 +14,12 @@ back along dimension 0. As in TF Serving, the run's deadline is the latest of it
 requests' deadlines (none if one of them has none): a batch nobody waits for any
 more is aborted instead of holding its thread.
 
-Differences from TF Serving, both in the client's favour: a request whose
-deadline passes while it waits is answered DEADLINE_EXCEEDED at once, and when
-a merged run fails, the batch's requests are re-run one by one so a single bad
-input only fails its own request.
+Differences from TF Serving, all in the client's favour: a request whose
+deadline passes while it waits is answered DEADLINE_EXCEEDED at once; a request
+whose caller goes away (a cancelled gRPC call) leaves the queue with its pieces
+that have not started, so a cancelled large request costs at most the pieces
+already running; and when a merged run fails, the batch's requests are re-run
+one by one so a single bad input only fails its own request.
 """
 
 import collections
@@ -39,6 +41,10 @@ logger = logging.getLogger("serving.batching")
 # `(inputs, deadline) -> outputs`; the run is aborted at `deadline` (a time.monotonic() value,
 # None for no deadline).
 RunFn = Callable[[Mapping[str, np.ndarray], float | None], dict[str, np.ndarray]]
+# Registers a callback to run when the caller has gone, as gRPC's `ServicerContext.add_callback`
+# (which also runs it when the call ends normally); False when the caller has gone already.
+WhenCallerGone = Callable[[Callable[[], None]], bool]
+CALLER_GONE_MESSAGE = "The caller cancelled the request"
 
 
 def batch_size_of(inputs: Mapping[str, np.ndarray]) -> int:
@@ -69,7 +75,8 @@ class _Task:
     done: threading.Event = dataclasses.field(default_factory=threading.Event)
     outputs: dict[str, np.ndarray] | None = None
     error: errors.ServingError | None = None
-    abandoned: bool = False  # The waiting request gave up (deadline).
+    abandoned: bool = False  # The waiting request gave up (deadline, error, caller gone).
+    started: bool = False  # A worker has taken it into a run.
     enqueue_time: float = dataclasses.field(default_factory=time.monotonic)
 
     def finish(self, outputs=None, error=None) -> None:
@@ -173,6 +180,7 @@ class BatchScheduler:
         run_fn: RunFn,
         inputs: Mapping[str, np.ndarray],
         deadline: float | None = None,
+        when_caller_gone: WhenCallerGone | None = None,
     ) -> dict[str, np.ndarray]:
         """Runs `run_fn` on `inputs` as part of a merged batch and returns this request's rows.
 
@@ -184,11 +192,14 @@ class BatchScheduler:
                 has none), as TF Serving's BatchingSession sets its RunOptions.timeout_in_ms.
             inputs: arrays by alias with a common 0th dimension.
             deadline: `time.monotonic()` value after which the caller gives up.
+            when_caller_gone: registers the callback that takes this request's pieces that
+                have not started out of the queue (they fail CANCELLED) once the caller has
+                gone; pieces already running finish, since other requests share their run.
 
         Raises:
             ServingError: INVALID_ARGUMENT (no batch dimension, too large),
-                UNAVAILABLE (queue full or shutting down), DEADLINE_EXCEEDED, or
-                the model's own error.
+                UNAVAILABLE (queue full or shutting down), DEADLINE_EXCEEDED, CANCELLED
+                (the caller went away), or the model's own error.
         """
         size = batch_size_of(inputs)
         for _ in inputs:  # TF Serving records each input tensor's rows.
@@ -201,6 +212,8 @@ class BatchScheduler:
                 f"{self.options.max_batch_size}"
             )
         pieces = self._enqueue(queue_key, run_fn, inputs, size, deadline)
+        if when_caller_gone is not None and not when_caller_gone(lambda: self._drop(pieces)):
+            self._drop(pieces)
         for piece in pieces:
             timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
             finished = piece.done.wait(timeout)
@@ -270,6 +283,15 @@ class BatchScheduler:
             self._unfinished_tasks += len(pieces)
             self._cond.notify_all()
             return pieces
+
+    def _drop(self, pieces: list[_Task]) -> None:
+        """Fails a request's pieces that no worker has taken yet with CANCELLED; a worker skips
+        them when their batch comes up."""
+        with self._cond:
+            for piece in pieces:
+                if not piece.started and not piece.done.is_set():
+                    piece.abandoned = True
+                    piece.finish(error=errors.cancelled(CALLER_GONE_MESSAGE))
 
     def wait_until_enqueued(self, rows: int, timeout: float | None = None) -> bool:
         """Blocks until `rows` rows in total have entered the queues since start.
@@ -362,6 +384,7 @@ class BatchScheduler:
                         )
                     )
                     continue
+                task.started = True
                 tasks.append(task)
         if not tasks:
             return

@@ -18,7 +18,7 @@ from tensorflow_serving.apis import (
 
 from serving.model_server import config as config_lib
 from serving.model_server import errors
-from serving.model_server.batching import BatchScheduler
+from serving.model_server.batching import BatchScheduler, WhenCallerGone
 from serving.model_server.manager import ServableManager
 from serving.model_server.metrics import ServerMetrics
 from serving.model_server.predict import check_deadline, make_predict_response, prepare_predict
@@ -48,7 +48,10 @@ class ServingCore:
         self.metrics = metrics if metrics is not None else ServerMetrics()
 
     def predict(
-        self, request: predict_pb2.PredictRequest, deadline: float | None = None
+        self,
+        request: predict_pb2.PredictRequest,
+        deadline: float | None = None,
+        when_caller_gone: WhenCallerGone | None = None,
     ) -> predict_pb2.PredictResponse:
         """Runs a PredictRequest.
 
@@ -56,6 +59,10 @@ class ServingCore:
             request: the request.
             deadline: `time.monotonic()` value after which the caller has gone: the
                 model's run is aborted then (DEADLINE_EXCEEDED).
+            when_caller_gone: with batching, lets the scheduler drop the request's pieces
+                that have not started once the caller cancels (`BatchScheduler.run`). A run
+                under way is not stopped: a Session step has no cancellation but its deadline
+                and the Session's close, and TF Serving does not stop one either.
         """
         if not request.HasField("model_spec"):
             raise errors.invalid_argument("Missing ModelSpec")
@@ -80,6 +87,7 @@ class ServingCore:
                     ),
                     inputs=prepared.inputs,
                     deadline=deadline,
+                    when_caller_gone=when_caller_gone,
                 )
             # TF Serving times Session::Run, which with batching includes the batch queue.
             self.metrics.record_runtime(

@@ -78,6 +78,10 @@ def unavailable(message: str) -> ServingError:
     return ServingError(grpc.StatusCode.UNAVAILABLE, message)
 
 
+def cancelled(message: str) -> ServingError:
+    return ServingError(grpc.StatusCode.CANCELLED, message)
+
+
 def deadline_exceeded(message: str) -> ServingError:
     return ServingError(grpc.StatusCode.DEADLINE_EXCEEDED, message)
 

@@ -84,7 +84,9 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
     @_handles_errors
     @_counted("Predict")
     def Predict(self, request, context):
-        return self._core.predict(request, deadline=_deadline_of(context))
+        return self._core.predict(
+            request, deadline=_deadline_of(context), when_caller_gone=context.add_callback
+        )
 
     @_handles_errors
     def GetModelMetadata(self, request, context):
