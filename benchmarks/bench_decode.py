@@ -312,9 +312,7 @@ class SessionWorker:
     alone in a fresh process; a raised ONEDNN_PRIMITIVE_CACHE_CAPACITY did not change that
     (BENCHMARKS.md, "Session workers"). One process per export keeps the interleaved rounds of
     `time_cases` and times each export as if alone. The request's round trip (the texts and
-    outputs pickled through a pipe) is timed with it, well under a millisecond. Not fixed here:
-    in a process started as this bench starts, the plain graph ran 1.9–2.7× slower at batch 1
-    than in one that imported `tensorflow` before `model` (same section; the cause is open).
+    outputs pickled through a pipe) is timed with it, well under a millisecond.
 
     Args:
         export_dir, threads: as `SessionSignatures`'s; `threads` also sets the worker's
