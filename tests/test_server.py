@@ -10,8 +10,10 @@ scheduler, "100 Continue"), never on sleeps.
 """
 
 import concurrent.futures
+import ctypes
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -23,6 +25,7 @@ import urllib.request
 
 import grpc
 import numpy as np
+import psutil
 import pytest
 import tensorflow as tf
 import yaml
@@ -35,11 +38,15 @@ from tensorflow_serving.apis import (
     inference_pb2,
     model_management_pb2,
     model_service_pb2_grpc,
+    prediction_log_pb2,
     prediction_service_pb2_grpc,
     regression_pb2,
 )
 
+from common.serving_contract import MAX_WARMUP_RECORDS, WARMUP_PATH
 from serving.model_server import config as config_lib
+from serving.model_server import servable as servable_lib
+from serving.model_server.errors import ServingError
 from serving.model_server.rest import MAX_REQUEST_HEAD_BYTES, RestApi, RestServer
 from serving.model_server.server import ModelServer, ServerOptions, parse_flags
 from serving.model_server.session_bundle_config_pb2 import BatchingParameters
@@ -1377,6 +1384,27 @@ def test_a_cancelled_batched_call_leaves_the_queue_with_its_pieces_not_yet_run(e
     assert 1 <= pieces_run < len(texts) // 2
 
 
+def test_an_unload_hands_the_freed_heap_back_to_the_system():
+    """A released version's memory went back to malloc, which kept it: after a roll-out the
+    server stayed about as large as with both versions loaded. The manager now calls
+    `release_memory_to_system` after each unload, as TF Serving's BasicManager releases memory
+    to the system. Here the heap is fragmented as a freed graph leaves it: 160 MB of small
+    blocks freed but the last, which pins the top of the heap, so free() cannot shrink it."""
+    libc = ctypes.CDLL(None)
+    libc.malloc.restype = ctypes.c_void_p
+    libc.free.argtypes = [ctypes.c_void_p]
+    process = psutil.Process()
+    blocks = [libc.malloc(4096) for _ in range(40_000)]
+    for block in blocks:
+        ctypes.memset(block, 1, 4096)
+    for block in blocks[:-1]:
+        libc.free(block)
+    kept = process.memory_info().rss
+    assert servable_lib.release_memory_to_system()
+    assert kept - process.memory_info().rss > 100 * 2**20
+    libc.free(blocks[-1])
+
+
 # --------------------------------------------------------------------------- SIGTERM
 
 
@@ -1991,6 +2019,39 @@ def version_errors(connection: Connection, name: str) -> list:
         )
         for row in response.model_version_status
     ]
+
+
+def _warmup_file(export_dir, records):
+    path = os.path.join(export_dir, WARMUP_PATH)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with tf.io.TFRecordWriter(path) as writer:
+        for record in records:
+            writer.write(record)
+
+
+def _predict_log(texts=("hola",)):
+    log = prediction_log_pb2.PredictionLog()
+    log.predict_log.request.CopyFrom(texts_request(list(texts)))
+    return log.SerializeToString()
+
+
+@pytest.mark.parametrize(
+    "records, code, message",
+    [
+        ([_predict_log()] * (MAX_WARMUP_RECORDS + 1), grpc.StatusCode.INVALID_ARGUMENT,
+         re.escape(f"Number of warmup records exceeds the maximum ({MAX_WARMUP_RECORDS})")),
+        ([_predict_log(), b"\xff\xff\xff"], grpc.StatusCode.INVALID_ARGUMENT,
+         "Failed to parse warmup record 1"),
+        ([prediction_log_pb2.PredictionLog(classify_log={}).SerializeToString()],
+         grpc.StatusCode.UNIMPLEMENTED, "Warmup record 0 of .* is a classify_log"),
+    ],
+    ids=["too many", "unparsable", "not predict"],
+)  # fmt: skip
+def test_a_bad_warmup_file_fails_with_the_code_tf_serving_gives(tmp_path, records, code, message):
+    _warmup_file(str(tmp_path), records)
+    with pytest.raises(ServingError, match=message) as info:
+        servable_lib.read_warmup_requests(str(tmp_path))
+    assert info.value.code == code
 
 
 def test_load_failures_report_the_loaders_error_code(exports, tmp_path):

@@ -32,7 +32,12 @@ from tensorflow_serving.config import model_server_config_pb2
 
 from serving.model_server import config as config_lib
 from serving.model_server import errors
-from serving.model_server.servable import Servable, is_complete_version_dir, load_servable
+from serving.model_server.servable import (
+    Servable,
+    is_complete_version_dir,
+    load_servable,
+    release_memory_to_system,
+)
 
 logger = logging.getLogger("serving.manager")
 
@@ -382,6 +387,8 @@ class ServableManager:
         logger.info("Unloading servable version %s", ident)
         if servable is not None:
             servable.release()
+            del servable  # The last reference: its graph and buffers are freed here.
+            release_memory_to_system()
         with self._lock:
             record.state = END
         logger.info("Done unloading servable version %s", ident)

@@ -9,6 +9,7 @@ runs them as it does: the MetaGraphDef is imported into a `tf.compat.v1.Session`
 of finishing work nobody waits for.
 """
 
+import ctypes
 import functools
 import logging
 import math
@@ -396,6 +397,23 @@ class Servable:
             session, self._session = self._session, None
             if session is not None:
                 session.close()
+
+
+def release_memory_to_system() -> bool:
+    """Hands the free pages of the C heap back to the system (glibc's `malloc_trim`), as TF
+    Serving's BasicManager calls `MallocExtension_ReleaseToSystem` after each unload.
+
+    A released version's memory goes back to malloc, which keeps it for the process: without
+    this a roll-out left the server's resident memory about as high as with both versions
+    loaded (BENCHMARKS.md, "Serving soak"). Returns False where the C library has no
+    `malloc_trim` (not glibc), which changes nothing.
+    """
+    try:
+        trim = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return False
+    trim(0)
+    return True
 
 
 def load_servable(
