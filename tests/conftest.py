@@ -11,28 +11,7 @@ import model  # noqa: E402, F401  (the first TensorFlow import: no start-up noti
 import keras  # noqa: E402
 import pytest  # noqa: E402
 
-# Session fixtures that take long to build. Under pytest-xdist (`make test`: `--dist
-# loadgroup`), every test file runs on one worker, and the files that use the same one of these
-# run on the same worker, so each is built once per test run. `tiny_run` and `exports` build in
-# seconds and are used by the heaviest files: grouping those put test_train.py, test_bundle.py,
-# test_evaluate.py and test_dev_bleu.py on one worker and made the suite 37 s slower (477 s
-# against 440 s, clean clone, 2 cores), so each worker builds its own.
-SHARED_FIXTURES = ("trained_reverse_model", "tiny_export_run")
-
-
-# First: pytest-xdist's own hook reads the markers (it suffixes each node id with its group), and
-# pluggy calls later-registered plugins first, so without tryfirst the markers came too late and
-# every file's tests were spread over both workers, each building the file's fixtures.
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(config, items):
-    files = {}
-    for item in items:
-        files.setdefault(item.nodeid.split("::")[0], []).append(item)
-    for path, file_items in files.items():
-        used = set().union(*(item.fixturenames for item in file_items))
-        group = next((name for name in SHARED_FIXTURES if name in used), path)
-        for item in file_items:
-            item.add_marker(pytest.mark.xdist_group(group))
+from tests.xdist_groups import pytest_collection_modifyitems  # noqa: E402, F401
 
 
 @pytest.fixture(autouse=True)
