@@ -655,7 +655,7 @@ def plot(data: dict, path: str) -> None:
 
 
 def markdown(args, data: dict, command: str, plot_link: str, load_before) -> str:
-    from benchmarks.report import machine_description
+    from benchmarks.report import machine_description, shown_path
 
     good = data["good"]
     sent = sum(row["sent"] for row in good.values())
@@ -687,7 +687,7 @@ def markdown(args, data: dict, command: str, plot_link: str, load_before) -> str
     rollout, storm, restart = (data["chaos"][k] for k in ("rollout", "reload_storm", "restart"))
     return f"""Command: `{command}`
 Machine: {machine_description()}; load average {load_before[0]:.2f} before, {os.getloadavg()[0]:.2f} after; clients and server share the cores.
-Model: a copy of `{args.export_dir}` (version 1); server flags `{" ".join(args.server_flags) or "defaults"}` plus batching (serving/batching.config) and a {args.message_limit_bytes:,}-byte request limit. Traffic: {args.grpc_clients} gRPC and {args.rest_clients} REST good clients (retries {args.client_retries}, backoff {args.client_backoff} s), {args.hostile_clients} hostile clients, {args.idle_connections} idle and {args.slowloris_connections} slowloris connections held; {data["duration"]:.0f} s.
+Model: a copy of `{shown_path(args.export_dir)}` (version 1); server flags `{" ".join(args.server_flags) or "defaults"}` plus batching (serving/batching.config) and a {args.message_limit_bytes:,}-byte request limit. Traffic: {args.grpc_clients} gRPC and {args.rest_clients} REST good clients (retries {args.client_retries}, backoff {args.client_backoff} s), {args.hostile_clients} hostile clients, {args.idle_connections} idle and {args.slowloris_connections} slowloris connections held; {data["duration"]:.0f} s.
 
 **Lost good requests: {lost}** of {sent:,} (goal 0: {"met" if lost == 0 else "not met"}).
 

@@ -44,3 +44,11 @@ def write_section(path, title, body):
     )
     with open(path, "w", encoding="utf-8") as handle:
         handle.write(text.rstrip() + "\n")
+
+
+def shown_path(path):
+    """`path` as a report shows it: relative to the repository when inside it, so that no
+    path of the machine that ran the benchmark lands in BENCHMARKS.md."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    absolute = os.path.abspath(path)
+    return os.path.relpath(absolute, root) if absolute.startswith(root + os.sep) else path
