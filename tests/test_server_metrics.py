@@ -5,6 +5,7 @@ cites the source of each)."""
 
 import json
 import os
+import re
 import urllib.error
 import urllib.request
 
@@ -15,6 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tensorflow_serving.apis import prediction_service_pb2_grpc
 
 from serving.model_server import config as config_lib
+from serving.model_server import metrics as metrics_lib
 from serving.model_server.metrics import (
     CONTENT_TYPE,
     DEFAULT_PROMETHEUS_PATH,
@@ -302,3 +304,35 @@ def test_the_example_scrape_config_scrapes_that_path():
     with open(os.path.join(REPO_ROOT, "serving", "prometheus.yml")) as scrape_config:
         (job,) = yaml.safe_load(scrape_config)["scrape_configs"]
     assert job["metrics_path"] == DEFAULT_PROMETHEUS_PATH
+
+
+def test_the_grafana_dashboard_queries_the_metrics_and_labels_the_server_exposes():
+    with open(os.path.join(REPO_ROOT, "serving", "grafana_dashboard.json")) as dashboard_file:
+        dashboard = json.load(dashboard_file)
+    definitions = [
+        value for value in vars(metrics_lib).values() if isinstance(value, metrics_lib.MetricDefinition)
+    ]  # fmt: skip
+    labels = {}
+    for definition in definitions:
+        name = prometheus_metric_name(definition.name)
+        suffixes = ("_bucket", "_sum", "_count") if definition.bounds is not None else ("",)
+        for suffix in suffixes:
+            labels[name + suffix] = {*definition.labels, *(["le"] if suffix == "_bucket" else [])}
+    expressions = [
+        target["expr"] for panel in dashboard["panels"] for target in panel["targets"]
+    ] + [variable["query"] for variable in dashboard["templating"]["list"] if variable["type"] == "query"]  # fmt: skip
+    queried = set()
+    for expression in expressions:
+        for name, selector in re.findall(r"(:[\w:]+)(\{[^}]*\})?", expression):
+            assert name in labels, f"{name} in {expression!r} is not a metric the server exposes"
+            queried.add(name)
+            used = re.findall(r"(\w+)\s*=~?", selector)
+            assert set(used) <= labels[name], f"{expression!r} selects labels {used}"
+        for grouped in re.findall(r"by \(([^)]*)\)", expression):
+            names_in = re.findall(r"(:[\w:]+)", expression)
+            allowed = set().union(*(labels[name] for name in names_in))
+            assert {label.strip() for label in grouped.split(",")} <= allowed, expression
+    # Requests, latency, batching and versions each have a panel.
+    assert {":tensorflow:serving:request_count", ":tensorflow:serving:request_latency_bucket",
+            ":tensorflow:serving:batching_session:queuing_latency_bucket",
+            ":local:serving:model_version_state"} <= queried  # fmt: skip

@@ -51,7 +51,9 @@ def exponential_buckets(scale: float, growth_factor: float, bucket_count: int) -
 
 
 @dataclasses.dataclass(frozen=True)
-class _Definition:
+class MetricDefinition:
+    """A metric as TensorFlow names it; its Prometheus name is `prometheus_metric_name(name)`."""
+
     name: str  # TensorFlow's name, "/tensorflow/serving/..."
     help: str
     labels: tuple[str, ...] = ()
@@ -60,64 +62,64 @@ class _Definition:
 
 # tensorflow_serving/servables/tensorflow/util.cc (recorded by prediction_service_impl.cc and
 # http_server.cc: every call counted, the latency of successful calls only).
-REQUEST_COUNT = _Definition(
+REQUEST_COUNT = MetricDefinition(
     "/tensorflow/serving/request_count",
     "The total number of requests.",
     ("model_name", "status"),
 )
-REQUEST_LATENCY = _Definition(
+REQUEST_LATENCY = MetricDefinition(
     "/tensorflow/serving/request_latency",
     "Distribution of wall time (in microseconds) for Tensorflow Serving request.",
     ("model_name", "API", "entrypoint"),
     exponential_buckets(10, 1.8, 33),
 )
-RUNTIME_LATENCY = _Definition(
+RUNTIME_LATENCY = MetricDefinition(
     "/tensorflow/serving/runtime_latency",
     "Distribution of wall time (in microseconds) for Tensorflow runtime.",
     ("model_name", "API", "runtime"),
     exponential_buckets(10, 1.8, 33),
 )
 # tensorflow_serving/batching/batching_session.cc.
-QUEUING_LATENCY = _Definition(
+QUEUING_LATENCY = MetricDefinition(
     "/tensorflow/serving/batching_session/queuing_latency",
     "Distribution of wall time spent (in microseconds) in queuing",
     ("thread_pool_name",),
     exponential_buckets(100, 1.2, 52),
 )
-WRAPPED_RUN_COUNT = _Definition(
+WRAPPED_RUN_COUNT = MetricDefinition(
     "/tensorflow/serving/batching_session/wrapped_run_count",
     "Total count of run calls on the wrapped session",
 )
 # tensorflow_serving/batching/batching_util.h (BatchingSessionTask::Name() is
 # "batching_session").
-INPUT_BATCH_SIZE = _Definition(
+INPUT_BATCH_SIZE = MetricDefinition(
     "/tensorflow/serving/batching_session/input_batch_size",
     "Tracks the batch size distribution on the inputs.",
     bounds=exponential_buckets(1, 2, 14),
 )
-PROCESSED_BATCH_SIZE = _Definition(
+PROCESSED_BATCH_SIZE = MetricDefinition(
     "/tensorflow/serving/batching_session/processed_batch_size",
     "Tracks the batch size distribution on processing.",
     bounds=exponential_buckets(1, 2, 14),
 )
-PADDING_SIZE = _Definition(
+PADDING_SIZE = MetricDefinition(
     "/tensorflow/serving/batching_session/padding_size",
     "Tracks the padding size distribution on batches.",
     ("execution_batch_size",),
     exponential_buckets(1, 2, 14),
 )
 # tensorflow/cc/saved_model/loader.cc (TensorFlow's SavedModel loader, which TF Serving runs).
-LOAD_ATTEMPT_COUNT = _Definition(
+LOAD_ATTEMPT_COUNT = MetricDefinition(
     "/tensorflow/cc/saved_model/load_attempt_count",
     "The number of times a SavedModel was successfully loaded.",
     ("model_path", "status"),
 )
-LOAD_LATENCY = _Definition(
+LOAD_LATENCY = MetricDefinition(
     "/tensorflow/cc/saved_model/load_latency",
     "Latency in microseconds for SavedModels that were successfully loaded.",
     ("model_path",),
 )
-LOAD_LATENCY_BY_STAGE = _Definition(
+LOAD_LATENCY_BY_STAGE = MetricDefinition(
     "/tensorflow/cc/saved_model/load_latency_by_stage",
     "Distribution of wall time spent (in microseconds) in each stage (restore graph from "
     "disk, run init graph op, etc) when loading the model",
@@ -125,7 +127,7 @@ LOAD_LATENCY_BY_STAGE = _Definition(
     exponential_buckets(10, 1.8, 33),
 )
 # This server's own: 1 for the state a version is in, 0 for the others.
-VERSION_STATE = _Definition(
+VERSION_STATE = MetricDefinition(
     "/local/serving/model_version_state",
     "State of each model version (GetModelStatus' state): 1 for its current state.",
     ("model_name", "version", "state"),
@@ -187,19 +189,21 @@ class ServerMetrics:
     def __init__(self, version_states: Callable[[], Iterable[tuple[str, int, str]]] | None = None):
         self.version_states = version_states
         self._lock = threading.Lock()
-        self._counters: dict[_Definition, dict[tuple, float]] = {d: {} for d in _COUNTERS}
-        self._histograms: dict[_Definition, dict[tuple, _Histogram]] = {d: {} for d in _HISTOGRAMS}
+        self._counters: dict[MetricDefinition, dict[tuple, float]] = {d: {} for d in _COUNTERS}
+        self._histograms: dict[MetricDefinition, dict[tuple, _Histogram]] = {
+            d: {} for d in _HISTOGRAMS
+        }
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self)
 
     # ---------------------------------------------------------------- recording
 
-    def _add(self, definition: _Definition, labels: tuple, amount: float = 1) -> None:
+    def _add(self, definition: MetricDefinition, labels: tuple, amount: float = 1) -> None:
         with self._lock:
             cells = self._counters[definition]
             cells[labels] = cells.get(labels, 0) + amount
 
-    def _observe(self, definition: _Definition, labels: tuple, value: float) -> None:
+    def _observe(self, definition: MetricDefinition, labels: tuple, value: float) -> None:
         with self._lock:
             cells = self._histograms[definition]
             if labels not in cells:
@@ -277,7 +281,7 @@ class ServerMetrics:
         yield self._version_state_family()
 
     @staticmethod
-    def _label_dict(definition: _Definition, labels: tuple) -> dict[str, str]:
+    def _label_dict(definition: MetricDefinition, labels: tuple) -> dict[str, str]:
         return {prometheus_label_name(n): v for n, v in zip(definition.labels, labels)}
 
     def _version_state_family(self) -> GaugeMetricFamily:
