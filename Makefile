@@ -27,7 +27,7 @@ SERVER_FLAGS := --port=$(PORT) --rest_api_port=$(REST_PORT) --model_name=$(MODEL
 
 .PHONY: help setup translate test check-mutations lint data train average evaluate export serve query demo demo-train pretrained notebooks \
 	bench-train bench-decode bench-profile bench-serve bench-sweep bench-tokenizer bench-robustness \
-	bench-translate bench-soak \
+	bench-translate bench-soak check-prometheus \
 	export-ctranslate2 clean-venv
 
 setup: $(STAMP)
@@ -174,6 +174,10 @@ bench-translate: $(STAMP) data  ## translate-text on a large generated file with
 bench-soak: $(STAMP)  ## Soak and chaos: good and hostile traffic, a roll-out, a reload storm, kill -9 and restart; plot in docs/.
 	$(PY) -m benchmarks.bench_soak --output BENCHMARKS.md --plot docs/serving_soak.png $(SOAK_ARGS)
 
+# Opt-in, not part of make test: needs Debian's prometheus package and an export (make export).
+check-prometheus: $(STAMP)  ## A real Prometheus (apt-get install prometheus) scrapes the local server's metrics.
+	$(PY) -m benchmarks.check_prometheus --model_base_path $(EXPORT_BASE)/$(MODEL_NAME)
+
 bench-decode: $(STAMP)  ## Decoders side by side with CTranslate2 on the same weights; then ms per sentence against output and source length (plot in docs/).
 	$(PY) -m benchmarks.bench_decode --output BENCHMARKS.md
 	$(PY) -m benchmarks.bench_length --output BENCHMARKS.md
@@ -181,11 +185,11 @@ bench-decode: $(STAMP)  ## Decoders side by side with CTranslate2 on the same we
 bench-profile: $(STAMP)  ## Op profile of the served beam_search at batch 32 (where a step's time goes).
 	$(PY) -m benchmarks.profile_decode --output BENCHMARKS.md
 
-bench-serve: $(STAMP)  ## Serving throughput/latency at default TF threads (and RUN_DIR's --jit_compile export after load), then with one intra-op thread.
+bench-serve: $(STAMP)  ## Serving throughput/latency at default TF threads (and RUN_DIR's --jit_compile export after load), REST under 1,000 idle + 200 slowloris connections, then with one intra-op thread.
 	$(PY) -m benchmarks.bench_serve --model_base_path $(EXPORT_BASE)/$(MODEL_NAME) \
 		--xla_run_dir $(RUN_DIR) --output BENCHMARKS.md
 	$(PY) -m benchmarks.bench_serve --model_base_path $(EXPORT_BASE)/$(MODEL_NAME) \
-		--concurrency 1 32 --soak_requests 1000 \
+		--concurrency 1 32 --soak_requests 1000 --adversarial_idle 0 --adversarial_slowloris 0 \
 		--server_flags=--tensorflow_intra_op_parallelism=1 \
 		--section 'Serving, one TensorFlow intra-op thread' --output BENCHMARKS.md
 
