@@ -1385,11 +1385,11 @@ def test_a_cancelled_batched_call_leaves_the_queue_with_its_pieces_not_yet_run(e
 
 
 def test_an_unload_hands_the_freed_heap_back_to_the_system():
-    """A released version's memory went back to malloc, which kept it: after a roll-out the
-    server stayed about as large as with both versions loaded. The manager now calls
-    `release_memory_to_system` after each unload, as TF Serving's BasicManager releases memory
-    to the system. Here the heap is fragmented as a freed graph leaves it: 160 MB of small
-    blocks freed but the last, which pins the top of the heap, so free() cannot shrink it."""
+    """A released version's memory went back to malloc, which kept it for the process. The
+    manager now calls `release_memory_to_system` after each unload, as TF Serving's
+    BasicManager releases memory to the system. Here the heap is fragmented as a freed graph
+    leaves it: 160 MB of small blocks freed but the last, which pins the top of the heap, so
+    free() cannot shrink it."""
     libc = ctypes.CDLL(None)
     libc.malloc.restype = ctypes.c_void_p
     libc.free.argtypes = [ctypes.c_void_p]
