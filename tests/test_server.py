@@ -1357,28 +1357,24 @@ def test_a_cancelled_batched_call_leaves_the_queue_with_its_pieces_not_yet_run(e
         enable_large_batch_splitting=True,
         max_execution_batch_size=1,
     )
-    server = ModelServer(
-        ServerOptions(
-            port=0,
-            model_name=MODEL_NAME,
-            model_base_path=make_model_base(exports, str(tmp_path), (1,)),
-            file_system_poll_wait_seconds=0,
-            enable_batching=True,
-            batching_parameters_file=batching_file,
-        )
-    ).start()
+    connection = start_server(
+        tmp_path,
+        model_name=MODEL_NAME,
+        model_base_path=make_model_base(exports, str(tmp_path), (1,)),
+        enable_batching=True,
+        batching_parameters_file=batching_file,
+    )
+    batcher = connection.server.core.batcher
     texts = [f"fila {i}" for i in range(32)]
     try:
-        with grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}") as channel:
-            stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
-            call = stub.Predict.future(texts_request(texts), timeout=120)
-            # All 32 one-row pieces are queued behind the one batch thread.
-            assert server.core.batcher.wait_until_enqueued(len(texts), timeout=60)
-            call.cancel()
-            assert server.core.batcher.wait_until_idle(timeout=120)
-        pieces_run = sum(server.batch_stats.histogram().values())
+        call = connection.predict.Predict.future(texts_request(texts), timeout=120)
+        # All 32 one-row pieces are queued behind the one batch thread.
+        assert batcher.wait_until_enqueued(len(texts), timeout=60)
+        call.cancel()
+        assert batcher.wait_until_idle(timeout=120)
+        pieces_run = sum(connection.server.batch_stats.histogram().values())
     finally:
-        server.stop(grace_seconds=0)
+        connection.server.stop(grace_seconds=0)
     assert call.cancelled()
     # Those under way when the cancellation arrived ran; without it, all 32 did.
     assert 1 <= pieces_run < len(texts) // 2
