@@ -6,9 +6,11 @@ For concurrency 1, 8 and 32 it measures requests/s and p50/p99 latency of
   * the in-process call of the SavedModel signature (no server, same inputs),
   * `python -m serving.server` over gRPC without batching,
   * the same server with `--enable_batching` (serving/batching.config by default),
-  * with --xla_run_dir, that run exported with `--jit_compile` (the default warmup buckets) and
-    served with batching and `--xla_cpu_compilation_enabled=true`, measured from its first
-    request after load: what its warmup requests compiled is all it has,
+  * with --xla_run_dir, that run exported with `--jit_compile`, its warmup requests compiling
+    the measured signature's programs for batches of up to --xla_warmup_max_batch sentences
+    (batching.config's largest run) of up to --xla_warmup_max_source_tokens tokens, and served
+    with batching and `--xla_cpu_compilation_enabled=true`, measured from its first request
+    after load: what its warmup requests compiled is all it has,
 then soaks the batching server with --soak_requests requests and reports the
 growth of its resident memory, and the greedy output length of each sentence
 (a merged batch steps until its longest one ends). Last, the adversarial rows: a
@@ -241,18 +243,22 @@ def server_process(
 
 @dataclasses.dataclass(frozen=True)
 class XlaLoad:
-    """How the --jit_compile export's server loaded: the run exported, its warmup records, and
-    the seconds from the server's start until it answered (its warmup included)."""
+    """How the --jit_compile export's server loaded: the run exported, its warmup records, the
+    seconds from the server's start until it answered (its warmup included), and what the
+    records compile (in words)."""
 
     run_dir: str
     warmup_records: int
     seconds: float
+    warmup_bounds: str
 
 
 @contextlib.contextmanager
-def xla_export(run_dir: str, model_name: str) -> Iterator[tuple[str, int]]:
-    """Exports `run_dir` with `python -m serving.export --jit_compile` (its default warmup
-    bounds) into a temporary model base; yields (its path, its warmup records).
+def xla_export(
+    run_dir: str, model_name: str, warmup_flags: Sequence[str] = ()
+) -> Iterator[tuple[str, int]]:
+    """Exports `run_dir` with `python -m serving.export --jit_compile` and `warmup_flags` (its
+    --warmup_* flags) into a temporary model base; yields (its path, its warmup records).
 
     Raises:
         subprocess.CalledProcessError: the export failed (its output went to stderr).
@@ -262,6 +268,7 @@ def xla_export(run_dir: str, model_name: str) -> Iterator[tuple[str, int]]:
     with tempfile.TemporaryDirectory(prefix="bench-serve-xla-") as export_base:
         command = [sys.executable, "-m", "serving.export", "--run_dir", run_dir]
         command += ["--export_base", export_base, "--model_name", model_name, "--jit_compile"]
+        command += warmup_flags
         subprocess.run(
             command,
             cwd=REPO_ROOT,
@@ -474,7 +481,8 @@ def xla_goal(by_setup, concurrency_levels, xla_load: XlaLoad) -> str:
     met = all(ratio <= 2 for ratio, _, _ in ratios)
     return (
         f"- `--jit_compile` export of `{xla_load.run_dir}` (batching server; it loaded in "
-        f"{xla_load.seconds:.0f} s, replaying {xla_load.warmup_records} warmup requests), from "
+        f"{xla_load.seconds:.0f} s, replaying {xla_load.warmup_records} warmup requests: "
+        f"{xla_load.warmup_bounds}), from "
         f"its first request after load: p99 / p50 {measured}. Goal p99 ≤ 2× p50: "
         f"{'met' if met else 'not met'}."
     )
@@ -616,6 +624,20 @@ def main(argv=None) -> int:
         "batching and --xla_cpu_compilation_enabled=true, from its first request after load",
     )
     parser.add_argument(
+        "--xla_warmup_max_batch",
+        type=int,
+        default=16,
+        help="the --jit_compile export's --warmup_max_batch (default: %(default)s, "
+        "max_execution_batch_size of serving/batching.config)",
+    )
+    parser.add_argument(
+        "--xla_warmup_max_source_tokens",
+        type=int,
+        default=32,
+        help="the --jit_compile export's --warmup_max_source_tokens (default: %(default)s, "
+        "more than the longest of benchmarks/sentences.py)",
+    )
+    parser.add_argument(
         "--section", default="Serving", help="title of the section written into --output"
     )
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32])
@@ -690,7 +712,15 @@ def main(argv=None) -> int:
         xla_load = None
         if args.xla_run_dir:
             xla_base_path, warmup_records = servers.enter_context(
-                xla_export(args.xla_run_dir, args.model_name)
+                xla_export(
+                    args.xla_run_dir,
+                    args.model_name,
+                    [
+                        f"--warmup_signatures={args.signature_name}",
+                        f"--warmup_max_batch={args.xla_warmup_max_batch}",
+                        f"--warmup_max_source_tokens={args.xla_warmup_max_source_tokens}",
+                    ],
+                )
             )
             xla_flags = [*args.server_flags, *batching_flags, "--xla_cpu_compilation_enabled=true"]
             # A bound on a hang: its warmup compiles a program per record, seconds each.
@@ -698,7 +728,14 @@ def main(argv=None) -> int:
                 server_process(args.model_name, xla_base_path, xla_flags, startup_timeout=7200)
             )
             xla_address = xla_server.address
-            xla_load = XlaLoad(args.xla_run_dir, warmup_records, xla_server.seconds)
+            xla_load = XlaLoad(
+                args.xla_run_dir,
+                warmup_records,
+                xla_server.seconds,
+                f"{args.signature_name}'s programs for batches of up to "
+                f"{args.xla_warmup_max_batch} sentences of up to "
+                f"{args.xla_warmup_max_source_tokens} tokens",
+            )
             callers[XLA_BATCHING] = grpc_caller(
                 xla_address, args.model_name, args.signature_name, batches
             )

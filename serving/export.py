@@ -259,20 +259,30 @@ def compiled_signatures(options):
 
 
 def warmup_requests(
-    translator, max_batch=WARMUP_MAX_BATCH, max_source_tokens=WARMUP_MAX_SOURCE_TOKENS
+    translator,
+    max_batch=WARMUP_MAX_BATCH,
+    max_source_tokens=WARMUP_MAX_SOURCE_TOKENS,
+    signatures=None,
 ):
     """The `(signature, texts)` requests of a version's warmup file.
 
     Each signature not compiled by XLA gets one request on `WARMUP_TEXTS`. Each compiled one
-    (`translator.options.jit_compile`) gets one request per XLA program
-    (`Translator.xla_buckets(max_batch, max_source_tokens)`): the smallest batch of that program,
-    each row a text as many tokens long as the program's shortest source (`texts_of_lengths`).
+    (`translator.options.jit_compile`) among `signatures` (default: every compiled one) gets one
+    request per XLA program (`Translator.xla_buckets(max_batch, max_source_tokens)`): the
+    smallest batch of that program, each row a text as many tokens long as the program's
+    shortest source (`texts_of_lengths`). A compiled signature left out of `signatures` gets the
+    one request of a plain one: its other programs compile when their first request comes.
 
     Raises:
-        ValueError: bounds `Translator.xla_buckets` refuses, or more requests than TF Serving
-            replays (`MAX_WARMUP_RECORDS`).
+        ValueError: bounds `Translator.xla_buckets` refuses, a name in `signatures` that is no
+            signature, or more requests than TF Serving replays (`MAX_WARMUP_RECORDS`).
     """
-    compiled = compiled_signatures(translator.options)
+    require_signature_names(signatures or ())
+    compiled = [
+        name
+        for name in compiled_signatures(translator.options)
+        if signatures is None or name in signatures
+    ]
     buckets = (
         sorted(translator.xla_buckets(max_batch, max_source_tokens).values()) if compiled else []
     )
@@ -285,6 +295,16 @@ def warmup_requests(
             requests.append((name, list(WARMUP_TEXTS)))
     _require_loadable_warmup(len(requests))
     return requests
+
+
+def require_signature_names(names):
+    """Raises ValueError naming each of `names` that is no signature of an export."""
+    unknown = sorted(set(names) - set(SIGNATURE_NAMES))
+    if unknown:
+        raise ValueError(
+            f"no signature named {', '.join(unknown)}; the signatures are "
+            f"{', '.join(SIGNATURE_NAMES)}."
+        )
 
 
 def _require_loadable_warmup(count):
@@ -488,10 +508,11 @@ def export_translator(
     run_config=None,
     warmup_max_batch=WARMUP_MAX_BATCH,
     warmup_max_source_tokens=WARMUP_MAX_SOURCE_TOKENS,
+    warmup_signatures=None,
 ):
     """Exports a translator in memory as the next version under `<export_base>/<model_name>`,
     with the warmup requests of `warmup_requests(..., warmup_max_batch,
-    warmup_max_source_tokens)`.
+    warmup_max_source_tokens, warmup_signatures)`.
 
     Returns:
         str, the new version directory.
@@ -503,6 +524,7 @@ def export_translator(
         Translator(model, source_tokenizer, target_tokenizer, options),
         warmup_max_batch,
         warmup_max_source_tokens,
+        warmup_signatures,
     )
     archive = build_export_archive(model, source_tokenizer, target_tokenizer, options)
     info = make_export_info(model, source_tokenizer, target_tokenizer, options, run_config)
@@ -520,7 +542,7 @@ def export_run(
     """Loads a training run (`training.artifacts.load_trained`, computing in `compute_dtype`, or
     as trained when None) and exports it, decoding with `options` (default: the run's own,
     `training.artifacts.decoding_options`); `warmup_bounds` are `export_translator`'s
-    `warmup_max_batch` and `warmup_max_source_tokens`.
+    `warmup_max_batch`, `warmup_max_source_tokens` and `warmup_signatures`.
 
     Returns:
         str, the new version directory.
@@ -629,6 +651,14 @@ def main(argv=None):
         "up to this many tokens run, [START] and [END] included (default: %(default)s; at most "
         "the model's longest source, so a larger value means every length)",
     )
+    parser.add_argument(
+        "--warmup_signatures",
+        type=lambda value: tuple(name for name in value.split(",") if name),
+        help="with --jit_compile, the comma-separated signatures whose XLA programs the warmup "
+        "requests compile within the bounds above (default: every compiled one); the others "
+        f"get one request (a server whose clients call {GREEDY_SIGNATURE} only compiles one "
+        "compiled signature's programs at load instead of four's)",
+    )
     artifacts.add_next_token_rule_arguments(parser, "default: the run's decoding.json, else off")
     parser.add_argument(
         "--sampling_topk",
@@ -662,6 +692,10 @@ def main(argv=None):
             f"--warmup_max_source_tokens must be at least {MIN_SOURCE_TOKENS} ([START] and "
             f"[END]), got {args.warmup_max_source_tokens}"
         )
+    try:
+        require_signature_names(args.warmup_signatures or ())
+    except ValueError as error:
+        parser.error(f"--warmup_signatures: {error}")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     artifacts.require_trained_run(args.run_dir)
     try:
@@ -689,6 +723,7 @@ def main(argv=None):
         args.compute_dtype,
         warmup_max_batch=args.warmup_max_batch,
         warmup_max_source_tokens=args.warmup_max_source_tokens,
+        warmup_signatures=args.warmup_signatures,
     )
     print(version_dir)
 

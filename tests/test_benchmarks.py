@@ -142,14 +142,14 @@ def test_bench_serve_reports_the_jit_compile_export_against_p99_within_twice_p50
     for concurrency, latencies in ((1, [0.1, 0.1, 0.15, 0.18]), (32, [1.0, 0.1, 0.1, 0.1])):
         xla = bench_serve.Load(latencies, 1.0, 0)
         table.append((bench_serve.XLA_BATCHING, concurrency, xla.summary(), [4.0]))
-    xla_load = bench_serve.XlaLoad("runs/small", 224, 300.4)
+    xla_load = bench_serve.XlaLoad("runs/small", 224, 300.4, "every signature, batches of 1")
     body = bench_serve.report(
         report_args(), "cmd", table, bench_serve.Load(), (100, 100), (0.0, 0.0, 0.0), None, xla_load
     )
     assert "| gRPC, batching, --jit_compile export | 32 | 4.0 | 100 | 973 | 0 |" in body
     assert (
         "- `--jit_compile` export of `runs/small` (batching server; it loaded in 300 s, replaying "
-        "224 warmup requests), from its first request after load: p99 / p50 **1.4×** at "
+        "224 warmup requests: every signature, batches of 1), from its first request after load: p99 / p50 **1.4×** at "
         "concurrency 1 (p50 125 ms, p99 179 ms), **9.7×** at concurrency 32 (p50 100 ms, p99 "
         "973 ms). Goal p99 ≤ 2× p50: not met."
     ) in body

@@ -195,14 +195,16 @@ def _buckets_by_signature(translator, requests):
     return {signature: sorted(found) for signature, found in buckets.items()}
 
 
-def _assert_warmup_covers(translator, requests, max_batch, max_source_tokens):
-    """Each compiled signature has exactly one request per bucket of the bounds; the others one
-    request each."""
+def _assert_warmup_covers(
+    translator, requests, max_batch, max_source_tokens, warmed=XLA_SIGNATURES
+):
+    """Each signature of `warmed` has exactly one request per bucket of the bounds; the others
+    one request each."""
     expected = _expected_buckets(translator, max_batch, max_source_tokens)
     buckets = _buckets_by_signature(translator, requests)
     assert list(buckets) == list(SIGNATURE_NAMES)
     for signature in SIGNATURE_NAMES:
-        if signature in XLA_SIGNATURES:
+        if signature in warmed:
             assert buckets[signature] == expected, signature
         else:
             assert len(buckets[signature]) == 1, signature
@@ -233,19 +235,23 @@ def test_plain_warmup_has_one_request_per_signature(versions):
     ]
 
 
+def _compiled(translator):
+    """`translator` with XLA's options."""
+    return Translator(
+        translator.model,
+        translator.source_tokenizer,
+        translator.target_tokenizer,
+        dataclasses.replace(translator.options, jit_compile=True),
+    )
+
+
 @pytest.mark.parametrize("max_batch, max_source_tokens", [(1, 2), (5, 10), (2, 1000), (3, None)])
 def test_warmup_requests_cover_the_buckets_of_other_bounds(
     translator, max_batch, max_source_tokens
 ):
     """Bounds beyond the served export's, down to one bucket and up to every source length the
     model takes (None)."""
-    xla = Translator(
-        translator.model,
-        translator.source_tokenizer,
-        translator.target_tokenizer,
-        dataclasses.replace(translator.options, jit_compile=True),
-    )
-    requests = export.warmup_requests(xla, max_batch, max_source_tokens)
+    requests = export.warmup_requests(_compiled(translator), max_batch, max_source_tokens)
     # Sources are cut to the model's length: longer bounds add no bucket.
     longest = min(max_source_tokens or translator.model.pe_input, translator.model.pe_input)
     _assert_warmup_covers(translator, requests, max_batch, longest)
@@ -253,6 +259,15 @@ def test_warmup_requests_cover_the_buckets_of_other_bounds(
         # Batches of 1, 2 and 4 rows by sources of 2-4, 5-16 and 17-24 tokens (16 and 24 columns).
         plain = len(SIGNATURE_NAMES) - len(XLA_SIGNATURES)
         assert len(requests) == len(XLA_SIGNATURES) * 3 * 3 + plain
+
+
+def test_warmup_of_chosen_signatures_covers_their_buckets_only(translator, tmp_path):
+    requests = export.warmup_requests(_compiled(translator), 3, 20, signatures=(BEAM_SIGNATURE,))
+    _assert_warmup_covers(translator, requests, 3, 20, warmed=(BEAM_SIGNATURE,))
+    with pytest.raises(ValueError, match="no signature named greedy; the signatures are"):
+        export.warmup_requests(_compiled(translator), signatures=("greedy",))
+    with pytest.raises(SystemExit):
+        export.main(["--run_dir", os.fspath(tmp_path), "--warmup_signatures", "greedy"])
 
 
 def test_warmup_texts_are_exactly_as_long_as_asked(translator):
