@@ -104,7 +104,7 @@ demo-train: $(STAMP)  ## As demo, with a model trained on the spot (the demo pre
 # The bundled model (pretrained/bible-es-en): its recipe, trained from scratch, averaged, packaged.
 PRETRAINED_DIR ?= pretrained/bible-es-en
 PRETRAINED_RUN_DIR ?= runs/pretrained
-PRETRAINED_STEPS ?= 4000
+PRETRAINED_STEPS ?= 6000
 # Decoding options of the bundle, chosen on the dev split (BENCHMARKS.md, the bundle with placeholders).
 PRETRAINED_ALPHA ?= 1.0
 PRETRAINED_NO_REPEAT_NGRAM_SIZE ?= 3
