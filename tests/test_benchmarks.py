@@ -149,8 +149,8 @@ def test_bench_serve_reports_the_jit_compile_export_against_p99_within_twice_p50
     assert "| gRPC, batching, --jit_compile export | 32 | 4.0 | 100 | 973 | 0 |" in body
     assert (
         "- `--jit_compile` export of `runs/small` (batching server; it loaded in 300 s, replaying "
-        "224 warmup requests: every signature, batches of 1), from its first request after load: p99 / p50 **1.4×** at "
-        "concurrency 1 (p50 125 ms, p99 179 ms), **9.7×** at concurrency 32 (p50 100 ms, p99 "
+        "224 warmup requests: every signature, batches of 1), from its first request after "
+        "load: p99 / p50 **1.4×** at concurrency 1 (p50 125 ms, p99 179 ms), **9.7×** at concurrency 32 (p50 100 ms, p99 "
         "973 ms). Goal p99 ≤ 2× p50: not met."
     ) in body
     table[-1] = (bench_serve.XLA_BATCHING, 32, bench_serve.Load([0.1] * 4, 1.0, 0).summary(), [])

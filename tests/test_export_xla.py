@@ -261,13 +261,14 @@ def test_warmup_requests_cover_the_buckets_of_other_bounds(
         assert len(requests) == len(XLA_SIGNATURES) * 3 * 3 + plain
 
 
-def test_warmup_of_chosen_signatures_covers_their_buckets_only(translator, tmp_path):
+def test_warmup_of_chosen_signatures_covers_their_buckets_only(translator, tmp_path, capsys):
     requests = export.warmup_requests(_compiled(translator), 3, 20, signatures=(BEAM_SIGNATURE,))
     _assert_warmup_covers(translator, requests, 3, 20, warmed=(BEAM_SIGNATURE,))
     with pytest.raises(ValueError, match="no signature named greedy; the signatures are"):
         export.warmup_requests(_compiled(translator), signatures=("greedy",))
     with pytest.raises(SystemExit):
         export.main(["--run_dir", os.fspath(tmp_path), "--warmup_signatures", "greedy"])
+    assert "--warmup_signatures: no signature named greedy" in capsys.readouterr().err
 
 
 def test_warmup_texts_are_exactly_as_long_as_asked(translator):
