@@ -166,8 +166,8 @@ bench-robustness: $(STAMP) data  ## Test BLEU, chrF, looping share under each ty
 
 # A quick size by default; the million-line file (hours):
 # TRANSLATE_BENCH_ARGS="--lines 1000000 --small_lines 100000 --window_lines 10000".
-bench-translate: $(STAMP) data  ## translate-text on a large generated file with the bundled model: sentences/s, peak RSS at two sizes.
-	$(PY) -m benchmarks.bench_translate --output BENCHMARKS.md $(TRANSLATE_BENCH_ARGS)
+bench-translate: $(STAMP) data  ## translate-text on a large generated file with the bundled model: sentences/s, peak RSS at two sizes, memory plot in docs/
+	$(PY) -m benchmarks.bench_translate --output BENCHMARKS.md --plot docs/translate_memory.png $(TRANSLATE_BENCH_ARGS)
 
 # About 10 minutes by default (SOAK_ARGS="--duration 60" for a short one); the bundled model,
 # exported once into exports/soak/translator.

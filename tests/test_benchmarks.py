@@ -436,6 +436,20 @@ def test_bench_translate_reports_throughput_past_start_up_and_the_growth_of_peak
     assert "Peak RSS from 500 to 2,000 lines: +10 MiB." in body
 
 
+def test_bench_translate_counts_written_lines_incrementally_across_appends(tmp_path):
+    from benchmarks.bench_translate import ProgressSampler
+
+    output = tmp_path / "out.txt"
+    sampler = ProgressSampler(os.getpid(), str(output), seconds=60)
+    assert sampler.lines_written() == 0  # not created yet
+    output.write_bytes(b"one\ntwo\nhalf")
+    assert sampler.lines_written() == 2
+    with open(output, "ab") as handle:
+        handle.write(b" a line\n\nfour\n")
+    assert sampler.lines_written() == 5
+    assert sampler.lines_written() == 5
+
+
 def test_bench_soak_counts_wrong_and_unanswered_good_requests_as_lost(exports, tmp_path):
     from benchmarks.bench_soak import (
         GRPC_GOOD,
