@@ -134,7 +134,9 @@ PRETRAINED_NOTES := Trained for issue 23 to hold up on what people type: the Spa
 	After training, its source tokenizer was given the restoration of accents and capitals \
 	(python -m training.vocabulary --add_restoration, model.restoration: tables learned from the \
 	training sources put back the accents of a source typed without them, and the capitals of \
-	one typed in lowercase; BENCHMARKS.md, Accents and capitals restored).
+	one typed in lowercase; BENCHMARKS.md, Accents and capitals restored), and the reading of \
+	names typed in today's spelling as the 1909 text writes them (Belén as Bethlehem; \
+	BENCHMARKS.md, Names in today's spelling).
 pretrained: $(STAMP) data  ## Reproduce pretrained/bible-es-en (about 2 hours on 2 cores).
 	$(PY) -m training.train --run_dir $(PRETRAINED_RUN_DIR) $(PRETRAINED_TRAIN_ARGS)
 	$(PY) -m training.average --run_dir $(PRETRAINED_RUN_DIR) --last $(PRETRAINED_AVERAGE)

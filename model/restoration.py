@@ -19,10 +19,19 @@ back before the subword model:
 Text written correctly is unchanged by both. What they gain on the bundled model is in
 BENCHMARKS.md, "Accents and capitals restored".
 
-A run's tokenizer directory holds its tables (`ACCENTS_FILE`, `CASES_FILE`, written by
-`training.vocabulary`), and its source tokenizer applies them (`Tokenizer.restoration`) after
-modernizing the spelling and normalizing the case: in training, evaluation and the exported
-SavedModel alike.
+A third table, `names` (`model.spelling.name_table`), maps the forms in which people write names
+today to the forms of the training sources ("Belén" → "Bethlehem", "Nazaret" → "Nazareth" for
+the 1909 Bible), so the model reads a name it learned instead of copying an unknown one. Its keys
+are never words of the sources, so it changes nothing the model was trained on. It is applied to
+a word typed capitalized or in capitals, and to a lowercase word only in a source with no capital
+at all ("set" in a cased sentence is not the name Set). Unlike the other two it must run before
+the placeholders (`model.placeholders`), which would otherwise protect "Belén" as an unknown
+name: the Translator applies it first (`Restoration.rename`), the source tokenizer does not.
+
+A run's tokenizer directory holds its tables (`ACCENTS_FILE`, `CASES_FILE`, `NAMES_FILE`,
+written by `training.vocabulary`), and its source tokenizer applies the first two
+(`Tokenizer.restoration`) after modernizing the spelling and normalizing the case: in training,
+evaluation and the exported SavedModel alike.
 """
 
 import collections
@@ -36,6 +45,7 @@ from model.placeholders import join_words, split_words
 
 ACCENTS_FILE = "accents.tsv"
 CASES_FILE = "cases.tsv"
+NAMES_FILE = "names.tsv"
 # The combining acute accent and diaeresis (NFD): the marks a bare form leaves out.
 ACCENT_MARKS = "[\u0301\u0308]"
 _WORD = re.compile(r"[^\W\d_]+")
@@ -104,6 +114,34 @@ def _capitalized(words):
     return tf.strings.join([tf.strings.upper(first, encoding="utf-8"), rest])
 
 
+def _has_capital(texts):
+    return tf.strings.regex_full_match(texts, r"(?s).*\p{Lu}.*")
+
+
+def _replace_words(texts, table, lowercase_in_uncased_rows_only=False):
+    """`texts` `[batch]` with each word whose lowercase form is a key of `table` (a `_WordTable`
+    of lowercase words) replaced by its value in the word's case: lowercase, all capitals, or
+    else capitalized. With `lowercase_in_uncased_rows_only`, a word typed in lowercase is
+    replaced only in a text without any capital letter."""
+    pieces = split_words(texts)
+    typed = pieces.flat_values
+    lowered = tf.strings.lower(typed, encoding="utf-8")
+    found, value = table.lookup(lowered)
+    in_lowercase = tf.equal(typed, lowered)
+    if lowercase_in_uncased_rows_only:
+        uncased_row = tf.gather(tf.logical_not(_has_capital(texts)), pieces.value_rowids())
+        found &= tf.logical_not(in_lowercase) | uncased_row
+    all_capitals = tf.equal(tf.strings.upper(typed, encoding="utf-8"), typed) & (
+        tf.strings.length(typed, unit="UTF8_CHAR") > 1
+    )
+    recased = tf.where(
+        in_lowercase,
+        value,
+        tf.where(all_capitals, tf.strings.upper(value, encoding="utf-8"), _capitalized(value)),
+    )
+    return join_words(pieces.with_flat_values(tf.where(found, recased, typed)))
+
+
 class _WordTable(tf.Module):
     """A constant `{word: word}` lookup (nothing to initialize where the SavedModel is served)."""
 
@@ -128,51 +166,47 @@ class _WordTable(tf.Module):
 
 
 class Restoration(tf.Module):
-    """Puts accents, then capitals, back on sources (the module docstring), in the graph.
+    """Puts accents, then capitals, back on sources, and renames names (the module docstring),
+    in the graph.
 
     Args:
         accents: `accent_table`'s dict, or None: accents left as typed.
         cases: `case_table`'s dict, or None: capitals left as typed.
+        names: `model.spelling.name_table`'s dict, or None: names left as typed.
     """
 
-    def __init__(self, accents=None, cases=None, name=None):
+    def __init__(self, accents=None, cases=None, names=None, name=None):
         super().__init__(name=name)
         self.accents = None if accents is None else _WordTable(accents)
         self.cases = None if cases is None else _WordTable(cases)
+        self.names = None if names is None else _WordTable(names)
 
     @classmethod
-    def from_directory(cls, directory, accents=True, cases=True):
-        """The tables a tokenizer directory holds (`ACCENTS_FILE`, `CASES_FILE`), those asked."""
+    def from_directory(cls, directory, accents=True, cases=True, names=False):
+        """The tables a tokenizer directory holds (`ACCENTS_FILE`, `CASES_FILE`, `NAMES_FILE`),
+        those asked."""
         return cls(
             read_table(os.path.join(directory, ACCENTS_FILE)) if accents else None,
             read_table(os.path.join(directory, CASES_FILE)) if cases else None,
+            read_table(os.path.join(directory, NAMES_FILE)) if names else None,
         )
 
     def __call__(self, texts):
         """`texts` `[batch]` with accents and capitals restored, as the tables say."""
         texts = tf.convert_to_tensor(texts, tf.string)
         if self.accents is not None:
-            texts = self._restore_accents(texts)
+            texts = _replace_words(texts, self.accents)
         if self.cases is not None:
             texts = self._restore_case(texts)
         return texts
 
-    def _restore_accents(self, texts):
-        pieces = split_words(texts)
-        typed = pieces.flat_values
-        lowered = tf.strings.lower(typed, encoding="utf-8")
-        found, accented = self.accents.lookup(lowered)
-        all_capitals = tf.equal(tf.strings.upper(typed, encoding="utf-8"), typed) & (
-            tf.strings.length(typed, unit="UTF8_CHAR") > 1
-        )
-        recased = tf.where(
-            tf.equal(typed, lowered),
-            accented,
-            tf.where(
-                all_capitals, tf.strings.upper(accented, encoding="utf-8"), _capitalized(accented)
-            ),
-        )
-        return join_words(pieces.with_flat_values(tf.where(found, recased, typed)))
+    def rename(self, texts):
+        """`texts` `[batch]` with names written as the training sources write them (the module
+        docstring); unchanged without a names table."""
+        texts = tf.convert_to_tensor(texts, tf.string)
+        if self.names is None:
+            return texts
+        return _replace_words(texts, self.names, lowercase_in_uncased_rows_only=True)
 
     def _restore_case(self, texts):
         pieces = split_words(texts)
@@ -186,5 +220,5 @@ class Restoration(tf.Module):
         first = is_word & tf.equal(words_before, 0)
         cased = tf.where(first, _capitalized(tf.where(first, cased, "x")), cased)
         restored = join_words(pieces.with_flat_values(cased))
-        lowercase_only = tf.logical_not(tf.strings.regex_full_match(texts, r"(?s).*\p{Lu}.*"))
+        lowercase_only = tf.logical_not(_has_capital(texts))
         return tf.where(lowercase_only, restored, texts)

@@ -16,14 +16,23 @@ make `old_spelling(modernize(s)) == s` fail for a few verses: where the 1909 tex
 both ways ("dí" and "di", "Á" and "A"), `old_spelling` keeps the form it writes most, so those
 words are not restored.
 
+Names are the other way round: the model reads them as the 1909 text writes them, and
+`name_table` maps the forms people type today to those ("Belén" → "Bethlehem"; see
+`model.restoration`, which applies it).
+
 "crió" (and "crié") is the preterite of both crear (create) and criar (raise). It reads as criar
 when the next word is one of `CRIAR_OBJECTS` ("crió su hijo", "crié hijos", "le crió como á
 hijo"), which today is "crio" / "crie" (RAE 2010), and as crear ("creó", "creé") otherwise.
 """
 
+import collections
 import re
+import unicodedata
 
 import tensorflow as tf
+
+from model.placeholders import join_words, split_words
+from model.restoration import strip_accents
 
 MODERN = "modern"
 
@@ -65,6 +74,11 @@ NOT_RESTORED = frozenset(
         for variant in (word, word.capitalize(), word.upper())
     }
 )
+
+# Names the 1909 text writes with "th" and "ph", as Spanish wrote Greek and Hebrew names then
+# ("Nazareth", "Josaphat"); the Academy's spelling writes "t" and "f" ("Nazaret", "Josafat").
+# These modern forms are not "th" → "t", "ph" → "f" of their 1909 ones.
+IRREGULAR_NAMES = {"Jerusalén": "Jerusalem", "Belén": "Bethlehem", "Efraín": "Ephraim"}
 
 WORD_RULES = {**ONE_LETTER_WORDS, **MONOSYLLABLES, **DIPHTHONG_MONOSYLLABLES, **CREAR}
 
@@ -156,6 +170,36 @@ def old_spelling(text):
     return _PY_OLD_WORDS.sub(lambda match: _OLD_WORDS[match.group(0)], text)
 
 
+def _modern_name(name):
+    return name.replace("th", "t").replace("Th", "T").replace("ph", "f").replace("Ph", "F")
+
+
+def name_table(texts):
+    """`{typed form: name}` in lowercase, learned from the 1909-spelled `texts` (the training
+    sources): each name there (a capitalized word) with "th" or "ph" under its modern form
+    ("nazaret" → "nazareth"), and each of `IRREGULAR_NAMES` whose 1909 form is there; each modern
+    form also without its accents ("belen"). A form whose accent-free key is that of a word of
+    `texts` is left out, so no word the model was trained on changes."""
+    words = collections.Counter(
+        word
+        for text in texts
+        for word in re.findall(r"[^\W\d_]+", unicodedata.normalize("NFC", text))
+    )
+    keys = {strip_accents(word.lower()) for word in words}
+    pairs = [
+        (_modern_name(word), word)
+        for word in words
+        if word[0].isupper() and not word.isupper() and _modern_name(word) != word
+    ]
+    pairs += [(modern, old) for modern, old in IRREGULAR_NAMES.items() if old in words]
+    table = {}
+    for modern, old in sorted(pairs):
+        for form in (modern.lower(), strip_accents(modern.lower())):
+            if strip_accents(form) not in keys:
+                table.setdefault(form, old.lower())
+    return table
+
+
 # ----------------------------------------------------------------------------- in the graph
 # RE2 has no lookaround: a rule matches its word with the characters on either side and writes
 # them back. A match then hides the next word's left neighbour, so two rule words one character
@@ -210,6 +254,23 @@ def _rewrite_graph(strings, rules):
 def modernize_graph(strings):
     """`modernize` as TensorFlow ops: a `tf.string` tensor of any shape in, the same shape out."""
     return _rewrite_graph(strings, _RE2_MODERNIZE)
+
+
+def modern_names_graph(strings):
+    """Names written as people write them today, as TensorFlow ops (`[batch]` `tf.string` in and
+    out): each capitalized word (not all capitals) with "th" or "ph" in its modern form, and
+    `IRREGULAR_NAMES`' 1909 forms in theirs ("Bethlehem" → "Belén"): what `name_table` undoes."""
+    pieces = split_words(tf.convert_to_tensor(strings, tf.string))
+    words = pieces.flat_values
+    capitalized = tf.strings.regex_full_match(words, r"\p{Lu}.*") & tf.logical_not(
+        tf.equal(tf.strings.upper(words, encoding="utf-8"), words)
+    )
+    modern = words
+    for old, new in (("th", "t"), ("Th", "T"), ("ph", "f"), ("Ph", "F")):
+        modern = tf.strings.regex_replace(modern, old, new)
+    for new, old in IRREGULAR_NAMES.items():
+        modern = tf.where(tf.equal(words, old), new, modern)
+    return join_words(pieces.with_flat_values(tf.where(capitalized, modern, words)))
 
 
 def old_spelling_graph(strings):

@@ -55,6 +55,8 @@ from model.special_tokens import END_ID, PAD_ID, RESERVED_TOKENS, START_ID, UNK_
 from model.spelling import MODERN, modernize_graph
 
 CONFIG_FILE = "tokenizer_config.json"
+# The config's keys of a source tokenizer's restorations, in `Restoration.from_directory`'s order.
+RESTORATION_KEYS = ("restore_accents", "restore_case", "restore_names")
 TOKENIZER_TYPES = ("sentencepiece", "wordpiece")
 # Version 1 (no "format_version") was the hand-written WordPiece tokenizer of earlier releases.
 FORMAT_VERSION = 2
@@ -405,8 +407,9 @@ def load_tokenizers(directory):
     Returns:
         `(source_tokenizer, target_tokenizer)`, the same object twice for a shared vocabulary,
         unless the config records a "source_spelling", a "source_casing", "restore_accents",
-        "restore_case" or "placeholders": then the source tokenizer modernizes, recases, restores
-        (`Tokenizer.restoration`, from `accents.tsv` and `cases.tsv`) or protects its input
+        "restore_case", "restore_names" or "placeholders": then the source tokenizer modernizes,
+        recases, restores (`Tokenizer.restoration`, from `accents.tsv`, `cases.tsv` and
+        `names.tsv`; names are renamed by the Translator, `Restoration.rename`) or protects its input
         (`Tokenizer.placeholders`, from `known_words.txt`) and the target one does not, so they
         are two objects.
 
@@ -437,10 +440,9 @@ def load_tokenizers(directory):
 
     def load_source(side):
         tokenizer = load(side, source=True)
-        if config.get("restore_accents") or config.get("restore_case"):
-            tokenizer.restoration = Restoration.from_directory(
-                directory, config.get("restore_accents", False), config.get("restore_case", False)
-            )
+        restorations = [config.get(key, False) for key in RESTORATION_KEYS]
+        if any(restorations):
+            tokenizer.restoration = Restoration.from_directory(directory, *restorations)
         if config.get("placeholders"):
             tokenizer.placeholders = Placeholders.from_directory(
                 directory, config.get("source_casing")
@@ -452,8 +454,7 @@ def load_tokenizers(directory):
         source_transforms = (
             config.get("source_spelling")
             or config.get("source_casing")
-            or config.get("restore_accents")
-            or config.get("restore_case")
+            or any(config.get(key) for key in RESTORATION_KEYS)
             or config.get("placeholders")
         )
         return (load_source("shared") if source_transforms else shared), shared

@@ -191,6 +191,7 @@ class Translator:
         """Tokens of each source of `text` (`[batch]` strings) as the signatures decode it: after
         the placeholders of a run trained with them, [START] and [END] included, cut to the
         model's length (int32 `[batch]`)."""
+        text = self._renamed(text)
         placeholders = self.source_tokenizer.placeholders
         if placeholders is not None:
             text, _ = placeholders.protect(text)
@@ -226,7 +227,9 @@ class Translator:
         (`model.placeholders`, `source_tokenizer.placeholders`) replaces each source's numbers
         and unknown names by markers, and the same words in its target-side inputs (a prefix, a
         scored target: the string row inputs), then puts the words back in every string output
-        (translations, pieces)."""
+        (translations, pieces). Names typed in today's spelling are renamed first
+        (`model.restoration`), or the placeholders would protect them as unknown."""
+        text = self._renamed(text)
         placeholders = self.source_tokenizer.placeholders
         if placeholders is None:
             return translate(text, *row_inputs)
@@ -238,6 +241,10 @@ class Translator:
             name: restore(output, values) if output.dtype == tf.string else output
             for name, output in translate(text, *row_inputs).items()
         }
+
+    def _renamed(self, text):
+        restoration = self.source_tokenizer.restoration
+        return text if restoration is None else restoration.rename(text)
 
     @property
     def _next_token_rules(self):

@@ -268,6 +268,27 @@ def test_perturbed_evaluation_scores_perturbed_sources_against_unchanged_referen
     assert translate(upper_sources, translate_batch, show_progress=False) == upper
 
 
+def test_changed_only_scores_every_row_on_the_pairs_a_perturbation_changes(
+    tiny_run, tmp_path, capsys
+):
+    from training.evaluate import _changed_pairs
+    from training.noise import perturbation
+
+    pairs = [("Fue a Belén.", "a"), ("casa", "b"), ("Bethlehem", "c")]
+    functions = [perturbation("modern_names"), perturbation("no_final_punct")]
+    assert _changed_pairs(pairs, functions) == [pairs[0], pairs[2]]
+    assert _changed_pairs(pairs, [perturbation("modern_names")]) == [pairs[2]]
+
+    arguments = ["--run_dir", tiny_run["run_dir"], "--limit", "5", "--output_dir", str(tmp_path)]
+    assert main([*arguments, "--perturb", "none,uppercase", "--changed_only"]) == 0
+    for stem in ("test.greedy.changed", "test.greedy.uppercase.changed"):
+        report = json.loads((tmp_path / f"{stem}.report.json").read_text())
+        assert report["changed_only"] and report["sentences"] == 5
+    # The toy corpus has no final punctuation: nothing to score.
+    assert main([*arguments, "--perturb", "no_final_punct", "--changed_only"]) == 1
+    assert "no source of the test split is changed" in capsys.readouterr().err
+
+
 def test_an_unknown_perturbation_is_a_clear_error(tiny_run, capsys):
     assert main(["--run_dir", tiny_run["run_dir"], "--perturb", "shout"]) == 1
     assert "unknown perturbation 'shout'" in capsys.readouterr().err

@@ -23,6 +23,7 @@ SOURCES = [
     "DIOS ES AMOR",
     "Y oró Jonás desde el vientre del pez á Jehová su Dios,",
     "En el principio creó Dios los cielos y la tierra; y fue a ver o a oír.",
+    "Y fué Jesús de Nazareth á Bethlehem; JOSAPHAT",
 ]
 EXPECTED = {
     "lowercase": [
@@ -33,6 +34,7 @@ EXPECTED = {
         "dios es amor",
         "y oró jonás desde el vientre del pez á jehová su dios,",
         "en el principio creó dios los cielos y la tierra; y fue a ver o a oír.",
+        "y fué jesús de nazareth á bethlehem; josaphat",
     ],
     "uppercase": [
         "¿DÓNDE ESTÁ MI HERMANO?",
@@ -42,6 +44,7 @@ EXPECTED = {
         "DIOS ES AMOR",
         "Y ORÓ JONÁS DESDE EL VIENTRE DEL PEZ Á JEHOVÁ SU DIOS,",
         "EN EL PRINCIPIO CREÓ DIOS LOS CIELOS Y LA TIERRA; Y FUE A VER O A OÍR.",
+        "Y FUÉ JESÚS DE NAZARETH Á BETHLEHEM; JOSAPHAT",
     ],
     "strip_accents": [
         "¿Donde esta mi hermano?",
@@ -51,6 +54,7 @@ EXPECTED = {
         "DIOS ES AMOR",
         "Y oro Jonas desde el vientre del pez a Jehova su Dios,",
         "En el principio creo Dios los cielos y la tierra; y fue a ver o a oir.",
+        "Y fue Jesus de Nazareth a Bethlehem; JOSAPHAT",
     ],
     "strip_diacritics": [
         "¿Donde esta mi hermano?",
@@ -60,6 +64,7 @@ EXPECTED = {
         "DIOS ES AMOR",
         "Y oro Jonas desde el vientre del pez a Jehova su Dios,",
         "En el principio creo Dios los cielos y la tierra; y fue a ver o a oir.",
+        "Y fue Jesus de Nazareth a Bethlehem; JOSAPHAT",
     ],
     "no_final_punct": [
         "Dónde está mi hermano",
@@ -69,6 +74,7 @@ EXPECTED = {
         "DIOS ES AMOR",
         "Y oró Jonás desde el vientre del pez á Jehová su Dios,",
         "En el principio creó Dios los cielos y la tierra; y fue a ver o a oír",
+        "Y fué Jesús de Nazareth á Bethlehem; JOSAPHAT",
     ],
     # Only the modern forms go back to 1909's; the 1909 "á" of the sixth stays as it is.
     "old_spelling": [
@@ -79,6 +85,18 @@ EXPECTED = {
         "DIOS ES AMOR",
         "Y oró Jonás desde el vientre del pez á Jehová su Dios,",
         "En el principio crió Dios los cielos y la tierra; y fué á ver ó á oír.",
+        "Y fué Jesús de Nazareth á Bethlehem; JOSAPHAT",
+    ],
+    # Capitalized names with "th" or "ph" in today's spelling; words in capitals are not names.
+    "modern_names": [
+        "¿Dónde está mi hermano?",
+        "Y dijo: «¿Quién eres?»",
+        "¡Ay de mí! dijo él.",
+        "Año y pingüino: ÑANDÚ Über;",
+        "DIOS ES AMOR",
+        "Y oró Jonás desde el vientre del pez á Jehová su Dios,",
+        "En el principio creó Dios los cielos y la tierra; y fue a ver o a oír.",
+        "Y fué Jesús de Nazaret á Belén; JOSAPHAT",
     ],
 }
 

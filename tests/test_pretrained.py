@@ -62,3 +62,15 @@ def test_the_committed_weights_translate_as_reported():
     sources = [source for source, _ in bundle_test_pairs()[:BATCH_SIZE]]
     reported = read_lines(os.path.join(PRETRAINED, "eval", "test.greedy.hyp.txt"))[:BATCH_SIZE]
     assert translate(sources, translate_batch, show_progress=False) == reported
+
+
+def test_the_bundle_reads_names_typed_in_todays_spelling():
+    """ "Belén" is read as the 1909 text's "Bethlehem" before the placeholders, which would carry
+    it through as an unknown name (`model.restoration`, `Translator`)."""
+    translate_batch, _ = run_translate_function(PRETRAINED)
+    typed = ["Jesús nació en Belén.", "SUBIERON A JERUSALÉN.", "jesus nacio en belen"]
+    translations = translate(typed, translate_batch, show_progress=False)
+    assert all(
+        name in translation
+        for name, translation in zip(["Bethlehem", "Jerusalem", "Bethlehem"], translations)
+    ), translations

@@ -13,11 +13,14 @@ import tensorflow as tf
 from model.restoration import (
     ACCENTS_FILE,
     CASES_FILE,
+    NAMES_FILE,
     Restoration,
     accent_table,
     case_table,
+    read_table,
     strip_accents,
 )
+from model.spelling import MODERN
 from training.corpus.tsv import read_tsv
 
 DATA = os.path.join(os.path.dirname(__file__), "..", "data", "bible")
@@ -162,6 +165,27 @@ def test_examples():
     assert _decode(nothing_learned(tf.constant(["jesus y dios"]))) == ["Jesus y dios"]
 
 
+def test_rename_keeps_the_typed_case_and_a_lowercase_word_of_a_cased_source():
+    renaming = Restoration(names={"belén": "bethlehem", "belen": "bethlehem", "set": "seth"})
+    typed = [
+        "Jesús nació en Belén.",
+        "JESÚS NACIÓ EN BELEN",
+        "jesus nacio en belen",
+        "Un set en Belenes; belén y Set",  # "set" and "belén" are lowercase in a cased source
+        "un set",  # a source without capitals says nothing of names
+        "",
+    ]
+    assert _decode(renaming.rename(tf.constant(typed))) == [
+        "Jesús nació en Bethlehem.",
+        "JESÚS NACIÓ EN BETHLEHEM",
+        "jesus nacio en bethlehem",
+        "Un set en Belenes; belén y Seth",
+        "un seth",
+        "",
+    ]
+    assert _decode(Restoration({}, {}).rename(tf.constant(typed))) == typed
+
+
 @pytest.mark.skipif(
     not os.path.exists(os.path.join(PRETRAINED_TOKENIZER, CASES_FILE)),
     reason="the bundle has no restoration tables",
@@ -219,3 +243,21 @@ def test_vocabularies_carry_the_tables_asked_for(tmp_path):
     assert (trained / "spm.shared.model").read_bytes() == (
         tmp_path / "plain" / "spm.shared.model"
     ).read_bytes()
+    # Names in today's spelling: the 1909 Bible's only (its corpus records the modern spelling).
+    assert "restore_names" not in config and not (trained / NAMES_FILE).exists()
+    with pytest.raises(ValueError, match="restore_names"):
+        build_tokenizers(pairs, 300, tmp_path / "names", restore_names=True)
+    bible = [("Y fué á Bethlehem.", "And he went to Bethlehem.")] * 20
+    source, _ = build_tokenizers(
+        bible, 300, tmp_path / "bible", source_spelling=MODERN, restore_names=True
+    )
+    assert _decode(source.restoration.rename(tf.constant(["Fue a Belén."]))) == ["Fue a Bethlehem."]
+    modern = tmp_path / "modern"
+    build_tokenizers(bible, 300, modern, source_spelling=MODERN)
+    add_restoration(modern, bible)
+    assert json.loads((modern / "tokenizer_config.json").read_text())["restore_names"]
+    assert read_table(modern / NAMES_FILE) == {
+        "belén": "bethlehem",
+        "belen": "bethlehem",
+        "betlehem": "bethlehem",
+    }

@@ -5,11 +5,21 @@ agreeing on the whole corpus and on edge cases, `old_spelling` undoing `moderniz
 
 import json
 import os
+import re
 
 import pytest
 import tensorflow as tf
 
-from model.spelling import MODERN, modernize, modernize_graph, old_spelling, old_spelling_graph
+from model.restoration import Restoration, strip_accents
+from model.spelling import (
+    MODERN,
+    modern_names_graph,
+    modernize,
+    modernize_graph,
+    name_table,
+    old_spelling,
+    old_spelling_graph,
+)
 from training.corpus import corpus_source_spelling, load_pairs
 from training.corpus.bible import read_corpus_stats
 from training.corpus.loading import DEFAULT_BIBLE_DIR
@@ -125,6 +135,55 @@ def test_old_spelling_restores_the_1909_corpus_but_for_its_measured_irregulariti
     else:
         not_restored = sum(old_spelling(modernize(source)) != source for source in sources)
     assert not_restored == NOT_RESTORED_VERSES
+
+
+def test_name_table_maps_todays_forms_to_the_1909_names_but_never_a_word_of_the_sources():
+    sources = [
+        "Y Jesús fué á Bethania y á Nazareth, y vió á Josaphat.",
+        "Vino de Nazaret de Galilea á Jerusalem y Bethlehem.",
+        "THEOPHILO escribió.",  # all capitals: not read as a name
+        "Seth y set.",  # "set" is a word of the sources: "Seth" has no modern form
+    ]
+    assert name_table(sources) == {
+        "betania": "bethania",
+        "josafat": "josaphat",
+        "jerusalén": "jerusalem",
+        "jerusalen": "jerusalem",
+        "belén": "bethlehem",
+        "belen": "bethlehem",
+        "betlehem": "bethlehem",
+    }  # "Nazaret" is a word there; "Efraín" has no 1909 form there (no "Ephraim")
+
+
+def test_todays_names_are_read_as_the_sources_write_them_and_the_sources_are_unchanged():
+    """On the whole corpus: renaming changes no source, and gives back every name that
+    `modern_names_graph` rewrote, but those whose modern form is itself a word there."""
+    sources = corpus_sources()
+    renaming = Restoration(names=name_table(sources))
+    assert graph(renaming.rename, sources) == sources
+    modern = graph(modern_names_graph, sources)
+    assert sum(m != s for m, s in zip(modern, sources)) > 1000  # the corpus has such names
+    words_of = re.compile(r"[^\W\d_]+").findall
+    keys = {strip_accents(word.lower()) for text in sources for word in words_of(text)}
+    changed = [
+        (written, read)
+        for source, renamed in zip(sources, graph(renaming.rename, modern))
+        for written, read in zip(words_of(source), words_of(renamed), strict=True)
+        if read != written
+    ]
+    written_modern = graph(modern_names_graph, [written for written, _ in changed])
+    read_modern = graph(modern_names_graph, [read for _, read in changed])
+    for (written, read), modern_written, modern_read in zip(changed, written_modern, read_modern):
+        # Another 1909 form of the same name ("Mephaat" for "Mephaath"), or a modern form that
+        # is itself a word there ("Nazaret"), which is left as typed.
+        same_name = strip_accents(read.lower()) in keys and modern_read == modern_written
+        assert same_name or strip_accents(modern_written.lower()) in keys, (written, read)
+
+
+def test_modern_names_graph_rewrites_capitalized_names_only():
+    assert graph(
+        modern_names_graph, ["Bethlehem y Jerusalem, Nazareth; THEOS, Ephraim kathos"]
+    ) == ["Belén y Jerusalén, Nazaret; THEOS, Efraín kathos"]
 
 
 def test_a_modern_spelling_run_translates_1909_spelling_like_modern_through_its_export(tmp_path):

@@ -54,6 +54,9 @@ class TrainConfig:
     # the run translates.
     restore_accents: bool = False
     restore_case: bool = False
+    # Names typed in today's spelling are read in the 1909 Bible's ("Belén" → "Bethlehem";
+    # model.spelling.name_table), wherever the run translates. The Bible corpus only.
+    restore_names: bool = False
     # With placeholders, the share of the names a training pair writes the same on both sides
     # ("David") that become markers too (training.pipeline.protect_pairs).
     placeholder_names: float = 0.0

@@ -343,21 +343,32 @@ def evaluate_perturbations(
     data=None,
     export_dir=None,
     tfds_data_dir=None,
+    changed_only=False,
     **repetition_controls,
 ):
     """`evaluate` for each name of `perturbations` ("none": as written), the model loaded once.
+
+    With `changed_only`, every row scores the same subset of the split: the pairs whose source
+    one of the perturbations changes (a perturbation that touches few sources, such as
+    "modern_names", is otherwise diluted by the rest); its outputs are written as
+    `<split>.<decoding>[.<perturb>].changed.*`.
 
     Returns:
         the report dicts, in the order of `perturbations`.
 
     Raises:
-        ValueError: an unknown perturbation (before any translating).
+        ValueError: an unknown perturbation (before any translating); `changed_only` and no
+            source changed.
     """
     functions = {
         name: None if name == UNPERTURBED else perturbation(name) for name in perturbations
     }
     model = load_for_evaluation(run_dir, export_dir, beam_width, alpha, **repetition_controls)
     pairs = model.split_pairs(split, data, tfds_data_dir)[:limit]
+    if changed_only:
+        pairs = _changed_pairs(pairs, [f for f in functions.values() if f is not None])
+        if not pairs:
+            raise ValueError(f"no source of the {split} split is changed by {perturbations}")
     translate_batch, source = model.translate_batch, model.source
     references = [target for _, target in pairs]
     reports = []
@@ -385,6 +396,9 @@ def evaluate_perturbations(
         stem = f"{split}.{'greedy' if beam_width == 1 else f'beam{beam_width}'}"
         if name != UNPERTURBED:
             stem += f".{name}"
+        if changed_only:
+            stem += ".changed"
+            report["changed_only"] = True
         write_outputs(_output_dir(output_dir, run_dir, export_dir), stem, hypotheses, report)
         reports.append(report)
     return reports
@@ -456,6 +470,19 @@ def write_outputs(output_dir, stem, hypotheses, report):
         json.dump(report, handle, indent=2, ensure_ascii=False)
 
 
+def _changed_pairs(pairs, functions):
+    """The pairs of `pairs` whose source one of `functions` (perturbations) changes."""
+    sources = [source for source, _ in pairs]
+    changed = [False] * len(pairs)
+    for function in functions:
+        perturbed = function(tf.constant(sources, tf.string)).numpy() if sources else []
+        changed = [
+            was or text.decode("utf-8") != source
+            for was, text, source in zip(changed, perturbed, sources)
+        ]
+    return [pair for pair, keep in zip(pairs, changed) if keep]
+
+
 def robustness_table(reports):
     """Markdown table of perturbation reports: BLEU, chrF, looping share, and the change in BLEU
     from the unperturbed split when it is among them."""
@@ -510,12 +537,21 @@ def main(argv=None):
     parser.add_argument(
         "--perturb",
         help=f"score with the sources perturbed: {' | '.join(PERTURBATIONS)} (or several "
-        "joined by '+'), or all: each of them and the split as written",
+        "joined by '+'), a comma-separated list of those and none (as written), or all: each "
+        "of them and the split as written",
+    )
+    parser.add_argument(
+        "--changed_only",
+        action="store_true",
+        help="with --perturb, score only the pairs whose source a perturbation changes (every "
+        "row on the same pairs)",
     )
     args = parser.parse_args(argv)
     if args.beam_width < 1:
         parser.error("--beam_width must be at least 1")
-    names = [args.perturb or UNPERTURBED]
+    if args.changed_only and not args.perturb:
+        parser.error("--changed_only needs --perturb")
+    names = [name.strip() for name in (args.perturb or UNPERTURBED).split(",")]
     if args.perturb == "all":
         names = [UNPERTURBED, *PERTURBATIONS]
     repetition_controls = artifacts.next_token_rules(args)
@@ -548,6 +584,7 @@ def main(argv=None):
             args.data,
             args.export_dir,
             args.tfds_data_dir,
+            args.changed_only,
             **repetition_controls,
         )
     except (CorpusError, FileNotFoundError, ValueError) as error:

@@ -24,7 +24,7 @@ import tensorflow as tf
 import tensorflow_text
 
 from model.restoration import ACCENT_MARKS
-from model.spelling import old_spelling_graph
+from model.spelling import modern_names_graph, old_spelling_graph
 
 # Combining marks (after NFD): acute and diaeresis are the Spanish accents (model.restoration,
 # which puts them back); every mark (\p{Mn}) includes the tilde of ñ.
@@ -79,6 +79,8 @@ PERTURBATIONS = {
     "no_final_punct": no_final_punct,
     # The Reina-Valera's 1909 forms put back ("a" → "á", "fue" → "fué", "creó" → "crió").
     "old_spelling": old_spelling_graph,
+    # Names as today's Spanish writes them ("Bethlehem" → "Belén", "Nazareth" → "Nazaret").
+    "modern_names": modern_names_graph,
 }
 
 # What training noises sources with by default: each way of typing of issue #23, and the

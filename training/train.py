@@ -63,6 +63,7 @@ FIXED_ON_RESUME = (
     "placeholders",
     "restore_accents",
     "restore_case",
+    "restore_names",
     # These choose the training pipeline (tokenized up front, or in tf.data), whose iterator
     # position the checkpoints hold.
     "source_noise",

@@ -23,8 +23,16 @@ import sentencepiece
 import tensorflow as tf
 
 from model.placeholders import MARKERS, write_known_words
-from model.restoration import ACCENTS_FILE, CASES_FILE, accent_table, case_table, write_table
+from model.restoration import (
+    ACCENTS_FILE,
+    CASES_FILE,
+    NAMES_FILE,
+    accent_table,
+    case_table,
+    write_table,
+)
 from model.special_tokens import END_ID, PAD_ID, RESERVED_TOKENS, START_ID, UNK_ID
+from model.spelling import MODERN, name_table
 from model.tokenizer import (
     CONFIG_FILE,
     FORMAT_VERSION,
@@ -145,6 +153,7 @@ def build_tokenizers(
     placeholders=False,
     restore_accents=False,
     restore_case=False,
+    restore_names=False,
 ):
     """Learns (or reloads) the source and target tokenizers.
 
@@ -177,6 +186,9 @@ def build_tokenizers(
             them back (`model.restoration`): the table learned from the training sources is
             written to `accents.tsv` or `cases.tsv`, and the source tokenizer restores them
             (`Tokenizer.restoration`).
+        restore_names: bool, names typed in today's spelling are read in the 1909 Bible's
+            ("Belén" → "Bethlehem"; `model.spelling.name_table`, written to `names.tsv`). Only
+            with `source_spelling` "modern", the 1909 corpus.
 
     Returns:
         `(source_tokenizer, target_tokenizer)`, the same object twice when `shared`.
@@ -186,6 +198,11 @@ def build_tokenizers(
     """
     if tokenizer_type not in TOKENIZER_TYPES:
         raise ValueError(f"tokenizer must be one of {TOKENIZER_TYPES}, got {tokenizer_type!r}.")
+    if restore_names and source_spelling != MODERN:
+        raise ValueError(
+            "restore_names reads today's spelling of names in the 1909 Bible's; this corpus "
+            f"records source spelling {source_spelling!r}, not {MODERN!r}."
+        )
     if placeholders and tokenizer_type != "sentencepiece":
         raise ValueError("placeholders need the sentencepiece tokenizer (its user symbols).")
     config = dict(
@@ -207,6 +224,8 @@ def build_tokenizers(
         config["restore_accents"] = True
     if restore_case:
         config["restore_case"] = True
+    if restore_names:
+        config["restore_names"] = True
     os.makedirs(out_dir, exist_ok=True)
     existing = read_tokenizer_config(out_dir)
     if existing is not None:
@@ -234,7 +253,7 @@ def build_tokenizers(
         logger.info("Learned %d pieces.", tokenizer.vocab_size)
     if placeholders:
         write_known_words(out_dir, [source for source, _ in pairs])
-    write_restoration_tables(out_dir, sources, restore_accents, restore_case)
+    write_restoration_tables(out_dir, sources, restore_accents, restore_case, restore_names)
     # The config goes last: a directory with a config always holds every vocabulary it names.
     _write_config(out_dir, config)
     return load_tokenizers(out_dir)
@@ -257,24 +276,28 @@ def build_run_tokenizers(pairs, config, out_dir):
         placeholders=settings.get("placeholders", False),
         restore_accents=settings.get("restore_accents", False),
         restore_case=settings.get("restore_case", False),
+        restore_names=settings.get("restore_names", False),
     )
 
 
-def write_restoration_tables(directory, sources, accents=True, cases=True):
+def write_restoration_tables(directory, sources, accents=True, cases=True, names=False):
     """Writes the `model.restoration` tables asked for, learned from `sources` (the training
     sources as the source tokenizer sees them, after its case normalization)."""
     if accents:
         write_table(os.path.join(directory, ACCENTS_FILE), accent_table(sources))
     if cases:
         write_table(os.path.join(directory, CASES_FILE), case_table(sources))
+    if names:
+        write_table(os.path.join(directory, NAMES_FILE), name_table(sources))
 
 
 def add_restoration(tokenizer_dir, pairs):
     """Gives the tokenizers of `tokenizer_dir` (a run's, trained without it) the restoration of
-    accents and capitals (`model.restoration`): writes the tables of `pairs`' sources (the run's
-    training pairs) and records "restore_accents" and "restore_case" in its config, so its
-    source tokenizer restores them from now on. The vocabularies are unchanged, so the run's
-    weights still fit them.
+    accents and capitals (`model.restoration`), and of names in today's spelling where its corpus
+    is the 1909 Bible (source spelling "modern"): writes the tables of `pairs`' sources (the
+    run's training pairs) and records "restore_accents", "restore_case" (and "restore_names") in
+    its config, so its source tokenizer restores them from now on. The vocabularies are
+    unchanged, so the run's weights still fit them.
 
     Raises:
         FileNotFoundError: no tokenizer config there.
@@ -282,8 +305,13 @@ def add_restoration(tokenizer_dir, pairs):
     config = read_tokenizer_config(tokenizer_dir)
     if config is None:
         raise FileNotFoundError(f"{os.path.join(tokenizer_dir, CONFIG_FILE)} not found.")
-    write_restoration_tables(tokenizer_dir, _sources_as_seen(pairs, config.get("source_casing")))
-    _write_config(tokenizer_dir, {**config, "restore_accents": True, "restore_case": True})
+    names = config.get("source_spelling") == MODERN
+    sources = _sources_as_seen(pairs, config.get("source_casing"))
+    write_restoration_tables(tokenizer_dir, sources, names=names)
+    restored = {"restore_accents": True, "restore_case": True}
+    _write_config(
+        tokenizer_dir, {**config, **restored, **({"restore_names": True} if names else {})}
+    )
 
 
 def _sources_as_seen(pairs, source_casing):
@@ -338,19 +366,29 @@ def main(argv=None):
         help="sources typed in lowercase get their capitals back (model.restoration)",
     )
     parser.add_argument(
+        "--restore_names",
+        action="store_true",
+        help="names typed in today's spelling are read in the 1909 Bible's (Belén → Bethlehem; "
+        "the Bible corpus only)",
+    )
+    parser.add_argument(
         "--add_restoration",
         action="store_true",
         help="instead of learning vocabularies, give those already in OUT_DIR (a trained run's "
-        "tokenizer directory) both restorations, learned from DATA_DIR/train.tsv",
+        "tokenizer directory) the restorations, learned from DATA_DIR/train.tsv (names: the "
+        "Bible corpus only)",
     )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     pairs = read_tsv(os.path.join(args.data_dir, "train.tsv"))
     if args.add_restoration:
         add_restoration(args.out_dir, pairs)
+        names = f", names in today's spelling ({NAMES_FILE})" * bool(
+            read_tokenizer_config(args.out_dir).get("restore_names")
+        )
         print(
             f"{args.out_dir}: the source tokenizer now restores accents and capitals "
-            f"({ACCENTS_FILE}, {CASES_FILE})"
+            f"({ACCENTS_FILE}, {CASES_FILE}){names}"
         )
         return
     source_tokenizer, target_tokenizer = build_tokenizers(
@@ -364,6 +402,7 @@ def main(argv=None):
         source_spelling=corpus_source_spelling(args.data_dir),
         restore_accents=args.restore_accents,
         restore_case=args.restore_case,
+        restore_names=args.restore_names,
     )
     for name, tokenizer, texts in (
         ("source", source_tokenizer, [source for source, _ in pairs[:3]]),
