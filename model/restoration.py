@@ -20,7 +20,7 @@ Text written correctly is unchanged by both. What they gain on the bundled model
 BENCHMARKS.md, "Accents and capitals restored".
 
 A third table, `names` (`model.spelling.name_table`), maps the forms in which people write names
-today to the forms of the training sources ("Belén" → "Bethlehem", "Nazaret" → "Nazareth" for
+today to the forms of the training sources ("Belén" → "Bethlehem", "Betania" → "Bethania" for
 the 1909 Bible), so the model reads a name it learned instead of copying an unknown one. Its keys
 are never words of the sources, so it changes nothing the model was trained on. It is applied to
 a word typed capitalized or in capitals, and to a lowercase word only in a source with no capital

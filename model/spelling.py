@@ -177,7 +177,7 @@ def _modern_name(name):
 def name_table(texts):
     """`{typed form: name}` in lowercase, learned from the 1909-spelled `texts` (the training
     sources): each name there (a capitalized word) with "th" or "ph" under its modern form
-    ("nazaret" → "nazareth"), and each of `IRREGULAR_NAMES` whose 1909 form is there; each modern
+    ("betania" → "bethania"), and each of `IRREGULAR_NAMES` whose 1909 form is there; each modern
     form also without its accents ("belen"). A form whose accent-free key is that of a word of
     `texts` is left out, so no word the model was trained on changes."""
     words = collections.Counter(
