@@ -26,11 +26,12 @@ from common.serving_contract import BEAM_SIGNATURE, GREEDY_SIGNATURE
 from serving.client import TranslationClient
 from training import artifacts
 
-# Written as people type: modern spelling, then lowercase and without accents, in capitals, and
-# with a name and a figure the corpus never holds (issue 23).
+# Written as people type: modern spelling (of a name too), then lowercase and without accents, in
+# capitals, and with a name and a figure the corpus never holds (issue 23).
 SENTENCES = [
     "En el principio creó Dios los cielos y la tierra.",
     "¿Dónde está Abel tu hermano?",
+    "Subieron a Jerusalén para la fiesta.",
     "bienaventurados los pobres en espiritu",
     "amaras a tu projimo como a ti mismo",
     "no tengas miedo, yo estoy contigo",
