@@ -52,6 +52,9 @@ class DecodingOptions:
             `--xla_cpu_compilation_enabled`; without it every call fails with INTERNAL "XLA
             compilation disabled". `prefix`, `alternatives`, `sample` and `score` stay plain
             graphs.
+        xla_max_batch: with `jit_compile`, None (every batch under XLA) or the largest batch
+            that runs under XLA; larger batches decode in the plain graph, where oneDNN's matrix
+            products beat XLA's (`model.decoding.xla.run_loop`), with the same outputs.
         repetition_penalty, no_repeat_ngram_size: CTranslate2's repetition controls, in every
             signature (`model.decoding.penalties`); 1 and 0 disable them.
         sampling_topk, sampling_topp, sampling_temperature: the `sample` signature's draw
@@ -71,6 +74,7 @@ class DecodingOptions:
     max_length_ratio: float = 1.5
     max_length_offset: int = 10
     jit_compile: bool = False
+    xla_max_batch: int | None = None
     repetition_penalty: float = 1.0
     no_repeat_ngram_size: int = 0
     num_hypotheses: int | None = None
@@ -98,6 +102,12 @@ class DecodingOptions:
             raise ValueError(
                 f"max_length_offset must be an int >= 1, got {self.max_length_offset!r}."
             )
+        if self.xla_max_batch is not None and not (
+            isinstance(self.xla_max_batch, int) and self.xla_max_batch >= 1
+        ):
+            raise ValueError(f"xla_max_batch must be an int >= 1, got {self.xla_max_batch!r}.")
+        if self.xla_max_batch is not None and not self.jit_compile:
+            raise ValueError("xla_max_batch bounds the batches XLA decodes: set jit_compile too.")
         validate_repetition_controls(self.repetition_penalty, self.no_repeat_ngram_size)
         validate_sampling(self.sampling_topk, self.sampling_topp, self.sampling_temperature)
         if not isinstance(self.num_alternatives, int) or self.num_alternatives < 1:
@@ -285,7 +295,8 @@ class Translator:
         (`model.decoding.xla.xla_buckets`).
 
         Args:
-            max_batch: int, at least 1.
+            max_batch: int, at least 1; batches beyond `options.xla_max_batch` compile nothing
+                (they run in the plain graph).
             max_source_tokens: int, at least `MIN_SOURCE_TOKENS` ([START] and [END] included);
                 default, and at most, the model's `pe_input` (sources are cut to it).
 
@@ -304,6 +315,8 @@ class Translator:
                     f"[END]), got {max_source_tokens!r}."
                 )
             longest = min(max_source_tokens, longest)
+        if self.options.xla_max_batch is not None and max_batch >= 1:
+            max_batch = min(max_batch, self.options.xla_max_batch)
         return xla_buckets(
             max_batch,
             range(MIN_SOURCE_TOKENS, longest + 1),
@@ -320,6 +333,7 @@ class Translator:
             END_ID,
             max_decoding_length=self._max_decoding_length_for(source_ids),
             jit_compile=self.options.jit_compile,
+            xla_max_batch=self.options.xla_max_batch,
             with_alignment=with_alignment,
             **self._next_token_rules,
         )
@@ -348,6 +362,7 @@ class Translator:
             num_hypotheses=num_hypotheses,
             prefix=prefix,
             jit_compile=jit_compile,
+            xla_max_batch=self.options.xla_max_batch,
             **self._next_token_rules,
         )
 

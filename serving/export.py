@@ -150,6 +150,7 @@ def signature_options(options):
         "max_length_ratio": options.max_length_ratio,
         "max_length_offset": options.max_length_offset,
         "jit_compile": options.jit_compile,
+        **({} if options.xla_max_batch is None else {"xla_max_batch": options.xla_max_batch}),
         **options.repetition_controls,
     }
     beam = {
@@ -159,7 +160,7 @@ def signature_options(options):
         "alpha": options.alpha,
     }
     # Beam search with a prefix stays a plain graph (`Translator._beam_search_decode`).
-    beam_with_prefix = {**beam, "jit_compile": False}
+    beam_with_prefix = _plain(beam)
     return {
         GREEDY_SIGNATURE: greedy,
         BEAM_SIGNATURE: beam,
@@ -168,9 +169,8 @@ def signature_options(options):
         # Forced decoding: no search, no repetition controls (CTranslate2's score_batch).
         SCORE_SIGNATURE: {"decoder": "forced"},
         SAMPLE_SIGNATURE: {
-            **greedy,
+            **_plain(greedy),
             "decoder": "sampling",
-            "jit_compile": False,
             "sampling_topk": options.sampling_topk,
             "sampling_topp": options.sampling_topp,
             "sampling_temperature": options.sampling_temperature,
@@ -256,6 +256,14 @@ def compiled_signatures(options):
     order."""
     traced = signature_options(options)
     return [name for name in SIGNATURE_NAMES if traced[name].get("jit_compile")]
+
+
+def _plain(traced):
+    """`traced` signature options without XLA."""
+    return {
+        **{name: value for name, value in traced.items() if name != "xla_max_batch"},
+        "jit_compile": False,
+    }
 
 
 def warmup_requests(
@@ -628,6 +636,14 @@ def main(argv=None):
         "started with --xla_cpu_compilation_enabled=true",
     )
     parser.add_argument(
+        "--xla_max_batch",
+        type=int,
+        help="with --jit_compile, only batches of at most this many sentences decode under XLA, "
+        "larger ones in the plain graph, with the same outputs (default: every batch; XLA wins "
+        "on a few sentences, the plain graph's oneDNN products on many: BENCHMARKS.md, "
+        "'Decoding'); the warmup compiles no program beyond it",
+    )
+    parser.add_argument(
         "--compute_dtype",
         choices=list(artifacts.COMPUTE_DTYPES),
         help="bfloat16: the matrix products in bfloat16 (weights kept float32; the attention "
@@ -707,6 +723,7 @@ def main(argv=None):
             max_length_ratio=args.max_length_ratio,
             max_length_offset=args.max_length_offset,
             jit_compile=args.jit_compile,
+            xla_max_batch=args.xla_max_batch,
             **artifacts.next_token_rules(args),
             sampling_topk=args.sampling_topk,
             sampling_topp=args.sampling_topp,

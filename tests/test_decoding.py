@@ -31,7 +31,13 @@ from model.decoding.copies import PlaceholderLimits
 from model.decoding.greedy import _drop_finished_rows
 from model.decoding.penalties import NextTokenRules, ban_repeated_ngrams, penalize_repetitions
 from model.decoding.sampling import open_unit_interval, triple32, uniform_noise
-from model.decoding.xla import _EAGER_XLA_DECODERS, pad_to_xla_buckets, xla_buckets, xla_slots
+from model.decoding.xla import (
+    _EAGER_XLA_DECODERS,
+    pad_to_xla_buckets,
+    run_loop,
+    xla_buckets,
+    xla_slots,
+)
 from tests.reverse_task import END, START, reverse_task
 
 _GRAPHS = {}
@@ -236,6 +242,56 @@ def test_xla_compiled_beam_search_equals_graph_beam_search(ending_model, options
     best = graph["tokens"] if graph["tokens"].ndim == 2 else graph["tokens"][:, 0]
     if batch > 1:
         assert len(set(decode_lengths(best))) > 1, "every sentence ends at one length"
+
+
+def test_xla_up_to_a_batch_size_and_the_plain_graph_beyond_find_the_same(ending_model):
+    """`xla_max_batch`: one traced function holds the XLA program and the plain loop (a cond on
+    the batch size), and finds what the plain graph finds on either side of the bound (beam
+    search; greedy decoding goes through the same `decode_transformer` and `run_loop`)."""
+    decode = beam_search_decode
+    source = np.random.default_rng(7).integers(4, 24, size=(5, 12))
+    source[1:, 6:] = 0
+    plain, hybrid = (
+        tf.function(lambda inp, jit=jit: decode(ending_model, inp, START, END, **jit))
+        for jit in ({}, {"jit_compile": True, "xla_max_batch": 2})
+    )
+    for rows in (2, 5):
+        inp = tf.constant(source[:rows], tf.int32)
+        expected, actual = plain(inp), hybrid(inp)
+        np.testing.assert_array_equal(actual["tokens"], expected["tokens"])
+        np.testing.assert_allclose(actual["scores"], expected["scores"], rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(actual["alignment"], expected["alignment"], atol=1e-4)
+    graph_def = hybrid.get_concrete_function(tf.TensorSpec([None, None], tf.int32)).graph
+    library = graph_def.as_graph_def().library.function
+    assert any(function.attr["_XlaMustCompile"].b for function in library)
+    assert any(node.op in ("If", "StatelessIf") for node in graph_def.as_graph_def().node)
+
+
+def test_run_loop_compiles_the_batches_up_to_xla_max_batch_only():
+    """The bound itself: `search` learns whether it runs compiled, per batch size."""
+
+    def search(inp, max_decoding_length, slots, compiled):
+        rows = tf.shape(inp)[0]
+        return {
+            "tokens": tf.zeros([rows, slots], tf.int32),
+            "scores": tf.fill([rows], 1.0 if compiled else 0.0),
+            "alignment": tf.zeros([rows, slots, tf.shape(inp)[1]]),
+            "length": tf.constant(1),
+        }
+
+    def compiled_rows(rows, **bound):
+        inp = tf.ones([rows, 3], tf.int32)
+        return run_loop(search, inp, 4, True, 16, **bound)["scores"].numpy().tolist()
+
+    assert [compiled_rows(rows, xla_max_batch=2) for rows in (1, 2, 3)] == [
+        [1.0],
+        [1.0] * 2,
+        [0.0] * 3,
+    ]
+    assert compiled_rows(3) == [1.0] * 3  # no bound: every batch
+    assert run_loop(search, tf.ones([3, 3], tf.int32), 4, False, 16)["scores"].numpy().max() == 0
+    with pytest.raises(ValueError, match="xla_max_batch"):
+        compiled_rows(1, xla_max_batch=0)
 
 
 @pytest.mark.parametrize("decode", [greedy_decode, beam_search_decode], ids=["greedy", "beam"])

@@ -75,17 +75,26 @@ WARMUP_MAX_BATCH = 2
 WARMUP_MAX_SOURCE_TOKENS = 16
 
 
-def _export(run_dir, export_base, jit_compile):
+# The hybrid export decodes batches of one sentence under XLA, larger ones in the plain graph.
+HYBRID_XLA_MAX_BATCH = 1
+EXPORT_FLAGS = {
+    "plain": [],
+    "xla": [
+        "--jit_compile",
+        f"--warmup_max_batch={WARMUP_MAX_BATCH}",
+        f"--warmup_max_source_tokens={WARMUP_MAX_SOURCE_TOKENS}",
+    ],
+    "hybrid": [
+        "--jit_compile",
+        f"--xla_max_batch={HYBRID_XLA_MAX_BATCH}",
+        f"--warmup_max_batch={WARMUP_MAX_BATCH}",
+        f"--warmup_max_source_tokens={WARMUP_MAX_SOURCE_TOKENS}",
+    ],
+}
+
+
+def _export(run_dir, export_base, flags):
     """`python -m serving.export` of `run_dir` into `export_base`; returns the version dir."""
-    flags = (
-        [
-            "--jit_compile",
-            f"--warmup_max_batch={WARMUP_MAX_BATCH}",
-            f"--warmup_max_source_tokens={WARMUP_MAX_SOURCE_TOKENS}",
-        ]
-        if jit_compile
-        else []
-    )
     base = os.fspath(export_base)
     export.main(
         ["--run_dir", os.fspath(run_dir), "--export_base", base, "--model_name", MODEL_NAME, *flags]
@@ -95,11 +104,11 @@ def _export(run_dir, export_base, jit_compile):
 
 @pytest.fixture(scope="module")
 def versions(tiny_export_run, tmp_path_factory):
-    """`{"plain": version dir, "xla": version dir}`, each the only version of its model base."""
+    """`{kind: version dir}` of each kind of `EXPORT_FLAGS`, each the only version of its model
+    base."""
     base = tmp_path_factory.mktemp("exports")
     return {
-        kind: _export(tiny_export_run, base / kind, jit_compile=kind == "xla")
-        for kind in ("plain", "xla")
+        kind: _export(tiny_export_run, base / kind, flags) for kind, flags in EXPORT_FLAGS.items()
     }
 
 
@@ -145,17 +154,33 @@ def test_xla_export_translates_exactly_as_the_plain_export(loaded, signature):
     _assert_same_outputs(_outputs(loaded["xla"], signature), plain)
 
 
+@pytest.mark.parametrize("signature", [GREEDY_SIGNATURE, BEAM_SIGNATURE])
+def test_hybrid_export_translates_exactly_as_the_plain_export_on_both_sides_of_its_bound(
+    loaded, signature
+):
+    """One sentence (XLA) and five (the plain graph) through `--xla_max_batch 1`."""
+    for texts in (TEXTS[:HYBRID_XLA_MAX_BATCH], TEXTS):
+        plain = _outputs(loaded["plain"], signature, texts)
+        _assert_same_outputs(_outputs(loaded["hybrid"], signature, texts), plain)
+
+
 def test_export_info_records_the_xla_option(versions):
     for kind, path in versions.items():
         with open(os.path.join(path, EXPORT_INFO_PATH), encoding="utf-8") as handle:
             info = json.load(handle)
-        assert info["decoding"]["jit_compile"] is (kind == "xla")
+        assert info["decoding"]["jit_compile"] is (kind != "plain")
+        assert info["decoding"]["xla_max_batch"] == (
+            HYBRID_XLA_MAX_BATCH if kind == "hybrid" else None
+        )
         compiled = {
-            name
+            name: options.get("xla_max_batch")
             for name, options in info["signature_options"].items()
             if options.get("jit_compile")
         }
-        assert compiled == (set(XLA_SIGNATURES) if kind == "xla" else set())
+        expected_bound = HYBRID_XLA_MAX_BATCH if kind == "hybrid" else None
+        assert compiled == (
+            {} if kind == "plain" else dict.fromkeys(XLA_SIGNATURES, expected_bound)
+        )
 
 
 # --------------------------------------------------------------------------- warmup buckets
@@ -227,6 +252,13 @@ def test_xla_warmup_has_one_request_per_bucket_of_its_bounds(versions, translato
     # Batches of 1 and 2 rows by sources of 2-4 and 5-16 tokens: had the export found fewer,
     # `expected` would be as short.
     assert len(requests) == len(XLA_SIGNATURES) * 2 * 2 + len(SIGNATURE_NAMES) - len(XLA_SIGNATURES)
+
+
+def test_hybrid_warmup_compiles_no_batch_beyond_its_bound(versions, translator):
+    """`--xla_max_batch 1` with `--warmup_max_batch 2`: batches of 2 run in the plain graph, so
+    the warmup compiles the programs of single sentences only."""
+    requests = _file_requests(versions["hybrid"])
+    _assert_warmup_covers(translator, requests, HYBRID_XLA_MAX_BATCH, WARMUP_MAX_SOURCE_TOKENS)
 
 
 def test_plain_warmup_has_one_request_per_signature(versions):

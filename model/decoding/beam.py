@@ -502,6 +502,7 @@ def beam_search_decode(
     prefix=None,
     jit_compile=False,
     placeholder_ids=(),
+    xla_max_batch=None,
 ):
     """`beam_search` over a `Transformer` with its key/value cache.
 
@@ -519,7 +520,7 @@ def beam_search_decode(
             of `model.decoding.xla.run_loop` (as `greedy_decode`'s; not with `prefix`). Called
             eagerly, it runs through one traced function per model and setting of the
             options that shape the search (`eager_xla_decoder`).
-        placeholder_ids: as in `greedy_decode`.
+        placeholder_ids, xla_max_batch: as in `greedy_decode`.
 
     Returns:
         dict: `tokens` `(batch, out_len)` of the best hypothesis, `scores` `(batch,)` its
@@ -539,6 +540,7 @@ def beam_search_decode(
             no_repeat_ngram_size=no_repeat_ngram_size,
             num_hypotheses=num_hypotheses,
             placeholder_ids=tuple(placeholder_ids),
+            xla_max_batch=xla_max_batch,
         )(
             inp,
             start_id,
@@ -555,6 +557,7 @@ def beam_search_decode(
         max_decoding_length,
         jit_compile,
         with_alignment,
+        xla_max_batch,
         end_id=end_id,
         beam_width=beam_width,
         alpha=alpha,

@@ -223,6 +223,7 @@ def greedy_decode(
     prefix=None,
     with_alignment=True,
     placeholder_ids=(),
+    xla_max_batch=None,
 ):
     """Greedy decoding of a `Transformer` with its key/value cache: one decoder step per token.
 
@@ -249,6 +250,8 @@ def greedy_decode(
         with_alignment: False skips the alignments (not computed; a zero-width `alignment`).
         placeholder_ids: `(source_id, target_id)` pairs of the placeholder pieces no output may
             hold more often than its source (`model.decoding.copies`); () for none.
+        xla_max_batch: with `jit_compile`, None (every batch under XLA), or the largest batch
+            that runs under XLA, larger ones in the plain graph (`run_loop`).
 
     Returns:
         dict: `tokens` `(batch, out_len)`, `scores` `(batch,)` summed log-probabilities of the
@@ -266,7 +269,11 @@ def greedy_decode(
         if next_token is not None:
             raise ValueError("next_token needs a traced caller under jit_compile (tf.function).")
         return eager_xla_decoder(
-            greedy_decode, model, with_alignment=with_alignment, **repetition_controls
+            greedy_decode,
+            model,
+            with_alignment=with_alignment,
+            xla_max_batch=xla_max_batch,
+            **repetition_controls,
         )(inp, start_id, end_id, max_decoding_length, min_length)
     return decode_transformer(
         greedy_search,
@@ -276,6 +283,7 @@ def greedy_decode(
         max_decoding_length,
         jit_compile,
         with_alignment,
+        xla_max_batch,
         end_id=end_id,
         min_length=min_length,
         next_token=next_token,

@@ -38,11 +38,20 @@ def transformer_step_fn(model, with_alignment=True, compiled=False):
 
 
 def decode_transformer(
-    search, model, inp, start_id, max_decoding_length, jit_compile, with_alignment, **options
+    search,
+    model,
+    inp,
+    start_id,
+    max_decoding_length,
+    jit_compile,
+    with_alignment,
+    xla_max_batch=None,
+    **options,
 ):
     """Runs `search` (`greedy_search`, `beam_search`) over a `Transformer`: encodes `inp`, starts
     its cache and every row at `start_id`, and decodes through `model.decoding.xla.run_loop`
-    (on XLA's bucket shapes when `jit_compile`), trimmed to the longest output.
+    (on XLA's bucket shapes when `jit_compile`, for batches of at most `xla_max_batch` rows when
+    given), trimmed to the longest output.
 
     Args:
         search: called as `search(step_fn, start_ids, end_id, cache, max_decoding_length,
@@ -62,24 +71,24 @@ def decode_transformer(
     end_id = options.pop("end_id")
     placeholder_ids = options.pop("placeholder_ids", ())
 
-    def run(inp, max_decoding_length, slots):
-        cache = model.init_cache(*model.encode(inp, training=False), slots, compiled=jit_compile)
+    def run(inp, max_decoding_length, slots, compiled):
+        cache = model.init_cache(*model.encode(inp, training=False), slots, compiled=compiled)
         start_ids = tf.fill([tf.shape(inp)[0]], tf.cast(start_id, tf.int32))
         placeholders = (
             PlaceholderLimits.of_sources(inp, placeholder_ids) if placeholder_ids else None
         )
         return search(
-            transformer_step_fn(model, with_alignment, compiled=jit_compile),
+            transformer_step_fn(model, with_alignment, compiled=compiled),
             start_ids,
             end_id,
             cache,
             max_decoding_length,
             alignment_width=tf.shape(inp)[1] if with_alignment else 0,
-            fixed_shape=jit_compile,
-            compiled=jit_compile,
+            fixed_shape=compiled,
+            compiled=compiled,
             slots=slots,
             placeholders=placeholders,
             **options,
         )
 
-    return trim(run_loop(run, inp, max_decoding_length, jit_compile, model.pe_input))
+    return trim(run_loop(run, inp, max_decoding_length, jit_compile, model.pe_input, xla_max_batch))

@@ -11,9 +11,9 @@ from model.masks import PAD_ID
 SLOT_GRANULARITY = 16
 
 
-def run_loop(search, inp, max_decoding_length, jit_compile, max_source_length):
-    """Runs `search(inp, max_decoding_length, slots)`, whose buffers hold `slots` output
-    positions.
+def run_loop(search, inp, max_decoding_length, jit_compile, max_source_length, xla_max_batch=None):
+    """Runs `search(inp, max_decoding_length, slots, compiled)`, whose buffers hold `slots`
+    output positions, compiled by XLA or not as `compiled` (a Python bool) says.
 
     `search` returns a dict: `tokens` `(batch, ..., slots)`, `scores` `(batch, ...)`,
     `alignment` `(batch, ..., slots, width)` (the `...` one axis of hypotheses, or none) and
@@ -27,21 +27,39 @@ def run_loop(search, inp, max_decoding_length, jit_compile, max_source_length):
     `pad_to_xla_buckets` says; the padding is cut off the outputs again, so they equal the plain
     graph's. `max_decoding_length` itself only bounds the loop: it is no part of the program.
     `xla_buckets` lists the programs a range of batch sizes and source lengths compiles.
+
+    With `xla_max_batch` (an int), only batches of at most that many rows run under XLA, and
+    larger ones in the plain graph (`tf.cond` on the batch size): XLA's loop wins where a step's
+    ops are small and its dispatch costs dominate (a few sentences), the plain graph's oneDNN
+    matrix products where they are large (BENCHMARKS.md, "Decoding"). Both branches give the
+    same outputs.
     """
     if not jit_compile:
-        return search(inp, max_decoding_length, max_decoding_length)
-    slots = xla_slots(max_decoding_length)
-    batch_size, width = tf.shape(inp)[0], tf.shape(inp)[1]
-    padded = pad_to_xla_buckets(inp, max_source_length)
-    outputs = tf.function(search, jit_compile=True, autograph=False)(
-        padded, max_decoding_length, slots
+        return search(inp, max_decoding_length, max_decoding_length, False)
+
+    def compiled():
+        slots = xla_slots(max_decoding_length)
+        batch_size, width = tf.shape(inp)[0], tf.shape(inp)[1]
+        padded = pad_to_xla_buckets(inp, max_source_length)
+        outputs = tf.function(
+            lambda *arguments: search(*arguments, True), jit_compile=True, autograph=False
+        )(padded, max_decoding_length, slots)
+        return {
+            "tokens": outputs["tokens"][:batch_size],
+            "scores": outputs["scores"][:batch_size],
+            "alignment": outputs["alignment"][:batch_size, ..., :width],
+            "length": outputs["length"],
+        }
+
+    if xla_max_batch is None:
+        return compiled()
+    if not isinstance(xla_max_batch, int) or xla_max_batch < 1:
+        raise ValueError(f"xla_max_batch must be an int >= 1 or None, got {xla_max_batch!r}.")
+    return tf.cond(
+        tf.shape(inp)[0] <= xla_max_batch,
+        compiled,
+        lambda: search(inp, max_decoding_length, max_decoding_length, False),
     )
-    return {
-        "tokens": outputs["tokens"][:batch_size],
-        "scores": outputs["scores"][:batch_size],
-        "alignment": outputs["alignment"][:batch_size, ..., :width],
-        "length": outputs["length"],
-    }
 
 
 def _round_up(value, multiple):
