@@ -87,6 +87,25 @@ SAVED_BF16_XLA_GREEDY = (
 SAVED_BF16_XLA_BEAM = (
     "SavedModel beam_search (beam {beam}), bfloat16 --jit_compile export, TF1 Session"
 )
+# The hybrid exports: `--jit_compile --xla_max_batch 1`, so batch 1 runs XLA and batch 32 the
+# plain graph (serving.export --xla_max_batch).
+HYBRID_MAX_BATCH = 1
+SAVED_HYBRID_GREEDY = (
+    f"SavedModel serving_default (greedy), --jit_compile --xla_max_batch {HYBRID_MAX_BATCH} "
+    "export, TF1 Session"
+)
+SAVED_HYBRID_BEAM = (
+    "SavedModel beam_search (beam {beam}), --jit_compile --xla_max_batch "
+    f"{HYBRID_MAX_BATCH} export, TF1 Session"
+)
+SAVED_BF16_HYBRID_GREEDY = (
+    "SavedModel serving_default (greedy), bfloat16 --jit_compile --xla_max_batch "
+    f"{HYBRID_MAX_BATCH} export, TF1 Session"
+)
+SAVED_BF16_HYBRID_BEAM = (
+    "SavedModel beam_search (beam {beam}), bfloat16 --jit_compile --xla_max_batch "
+    f"{HYBRID_MAX_BATCH} export, TF1 Session"
+)
 CT2_GREEDY = "CTranslate2 {precision} greedy"
 CT2_BEAM = "CTranslate2 {precision} beam search (beam {beam})"
 CT2_PRECISIONS = ("float32", "int8")
@@ -256,14 +275,18 @@ def bfloat16_copy(model, args):
     return copy
 
 
-def export_benchmark_model(model, tokenizer, args, export_base, jit_compile=False):
+def export_benchmark_model(
+    model, tokenizer, args, export_base, jit_compile=False, xla_max_batch=None
+):
     options = export.DecodingOptions(
         beam_width=args.beam_width,
         max_length_ratio=0.0,
         max_length_offset=args.output_tokens,
         jit_compile=jit_compile,
+        xla_max_batch=xla_max_batch,
     )
     name = f"bench-{model.compute_dtype}" + ("-xla" if jit_compile else "")
+    name += "" if xla_max_batch is None else f"-upto{xla_max_batch}"
     return export.export_translator(model, tokenizer, tokenizer, export_base, name, options)
 
 
@@ -514,15 +537,22 @@ def main(argv=None):
         if not args.export_dir:
             # What TF Serving runs with --xla_cpu_compilation_enabled, and the bfloat16 exports.
             bfloat16_model = bfloat16_copy(model, args)
-            for exported_model, jit_compile, labels in (
-                (model, True, (SAVED_XLA_GREEDY, SAVED_XLA_BEAM)),
-                (bfloat16_model, False, (SAVED_BF16_GREEDY, SAVED_BF16_BEAM)),
-                (bfloat16_model, True, (SAVED_BF16_XLA_GREEDY, SAVED_BF16_XLA_BEAM)),
+            for exported_model, jit_compile, xla_max_batch, labels in (
+                (model, True, None, (SAVED_XLA_GREEDY, SAVED_XLA_BEAM)),
+                (model, True, HYBRID_MAX_BATCH, (SAVED_HYBRID_GREEDY, SAVED_HYBRID_BEAM)),
+                (bfloat16_model, False, None, (SAVED_BF16_GREEDY, SAVED_BF16_BEAM)),
+                (bfloat16_model, True, None, (SAVED_BF16_XLA_GREEDY, SAVED_BF16_XLA_BEAM)),
+                (
+                    bfloat16_model,
+                    True,
+                    HYBRID_MAX_BATCH,
+                    (SAVED_BF16_HYBRID_GREEDY, SAVED_BF16_HYBRID_BEAM),
+                ),
             ):
                 other_signatures = workers.enter_context(
                     SessionWorker(
                         export_benchmark_model(
-                            exported_model, tokenizer, args, work_dir, jit_compile=jit_compile
+                            exported_model, tokenizer, args, work_dir, jit_compile, xla_max_batch
                         ),
                         args.threads,
                     )
@@ -606,6 +636,18 @@ def side_by_side(args, results):
             "exported with --compute_dtype bfloat16 --jit_compile, TF1 Session",
             {"greedy": SAVED_BF16_XLA_GREEDY, "beam": SAVED_BF16_XLA_BEAM.format(beam=beam)},
         ),
+        (
+            f"exported with --jit_compile --xla_max_batch {HYBRID_MAX_BATCH}, TF1 Session",
+            {"greedy": SAVED_HYBRID_GREEDY, "beam": SAVED_HYBRID_BEAM.format(beam=beam)},
+        ),
+        (
+            "exported with --compute_dtype bfloat16 --jit_compile --xla_max_batch "
+            f"{HYBRID_MAX_BATCH}, TF1 Session",
+            {
+                "greedy": SAVED_BF16_HYBRID_GREEDY,
+                "beam": SAVED_BF16_HYBRID_BEAM.format(beam=beam),
+            },
+        ),
         ("in-process, plain graph", {"greedy": CACHED, "beam": BEAM.format(beam=beam)}),
         ("in-process, XLA", {"greedy": CACHED_XLA}),
     ]
@@ -670,10 +712,14 @@ def served_goals(args, milliseconds):
         return f"- {name}, against CTranslate2 float32: " + "; ".join(parts) + "."
 
     plain_beam, xla_beam = SAVED_BEAM.format(beam=beam), SAVED_XLA_BEAM.format(beam=beam)
+    hybrid = f"--jit_compile --xla_max_batch {HYBRID_MAX_BATCH}"
     lines = [
         goal(plain_beam, "beam", [(small, 1.3), (large, 1.3)]),
         goal(xla_beam, "beam", [(small, 1.0), (large, 1.0)]),
         goal(SAVED_XLA_GREEDY, "greedy", [(small, 0.5), (large, 0.8)]),
+        # One export for both batch sizes: XLA at batch 1, the plain graph at 32.
+        goal(SAVED_HYBRID_BEAM.format(beam=beam), "beam", [(small, 1.0), (large, 1.0)]),
+        goal(SAVED_BF16_HYBRID_BEAM.format(beam=beam), "beam", [(small, 1.0), (large, 1.0)]),
     ]
     served = {
         "greedy": {
@@ -681,12 +727,16 @@ def served_goals(args, milliseconds):
             SAVED_XLA_GREEDY: "--jit_compile",
             SAVED_BF16_GREEDY: "bfloat16",
             SAVED_BF16_XLA_GREEDY: "bfloat16 --jit_compile",
+            SAVED_HYBRID_GREEDY: hybrid,
+            SAVED_BF16_HYBRID_GREEDY: f"bfloat16 {hybrid}",
         },
         "beam": {
             plain_beam: "plain",
             xla_beam: "--jit_compile",
             SAVED_BF16_BEAM.format(beam=beam): "bfloat16",
             SAVED_BF16_XLA_BEAM.format(beam=beam): "bfloat16 --jit_compile",
+            SAVED_HYBRID_BEAM.format(beam=beam): hybrid,
+            SAVED_BF16_HYBRID_BEAM.format(beam=beam): f"bfloat16 {hybrid}",
         },
     }
     best = []

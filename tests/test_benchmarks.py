@@ -266,6 +266,10 @@ def test_bench_decode_side_by_side_gives_each_decoder_as_a_multiple_of_ctranslat
         bench_decode.SAVED_BF16_BEAM.format(beam=beam): (250, 2000),
         bench_decode.SAVED_BF16_XLA_GREEDY: (95, 390),
         bench_decode.SAVED_BF16_XLA_BEAM.format(beam=beam): (110, 1700),
+        bench_decode.SAVED_HYBRID_GREEDY: (90, 400),
+        bench_decode.SAVED_HYBRID_BEAM.format(beam=beam): (120, 1300),
+        bench_decode.SAVED_BF16_HYBRID_GREEDY: (95, 300),
+        bench_decode.SAVED_BF16_HYBRID_BEAM.format(beam=beam): (110, 2000),
         bench_decode.CACHED: (250, 600),
         bench_decode.BEAM.format(beam=beam): (450, 2100),
         bench_decode.CACHED_XLA: (80, 350),
@@ -308,12 +312,23 @@ def test_bench_decode_side_by_side_gives_each_decoder_as_a_multiple_of_ctranslat
     assert goal_lines[2].endswith(
         "batch 1 **0.45×** (goal ≤ 0.5: met); batch 32 **0.76×** (goal ≤ 0.8: met)."
     )
-    # The fastest served graph of each kind and batch against int8: 90 / 100 (compiled),
-    # 300 / 400 (bfloat16), 110 / 150 (bfloat16 compiled), 1600 / 1000 (compiled).
+    # One export for both batch sizes (120 / 300, 1300 / 1400; 110 / 300, 2000 / 1400).
     assert goal_lines[3] == (
+        f"- {bench_decode.SAVED_HYBRID_BEAM.format(beam=beam)}, against CTranslate2 float32: "
+        "batch 1 **0.40×** (goal ≤ 1.0: met); batch 32 **0.93×** (goal ≤ 1.0: met)."
+    )
+    assert goal_lines[4].endswith(
+        "batch 1 **0.37×** (goal ≤ 1.0: met); batch 32 **1.43×** (goal ≤ 1.0: not met)."
+    )
+    hybrid = next(line for line in lines if line.startswith("| exported with --jit_compile --"))
+    assert hybrid.endswith("| 1,300 ms (0.93× / 1.30×) |")
+    # The fastest served graph of each kind and batch against int8: 90 / 100 (compiled),
+    # 300 / 400 (bfloat16, the first of a tie), 110 / 150 (bfloat16 compiled), 1300 / 1000
+    # (hybrid).
+    assert goal_lines[5] == (
         "- The fastest served graph against CTranslate2 int8: greedy batch 1 **0.90×** "
         "(--jit_compile); greedy batch 32 **0.75×** (bfloat16); beam batch 1 **0.73×** "
-        "(bfloat16 --jit_compile); beam batch 32 **1.60×** (--jit_compile)."
+        "(bfloat16 --jit_compile); beam batch 32 **1.30×** (--jit_compile --xla_max_batch 1)."
     )
 
 
