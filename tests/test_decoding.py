@@ -244,31 +244,9 @@ def test_xla_compiled_beam_search_equals_graph_beam_search(ending_model, options
         assert len(set(decode_lengths(best))) > 1, "every sentence ends at one length"
 
 
-def test_xla_up_to_a_batch_size_and_the_plain_graph_beyond_find_the_same(ending_model):
-    """`xla_max_batch`: one traced function holds the XLA program and the plain loop (a cond on
-    the batch size), and finds what the plain graph finds on either side of the bound (beam
-    search; greedy decoding goes through the same `decode_transformer` and `run_loop`)."""
-    decode = beam_search_decode
-    source = np.random.default_rng(7).integers(4, 24, size=(5, 12))
-    source[1:, 6:] = 0
-    plain, hybrid = (
-        tf.function(lambda inp, jit=jit: decode(ending_model, inp, START, END, **jit))
-        for jit in ({}, {"jit_compile": True, "xla_max_batch": 2})
-    )
-    for rows in (2, 5):
-        inp = tf.constant(source[:rows], tf.int32)
-        expected, actual = plain(inp), hybrid(inp)
-        np.testing.assert_array_equal(actual["tokens"], expected["tokens"])
-        np.testing.assert_allclose(actual["scores"], expected["scores"], rtol=1e-4, atol=1e-4)
-        np.testing.assert_allclose(actual["alignment"], expected["alignment"], atol=1e-4)
-    graph_def = hybrid.get_concrete_function(tf.TensorSpec([None, None], tf.int32)).graph
-    library = graph_def.as_graph_def().library.function
-    assert any(function.attr["_XlaMustCompile"].b for function in library)
-    assert any(node.op in ("If", "StatelessIf") for node in graph_def.as_graph_def().node)
-
-
 def test_run_loop_compiles_the_batches_up_to_xla_max_batch_only():
-    """The bound itself: `search` learns whether it runs compiled, per batch size."""
+    """The bound itself: `search` learns whether it runs compiled, per batch size (that both
+    branches find the same is tested through a `--xla_max_batch` export, test_export_xla)."""
 
     def search(inp, max_decoding_length, slots, compiled):
         rows = tf.shape(inp)[0]

@@ -360,6 +360,7 @@ def test_command_line_export_layout_and_metadata(exported, run_dir):
         "max_length_ratio": 1.5,
         "max_length_offset": 10,
         "jit_compile": False,
+        "xla_max_batch": None,
         "repetition_penalty": 1.0,
         "no_repeat_ngram_size": 0,
         "num_hypotheses": None,
