@@ -88,16 +88,7 @@ EXPECTED = {
         "Y fué Jesús de Nazareth á Bethlehem; JOSAPHAT",
     ],
     # Capitalized names with "th" or "ph" in today's spelling; words in capitals are not names.
-    "modern_names": [
-        "¿Dónde está mi hermano?",
-        "Y dijo: «¿Quién eres?»",
-        "¡Ay de mí! dijo él.",
-        "Año y pingüino: ÑANDÚ Über;",
-        "DIOS ES AMOR",
-        "Y oró Jonás desde el vientre del pez á Jehová su Dios,",
-        "En el principio creó Dios los cielos y la tierra; y fue a ver o a oír.",
-        "Y fué Jesús de Nazaret á Belén; JOSAPHAT",
-    ],
+    "modern_names": [*SOURCES[:-1], "Y fué Jesús de Nazaret á Belén; JOSAPHAT"],
 }
 
 
