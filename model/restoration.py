@@ -48,7 +48,8 @@ CASES_FILE = "cases.tsv"
 NAMES_FILE = "names.tsv"
 # The combining acute accent and diaeresis (NFD): the marks a bare form leaves out.
 ACCENT_MARKS = "[\u0301\u0308]"
-_WORD = re.compile(r"[^\W\d_]+")
+# A word of a table: a run of letters (no digits, no "_").
+WORD = re.compile(r"[^\W\d_]+")
 # Where a sentence starts, so its first word's capital says nothing of the word.
 _SENTENCE_START = re.compile(r"(^|[.!?:;¿¡\"«“‘(—]\s*)$")
 
@@ -64,7 +65,7 @@ def accent_table(texts):
     each bare form that is not itself a word of `texts`, with the most frequent word that
     `strip_accents` turns into it (ties: the first in sorted order)."""
     counts = collections.Counter(
-        word.lower() for text in texts for word in _WORD.findall(unicodedata.normalize("NFC", text))
+        word.lower() for text in texts for word in WORD.findall(unicodedata.normalize("NFC", text))
     )
     candidates = collections.defaultdict(list)
     for word, count in counts.items():
@@ -81,7 +82,7 @@ def case_table(texts):
     forms = collections.defaultdict(collections.Counter)
     for text in texts:
         text = unicodedata.normalize("NFC", text)
-        for match in _WORD.finditer(text):
+        for match in WORD.finditer(text):
             word = match.group()
             # Capitals of a whole word ("JESUS" in an inscription) emphasize; they do not case it.
             shouting = len(word) > 1 and word.isupper()

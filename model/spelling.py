@@ -32,7 +32,7 @@ import unicodedata
 import tensorflow as tf
 
 from model.placeholders import join_words, split_words
-from model.restoration import strip_accents
+from model.restoration import WORD, strip_accents
 
 MODERN = "modern"
 
@@ -181,9 +181,7 @@ def name_table(texts):
     form also without its accents ("belen"). A form whose accent-free key is that of a word of
     `texts` is left out, so no word the model was trained on changes."""
     words = collections.Counter(
-        word
-        for text in texts
-        for word in re.findall(r"[^\W\d_]+", unicodedata.normalize("NFC", text))
+        word for text in texts for word in WORD.findall(unicodedata.normalize("NFC", text))
     )
     keys = {strip_accents(word.lower()) for word in words}
     pairs = [
