@@ -91,10 +91,19 @@ def test_beam_hypotheses_are_beam_search_decode_one_sentence_at_a_time(tiny_run,
         assert target_tokenizer.detokenize(tokens).numpy()[0].decode() == hypothesis
 
 
+@pytest.fixture(scope="module")
+def exported_version(tiny_run, tmp_path_factory):
+    """The tiny run exported with its own decoding options: the only version of its model
+    directory, which the evaluations below add their `eval/` folder to."""
+    return export_run(tiny_run["run_dir"], export_base=str(tmp_path_factory.mktemp("exports")))
+
+
 @pytest.mark.parametrize("beam_width", [1, 4], ids=["greedy", "beam4"])
-def test_an_export_and_its_run_translate_the_test_split_identically(tiny_run, tmp_path, beam_width):
+def test_an_export_and_its_run_translate_the_test_split_identically(
+    tiny_run, exported_version, tmp_path, beam_width
+):
     """The BLEU the project reports is the BLEU of what TF Serving serves."""
-    version_dir = export_run(tiny_run["run_dir"], export_base=str(tmp_path / "exports"))
+    version_dir = exported_version
     from_run = evaluate(
         tiny_run["run_dir"], "test", beam_width=beam_width, output_dir=str(tmp_path / "run")
     )
@@ -109,9 +118,8 @@ def test_an_export_and_its_run_translate_the_test_split_identically(tiny_run, tm
     assert sorted(os.listdir(os.path.dirname(version_dir))) == ["1", "eval"]
 
 
-def test_an_export_with_another_beam_width_is_refused(tiny_run, tmp_path, capsys):
-    version_dir = export_run(tiny_run["run_dir"], export_base=str(tmp_path / "exports"))
-    assert main(["--export_dir", version_dir, "--beam_width", "3"]) == 1
+def test_an_export_with_another_beam_width_is_refused(exported_version, capsys):
+    assert main(["--export_dir", exported_version, "--beam_width", "3"]) == 1
     assert "exported with beam_width 4, not 3: re-export it with --beam_width 3" in (
         capsys.readouterr().err
     )

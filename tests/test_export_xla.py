@@ -1,9 +1,11 @@
 """The XLA export variant (`serving.export --jit_compile`) and the server's
 `--xla_cpu_compilation_enabled`.
 
-The tiny trained run is exported twice (`python -m serving.export`), as a plain graph and with
-greedy decoding and beam search compiled by XLA. The XLA export must translate exactly as the
-plain one (the same translations, the same scores to a float tolerance), through
+The tiny trained run is exported (`python -m serving.export`) with greedy decoding and beam search
+compiled by XLA, and once more with XLA for single sentences only (`--xla_max_batch 1`). Each
+must translate exactly as the plain graph (the same translations, the same scores to a float
+tolerance): the run's `Translator` with its own options, traced as the plain export's signatures
+are (tests/test_export.py checks the plain export against the decoders), through
 `tf.saved_model.load`, the TF1 Session loader (`saved_model_cli run`, as TF Serving loads it) and
 the local server; and the server must refuse its XLA signatures unless started with the flag, as
 TF Serving does (INTERNAL "XLA compilation disabled", which also fails the version's warmup).
@@ -78,7 +80,6 @@ WARMUP_MAX_SOURCE_TOKENS = 16
 # The hybrid export decodes batches of one sentence under XLA, larger ones in the plain graph.
 HYBRID_XLA_MAX_BATCH = 1
 EXPORT_FLAGS = {
-    "plain": [],
     "xla": [
         "--jit_compile",
         f"--warmup_max_batch={WARMUP_MAX_BATCH}",
@@ -114,21 +115,34 @@ def versions(tiny_export_run, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def translator(tiny_export_run):
-    """The tiny run's `Translator` with the XLA export's decoding options."""
+    """The tiny run's `Translator` with its own decoding options (the plain export's)."""
     model, source_tokenizer, target_tokenizer, _ = artifacts.load_trained(tiny_export_run)
     options = artifacts.decoding_options(tiny_export_run)
     return Translator(model, source_tokenizer, target_tokenizer, options)
 
 
 @pytest.fixture(scope="module")
-def loaded(versions):
+def loaded(versions, translator):
+    """`{kind: signatures}`: each export's, loaded by `tf.saved_model.load`, and under "plain"
+    the translator's own, each a `tf.function` of the export's input signature."""
     import tensorflow_text  # noqa: F401  (the tokenizer's ops)
 
-    return {kind: tf.saved_model.load(path) for kind, path in versions.items()}
+    loaded = {kind: tf.saved_model.load(path).signatures for kind, path in versions.items()}
+    methods = {
+        GREEDY_SIGNATURE: translator.greedy,
+        BEAM_SIGNATURE: translator.beam_search,
+        ALIGNMENTS_SIGNATURE: translator.alignments,
+        N_BEST_SIGNATURE: translator.n_best,
+    }
+    loaded["plain"] = {
+        name: tf.function(method, input_signature=export.input_signature(name))
+        for name, method in methods.items()
+    }
+    return loaded
 
 
-def _outputs(loaded_model, signature, texts=TEXTS):
-    result = loaded_model.signatures[signature](text=tf.constant(texts))
+def _outputs(signatures, signature, texts=TEXTS):
+    result = signatures[signature](text=tf.constant(texts))
     return {name: value.numpy() for name, value in result.items()}
 
 
@@ -168,7 +182,7 @@ def test_export_info_records_the_xla_option(versions):
     for kind, path in versions.items():
         with open(os.path.join(path, EXPORT_INFO_PATH), encoding="utf-8") as handle:
             info = json.load(handle)
-        assert info["decoding"]["jit_compile"] is (kind != "plain")
+        assert info["decoding"]["jit_compile"] is True
         assert info["decoding"]["xla_max_batch"] == (
             HYBRID_XLA_MAX_BATCH if kind == "hybrid" else None
         )
@@ -178,9 +192,7 @@ def test_export_info_records_the_xla_option(versions):
             if options.get("jit_compile")
         }
         expected_bound = HYBRID_XLA_MAX_BATCH if kind == "hybrid" else None
-        assert compiled == (
-            {} if kind == "plain" else dict.fromkeys(XLA_SIGNATURES, expected_bound)
-        )
+        assert compiled == dict.fromkeys(XLA_SIGNATURES, expected_bound)
 
 
 # --------------------------------------------------------------------------- warmup buckets
@@ -259,12 +271,6 @@ def test_hybrid_warmup_compiles_no_batch_beyond_its_bound(versions, translator):
     the warmup compiles the programs of single sentences only."""
     requests = _file_requests(versions["hybrid"])
     _assert_warmup_covers(translator, requests, HYBRID_XLA_MAX_BATCH, WARMUP_MAX_SOURCE_TOKENS)
-
-
-def test_plain_warmup_has_one_request_per_signature(versions):
-    assert _file_requests(versions["plain"]) == [
-        (signature, list(export.WARMUP_TEXTS)) for signature in SIGNATURE_NAMES
-    ]
 
 
 def _compiled(translator):
@@ -432,8 +438,8 @@ def test_the_server_finds_the_signatures_that_run_xla(versions):
             servable_lib.read_meta_graph(versions[kind], ["serve"])
         )
 
+    # The other signatures (score, sample, prefix, alternatives) stay plain graphs.
     assert xla_signatures("xla") == set(XLA_SIGNATURES)
-    assert xla_signatures("plain") == set()
 
 
 @pytest.mark.parametrize("signature", (GREEDY_SIGNATURE, BEAM_SIGNATURE))
