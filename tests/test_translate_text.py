@@ -1,6 +1,7 @@
 """translate-text (serving.translate_text): a file translated offline, line for line, as
 `training.evaluate` translates it, from a run directory or an export."""
 
+import functools
 import json
 import os
 import re
@@ -51,11 +52,22 @@ def model_dir(kind, tiny_export_run, export_dir):
 
 def expected_translations(kind, directory, beam_width, lines=LINES):
     """`training.evaluate.translate` of the non-blank lines, "" for the blank ones."""
+    translated = dict(zip(LINES, _evaluate_translations(kind, directory, beam_width)))
+    missing = [line for line in lines if line not in translated]
+    if missing:
+        raise ValueError(f"expected_translations knows the lines of LINES only, not {missing}")
+    return [translated[line] if line.strip() else "" for line in lines]
+
+
+@functools.cache
+def _evaluate_translations(kind, directory, beam_width):
+    """`training.evaluate.translate` of each line of `LINES` ("" for the blank ones), once per
+    model and beam width: loading and tracing take seconds."""
     function = run_translate_function if kind == "run" else export_translate_function
     translate_batch, _ = function(directory, beam_width)
-    nonblank = [line for line in lines if line.strip()]
+    nonblank = [line for line in LINES if line.strip()]
     translated = iter(translate(nonblank, translate_batch, show_progress=False))
-    return [next(translated) if line.strip() else "" for line in lines]
+    return tuple(next(translated) if line.strip() else "" for line in LINES)
 
 
 def write_input(path, lines):
