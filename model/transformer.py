@@ -158,16 +158,28 @@ class Transformer(keras.Model):
             embedding matrix (a tensor, not a variable). Tied and shared matrices appear at
             each of their uses.
         """
+        return {
+            "encoder": self.encoder.named_weights(),
+            "decoder": self.decoder.named_weights(),
+            "pre_softmax_linear": self.pre_softmax_linear(),
+            "layer_norm_epsilon": LAYER_NORM_EPSILON,
+        }
+
+    def pre_softmax_linear(self):
+        """The pre-softmax linear transformation: `{"W": (d_model, target_vocab_size), "b":
+        (target_vocab_size,)}`, float32, logits `x·W + b`; the output layer's variables.
+
+        With `tie_embeddings`, W is a tensor: the transposed target embedding matrix, copied
+        into that layout by this call. A decoding loop gets it once and hands it to every `decode` step:
+        multiplying by E transposed inside the loop, as the tied layer does, ran up to 1.8×
+        slower on CPU than by the stored copy (BENCHMARKS.md, "Decoding against issue 25's
+        goals").
+        """
         if self.tie_embeddings:
             kernel = tf.transpose(self.final_layer.token_embedding.embeddings)
         else:
             kernel = self.final_layer.kernel
-        return {
-            "encoder": self.encoder.named_weights(),
-            "decoder": self.decoder.named_weights(),
-            "pre_softmax_linear": {"W": kernel, "b": self.final_layer.bias},
-            "layer_norm_epsilon": LAYER_NORM_EPSILON,
-        }
+        return {"W": kernel, "b": self.final_layer.bias}
 
     def encode(self, inp, training=False, return_attention_weights=False):
         """Source ids `(batch, inp_len)` → `(enc_output (batch, inp_len, d_model),
@@ -202,7 +214,15 @@ class Transformer(keras.Model):
             "decoder": self.decoder.init_cache(enc_output, cache_slots, compiled),
         }
 
-    def decode(self, tar, cache, cache_update_index, compiled=False, with_alignment=True):
+    def decode(
+        self,
+        tar,
+        cache,
+        cache_update_index,
+        compiled=False,
+        with_alignment=True,
+        pre_softmax_linear=None,
+    ):
         """The next-token logits after the target ids `tar`, which continue the cache's prefix.
 
         Args:
@@ -216,6 +236,8 @@ class Transformer(keras.Model):
                 `init_cache`. The outputs are the same either way; each choice runs only where
                 it says.
             with_alignment: False returns a zero-width alignment, not computed.
+            pre_softmax_linear: this model's `pre_softmax_linear()`, got once per decoding call
+                rather than at each step; default: the output layer itself.
 
         Returns:
             `DecoderOutput(logits, alignment, cache)`.
@@ -227,7 +249,14 @@ class Transformer(keras.Model):
             padding_mask=cache["padding_mask"],
             compiled=compiled,
         )
-        logits = self.final_layer(hidden)
+        if pre_softmax_linear is None:
+            logits = self.final_layer(hidden)
+        else:
+            # The output layer's own arithmetic (float32), on the weights given.
+            logits = (
+                tf.matmul(tf.cast(hidden, tf.float32), pre_softmax_linear["W"])
+                + pre_softmax_linear["b"]
+            )
         if with_alignment:
             alignment = tf.reduce_mean(tf.cast(cross_weights, tf.float32), axis=1)
         else:

@@ -1540,3 +1540,48 @@ def test_placeholder_limits_count_a_prefix_as_output():
 
     assert placeholders_written(placeholders=limits) == [1] * sentences
     assert max(placeholders_written()) > 1, "no output repeats the prefix's placeholder"
+
+
+def _variables_transposed_in_loops(graph_def):
+    """Names of `Transpose` ops inside `graph_def`'s while-loop bodies whose input is a variable
+    read (`ReadVariableOp`) of the same body."""
+    found = []
+    for function in graph_def.library.function:
+        if "while_body" not in function.signature.name:
+            continue
+        reads = {node.name for node in function.node_def if node.op == "ReadVariableOp"}
+        found += [
+            f"{function.signature.name}/{node.name}"
+            for node in function.node_def
+            if node.op == "Transpose" and node.input[0].split(":")[0] in reads
+        ]
+    return found
+
+
+@pytest.mark.parametrize("decode", [greedy_decode, beam_search_decode], ids=["greedy", "beam"])
+def test_a_tied_output_projection_is_transposed_once_per_call_not_at_each_step(decode):
+    """With tied embeddings the logits are `x·Eᵀ + b`: the decoders get Eᵀ once, before their
+    loop (`Transformer.pre_softmax_linear`), where the tied layer transposes E at each call,
+    and give the same logits (the loop's product by a stored Eᵀ is the faster one)."""
+    model = Transformer(1, 16, 2, 32, 20, 20, 40, 40, tie_embeddings=True)
+    source = tf.constant([[START, 5, 6, 7, END]], tf.int32)
+    traced = tf.function(lambda ids: decode(model, ids, START, END, max_decoding_length=4))
+    graph_def = traced.get_concrete_function(source).graph.as_graph_def()
+    assert not _variables_transposed_in_loops(graph_def)
+    # The test can fail: the output layer itself transposes E in the loop.
+    plain_step = tf.function(
+        lambda ids: tf.while_loop(
+            lambda i, x: i < 2,
+            lambda i, x: (i + 1, x + model.final_layer(x)[:, : model.d_model]),
+            (0, tf.cast(ids[:, :1], tf.float32) + tf.zeros([1, model.d_model])),
+        )
+    )
+    assert _variables_transposed_in_loops(
+        plain_step.get_concrete_function(source).graph.as_graph_def()
+    )
+    enc_output, padding_mask = model.encode(source)
+    cache = model.init_cache(enc_output, padding_mask, 4)
+    tar = tf.constant([[START]], tf.int32)
+    expected = model.decode(tar, cache, 0).logits
+    given = model.decode(tar, cache, 0, pre_softmax_linear=model.pre_softmax_linear()).logits
+    np.testing.assert_allclose(given, expected, rtol=1e-5, atol=1e-6)

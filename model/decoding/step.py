@@ -26,11 +26,19 @@ def transformer_step_fn(model, with_alignment=True, compiled=False):
 
     Without alignment, it returns a `(rows, 0)` one, not computed, so a search carries no
     alignment at all. `compiled`: whether XLA compiles the search (`Transformer.decode`).
+    Call it where the search runs, outside its loop: it gets the model's pre-softmax weights
+    there, once (`Transformer.pre_softmax_linear`).
     """
+    pre_softmax_linear = model.pre_softmax_linear()
 
     def step_fn(ids, step, cache):
         output = model.decode(
-            ids[:, tf.newaxis], cache, step, compiled=compiled, with_alignment=with_alignment
+            ids[:, tf.newaxis],
+            cache,
+            step,
+            compiled=compiled,
+            with_alignment=with_alignment,
+            pre_softmax_linear=pre_softmax_linear,
         )
         return output.logits[:, 0], output.alignment[:, 0], output.cache
 
