@@ -170,10 +170,10 @@ class Transformer(keras.Model):
         (target_vocab_size,)}`, float32, logits `x·W + b`; the output layer's variables.
 
         With `tie_embeddings`, W is a tensor: the transposed target embedding matrix, copied
-        into that layout by this call. A decoding loop gets it once and hands it to every `decode` step:
-        multiplying by E transposed inside the loop, as the tied layer does, ran up to 1.8×
-        slower on CPU than by the stored copy (BENCHMARKS.md, "Decoding against issue 25's
-        goals").
+        into that layout by this call. A decoding loop gets it once and hands it to every
+        `decode` step: multiplying by E transposed inside the loop, as the tied layer does, ran
+        up to 1.8× slower on CPU than by the stored copy (BENCHMARKS.md, "Decoding against
+        issue 25's goals").
         """
         if self.tie_embeddings:
             kernel = tf.transpose(self.final_layer.token_embedding.embeddings)
