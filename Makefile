@@ -184,8 +184,9 @@ bench-decode: $(STAMP)  ## Decoders side by side with CTranslate2 on the same we
 	$(PY) -m benchmarks.bench_decode --output BENCHMARKS.md
 	$(PY) -m benchmarks.bench_length --output BENCHMARKS.md
 
-bench-profile: $(STAMP)  ## Op profile of the served beam_search at batch 32 (where a step's time goes).
+bench-profile: $(STAMP)  ## Op profiles of the served beam_search: plain graph at batch 32, --jit_compile at batch 1 (where a step's time goes).
 	$(PY) -m benchmarks.profile_decode --output BENCHMARKS.md
+	$(PY) -m benchmarks.profile_decode --batch 1 --jit_compile --output BENCHMARKS.md
 
 bench-serve: $(STAMP)  ## Serving throughput/latency at default TF threads (and RUN_DIR's --jit_compile export after load), REST under 1,000 idle + 200 slowloris connections, then with one intra-op thread.
 	$(PY) -m benchmarks.bench_serve --model_base_path $(EXPORT_BASE)/$(MODEL_NAME) \

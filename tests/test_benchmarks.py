@@ -3,6 +3,7 @@
 import argparse
 import json
 import os
+import re
 
 import numpy as np
 import pytest
@@ -382,6 +383,51 @@ def test_profile_decode_sums_a_traced_session_run_by_op_type():
     matmuls = {op: value for op, value in times.items() if "MatMul" in op}
     assert sum(count for _, count in matmuls.values()) == 2
     assert all(micros >= 0 for micros, _ in times.values())
+
+
+XLA_PROFILE_SCRIPT = """
+import json, os, sys
+from benchmarks.profile_decode import XLA_TRACE_FLAG, traced_xla_call
+os.environ["XLA_FLAGS"] = XLA_TRACE_FLAG
+import tensorflow as tf
+
+@tf.function(jit_compile=True)
+def loop(x, w):
+    return tf.while_loop(lambda i, x: i < 5, lambda i, x: (i + 1, tf.tanh(x @ w)), [0, x])[1]
+
+x, w = tf.ones([64, 256]), tf.ones([256, 256]) / 256
+loop(x, w)  # compiled before the trace, as the profile's warm-up calls do
+print(json.dumps(traced_xla_call(lambda: loop(x, w).numpy())))
+"""
+
+
+def test_profile_decode_sums_a_traced_xla_program_by_instruction():
+    import subprocess
+    import sys
+
+    from benchmarks.profile_decode import MATRIX_PRODUCT
+
+    # A fresh process: XLA reads XLA_FLAGS once, at its first compilation.
+    environment = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    environment.pop("XLA_FLAGS", None)
+    completed = subprocess.run(
+        [sys.executable, "-c", XLA_PROFILE_SCRIPT],
+        capture_output=True,
+        text=True,
+        env=environment,
+        check=True,
+    )
+    times = json.loads(completed.stdout.strip().splitlines()[-1])
+    products = {name: value for name, value in times.items() if MATRIX_PRODUCT.search(name)}
+    # The loop's body multiplies once an iteration; the loop itself is one instruction.
+    assert sum(count for _, count in products.values()) == 5
+    assert times["while"][1] == 1
+    assert all(micros >= 0 for micros, _ in times.values())
+    # Self times: the loop's own excludes its body's, of which the products alone take more.
+    assert times["while"][0] < sum(micros for micros, _ in products.values())
+    # Only the program's instructions: no Python, TensorFlow or XLA runtime events.
+    runtime = re.compile(r"::|Execute|lambda|^end: |BlockUntilReady")
+    assert not [name for name in times if runtime.search(name)]
 
 
 def test_bench_robustness_writes_a_section_with_a_row_per_perturbation(tiny_run, tmp_path):
