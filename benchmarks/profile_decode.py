@@ -52,8 +52,8 @@ def op_times(run_metadata):
 # XLA reads its flags from the environment when it first compiles; this one makes the compiled
 # program emit a trace event per instruction.
 XLA_TRACE_FLAG = "--xla_cpu_enable_xprof_traceme=true"
-# The trace event that runs one compiled XLA program on the CPU: the instructions are inside it,
-# with the runtime's own events (named `Class::Method`, or these).
+# The trace event that runs one compiled XLA program on the CPU: its instructions run within it,
+# as do the runtime's own events (named `Class::Method`, `end: instruction`, or these).
 XLA_PROGRAM_EVENT = "CpuExecutable::ExecuteAsyncOnStream"
 XLA_RUNTIME_EVENTS = ("BlockUntilReady",)
 
@@ -62,36 +62,41 @@ def xla_op_times(space):
     """`{XLA instruction: (self microseconds, count)}` over the programs in a profiler XSpace.
 
     Instructions are named `kind.N` (`dot.96`, `gather_bitcast_fusion.3`, `while.10`); they are
-    summed by name, `.N` dropped, with the time of the instructions nested in them (a loop's
-    body) taken off their own. The runtime's events nested in a program
-    (`ThunkExecutor::Execute`) are left out, their children kept.
+    summed by name, `.N` dropped, with the time of the events nested in them (a loop's body)
+    taken off their own. An instruction is an event that runs while a program does (on any
+    thread: XLA may hand a loop to another one) and is not one of the runtime's own events
+    (`ThunkExecutor::Execute`, TensorFlow's `name:Op`).
     """
+    programs = [
+        (event.offset_ps, event.offset_ps + event.duration_ps)
+        for plane in space.planes
+        for line in plane.lines
+        for event in line.events
+        if plane.event_metadata[event.metadata_id].name == XLA_PROGRAM_EVENT
+    ]
     totals, counts = collections.Counter(), collections.Counter()
     for plane in space.planes:
         names = {key: metadata.name for key, metadata in plane.event_metadata.items()}
         for line in plane.lines:
             events = sorted(line.events, key=lambda event: (event.offset_ps, -event.duration_ps))
-            open_events = []  # [name, end, self picoseconds, inside a program]
+            open_events = []  # [name, start, end, self picoseconds]
             for event in events:
-                name = names.get(event.metadata_id, "")
                 end = event.offset_ps + event.duration_ps
-                while open_events and open_events[-1][1] <= event.offset_ps:
-                    _close(open_events.pop(), totals, counts)
+                while open_events and open_events[-1][2] <= event.offset_ps:
+                    _close(open_events.pop(), programs, totals, counts)
                 if open_events:
-                    open_events[-1][2] -= event.duration_ps
-                inside = bool(open_events) and (
-                    open_events[-1][3] or open_events[-1][0] == XLA_PROGRAM_EVENT
-                )
-                open_events.append([name, end, event.duration_ps, inside])
+                    open_events[-1][3] -= event.duration_ps
+                name = names.get(event.metadata_id, "")
+                open_events.append([name, event.offset_ps, end, event.duration_ps])
             while open_events:
-                _close(open_events.pop(), totals, counts)
+                _close(open_events.pop(), programs, totals, counts)
     return {name: (totals[name] / 1e6, counts[name]) for name in totals}
 
 
-def _close(event, totals, counts):
-    name, _, self_picoseconds, inside = event
-    runtime = "::" in name or name.startswith("end: ") or name in XLA_RUNTIME_EVENTS
-    if inside and not runtime:
+def _close(event, programs, totals, counts):
+    name, start, end, self_picoseconds = event
+    runtime = ":" in name or name in XLA_RUNTIME_EVENTS
+    if not runtime and any(first <= start and end <= last for first, last in programs):
         kind = re.sub(r"\.\d+$", "", name)
         totals[kind] += self_picoseconds
         counts[kind] += 1
