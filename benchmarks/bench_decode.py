@@ -9,6 +9,7 @@ matter), times for a batch of 1 and of 32 sentences:
   in a plain graph and with XLA,
 - beam search (`beam_search_decode`, beam 4, with the cache),
 - the floor: only the matrix products of a cached step, same weights, with XLA (`matmul_floor`),
+  and those of a beam search step (beam-width rows a sentence) with XLA and in a plain graph,
 
 each compiled with `tf.function`, warmed up, then timed `--repeats` rounds (median reported), for
 exactly `--output_tokens` output tokens (min_length = max_decoding_length). Then the same model
@@ -75,6 +76,8 @@ NAIVE, CACHED, BEAM = "naive greedy (no cache)", "cached greedy", "beam search (
 BEAM_ALIGNED = "beam search with alignments (beam {beam})"
 CACHED_XLA = "cached greedy, XLA (jit_compile)"
 FLOOR = "floor: a cached step's matmuls alone, XLA"
+BEAM_FLOOR = "floor: a beam step's matmuls alone ({beam} rows a sentence), XLA"
+BEAM_FLOOR_PLAIN = "floor: a beam step's matmuls alone ({beam} rows a sentence), plain graph"
 SAVED_GREEDY = "SavedModel serving_default (greedy), TF1 Session"
 SAVED_BEAM = "SavedModel beam_search (beam {beam}), TF1 Session"
 SAVED_XLA_GREEDY = "SavedModel serving_default (greedy), --jit_compile export, TF1 Session"
@@ -246,11 +249,12 @@ def step_kernels(model):
     return groups + [[weights["pre_softmax_linear"]["W"]]]
 
 
-def matmul_floor(model, steps):
+def matmul_floor(model, steps, rows_per_sentence=1, jit_compile=True):
     """`tf.function(source_ids)`: `steps` rounds of only the matrix products of a cached decoding
-    step (`step_kernels`), on the model's own weights, compiled with XLA: what a step costs at
-    the least, since it reads every one of those weights once. Attention over the cache, layer
-    norms, biases, softmaxes and the token choice are left out.
+    step (`step_kernels`), on the model's own weights, compiled with XLA (or not, as
+    `jit_compile` says): what a step costs at the least, since it reads every one of those
+    weights once. Attention over the cache, layer norms, biases, softmaxes and the token choice
+    are left out. `rows_per_sentence`: the rows a sentence decodes, its beam width in beam search.
     """
     *hidden_groups, (output_kernel,) = step_kernels(model)
 
@@ -262,9 +266,9 @@ def matmul_floor(model, steps):
         x += 1e-30 * tf.reduce_max(logits, axis=-1, keepdims=True)
         return index + 1, tf.math.l2_normalize(x, axis=-1)
 
-    @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32)], jit_compile=True)
+    @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32)], jit_compile=jit_compile)
     def floor(ids):
-        start = tf.ones([tf.shape(ids)[0], model.d_model])
+        start = tf.ones([tf.shape(ids)[0] * rows_per_sentence, model.d_model])
         return tf.while_loop(lambda i, x: i < steps, step, (0, start))[1]
 
     return floor
@@ -512,6 +516,11 @@ def main(argv=None):
     # text, CTranslate2 subword pieces.
     decoders = python_decoders(model, args)
     decoders[FLOOR] = matmul_floor(model, args.output_tokens)
+    beam_rows = dict(steps=args.output_tokens, rows_per_sentence=args.beam_width)
+    decoders[BEAM_FLOOR.format(beam=args.beam_width)] = matmul_floor(model, **beam_rows)
+    decoders[BEAM_FLOOR_PLAIN.format(beam=args.beam_width)] = matmul_floor(
+        model, **beam_rows, jit_compile=False
+    )
     cases = [
         (name, decoder, batch, source_ids[:batch])
         for name, decoder in decoders.items()
@@ -760,6 +769,22 @@ def served_goals(args, milliseconds):
                 f"({names[name]})"
             )
     lines.append("- The fastest served graph against CTranslate2 int8: " + "; ".join(best) + ".")
+    # What the goals leave for the rest of a step: the matrix products alone, as a multiple of
+    # CTranslate2 float32's whole decoding.
+    floors = [
+        (FLOOR, "greedy", "greedy, XLA"),
+        (BEAM_FLOOR.format(beam=beam), "beam", f"beam {beam}, XLA"),
+        (BEAM_FLOOR_PLAIN.format(beam=beam), "beam", f"beam {beam}, plain graph"),
+    ]
+    parts = [
+        f"{label} "
+        + " and ".join(f"{multiple(name, batch, kind):.2f}×" for batch in (small, large))
+        for name, kind, label in floors
+    ]
+    lines.append(
+        f"- The step's matrix products alone (`matmul_floor`), at batch {small} and {large}, "
+        "against CTranslate2 float32's whole decoding: " + "; ".join(parts) + "."
+    )
     return lines
 
 
