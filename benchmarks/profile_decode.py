@@ -143,9 +143,9 @@ def main(argv=None):
     command = shlex.join(
         ["python", "-m", "benchmarks.profile_decode", *(argv if argv is not None else sys.argv[1:])]
     )
-    # bench_decode's defaults: the same model and forced length as its table.
     if args.jit_compile:
         os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {XLA_TRACE_FLAG}".strip()
+    # bench_decode's defaults: the same model and forced length as its table.
     model_args = bench_decode.parse_args([f"--threads={args.threads}"])
     tf.config.threading.set_intra_op_parallelism_threads(args.threads)
     tf.config.threading.set_inter_op_parallelism_threads(args.threads)

@@ -399,7 +399,7 @@ def test_profile_decode_sums_a_traced_session_run_by_op_type():
 
 
 XLA_PROFILE_SCRIPT = """
-import json, os, sys
+import json, os
 from benchmarks.profile_decode import XLA_TRACE_FLAG, traced_xla_call
 os.environ["XLA_FLAGS"] = XLA_TRACE_FLAG
 import tensorflow as tf
@@ -428,6 +428,7 @@ def test_profile_decode_sums_a_traced_xla_program_by_instruction():
         capture_output=True,
         text=True,
         env=environment,
+        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
         check=True,
     )
     times = json.loads(completed.stdout.strip().splitlines()[-1])
