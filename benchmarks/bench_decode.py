@@ -69,6 +69,7 @@ from model.special_tokens import END_ID, RESERVED_TOKENS, START_ID
 from model.tokenizer import WordPieceTokenizer
 from serving import export
 from serving.export_ctranslate2 import TransformerConverter, decoding_options, source_pieces
+from training.artifacts import COMPUTE_DTYPES
 
 SECTION_TITLE = "Decoding"
 NAIVE, CACHED, BEAM = "naive greedy (no cache)", "cached greedy", "beam search (beam {beam})"
@@ -133,7 +134,7 @@ def synthetic_vocab(size):
 
 def build_model(args, dtype=None):
     """The benchmarked Transformer, built, with [END] made (practically) impossible. `dtype`:
-    a Keras dtype policy ("mixed_bfloat16": what `serving.export --compute_dtype bfloat16`
+    a Keras dtype policy (`bfloat16_copy`'s is what `serving.export --compute_dtype bfloat16`
     exports)."""
     model = Transformer(
         num_layers=args.num_layers,
@@ -275,8 +276,9 @@ def matmul_floor(model, steps, rows_per_sentence=1, jit_compile=True):
 
 
 def bfloat16_copy(model, args):
-    """`model` computing in bfloat16 (the mixed_bfloat16 policy), with the same weights."""
-    copy = build_model(args, dtype="mixed_bfloat16")
+    """`model` computing in bfloat16 as `serving.export --compute_dtype bfloat16` exports it
+    (weights stored in bfloat16, `model.precision`), with the same weights."""
+    copy = build_model(args, dtype=COMPUTE_DTYPES["bfloat16"])
     copy.set_weights(model.get_weights())
     return copy
 

@@ -5,6 +5,7 @@ import keras
 import tensorflow as tf
 
 from model.positional_encoding import positional_encoding
+from model.precision import float32_weights_policy
 
 
 def make_token_embedding(vocab_size, d_model, dtype=None, name="embedding"):
@@ -22,7 +23,7 @@ def make_token_embedding(vocab_size, d_model, dtype=None, name="embedding"):
         embeddings_initializer=keras.initializers.RandomNormal(stddev=d_model**-0.5),
         reverse_dtype="float32",
         name=name,
-        dtype=dtype,
+        dtype=float32_weights_policy(dtype),
     )
 
 

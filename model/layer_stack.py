@@ -4,6 +4,7 @@ import keras
 import tensorflow as tf
 
 from model.embedding import PositionalEmbedding
+from model.precision import float32_weights_policy
 from model.sublayer import LAYER_NORM_EPSILON, STACK_ARGS, layer_norm_weights
 
 
@@ -57,7 +58,7 @@ class LayerStack(keras.layers.Layer):
             maximum_position_encoding,
             token_embedding=token_embedding,
             name="embedding",
-            dtype=policy,
+            dtype=float32_weights_policy(policy),
         )
         self._layers_attribute = layers_attribute
         setattr(
@@ -80,7 +81,9 @@ class LayerStack(keras.layers.Layer):
         # Pre-LN leaves the last residual sum unnormalized; the stack normalizes it once.
         self.final_layernorm = (
             keras.layers.LayerNormalization(
-                epsilon=LAYER_NORM_EPSILON, name="final_layernorm", dtype=policy
+                epsilon=LAYER_NORM_EPSILON,
+                name="final_layernorm",
+                dtype=float32_weights_policy(policy),
             )
             if norm_first
             else None

@@ -2,6 +2,8 @@
 
 import keras
 
+from model.precision import float32_weights_policy
+
 # Constructor arguments shared by EncoderLayer, DecoderLayer, Encoder and Decoder (their configs).
 LAYER_ARGS = ("d_model", "num_heads", "dff", "rate", "norm_first")
 STACK_ARGS = LAYER_ARGS + ("num_layers", "maximum_position_encoding")
@@ -33,7 +35,9 @@ class ResidualNorm(keras.layers.Layer):
         self.rate = rate
         self.norm_first = norm_first
         self.layernorm = keras.layers.LayerNormalization(
-            epsilon=LAYER_NORM_EPSILON, name="layernorm", dtype=self.dtype_policy
+            epsilon=LAYER_NORM_EPSILON,
+            name="layernorm",
+            dtype=float32_weights_policy(self.dtype_policy),
         )
         self.dropout = keras.layers.Dropout(rate, dtype=self.dtype_policy)
 

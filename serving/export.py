@@ -646,9 +646,9 @@ def main(argv=None):
     parser.add_argument(
         "--compute_dtype",
         choices=list(artifacts.COMPUTE_DTYPES),
-        help="bfloat16: the matrix products in bfloat16 (weights kept float32; the attention "
-        "softmax and the logits in float32), for CPUs with bfloat16 units (default: as the run "
-        "was trained)",
+        help="bfloat16: the matrix products in bfloat16, their weights stored in bfloat16 "
+        "(layer norms, embeddings, the attention softmax and the logits in float32), for CPUs "
+        "with bfloat16 units (default: as the run was trained)",
     )
     parser.add_argument(
         "--warmup_max_batch",

@@ -53,7 +53,7 @@ from model.decoding import beam_search_decode, greedy_decode
 from model.special_tokens import END_ID, START_ID
 from serving import export
 from tests.export_fixtures import PAIRS, saved_model_cli, saved_model_cli_path, text_literal
-from training.artifacts import CONFIG_FILE, load_trained
+from training.artifacts import CONFIG_FILE, load_trained, read_config
 
 MODEL_NAME = "translator"
 # Different lengths, accents, a sentence outside the training pairs and an empty string.
@@ -753,6 +753,17 @@ def test_bfloat16_export_multiplies_in_bfloat16_and_translates_as_float32(
     # The dense layers and the attention's products; the float32 output projection keeps
     # some float32 MatMuls.
     assert "bfloat16" in dtypes["MatMul"] and "bfloat16" in dtypes["BatchMatMulV2"]
+    # The weight matrices are stored in bfloat16, not cast at each step (`model.precision`);
+    # the layer norms and the embedding matrix stay float32.
+    stored = tf.train.load_checkpoint(os.path.join(path, "variables", "variables"))
+    shapes = stored.get_variable_to_shape_map()
+    by_dtype = {}
+    for name, dtype in stored.get_variable_to_dtype_map().items():
+        by_dtype.setdefault(dtype.name, []).append(shapes[name])
+    config = read_config(run_dir)
+    d_model, dff = config["d_model"], config["dff"]
+    assert [d_model, d_model] in by_dtype["bfloat16"] and [d_model, dff] in by_dtype["bfloat16"]
+    assert [d_model, d_model] not in by_dtype["float32"]
     bf16 = tf.saved_model.load(path)
     sources = [source for source, _ in PAIRS]
     for signature in (GREEDY_SIGNATURE, BEAM_SIGNATURE):

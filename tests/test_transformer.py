@@ -392,3 +392,47 @@ def test_named_weights_of_a_tied_model_give_the_transposed_target_embedding():
     target_matrix = model.decoder.embedding.embedding.embeddings
     assert weights["decoder"]["embedding"] is target_matrix
     np.testing.assert_array_equal(weights["pre_softmax_linear"]["W"], np.transpose(target_matrix))
+
+
+@pytest.mark.parametrize("tie", [False, True], ids=["untied", "tied"])
+def test_bfloat16_weights_decode_bit_for_bit_as_mixed_bfloat16(batch, tie):
+    """Under the "bfloat16" policy (`model.precision`, what `serving.export --compute_dtype
+    bfloat16` exports) the weight matrices are stored in bfloat16, and layer norms, token
+    embeddings and the float32 output layer keep float32 variables: a decoding step computes
+    exactly what the same weights compute under mixed_bfloat16, which stores every weight in
+    float32 and casts it at every read."""
+    inp, tar = batch
+    inp = np.minimum(inp, VOCAB_OUT - 1)
+    sizes = dict(tie_embeddings=tie, share_embeddings=tie, rate=0.0)
+    reference = shared_vocab_transformer(**sizes)
+    reference.build(((None, None), (None, None)))
+    # Layer norms start at exactly 1 and 0, which bfloat16 holds: perturb every weight.
+    rng = np.random.default_rng(0)
+    reference.set_weights([w + rng.normal(0, 0.05, w.shape) for w in reference.get_weights()])
+    models = {}
+    for policy in ("float32", "mixed_bfloat16", "bfloat16"):
+        models[policy] = shared_vocab_transformer(**sizes, dtype=policy)
+        models[policy].build(((None, None), (None, None)))
+        models[policy].set_weights(reference.get_weights())
+
+    stored = models["bfloat16"].weights
+    kept_float32 = ("layernorm", "embedding", "final_layer")
+    for variable in stored:
+        expected = "float32" if any(part in variable.path for part in kept_float32) else "bfloat16"
+        assert variable.dtype == expected, variable.path
+    assert sum(variable.dtype == "bfloat16" for variable in stored) > len(stored) / 2
+
+    def step_logits(model):
+        cache = model.init_cache(*model.encode(inp), cache_slots=tar.shape[1])
+        logits = []
+        for t in range(tar.shape[1]):
+            step, _, cache = model.decode(tar[:, t : t + 1], cache, t)
+            logits.append(step)
+        return np.concatenate(logits, axis=1)
+
+    bfloat16 = step_logits(models["bfloat16"])
+    np.testing.assert_array_equal(bfloat16, step_logits(models["mixed_bfloat16"]))
+    # Both compute in bfloat16: close to float32's logits, not equal to them.
+    float32 = step_logits(models["float32"])
+    assert not np.array_equal(bfloat16, float32)
+    np.testing.assert_allclose(bfloat16, float32, atol=0.1)

@@ -24,6 +24,7 @@ import keras
 
 from common.flags import parse_bool
 from model import Transformer
+from model.precision import BFLOAT16_WEIGHTS
 from model.tokenizer import load_tokenizers, read_tokenizer_config
 from model.translator import DecodingOptions
 from training.config import upgrade_renamed_settings
@@ -268,17 +269,19 @@ def require_trained_run(run_dir):
 
 
 # Compute dtypes a trained model can be loaded with (`load_trained`), and their Keras policies.
-COMPUTE_DTYPES = {"float32": "float32", "bfloat16": "mixed_bfloat16"}
+COMPUTE_DTYPES = {"float32": "float32", "bfloat16": BFLOAT16_WEIGHTS}
 
 
 def load_trained(run_dir, compute_dtype=None):
     """Loads a trained translator, from the weights `select_weights` picks.
 
     `compute_dtype` None computes as the run was trained (its dtype policy); "float32" in
-    float32; "bfloat16" in bfloat16 (`COMPUTE_DTYPES`: Keras's mixed_bfloat16
-    policy): the matrix products and activations in bfloat16, the variables float32 as
-    trained, the attention softmax and the output logits in float32 (`model.attention`,
-    `model.embedding`). For serving where the CPU has bfloat16 units (AVX-512 BF16, AMX).
+    float32; "bfloat16" in bfloat16 (`COMPUTE_DTYPES`: Keras's "bfloat16" policy, the
+    weight matrices rounded to bfloat16 once, here, and layer norms and embeddings kept
+    float32, `model.precision`): the matrix products and activations in bfloat16, the
+    attention softmax and the output logits in float32 (`model.attention`,
+    `model.embedding`); it decodes exactly as mixed_bfloat16 would, without casting every
+    weight at every step. For serving where the CPU has bfloat16 units (AVX-512 BF16, AMX).
 
     Returns:
         `(model, source_tokenizer, target_tokenizer, config)`; an INFO log says which weights.

@@ -1,0 +1,31 @@
+"""Serving in bfloat16 with the weight matrices stored in bfloat16 (Keras's "bfloat16" policy).
+
+Keras's mixed_bfloat16 policy keeps every variable float32 and casts it to bfloat16 each time a
+layer reads it: inside a decoding loop, every weight matrix is read in float32, cast, and written
+again at every step. Under "bfloat16" the variables are bfloat16, rounded once when the float32
+weights are set, and a step reads half the bytes (BENCHMARKS.md, "bfloat16 weights").
+
+Some layers keep float32 variables (`float32_weights_policy`), as under mixed_bfloat16:
+- layer norms, which normalize in float32 with a float32 scale and offset;
+- the token embeddings, whose tied output projection multiplies by the matrix in float32 (their
+  lookups round the rows to bfloat16 either way);
+- the positional embedding layer that looks the tokens up, which has no variable of its own.
+  Keras's embedding layer asks not to be autocast, and called inside a mixed caller's autocast
+  scope it closes that scope; called outside any (by a "bfloat16" caller), it opens one like
+  any mixed layer, and Keras then casts the whole float32 matrix at every step to look up a
+  few rows.
+So a model under "bfloat16" decodes exactly what the same weights decode under mixed_bfloat16.
+"""
+
+import keras
+
+BFLOAT16_WEIGHTS = "bfloat16"
+
+
+def float32_weights_policy(policy):
+    """The dtype policy of a layer that keeps float32 variables in a model under `policy`:
+    mixed_bfloat16 (bfloat16 compute, float32 variables) where `policy` stores the weights in
+    bfloat16, else `policy` itself (None: the global policy)."""
+    if policy is not None and keras.dtype_policies.get(policy).name == BFLOAT16_WEIGHTS:
+        return keras.dtype_policies.DTypePolicy("mixed_bfloat16")
+    return policy
