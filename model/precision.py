@@ -3,7 +3,8 @@
 Keras's mixed_bfloat16 policy keeps every variable float32 and casts it to bfloat16 each time a
 layer reads it: inside a decoding loop, every weight matrix is read in float32, cast, and written
 again at every step. Under "bfloat16" the variables are bfloat16, rounded once when the float32
-weights are set, and a step reads half the bytes (BENCHMARKS.md, "bfloat16 weights").
+weights are set, and a step reads half the bytes (BENCHMARKS.md, "bfloat16 weights: stored, not
+cast").
 
 Some layers keep float32 variables (`float32_weights_policy`), as under mixed_bfloat16:
 - layer norms, which normalize in float32 with a float32 scale and offset;
