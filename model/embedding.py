@@ -133,4 +133,10 @@ class TiedOutputProjection(keras.layers.Layer):
         self.built = True
 
     def call(self, x):
-        return self.token_embedding(x, reverse=True) + self.bias
+        # E is read here, in this float32 layer, rather than through the embedding layer's
+        # reverse call: called outside any autocast scope (by a model storing its weights in
+        # bfloat16, `model.precision`), Keras would round E to bfloat16 there first.
+        matrix = self.token_embedding.embeddings
+        return (
+            keras.ops.matmul(keras.ops.cast(x, "float32"), keras.ops.transpose(matrix)) + self.bias
+        )

@@ -741,6 +741,27 @@ def _op_dtypes(saved_model_pb, ops):
     return found
 
 
+def _variables_cast_to(saved_model_pb, dtype):
+    """Names of the `Cast` nodes in a SavedModel's functions that cast a variable's value (a
+    `ReadVariableOp` output) to `dtype`."""
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    proto = saved_model_pb2.SavedModel()
+    with open(saved_model_pb, "rb") as handle:
+        proto.ParseFromString(handle.read())
+    found = []
+    for function in proto.meta_graphs[0].graph_def.library.function:
+        op_of = {node.name: node.op for node in function.node_def}
+        for node in function.node_def:
+            if (
+                node.op == "Cast"
+                and tf.dtypes.as_dtype(node.attr["DstT"].type) == dtype
+                and op_of.get(node.input[0].split(":")[0]) == "ReadVariableOp"
+            ):
+                found.append(node.name)
+    return found
+
+
 def test_bfloat16_export_multiplies_in_bfloat16_and_translates_as_float32(
     run_dir, loaded, tmp_path
 ):
@@ -764,6 +785,9 @@ def test_bfloat16_export_multiplies_in_bfloat16_and_translates_as_float32(
     d_model, dff = config["d_model"], config["dff"]
     assert [d_model, d_model] in by_dtype["bfloat16"] and [d_model, dff] in by_dtype["bfloat16"]
     assert [d_model, d_model] not in by_dtype["float32"]
+    # Nor is any float32 variable cast to bfloat16 where it is read (as Keras's mixed_bfloat16
+    # does, and as it would do to the embedding matrix at every lookup: `model.precision`).
+    assert _variables_cast_to(os.path.join(path, "saved_model.pb"), tf.bfloat16) == []
     bf16 = tf.saved_model.load(path)
     sources = [source for source, _ in PAIRS]
     for signature in (GREEDY_SIGNATURE, BEAM_SIGNATURE):

@@ -432,6 +432,10 @@ def test_bfloat16_weights_decode_bit_for_bit_as_mixed_bfloat16(batch, tie):
 
     bfloat16 = step_logits(models["bfloat16"])
     np.testing.assert_array_equal(bfloat16, step_logits(models["mixed_bfloat16"]))
+    # The whole forward pass too (training's, and the export's score signature).
+    np.testing.assert_array_equal(
+        models["bfloat16"]((inp, tar)), models["mixed_bfloat16"]((inp, tar))
+    )
     # Both compute in bfloat16: close to float32's logits, not equal to them.
     float32 = step_logits(models["float32"])
     assert not np.array_equal(bfloat16, float32)
