@@ -1368,8 +1368,13 @@ def test_a_cancelled_batched_call_leaves_the_queue_with_its_pieces_not_yet_run(e
     texts = [f"fila {i}" for i in range(32)]
     try:
         call = connection.predict.Predict.future(texts_request(texts), timeout=120)
-        # All 32 one-row pieces are queued behind the one batch thread.
+        # All 32 one-row pieces are queued behind the one batch thread, and the first is under
+        # way (its batch recorded): one piece at least runs whenever the cancellation lands.
         assert batcher.wait_until_enqueued(len(texts), timeout=60)
+        deadline = time.monotonic() + 60
+        while not connection.server.batch_stats.histogram():
+            assert time.monotonic() < deadline, "no piece started within 60 s"
+            time.sleep(0.001)
         call.cancel()
         assert batcher.wait_until_idle(timeout=120)
         pieces_run = sum(connection.server.batch_stats.histogram().values())
