@@ -725,14 +725,19 @@ def test_local_server_serves_the_export_to_the_grpc_client(exported, loaded):
 # ------------------------------------------------------------------ bfloat16 compute
 
 
-def _op_dtypes(saved_model_pb, ops):
-    """`{op: {dtype names}}` of the nodes of `ops` in a SavedModel's graph and functions."""
+def _graph_def(saved_model_pb):
+    """The `GraphDef` (graph and function library) of a SavedModel's one meta graph."""
     from tensorflow.core.protobuf import saved_model_pb2
 
     proto = saved_model_pb2.SavedModel()
     with open(saved_model_pb, "rb") as handle:
         proto.ParseFromString(handle.read())
-    graph = proto.meta_graphs[0].graph_def
+    return proto.meta_graphs[0].graph_def
+
+
+def _op_dtypes(saved_model_pb, ops):
+    """`{op: {dtype names}}` of the nodes of `ops` in a SavedModel's graph and functions."""
+    graph = _graph_def(saved_model_pb)
     nodes = list(graph.node) + [node for f in graph.library.function for node in f.node_def]
     found = {}
     for node in nodes:
@@ -744,13 +749,8 @@ def _op_dtypes(saved_model_pb, ops):
 def _variables_cast_to(saved_model_pb, dtype):
     """Names of the `Cast` nodes in a SavedModel's functions that cast a variable's value (a
     `ReadVariableOp` output) to `dtype`."""
-    from tensorflow.core.protobuf import saved_model_pb2
-
-    proto = saved_model_pb2.SavedModel()
-    with open(saved_model_pb, "rb") as handle:
-        proto.ParseFromString(handle.read())
     found = []
-    for function in proto.meta_graphs[0].graph_def.library.function:
+    for function in _graph_def(saved_model_pb).library.function:
         op_of = {node.name: node.op for node in function.node_def}
         for node in function.node_def:
             if (
