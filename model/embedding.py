@@ -102,41 +102,92 @@ class PositionalEmbedding(keras.layers.Layer):
         return config
 
 
+def project_to_logits(x, pre_softmax_linear):
+    """The pre-softmax linear transformation's arithmetic, the same in the forward pass and at
+    every decoding step: `x·W` in W's dtype, then `+ b` in float32.
+
+    Args:
+        x: `(..., d_model)`, any float dtype.
+        pre_softmax_linear: `{"W": (d_model, vocab_size) float32 or bfloat16, "b":
+            (vocab_size,) float32}`, an output layer's `pre_softmax_linear()`.
+
+    Returns:
+        float32 logits `(..., vocab_size)`.
+    """
+    weight = pre_softmax_linear["W"]
+    product = tf.matmul(tf.cast(x, weight.dtype), weight)
+    return tf.cast(product, tf.float32) + pre_softmax_linear["b"]
+
+
 class TiedOutputProjection(keras.layers.Layer):
     """The pre-softmax linear transformation sharing the embedding matrix E (§3.4): `x·Eᵀ + b`.
 
-    The bias (one per token, zeros at first) is kept from the untied `Dense` output layer: it
-    costs `vocab_size` weights and models how frequent each token is, which E, shared with the
-    input side, would otherwise have to encode. OpenNMT-tf and Sockeye keep it too; fairseq and
+    The bias (one per token, zeros at first) is kept from the untied output layer: it costs
+    `vocab_size` weights and models how frequent each token is, which E, shared with the input
+    side, would otherwise have to encode. OpenNMT-tf and Sockeye keep it too; fairseq and
     tensor2tensor drop it.
 
     Args:
         token_embedding: the `make_token_embedding` layer whose matrix E `(vocab_size, d_model)`
             is shared (built by its embedding user). Being a constructor object, it makes the
             layer buildable only by the model that owns the embedding (no `from_config`).
+        product_dtype: the dtype `x·Eᵀ` is computed in (`model.precision.logits_product_dtype`).
 
     Call arguments:
         x: `(..., d_model)`.
 
     Returns:
         float32 logits `(..., vocab_size)`, whatever the compute dtype (give the layer
-        `dtype="float32"` so the bias is added in float32 as well).
+        `dtype="float32"` so that E and b are read in float32).
     """
 
-    def __init__(self, token_embedding, **kwargs):
+    def __init__(self, token_embedding, product_dtype="float32", **kwargs):
         super().__init__(**kwargs)
         self.token_embedding = token_embedding
         self.vocab_size = token_embedding.input_dim
+        self.product_dtype = product_dtype
 
     def build(self, input_shape):
         self.bias = self.add_weight(shape=(self.vocab_size,), initializer="zeros", name="bias")
         self.built = True
 
+    def pre_softmax_linear(self):
+        """`{"W": Eᵀ (d_model, vocab_size) in product_dtype, "b": (vocab_size,)}`: W is a copy
+        made by this call (see `Transformer.pre_softmax_linear`)."""
+        # E is read here, not through the embedding layer's reverse call, so that product_dtype
+        # alone decides the product's dtype: called outside any autocast scope (by a model
+        # storing its weights in bfloat16, `model.precision`), Keras would round E there.
+        matrix = tf.transpose(self.token_embedding.embeddings)
+        return {"W": tf.cast(matrix, self.product_dtype), "b": self.bias}
+
     def call(self, x):
-        # E is read here, in this float32 layer, rather than through the embedding layer's
-        # reverse call: called outside any autocast scope (by a model storing its weights in
-        # bfloat16, `model.precision`), Keras would round E to bfloat16 there first.
-        matrix = self.token_embedding.embeddings
-        return (
-            keras.ops.matmul(keras.ops.cast(x, "float32"), keras.ops.transpose(matrix)) + self.bias
-        )
+        return project_to_logits(x, self.pre_softmax_linear())
+
+
+class OutputProjection(keras.layers.Dense):
+    """The untied pre-softmax linear transformation `x·W + b`: a `Dense` layer (its variables,
+    `kernel` and `bias`, as Keras saves them) whose product is computed in `product_dtype`.
+
+    Args:
+        units: the target vocabulary size.
+        product_dtype: the dtype `x·W` is computed in (`model.precision.logits_product_dtype`).
+        kwargs: `Dense`'s; give `dtype="float32"` (float32 variables and logits).
+    """
+
+    def __init__(self, units, product_dtype="float32", **kwargs):
+        super().__init__(units, **kwargs)
+        self.product_dtype = product_dtype
+
+    def pre_softmax_linear(self):
+        """`{"W": (d_model, units) in product_dtype, "b": (units,)}`: W is the kernel itself
+        when product_dtype is its dtype, else a copy made by this call."""
+        kernel = self.kernel
+        if kernel.dtype != self.product_dtype:
+            kernel = tf.cast(kernel, self.product_dtype)
+        return {"W": kernel, "b": self.bias}
+
+    def call(self, x):
+        return project_to_logits(x, self.pre_softmax_linear())
+
+    def get_config(self):
+        return {**super().get_config(), "product_dtype": self.product_dtype}

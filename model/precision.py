@@ -8,14 +8,19 @@ cast").
 
 Some layers keep float32 variables (`float32_weights_policy`), as under mixed_bfloat16:
 - layer norms, which normalize in float32 with a float32 scale and offset;
-- the token embeddings, whose tied output projection multiplies by the matrix in float32 (their
-  lookups round the rows to bfloat16 either way);
+- the token embeddings (their lookups round the rows to bfloat16 either way, and a tied output
+  projection copies the matrix once per call, below);
 - the positional embedding layer that looks the tokens up, which has no variable of its own.
   Keras's embedding layer asks not to be autocast, and called inside a mixed caller's autocast
   scope it closes that scope; called outside any (by a "bfloat16" caller), it opens one like
   any mixed layer, and Keras then casts the whole float32 matrix at every step to look up a
   few rows.
-So a model under "bfloat16" decodes exactly what the same weights decode under mixed_bfloat16.
+Up to the logits, a model under "bfloat16" computes exactly what the same weights compute under
+mixed_bfloat16. The pre-softmax linear transformation is where they part (`logits_product_dtype`):
+under mixed_bfloat16 (training) it multiplies in float32, which the loss's gradients want; under
+"bfloat16" (serving) it multiplies in bfloat16 by a copy of W made once per call, the step's
+largest product at half the bytes, and only then adds the float32 bias (BENCHMARKS.md, "bfloat16
+export: BLEU" and "bfloat16 output product").
 """
 
 import keras
@@ -27,6 +32,17 @@ def float32_weights_policy(policy):
     """The dtype policy of a layer that keeps float32 variables in a model under `policy`:
     mixed_bfloat16 (bfloat16 compute, float32 variables) where `policy` stores the weights in
     bfloat16, else `policy` itself (None: the global policy)."""
-    if policy is not None and keras.dtype_policies.get(policy).name == BFLOAT16_WEIGHTS:
+    if _stores_weights_in_bfloat16(policy):
         return keras.dtype_policies.DTypePolicy("mixed_bfloat16")
     return policy
+
+
+def logits_product_dtype(policy):
+    """The dtype of the pre-softmax linear transformation's product (`x·W`) in a model under
+    `policy`: bfloat16 where `policy` stores the weights in bfloat16, else float32. The logits
+    themselves are float32 either way."""
+    return "bfloat16" if _stores_weights_in_bfloat16(policy) else "float32"
+
+
+def _stores_weights_in_bfloat16(policy):
+    return policy is not None and keras.dtype_policies.get(policy).name == BFLOAT16_WEIGHTS

@@ -6,9 +6,15 @@ import keras
 import tensorflow as tf
 
 from model.decoder import Decoder
-from model.embedding import TiedOutputProjection, make_token_embedding
+from model.embedding import (
+    OutputProjection,
+    TiedOutputProjection,
+    make_token_embedding,
+    project_to_logits,
+)
 from model.encoder import Encoder
 from model.masks import create_decoder_self_attention_mask, create_padding_mask
+from model.precision import logits_product_dtype
 from model.sublayer import LAYER_NORM_EPSILON
 
 
@@ -131,13 +137,15 @@ class Transformer(keras.Model):
             dtype=policy,
         )
         # The logits stay float32 under mixed precision: softmax and the loss need the range.
+        # Their product runs in bfloat16 only where the weights are stored in bfloat16 (serving).
+        product_dtype = logits_product_dtype(policy)
         if tie_embeddings:
             self.final_layer = TiedOutputProjection(
-                target_embedding, name="final_layer", dtype="float32"
+                target_embedding, product_dtype, name="final_layer", dtype="float32"
             )
         else:
-            self.final_layer = keras.layers.Dense(
-                target_vocab_size, name="final_layer", dtype="float32"
+            self.final_layer = OutputProjection(
+                target_vocab_size, product_dtype, name="final_layer", dtype="float32"
             )
 
     def build(self, input_shape):
@@ -167,19 +175,17 @@ class Transformer(keras.Model):
 
     def pre_softmax_linear(self):
         """The pre-softmax linear transformation: `{"W": (d_model, target_vocab_size), "b":
-        (target_vocab_size,)}`, float32, logits `x·W + b`; the output layer's variables.
+        (target_vocab_size,)}`, logits `x·W + b` (`model.embedding.project_to_logits`); the
+        output layer's variables.
 
-        With `tie_embeddings`, W is a tensor: the transposed target embedding matrix, copied
-        into that layout by this call. A decoding loop gets it once and hands it to every
-        `decode` step: multiplying by E transposed inside the loop, as the tied layer does, ran
-        up to 1.8× slower on CPU than by the stored copy (BENCHMARKS.md, "Decoding against
-        issue 25's goals").
+        b is float32; W is float32 too, or bfloat16 in a model storing its weights in bfloat16
+        (`model.precision.logits_product_dtype`), and then a copy made by this call. With
+        `tie_embeddings`, W is a tensor: the transposed target embedding matrix, copied into
+        that layout by this call. A decoding loop gets it once and hands it to every `decode`
+        step: multiplying by E transposed inside the loop ran up to 1.8× slower on CPU than by
+        the stored copy (BENCHMARKS.md, "Decoding against issue 25's goals").
         """
-        if self.tie_embeddings:
-            kernel = tf.transpose(self.final_layer.token_embedding.embeddings)
-        else:
-            kernel = self.final_layer.kernel
-        return {"W": kernel, "b": self.final_layer.bias}
+        return self.final_layer.pre_softmax_linear()
 
     def encode(self, inp, training=False, return_attention_weights=False):
         """Source ids `(batch, inp_len)` → `(enc_output (batch, inp_len, d_model),
@@ -237,7 +243,8 @@ class Transformer(keras.Model):
                 it says.
             with_alignment: False returns a zero-width alignment, not computed.
             pre_softmax_linear: this model's `pre_softmax_linear()`, got once per decoding call
-                rather than at each step; default: the output layer itself.
+                rather than at each step; default: the output layer itself (the same
+                arithmetic).
 
         Returns:
             `DecoderOutput(logits, alignment, cache)`.
@@ -252,11 +259,7 @@ class Transformer(keras.Model):
         if pre_softmax_linear is None:
             logits = self.final_layer(hidden)
         else:
-            # The output layer's own arithmetic (float32), on the weights given.
-            logits = (
-                tf.matmul(tf.cast(hidden, tf.float32), pre_softmax_linear["W"])
-                + pre_softmax_linear["b"]
-            )
+            logits = project_to_logits(hidden, pre_softmax_linear)
         if with_alignment:
             alignment = tf.reduce_mean(tf.cast(cross_weights, tf.float32), axis=1)
         else:

@@ -395,12 +395,13 @@ def test_named_weights_of_a_tied_model_give_the_transposed_target_embedding():
 
 
 @pytest.mark.parametrize("tie", [False, True], ids=["untied", "tied"])
-def test_bfloat16_weights_decode_bit_for_bit_as_mixed_bfloat16(batch, tie):
+def test_bfloat16_weights_decode_as_mixed_bfloat16_but_for_a_bfloat16_output_product(batch, tie):
     """Under the "bfloat16" policy (`model.precision`, what `serving.export --compute_dtype
     bfloat16` exports) the weight matrices are stored in bfloat16, and layer norms, token
-    embeddings and the float32 output layer keep float32 variables: a decoding step computes
-    exactly what the same weights compute under mixed_bfloat16, which stores every weight in
-    float32 and casts it at every read."""
+    embeddings and the float32 output layer keep float32 variables: up to the logits, a decoding
+    step computes exactly what the same weights compute under mixed_bfloat16, which stores every
+    weight in float32 and casts it at every read. The pre-softmax product then runs in bfloat16
+    (`logits_product_dtype`) where mixed_bfloat16's runs in float32."""
     inp, tar = batch
     inp = np.minimum(inp, VOCAB_OUT - 1)
     sizes = dict(tie_embeddings=tie, share_embeddings=tie, rate=0.0)
@@ -409,6 +410,13 @@ def test_bfloat16_weights_decode_bit_for_bit_as_mixed_bfloat16(batch, tie):
     # Layer norms start at exactly 1 and 0, which bfloat16 holds: perturb every weight.
     rng = np.random.default_rng(0)
     reference.set_weights([w + rng.normal(0, 0.05, w.shape) for w in reference.get_weights()])
+    # W in bfloat16 numbers and no bias: mixed_bfloat16's float32 product is then the exact
+    # sum that the bfloat16 product rounds once.
+    output_matrix = (
+        reference.final_layer.token_embedding.embeddings if tie else reference.final_layer.kernel
+    )
+    output_matrix.assign(tf.cast(tf.cast(output_matrix, tf.bfloat16), tf.float32))
+    reference.final_layer.bias.assign(tf.zeros_like(reference.final_layer.bias))
     models = {}
     for policy in ("float32", "mixed_bfloat16", "bfloat16"):
         models[policy] = shared_vocab_transformer(**sizes, dtype=policy)
@@ -430,13 +438,20 @@ def test_bfloat16_weights_decode_bit_for_bit_as_mixed_bfloat16(batch, tie):
             logits.append(step)
         return np.concatenate(logits, axis=1)
 
+    def rounded_to_bfloat16(logits):
+        return tf.cast(tf.cast(logits, tf.bfloat16), tf.float32).numpy()
+
     bfloat16 = step_logits(models["bfloat16"])
-    np.testing.assert_array_equal(bfloat16, step_logits(models["mixed_bfloat16"]))
+    mixed = step_logits(models["mixed_bfloat16"])
     # The whole forward pass too (training's, and the export's score signature).
-    np.testing.assert_array_equal(
-        models["bfloat16"]((inp, tar)), models["mixed_bfloat16"]((inp, tar))
-    )
+    forward = (models["bfloat16"]((inp, tar)), models["mixed_bfloat16"]((inp, tar)))
+    for given, expected in ((bfloat16, mixed), forward):
+        assert given.dtype == np.float32
+        np.testing.assert_array_equal(given, rounded_to_bfloat16(given))
+        assert not np.array_equal(given, expected)
+        # The same sum rounded once; a few round the other way (summed in another order).
+        assert np.mean(given == rounded_to_bfloat16(expected)) > 0.99
+        np.testing.assert_allclose(given, expected, rtol=2**-8)
     # Both compute in bfloat16: close to float32's logits, not equal to them.
     float32 = step_logits(models["float32"])
-    assert not np.array_equal(bfloat16, float32)
     np.testing.assert_allclose(bfloat16, float32, atol=0.1)
