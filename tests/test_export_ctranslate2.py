@@ -4,7 +4,9 @@ A tiny trained run (tests/export_fixtures.py), post-LN and pre-LN, is converted 
 line; CTranslate2 then translates a batch of sentences of different lengths (one cut to the
 model's source length), and its tokens and scores must equal those of `model.decoding` on the
 same weights: greedy, and beam 4 with the length penalty off on both sides and on (where the
-two normalize differently; see the export's docstring). tests/test_export.py shows that those
+two normalize differently; see the export's docstring). Beam search may find a better-scored
+hypothesis than CTranslate2's, which registers fewer of those that end
+(`_assert_equal_or_ours_better`). tests/test_export.py shows that those
 decoders give what the SavedModel gives, and the text comparison here goes through the same
 `model.translator.Translator` methods the SavedModel's signatures are traced from.
 """
@@ -117,6 +119,47 @@ def _ours(decoded):
     return rows, decoded["scores"].numpy()
 
 
+# Of the 7 texts, beam search may find a better hypothesis than CTranslate2's on at most this
+# many (`_assert_equal_or_ours_better`); the others must be equal, or the comparison tests little.
+MAX_BETTER_THAN_CT2 = 2
+
+
+def _assert_equal_or_ours_better(ct2, ours, max_differing=MAX_BETTER_THAN_CT2, atol=1e-3):
+    """Per text, CTranslate2's hypotheses and scores equal ours, or ours score as high or higher.
+
+    CTranslate2's beam search registers a hypothesis that ends only when its `</s>` is among the
+    step's `beam_size` best candidates (`BeamSearch::search`, src/decoding.cc); ours takes one
+    among the 2 × beam best (`model.decoding.beam`). The two keep the same alive beams, the best
+    `beam_size` candidates that did not end, so ours registers every hypothesis CTranslate2 does
+    and sometimes one more: where the two differ, each of ours scores at least as high as
+    CTranslate2's of the same rank. Greedy search (`max_differing=0`) has no such difference.
+
+    Args:
+        ct2, ours: `(per text an id list or a list of them, (texts,) or (texts, n) scores)`.
+
+    Returns:
+        The texts (indices) where the two differ.
+    """
+    (ct2_ids, ct2_scores), (ours_ids, ours_scores) = ct2, ours
+    assert len(ct2_ids) == len(ours_ids)
+    differing = [
+        text for text, (theirs, mine) in enumerate(zip(ct2_ids, ours_ids)) if theirs != mine
+    ]
+    for text in range(len(ours_ids)):
+        theirs, mine = np.asarray(ct2_scores[text]), np.asarray(ours_scores[text])
+        if text in differing:
+            assert theirs.shape == mine.shape and np.all(mine >= theirs - atol), (
+                f"text {text}: ours {ours_ids[text]} scores {mine}, below CTranslate2's "
+                f"{ct2_ids[text]} at {theirs}"
+            )
+        else:
+            np.testing.assert_allclose(theirs, mine, atol=atol)
+    assert len(differing) <= max_differing, (
+        f"texts {differing} differ from CTranslate2's: {ct2_ids} against {ours_ids}"
+    )
+    return differing
+
+
 def _max_decoding_length(run, source_ids):
     options = export.DecodingOptions()
     return int(
@@ -199,7 +242,9 @@ def test_the_readme_recipe_prints_the_greedy_translations(run):
     assert "**greedy_options(" in run["printed"] and "load_tokenizers(" in run["printed"]
 
 
-def test_beam_search_without_length_penalty_equals_ours(run):
+def test_beam_search_without_length_penalty_equals_ours_or_ours_finds_better(run):
+    """Where ours returns another hypothesis than CTranslate2's, both score their hypothesis as
+    the model does teacher-forced, so CTranslate2's search, not its model, fell short."""
     source_ids = _source_ids(run, TEXTS)
     max_decoding_length = _max_decoding_length(run, source_ids)
     ours_ids, ours_scores = _ours(
@@ -214,8 +259,13 @@ def test_beam_search_without_length_penalty_equals_ours(run):
         )
     )
     ct2_ids, ct2_scores = _translate_ct2(run, TEXTS, BEAM_WIDTH, 0.0, max_decoding_length)
-    assert ct2_ids == ours_ids
-    np.testing.assert_allclose(ct2_scores, ours_scores, atol=1e-3)
+    differing = _assert_equal_or_ours_better((ct2_ids, ct2_scores), (ours_ids, ours_scores))
+    for text in differing:
+        for ids, score in ((ct2_ids[text], ct2_scores[text]), (ours_ids[text], ours_scores[text])):
+            forced = sequence_log_prob(
+                run["model"], source_ids[text : text + 1], tf.constant([ids]), START_ID
+            )
+            np.testing.assert_allclose(forced, [score], atol=1e-3)
 
 
 def _confident_texts(run, threshold=-1.0):
@@ -288,7 +338,7 @@ def _n_best_ours(decoded):
 
 def test_n_best_without_length_penalty_equals_ctranslate2(run):
     """`num_hypotheses` 3 of a beam of 4: the same hypotheses in the same order, with the same
-    scores.
+    scores (or ours better: `_assert_equal_or_ours_better`).
 
     CTranslate2 stops a sentence early once its best candidate is `</s>` and `num_hypotheses`
     have finished: the 2nd and 3rd it returns are then the first found, not the best (seen on
@@ -312,13 +362,10 @@ def test_n_best_without_length_penalty_equals_ctranslate2(run):
             num_hypotheses=3,
         )
     )
-    ct2_ids, ct2_scores = _n_best_ct2(
-        run, TEXTS, BEAM_WIDTH, 1e-6, max_decoding_length, 3, patience=4
-    )
-    assert ct2_ids == ours_ids
+    ct2_n_best = _n_best_ct2(run, TEXTS, BEAM_WIDTH, 1e-6, max_decoding_length, 3, patience=4)
+    _assert_equal_or_ours_better(ct2_n_best, (ours_ids, ours_scores))
     assert all(len(set(map(tuple, hypotheses))) == 3 for hypotheses in ours_ids)
     assert np.all(np.diff(ours_scores, axis=1) <= 0), "hypotheses not best first"
-    np.testing.assert_allclose(ct2_scores, ours_scores, atol=1e-3)
 
 
 def test_token_log_probs_equal_ctranslate2s_score_batch(run):
@@ -422,7 +469,11 @@ def test_target_prefix_equals_ctranslate2(run, beam_size):
         max_decoding_length,
         target_prefix=[[vocab[token] for token in prefix] for prefix in prefixes],
     )
-    assert ct2_ids == ours_ids
+    _assert_equal_or_ours_better(
+        (ct2_ids, ct2_scores),
+        (ours_ids, ours_scores),
+        max_differing=0 if beam_size == 1 else MAX_BETTER_THAN_CT2,
+    )
     for prefix, output in zip(prefixes, ours_ids):
         assert output[: len(prefix)] == prefix
     assert sum(output[-1] == END_ID for output in ours_ids) >= 5
@@ -430,7 +481,6 @@ def test_target_prefix_equals_ctranslate2(run, beam_size):
         greedy_decode(run["model"], source_ids, START_ID, END_ID, max_decoding_length)
     )[0]
     assert sum(ours != free for ours, free in zip(ours_ids, unprefixed)) >= 4
-    np.testing.assert_allclose(ct2_scores, ours_scores, atol=1e-3)
 
 
 ALTERNATIVES = 4
@@ -442,7 +492,8 @@ def test_return_alternatives_equals_ctranslate2(run, beam_size):
     holding [END]; the last text's its own greedy output but [END], where [END] is likely
     next and is left out of the alternatives' softmax), those below probability 0.02 dropped:
     per text the same alternatives, each continued as CTranslate2 continues it (greedy, or
-    beam 4 without length penalty), with the same scores, in CTranslate2's order."""
+    beam 4 without length penalty, where ours may find better), with the same scores, in
+    CTranslate2's order."""
     source_ids = _source_ids(run, TEXTS)
     max_decoding_length = _max_decoding_length(run, source_ids)
     prefixes, padded = _prefixes(run, source_ids, max_decoding_length)
@@ -482,11 +533,22 @@ def test_return_alternatives_equals_ctranslate2(run, beam_size):
         **decoding_options(vocab),
     )
     assert len(set(counts)) > 1, f"no alternative dropped: {counts}"
-    for text, result in enumerate(results):
-        assert len(result.hypotheses) == counts[text]
-        assert target_ids(vocab, result.hypotheses) == ours_ids[text][: counts[text]]
-        np.testing.assert_allclose(result.scores, ours_scores[text, : counts[text]], atol=1e-3)
-        assert not ours["tokens"][text, counts[text] :].numpy().any()
+    assert [len(result.hypotheses) for result in results] == list(counts)
+    for text, count in enumerate(counts):
+        assert not ours["tokens"][text, count:].numpy().any()
+    # Each alternative its own search after the same first free token: ours may find a better
+    # continuation than CTranslate2's (`_assert_equal_or_ours_better`).
+    _assert_equal_or_ours_better(
+        (
+            [target_ids(vocab, result.hypotheses) for result in results],
+            [result.scores for result in results],
+        ),
+        (
+            [ours_ids[text][:count] for text, count in enumerate(counts)],
+            [ours_scores[text, :count] for text, count in enumerate(counts)],
+        ),
+        max_differing=0 if beam_size == 1 else MAX_BETTER_THAN_CT2,
+    )
 
 
 REPETITION_CONTROLS = {
@@ -542,8 +604,11 @@ def test_repetition_controls_equal_ctranslate2(run, controls, beam_size):
         if beam_size == 1 or ours[-1] == theirs[-1] == END_ID
     ]
     assert len(ended) >= 3, f"too few outputs ended: {ours_ids}"
-    assert [ct2_ids[row] for row in ended] == [ours_ids[row] for row in ended]
-    np.testing.assert_allclose(ct2_scores[ended], ours_scores[ended], atol=1e-3)
+    _assert_equal_or_ours_better(
+        ([ct2_ids[row] for row in ended], ct2_scores[ended]),
+        ([ours_ids[row] for row in ended], ours_scores[ended]),
+        max_differing=0 if beam_size == 1 else MAX_BETTER_THAN_CT2,
+    )
 
 
 def test_int8_export_translates_like_float32(run, tmp_path):
