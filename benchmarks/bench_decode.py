@@ -43,6 +43,7 @@ import multiprocessing
 import os
 import shlex
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -348,17 +349,23 @@ class SessionWorker:
     Args:
         export_dir, threads: as `SessionSignatures`'s; `threads` also sets the worker's
             TensorFlow threads, as `main` sets this process's.
+        preload: a shared library the worker's dynamic linker loads first (`LD_PRELOAD`), as
+            for a `tensorflow_model_server` started with it: say `libjemalloc.so.2`, whose
+            `malloc` then replaces glibc's (`check_preload`). None: the worker inherits this
+            process's `LD_PRELOAD`.
 
     Use it as a context manager, or `close` it: the worker ends then (or with this process).
     """
 
-    def __init__(self, export_dir, threads=0):
+    def __init__(self, export_dir, threads=0, preload=None):
         context = multiprocessing.get_context("spawn")
         self._connection, worker_end = context.Pipe()
         self._process = context.Process(
             target=_serve_signatures, args=(worker_end, export_dir, threads), daemon=True
         )
-        self._process.start()
+        # A spawned worker is a new interpreter started with this process's environment.
+        with _environment(LD_PRELOAD=preload):
+            self._process.start()
         worker_end.close()
         self._receive()  # The export is loaded (or its loader's error is raised here).
 
@@ -383,6 +390,35 @@ class SessionWorker:
 
     def __exit__(self, *exc_info):
         self.close()
+
+
+@contextlib.contextmanager
+def _environment(**variables):
+    """This process's environment with `variables` set (those given as None left alone), for
+    the processes started inside the block."""
+    saved = {name: os.environ.get(name) for name in variables}
+    os.environ.update({name: value for name, value in variables.items() if value is not None})
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def check_preload(library):
+    """Raises ValueError unless the dynamic linker can preload `library` (a name it finds in
+    its search path, or a path): it only warns, and starts the program without it, otherwise."""
+    with _environment(LD_PRELOAD=library):
+        started = subprocess.run([sys.executable, "-c", ""], capture_output=True, text=True)
+    if started.returncode != 0 or "LD_PRELOAD" in started.stderr:
+        reason = started.stderr.strip().splitlines()[0] if started.stderr.strip() else ""
+        raise ValueError(
+            f"cannot preload {library!r} ({reason or 'the interpreter failed'}); for jemalloc "
+            "on Debian or Ubuntu: apt-get install libjemalloc2"
+        )
 
 
 def _serve_signatures(connection, export_dir, threads):
@@ -489,10 +525,24 @@ def parse_args(argv=None):
         "choice, one per core); 1 steadies timings on a machine whose "
         "cores other processes keep busy",
     )
+    parser.add_argument(
+        "--preload",
+        metavar="LIBRARY",
+        help="a shared library preloaded (LD_PRELOAD) into every SavedModel's Session worker, "
+        "as into a tensorflow_model_server started with it: libjemalloc.so.2 serves the "
+        "--jit_compile --xla_max_batch exports' plain-graph calls from jemalloc instead of "
+        "glibc's malloc (docs/serving.md); CTranslate2 and the in-process decoders keep this "
+        "process's allocator",
+    )
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     if args.max_positions <= args.output_tokens:
         parser.error("--max_positions must be larger than --output_tokens.")
+    if args.preload:
+        try:
+            check_preload(args.preload)
+        except ValueError as error:
+            parser.error(f"--preload: {error}")
     return args
 
 
@@ -545,7 +595,7 @@ def main(argv=None):
                     )
                 cases += [(name, decoder, batch, pieces[:batch]) for batch in args.batch_sizes]
 
-        signatures = workers.enter_context(SessionWorker(export_dir, args.threads))
+        signatures = workers.enter_context(SessionWorker(export_dir, args.threads, args.preload))
         served_texts = [served_texts[i % len(served_texts)] for i in range(max_batch)]
         if not args.export_dir:
             # What TF Serving runs with --xla_cpu_compilation_enabled, and the bfloat16 exports.
@@ -568,6 +618,7 @@ def main(argv=None):
                             exported_model, tokenizer, args, work_dir, jit_compile, xla_max_batch
                         ),
                         args.threads,
+                        args.preload,
                     )
                 )
                 cases += [
@@ -858,9 +909,10 @@ float32's / int8's, so below 1× is faster):
         )
     )
     threads = args.threads or os.cpu_count()
+    preloaded = f", in processes started with LD_PRELOAD={args.preload}" if args.preload else ""
     return f"""Command: `{command}`
 Machine: {machine_description()}; CTranslate2 {ctranslate2.__version__}; load average {load_before[0]:.2f} before, {load_after[0]:.2f} after (other processes share the cores).
-Model: {args.num_layers}+{args.num_layers} layers, d_model {args.d_model}, {args.num_heads} heads, dff {args.dff}, vocab {args.vocab_size}, random weights; sources of {args.source_words + 2} tokens; exactly {args.output_tokens} output tokens per sentence (min_length = max_decoding_length). TensorFlow threads (intra-op, inter-op): {args.threads or "default (one per core)"}; CTranslate2: {threads} intra-op threads, one batch at a time. Every decoder is warmed up {args.warmup}×, then timed {args.repeats}× in interleaved rounds (median; fastest in parentheses). SavedModel rows: {exported}, loaded by the TF1 SavedModel loader into a Session, as TF Serving loads it. CTranslate2 rows: the same weights converted by `serving.export_ctranslate2` (float32, and int8 weights), `translate_batch` on the same subword pieces, length penalty {export.DecodingOptions().alpha} (no effect on forced lengths).
+Model: {args.num_layers}+{args.num_layers} layers, d_model {args.d_model}, {args.num_heads} heads, dff {args.dff}, vocab {args.vocab_size}, random weights; sources of {args.source_words + 2} tokens; exactly {args.output_tokens} output tokens per sentence (min_length = max_decoding_length). TensorFlow threads (intra-op, inter-op): {args.threads or "default (one per core)"}; CTranslate2: {threads} intra-op threads, one batch at a time. Every decoder is warmed up {args.warmup}×, then timed {args.repeats}× in interleaved rounds (median; fastest in parentheses). SavedModel rows: {exported}, loaded by the TF1 SavedModel loader into a Session, as TF Serving loads it{preloaded}. CTranslate2 rows: the same weights converted by `serving.export_ctranslate2` (float32, and int8 weights), `translate_batch` on the same subword pieces, length penalty {export.DecodingOptions().alpha} (no effect on forced lengths).
 
 | decoder | batch | sentences/s | ms/sentence | output tokens/s | ms/batch |
 | --- | ---: | ---: | ---: | ---: | ---: |

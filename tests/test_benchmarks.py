@@ -2,6 +2,7 @@
 
 import argparse
 import json
+import multiprocessing
 import os
 import re
 
@@ -374,6 +375,36 @@ def test_bench_decode_session_worker_answers_as_a_session_in_this_process_and_ra
             worker("no_such_signature", texts)
         # The worker still answers after a failed request.
         assert worker(GREEDY_SIGNATURE, texts).keys() == expected.keys()
+
+
+# A library of glibc's own package (so on every glibc system) that nothing here loads otherwise.
+UNUSED_GLIBC_LIBRARY = "libBrokenLocale.so.1"
+
+
+def _mapped_libraries(pid):
+    with open(f"/proc/{pid}/maps") as maps:
+        return {os.path.basename(line.split()[-1]) for line in maps if "/" in line}
+
+
+def test_bench_decode_session_worker_runs_with_the_preloaded_library(exports):
+    from common.serving_contract import GREEDY_SIGNATURE
+
+    before = {child.pid for child in multiprocessing.active_children()}
+    with bench_decode.SessionWorker(exports[1], threads=1, preload=UNUSED_GLIBC_LIBRARY) as worker:
+        (pid,) = {child.pid for child in multiprocessing.active_children()} - before
+        assert UNUSED_GLIBC_LIBRARY in _mapped_libraries(pid)
+        assert worker(GREEDY_SIGNATURE, ["Gracias."])
+    assert "LD_PRELOAD" not in os.environ or UNUSED_GLIBC_LIBRARY not in os.environ["LD_PRELOAD"]
+    assert UNUSED_GLIBC_LIBRARY not in _mapped_libraries(os.getpid())
+
+
+def test_bench_decode_refuses_a_library_it_cannot_preload(capsys):
+    bench_decode.parse_args(["--preload", UNUSED_GLIBC_LIBRARY])
+    with pytest.raises(SystemExit):
+        bench_decode.parse_args(["--preload", "libno-such-allocator.so.1"])
+    error = capsys.readouterr().err
+    assert "--preload: cannot preload 'libno-such-allocator.so.1'" in error
+    assert "cannot open shared object file" in error
 
 
 def test_profile_decode_sums_a_traced_session_run_by_op_type():
