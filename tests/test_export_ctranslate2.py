@@ -124,18 +124,32 @@ def _ours(decoded):
 MAX_BETTER_THAN_CT2 = 2
 
 
-def _assert_equal_or_ours_better(ct2, ours, max_differing=MAX_BETTER_THAN_CT2, atol=1e-3):
-    """Per text, CTranslate2's hypotheses and scores equal ours, or ours score as high or higher.
+def _forced_score(run, source_ids, text, ids, skip=0):
+    """The log-probability the model gives `ids` (an id list) after `text`'s source,
+    teacher-forced, summed over the tokens after the first `skip` (a prefix)."""
+    log_probs = token_log_probs(
+        run["model"], source_ids[text : text + 1], tf.constant([ids], tf.int32), START_ID
+    )
+    return float(tf.reduce_sum(log_probs[0, skip:]))
 
-    CTranslate2's beam search registers a hypothesis that ends only when its `</s>` is among the
-    step's `beam_size` best candidates (`BeamSearch::search`, src/decoding.cc); ours takes one
-    among the 2 × beam best (`model.decoding.beam`). The two keep the same alive beams, the best
-    `beam_size` candidates that did not end, so ours registers every hypothesis CTranslate2 does
-    and sometimes one more: where the two differ, each of ours scores at least as high as
-    CTranslate2's of the same rank. Greedy search (`max_differing=0`) has no such difference.
+
+def _assert_equal_or_ours_better(run, source_ids, ct2, ours, prefixes=None, atol=1e-3):
+    """Per text, CTranslate2's hypotheses and scores equal ours, or ours score as high or
+    higher, both as the model scores them teacher-forced.
+
+    Before max_decoding_length and without length penalty, CTranslate2's beam search registers
+    a hypothesis that ends only when its `</s>` is among the step's `beam_size` best candidates
+    (`BeamSearch::search`, src/decoding.cc); ours takes one among the 2 × beam best
+    (`model.decoding.beam`). The two keep the same alive beams, the best `beam_size` candidates
+    that did not end, so ours registers every hypothesis CTranslate2 does and sometimes one
+    more: where the two differ, each of ours scores at least as high as CTranslate2's of the
+    same rank. Teacher-forced, the model must score ours better by as much, so that a better
+    score is a better hypothesis, not a miscounted one.
 
     Args:
-        ct2, ours: `(per text an id list or a list of them, (texts,) or (texts, n) scores)`.
+        ct2, ours: `(per text an id list or a list of them (ranks), (texts,) or (texts, n)
+            scores)`.
+        prefixes: per text the forced prefix (id list), its tokens unscored, or None.
 
     Returns:
         The texts (indices) where the two differ.
@@ -147,14 +161,28 @@ def _assert_equal_or_ours_better(ct2, ours, max_differing=MAX_BETTER_THAN_CT2, a
     ]
     for text in range(len(ours_ids)):
         theirs, mine = np.asarray(ct2_scores[text]), np.asarray(ours_scores[text])
-        if text in differing:
-            assert theirs.shape == mine.shape and np.all(mine >= theirs - atol), (
-                f"text {text}: ours {ours_ids[text]} scores {mine}, below CTranslate2's "
-                f"{ct2_ids[text]} at {theirs}"
-            )
-        else:
+        if text not in differing:
             np.testing.assert_allclose(theirs, mine, atol=atol)
-    assert len(differing) <= max_differing, (
+            continue
+        assert theirs.shape == mine.shape and np.all(mine >= theirs - atol), (
+            f"text {text}: ours {ours_ids[text]} scores {mine}, below CTranslate2's "
+            f"{ct2_ids[text]} at {theirs}"
+        )
+        # By the model, ours is better by as much as the scores say (a difference, so that it
+        # holds whatever the scores leave out of the prefix and the alternatives' first token).
+        skip = len(prefixes[text]) if prefixes else 0
+        ranked = mine.ndim == 1
+        forced = [
+            [
+                _forced_score(run, source_ids, text, ids, skip)
+                for ids in (hyps if ranked else [hyps])
+            ]
+            for hyps in (ct2_ids[text], ours_ids[text])
+        ]
+        np.testing.assert_allclose(
+            np.subtract(forced[1], forced[0]), np.atleast_1d(mine - theirs), atol=atol
+        )
+    assert len(differing) <= MAX_BETTER_THAN_CT2, (
         f"texts {differing} differ from CTranslate2's: {ct2_ids} against {ours_ids}"
     )
     return differing
@@ -243,8 +271,7 @@ def test_the_readme_recipe_prints_the_greedy_translations(run):
 
 
 def test_beam_search_without_length_penalty_equals_ours_or_ours_finds_better(run):
-    """Where ours returns another hypothesis than CTranslate2's, both score their hypothesis as
-    the model does teacher-forced, so CTranslate2's search, not its model, fell short."""
+    """Ours may find a better hypothesis than CTranslate2's (`_assert_equal_or_ours_better`)."""
     source_ids = _source_ids(run, TEXTS)
     max_decoding_length = _max_decoding_length(run, source_ids)
     ours_ids, ours_scores = _ours(
@@ -259,13 +286,7 @@ def test_beam_search_without_length_penalty_equals_ours_or_ours_finds_better(run
         )
     )
     ct2_ids, ct2_scores = _translate_ct2(run, TEXTS, BEAM_WIDTH, 0.0, max_decoding_length)
-    differing = _assert_equal_or_ours_better((ct2_ids, ct2_scores), (ours_ids, ours_scores))
-    for text in differing:
-        for ids, score in ((ct2_ids[text], ct2_scores[text]), (ours_ids[text], ours_scores[text])):
-            forced = sequence_log_prob(
-                run["model"], source_ids[text : text + 1], tf.constant([ids]), START_ID
-            )
-            np.testing.assert_allclose(forced, [score], atol=1e-3)
+    _assert_equal_or_ours_better(run, source_ids, (ct2_ids, ct2_scores), (ours_ids, ours_scores))
 
 
 def _confident_texts(run, threshold=-1.0):
@@ -363,7 +384,7 @@ def test_n_best_without_length_penalty_equals_ctranslate2(run):
         )
     )
     ct2_n_best = _n_best_ct2(run, TEXTS, BEAM_WIDTH, 1e-6, max_decoding_length, 3, patience=4)
-    _assert_equal_or_ours_better(ct2_n_best, (ours_ids, ours_scores))
+    _assert_equal_or_ours_better(run, source_ids, ct2_n_best, (ours_ids, ours_scores))
     assert all(len(set(map(tuple, hypotheses))) == 3 for hypotheses in ours_ids)
     assert np.all(np.diff(ours_scores, axis=1) <= 0), "hypotheses not best first"
 
@@ -469,11 +490,13 @@ def test_target_prefix_equals_ctranslate2(run, beam_size):
         max_decoding_length,
         target_prefix=[[vocab[token] for token in prefix] for prefix in prefixes],
     )
-    _assert_equal_or_ours_better(
-        (ct2_ids, ct2_scores),
-        (ours_ids, ours_scores),
-        max_differing=0 if beam_size == 1 else MAX_BETTER_THAN_CT2,
-    )
+    if beam_size == 1:
+        assert ct2_ids == ours_ids
+        np.testing.assert_allclose(ct2_scores, ours_scores, atol=1e-3)
+    else:
+        _assert_equal_or_ours_better(
+            run, source_ids, (ct2_ids, ct2_scores), (ours_ids, ours_scores), prefixes
+        )
     for prefix, output in zip(prefixes, ours_ids):
         assert output[: len(prefix)] == prefix
     assert sum(output[-1] == END_ID for output in ours_ids) >= 5
@@ -536,19 +559,25 @@ def test_return_alternatives_equals_ctranslate2(run, beam_size):
     assert [len(result.hypotheses) for result in results] == list(counts)
     for text, count in enumerate(counts):
         assert not ours["tokens"][text, count:].numpy().any()
-    # Each alternative its own search after the same first free token: ours may find a better
-    # continuation than CTranslate2's (`_assert_equal_or_ours_better`).
-    _assert_equal_or_ours_better(
-        (
-            [target_ids(vocab, result.hypotheses) for result in results],
-            [result.scores for result in results],
-        ),
-        (
-            [ours_ids[text][:count] for text, count in enumerate(counts)],
-            [ours_scores[text, :count] for text, count in enumerate(counts)],
-        ),
-        max_differing=0 if beam_size == 1 else MAX_BETTER_THAN_CT2,
-    )
+    ct2_alternatives = [target_ids(vocab, result.hypotheses) for result in results]
+    ours_alternatives = [ours_ids[text][:count] for text, count in enumerate(counts)]
+    # The same alternatives in the same order: each hypothesis's first token after the prefix.
+    assert [
+        [ids[: len(prefix) + 1] for ids in hypotheses]
+        for prefix, hypotheses in zip(prefixes, ct2_alternatives)
+    ] == [
+        [ids[: len(prefix) + 1] for ids in hypotheses]
+        for prefix, hypotheses in zip(prefixes, ours_alternatives)
+    ]
+    ct2 = (ct2_alternatives, [result.scores for result in results])
+    ours = (ours_alternatives, [ours_scores[text, :count] for text, count in enumerate(counts)])
+    if beam_size == 1:
+        assert ct2[0] == ours[0]
+        for theirs, mine in zip(ct2[1], ours[1]):
+            np.testing.assert_allclose(theirs, mine, atol=1e-3)
+    else:
+        # Each alternative continued by its own beam search: ours may find a better one.
+        _assert_equal_or_ours_better(run, source_ids, ct2, ours, prefixes)
 
 
 REPETITION_CONTROLS = {
@@ -604,11 +633,8 @@ def test_repetition_controls_equal_ctranslate2(run, controls, beam_size):
         if beam_size == 1 or ours[-1] == theirs[-1] == END_ID
     ]
     assert len(ended) >= 3, f"too few outputs ended: {ours_ids}"
-    _assert_equal_or_ours_better(
-        ([ct2_ids[row] for row in ended], ct2_scores[ended]),
-        ([ours_ids[row] for row in ended], ours_scores[ended]),
-        max_differing=0 if beam_size == 1 else MAX_BETTER_THAN_CT2,
-    )
+    assert [ct2_ids[row] for row in ended] == [ours_ids[row] for row in ended]
+    np.testing.assert_allclose(ct2_scores[ended], ours_scores[ended], atol=1e-3)
 
 
 def test_int8_export_translates_like_float32(run, tmp_path):
