@@ -349,10 +349,10 @@ class SessionWorker:
     Args:
         export_dir, threads: as `SessionSignatures`'s; `threads` also sets the worker's
             TensorFlow threads, as `main` sets this process's.
-        preload: a shared library the worker's dynamic linker loads first (`LD_PRELOAD`), as
-            for a `tensorflow_model_server` started with it: say `libjemalloc.so.2`, whose
-            `malloc` then replaces glibc's (`check_preload`). None: the worker inherits this
-            process's `LD_PRELOAD`.
+        preload: a shared library the worker's dynamic linker loads first (`LD_PRELOAD`, in
+            place of this process's), as for a `tensorflow_model_server` started with it: say
+            `libjemalloc.so.2`, whose `malloc` then replaces glibc's (`check_preload`). None:
+            the worker inherits this process's `LD_PRELOAD`, if any.
 
     Use it as a context manager, or `close` it: the worker ends then (or with this process).
     """
@@ -363,7 +363,9 @@ class SessionWorker:
         self._process = context.Process(
             target=_serve_signatures, args=(worker_end, export_dir, threads), daemon=True
         )
-        # A spawned worker is a new interpreter started with this process's environment.
+        # A spawned worker is a new interpreter started with this process's environment (so is
+        # multiprocessing's resource tracker, if this is the first start: preloaded too, and
+        # harmless).
         with _environment(LD_PRELOAD=preload):
             self._process.start()
         worker_end.close()
@@ -397,8 +399,8 @@ def _environment(**variables):
     """This process's environment with `variables` set (those given as None left alone), for
     the processes started inside the block."""
     saved = {name: os.environ.get(name) for name in variables}
-    os.environ.update({name: value for name, value in variables.items() if value is not None})
     try:
+        os.environ.update({name: value for name, value in variables.items() if value is not None})
         yield
     finally:
         for name, value in saved.items():
@@ -411,8 +413,12 @@ def _environment(**variables):
 def check_preload(library):
     """Raises ValueError unless the dynamic linker can preload `library` (a name it finds in
     its search path, or a path): it only warns, and starts the program without it, otherwise."""
-    with _environment(LD_PRELOAD=library):
-        started = subprocess.run([sys.executable, "-c", ""], capture_output=True, text=True)
+    started = subprocess.run(
+        [sys.executable, "-c", ""],
+        env={**os.environ, "LD_PRELOAD": library},
+        capture_output=True,
+        text=True,
+    )
     if started.returncode != 0 or "LD_PRELOAD" in started.stderr:
         reason = started.stderr.strip().splitlines()[0] if started.stderr.strip() else ""
         raise ValueError(
@@ -531,8 +537,8 @@ def parse_args(argv=None):
         help="a shared library preloaded (LD_PRELOAD) into every SavedModel's Session worker, "
         "as into a tensorflow_model_server started with it: libjemalloc.so.2 serves the "
         "--jit_compile --xla_max_batch exports' plain-graph calls from jemalloc instead of "
-        "glibc's malloc (docs/serving.md); CTranslate2 and the in-process decoders keep this "
-        "process's allocator",
+        "glibc's malloc (serving/DEPLOY.md, XLA); CTranslate2 and the in-process decoders "
+        "keep this process's allocator",
     )
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
@@ -910,6 +916,8 @@ float32's / int8's, so below 1× is faster):
     )
     threads = args.threads or os.cpu_count()
     preloaded = f", in processes started with LD_PRELOAD={args.preload}" if args.preload else ""
+    if os.environ.get("LD_PRELOAD"):
+        preloaded += f" (this process, CTranslate2's: LD_PRELOAD={os.environ['LD_PRELOAD']})"
     return f"""Command: `{command}`
 Machine: {machine_description()}; CTranslate2 {ctranslate2.__version__}; load average {load_before[0]:.2f} before, {load_after[0]:.2f} after (other processes share the cores).
 Model: {args.num_layers}+{args.num_layers} layers, d_model {args.d_model}, {args.num_heads} heads, dff {args.dff}, vocab {args.vocab_size}, random weights; sources of {args.source_words + 2} tokens; exactly {args.output_tokens} output tokens per sentence (min_length = max_decoding_length). TensorFlow threads (intra-op, inter-op): {args.threads or "default (one per core)"}; CTranslate2: {threads} intra-op threads, one batch at a time. Every decoder is warmed up {args.warmup}×, then timed {args.repeats}× in interleaved rounds (median; fastest in parentheses). SavedModel rows: {exported}, loaded by the TF1 SavedModel loader into a Session, as TF Serving loads it{preloaded}. CTranslate2 rows: the same weights converted by `serving.export_ctranslate2` (float32, and int8 weights), `translate_batch` on the same subword pieces, length penalty {export.DecodingOptions().alpha} (no effect on forced lengths).
