@@ -31,6 +31,7 @@ Loopback only; every loop is bounded by a request count.
 """
 
 import argparse
+import collections
 import concurrent.futures
 import contextlib
 import dataclasses
@@ -339,12 +340,34 @@ def rest_caller(rest_address: tuple[str, int], model_name: str, batches: list[li
     return call
 
 
+# gRPC's core runs its work on a pool of threads it sizes itself ("event_engine", watched by its
+# "lifeguard" thread): it adds one when its workers look busy, as they do on a starved CPU, and
+# retires idle ones on its own schedule. Those come and go with gRPC's timers, not with what a
+# client holds open, so `resources` counts them apart.
+GRPC_POOL_THREAD_NAME = "event_engine"
+
+
+def thread_names(process: psutil.Process) -> collections.Counter:
+    """The process's threads by their OS names (Linux: /proc/PID/task/TID/comm)."""
+    names = collections.Counter()
+    for thread in process.threads():
+        try:
+            with open(f"/proc/{process.pid}/task/{thread.id}/comm", encoding="utf-8") as comm:
+                names[comm.read().strip()] += 1
+        except FileNotFoundError:  # the thread ended meanwhile
+            pass
+    return names
+
+
 def resources(process: psutil.Process) -> dict[str, float]:
-    """The server's resident memory (MiB), threads and open file descriptors."""
+    """The server's resident memory (MiB), threads (gRPC's own pool apart:
+    `GRPC_POOL_THREAD_NAME`) and open file descriptors."""
+    names = thread_names(process)
     with process.oneshot():
         return {
             "rss_mib": process.memory_info().rss / 2**20,
-            "threads": process.num_threads(),
+            "threads": sum(names.values()) - names[GRPC_POOL_THREAD_NAME],
+            "grpc_pool_threads": names[GRPC_POOL_THREAD_NAME],
             "fds": process.num_fds(),
         }
 
@@ -427,7 +450,7 @@ def adversarial_goal(args, adversarial: Adversarial) -> str:
         f"each): p99 **{ratio:.2f}×** the quiet p99 ({held['p99_ms']:.0f} vs "
         f"{quiet['p99_ms']:.0f} ms; goal ≤ 2×: {'met' if ratio <= 2 else 'not met'}); "
         f"{adversarial.replaced:,} held connections closed by the server and replaced.\n"
-        f"- Server resources before → while held (peak) → after: threads "
+        f"- Server resources before → while held (peak) → after: threads (gRPC's own pool apart) "
         f"{before['threads']:.0f} → {during['threads']:.0f} → {after['threads']:.0f}, file "
         f"descriptors {before['fds']:.0f} → {during['fds']:.0f} → {after['fds']:.0f}, resident "
         f"memory {before['rss_mib']:,.0f} → {during['rss_mib']:,.0f} → "
