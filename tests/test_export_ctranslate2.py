@@ -150,9 +150,6 @@ def _assert_equal_or_ours_better(run, source_ids, ct2, ours, prefixes=None, atol
         ct2, ours: `(per text an id list or a list of them (ranks), (texts,) or (texts, n)
             scores)`.
         prefixes: per text the forced prefix (id list), its tokens unscored, or None.
-
-    Returns:
-        The texts (indices) where the two differ.
     """
     (ct2_ids, ct2_scores), (ours_ids, ours_scores) = ct2, ours
     assert len(ct2_ids) == len(ours_ids)
@@ -185,7 +182,6 @@ def _assert_equal_or_ours_better(run, source_ids, ct2, ours, prefixes=None, atol
     assert len(differing) <= MAX_BETTER_THAN_CT2, (
         f"texts {differing} differ from CTranslate2's: {ct2_ids} against {ours_ids}"
     )
-    return differing
 
 
 def _max_decoding_length(run, source_ids):
