@@ -66,6 +66,7 @@ from common.serving_contract import (
 )
 from model import Transformer
 from model.decoding import beam_search_decode, greedy_decode, naive_greedy_decode
+from model.dense import FROZEN_WEIGHTS_VARIABLE
 from model.special_tokens import END_ID, RESERVED_TOKENS, START_ID
 from model.tokenizer import WordPieceTokenizer
 from serving import export
@@ -353,11 +354,13 @@ class SessionWorker:
             place of this process's), as for a `tensorflow_model_server` started with it: say
             `libjemalloc.so.2`, whose `malloc` then replaces glibc's (`check_preload`). None:
             the worker inherits this process's `LD_PRELOAD`, if any.
+        environment: optional `{name: value}` set in the worker's environment, say
+            `{model.dense.FROZEN_WEIGHTS_VARIABLE: "1"}` (serving/DEPLOY.md).
 
     Use it as a context manager, or `close` it: the worker ends then (or with this process).
     """
 
-    def __init__(self, export_dir, threads=0, preload=None):
+    def __init__(self, export_dir, threads=0, preload=None, environment=None):
         context = multiprocessing.get_context("spawn")
         self._connection, worker_end = context.Pipe()
         self._process = context.Process(
@@ -366,7 +369,7 @@ class SessionWorker:
         # A spawned worker is a new interpreter started with this process's environment (so is
         # multiprocessing's resource tracker, if this is the first start: preloaded too, and
         # harmless).
-        with _environment(LD_PRELOAD=preload):
+        with _environment(LD_PRELOAD=preload, **(environment or {})):
             self._process.start()
         worker_end.close()
         self._receive()  # The export is loaded (or its loader's error is raised here).
@@ -392,6 +395,11 @@ class SessionWorker:
 
     def __exit__(self, *exc_info):
         self.close()
+
+
+def worker_environment(args):
+    """The environment variables `args` set in the Session workers (`--assume_frozen_weights`)."""
+    return {FROZEN_WEIGHTS_VARIABLE: "1"} if args.assume_frozen_weights else {}
 
 
 @contextlib.contextmanager
@@ -540,6 +548,13 @@ def parse_args(argv=None):
         "glibc's malloc (serving/DEPLOY.md, XLA); CTranslate2 and the in-process decoders "
         "keep this process's allocator",
     )
+    parser.add_argument(
+        "--assume_frozen_weights",
+        action="store_true",
+        help=f"start every SavedModel's Session worker with {FROZEN_WEIGHTS_VARIABLE}=1, as a "
+        "tensorflow_model_server started with it: the decoding step's fused products keep their "
+        "weights packed between calls (model/dense.py, serving/DEPLOY.md)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     if args.max_positions <= args.output_tokens:
@@ -601,7 +616,9 @@ def main(argv=None):
                     )
                 cases += [(name, decoder, batch, pieces[:batch]) for batch in args.batch_sizes]
 
-        signatures = workers.enter_context(SessionWorker(export_dir, args.threads, args.preload))
+        signatures = workers.enter_context(
+            SessionWorker(export_dir, args.threads, args.preload, worker_environment(args))
+        )
         served_texts = [served_texts[i % len(served_texts)] for i in range(max_batch)]
         if not args.export_dir:
             # What TF Serving runs with --xla_cpu_compilation_enabled, and the bfloat16 exports.
@@ -625,6 +642,7 @@ def main(argv=None):
                         ),
                         args.threads,
                         args.preload,
+                        worker_environment(args),
                     )
                 )
                 cases += [
@@ -918,6 +936,8 @@ float32's / int8's, so below 1× is faster):
     preloaded = f", in processes started with LD_PRELOAD={args.preload}" if args.preload else ""
     if os.environ.get("LD_PRELOAD"):
         preloaded += f" (this process, CTranslate2's: LD_PRELOAD={os.environ['LD_PRELOAD']})"
+    if args.assume_frozen_weights:
+        preloaded += f", with {FROZEN_WEIGHTS_VARIABLE}=1 in their environment"
     return f"""Command: `{command}`
 Machine: {machine_description()}; CTranslate2 {ctranslate2.__version__}; load average {load_before[0]:.2f} before, {load_after[0]:.2f} after (other processes share the cores).
 Model: {args.num_layers}+{args.num_layers} layers, d_model {args.d_model}, {args.num_heads} heads, dff {args.dff}, vocab {args.vocab_size}, random weights; sources of {args.source_words + 2} tokens; exactly {args.output_tokens} output tokens per sentence (min_length = max_decoding_length). TensorFlow threads (intra-op, inter-op): {args.threads or "default (one per core)"}; CTranslate2: {threads} intra-op threads, one batch at a time. Every decoder is warmed up {args.warmup}×, then timed {args.repeats}× in interleaved rounds (median; fastest in parentheses). SavedModel rows: {exported}, loaded by the TF1 SavedModel loader into a Session, as TF Serving loads it{preloaded}. CTranslate2 rows: the same weights converted by `serving.export_ctranslate2` (float32, and int8 weights), `translate_batch` on the same subword pieces, length penalty {export.DecodingOptions().alpha} (no effect on forced lengths).

@@ -3,7 +3,11 @@
 import keras
 import tensorflow as tf
 
-from model.feed_forward import feed_forward_weights, point_wise_feed_forward_network
+from model.feed_forward import (
+    feed_forward,
+    feed_forward_weights,
+    point_wise_feed_forward_network,
+)
 from model.multi_head_attention import MultiHeadAttention
 from model.sublayer import LAYER_ARGS, ResidualNorm
 
@@ -115,7 +119,11 @@ class DecoderLayer(keras.layers.Layer):
         normed = self.self_attention_block.normalize_input(x)
         attn1, self_weights = self.mha1(normed, normed, normed, look_ahead_mask)
         x, cross_weights = self._cross_attention_and_ffn(
-            x, attn1, lambda q: self.mha2(enc_output, enc_output, q, padding_mask), training
+            x,
+            attn1,
+            lambda q: self.mha2(enc_output, enc_output, q, padding_mask),
+            training,
+            fused=False,
         )
         return x, self_weights, cross_weights
 
@@ -138,18 +146,23 @@ class DecoderLayer(keras.layers.Layer):
             normed, normed, normed, cache["self"], cache_update_index, compiled=compiled
         )
         x, cross_weights = self._cross_attention_and_ffn(
-            x, attn1, lambda q: self.mha2.attend_to_cache(q, cache["cross"], padding_mask), False
+            x,
+            attn1,
+            lambda q: self.mha2.attend_to_cache(q, cache["cross"], padding_mask),
+            training=False,
+            fused=True,
         )
         return x, cross_weights, {**cache, "self": self_cache}
 
-    def _cross_attention_and_ffn(self, x, self_attention_output, cross_attention, training):
-        """The sub-layers after self-attention; `cross_attention(queries)` → `(output, weights)`.
+    def _cross_attention_and_ffn(self, x, self_attention_output, cross_attention, training, fused):
+        """The sub-layers after self-attention; `cross_attention(queries)` → `(output, weights)`;
+        `fused`: the decoding step's projections (`model.dense.apply_dense`).
 
         Returns `(out, cross_attention_weights)`."""
         x = self.self_attention_block(x, self_attention_output, training=training)
         attn2, cross_weights = cross_attention(self.cross_attention_block.normalize_input(x))
         x = self.cross_attention_block(x, attn2, training=training)
-        ffn_output = self.ffn(self.ffn_block.normalize_input(x))
+        ffn_output = feed_forward(self.ffn, self.ffn_block.normalize_input(x), fused)
         return self.ffn_block(x, ffn_output, training=training), cross_weights
 
     def get_config(self):

@@ -4,6 +4,7 @@ the pre-softmax linear transformation that shares the embedding matrix (§3.4)."
 import keras
 import tensorflow as tf
 
+from model.dense import matmul_bias_add
 from model.positional_encoding import positional_encoding
 from model.precision import float32_weights_policy
 
@@ -102,7 +103,7 @@ class PositionalEmbedding(keras.layers.Layer):
         return config
 
 
-def project_to_logits(x, pre_softmax_linear):
+def project_to_logits(x, pre_softmax_linear, fused=False):
     """The pre-softmax linear transformation's arithmetic, the same in the forward pass and at
     every decoding step: `x·W` in W's dtype, then `+ b` in float32.
 
@@ -110,11 +111,19 @@ def project_to_logits(x, pre_softmax_linear):
         x: `(..., d_model)`, any float dtype.
         pre_softmax_linear: `{"W": (d_model, vocab_size) float32 or bfloat16, "b":
             (vocab_size,) float32}`, an output layer's `pre_softmax_linear()`.
+        fused: as the decoding step computes it: a float32 W's product and bias as one
+            `model.dense.matmul_bias_add` (a bfloat16 product stays apart from its float32 bias).
 
     Returns:
         float32 logits `(..., vocab_size)`.
     """
     weight = pre_softmax_linear["W"]
+    if fused and keras.backend.standardize_dtype(weight.dtype) == "float32":
+        return matmul_bias_add(
+            tf.cast(x, "float32"),
+            keras.ops.convert_to_tensor(weight),
+            keras.ops.convert_to_tensor(pre_softmax_linear["b"]),
+        )
     # keras.ops.matmul (a 2-D product on the flattened rows), not tf.matmul (a broadcast batch
     # product): the same speed, and the float32 forward pass keeps the last bits it had, with
     # which the tiny runs of the CTranslate2 tests train as they did.

@@ -2,6 +2,8 @@
 
 import keras
 
+from model.dense import apply_dense
+
 
 def point_wise_feed_forward_network(d_model, dff, dtype=None, name=None):
     """Two Dense layers applied to each position separately and identically.
@@ -29,3 +31,11 @@ def feed_forward_weights(ffn):
     `{"W_1": (d_in, dff), "b_1": (dff,), "W_2": (dff, d_model), "b_2": (d_model,)}`."""
     inner, outer = ffn.layers
     return {"W_1": inner.kernel, "b_1": inner.bias, "W_2": outer.kernel, "b_2": outer.bias}
+
+
+def feed_forward(ffn, x, fused):
+    """`ffn(x)` for a built `point_wise_feed_forward_network`; `fused`: each Dense layer as the
+    decoding step computes it (`model.dense.apply_dense`)."""
+    for layer in ffn.layers:
+        x = apply_dense(layer, x, fused)
+    return x

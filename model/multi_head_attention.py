@@ -5,6 +5,7 @@ import tensorflow as tf
 
 from model.attention import scaled_dot_product_attention
 from model.buffers import write_slot
+from model.dense import apply_dense
 from model.masks import AttentionMaskArgument, create_cache_mask
 
 
@@ -79,19 +80,20 @@ class MultiHeadAttention(AttentionMaskArgument, keras.layers.Layer):
         x = tf.reshape(x, (batch_size, -1, self.num_heads, self.depth))
         return tf.transpose(x, perm=[0, 2, 1, 3])
 
-    def compute_key_value(self, k, v):
+    def compute_key_value(self, k, v, fused=False):
         """Projects keys and values once, for a cache reused at every decoding step.
 
         Args:
             k: `(batch, seq_len_k, d_model_k)`; v: `(batch, seq_len_k, d_model_v)`.
+            fused: projections as the decoding step computes them (`model.dense.apply_dense`).
 
         Returns:
             dict `{"key", "value"}`, each `(batch, num_heads, seq_len_k, depth)`.
         """
         batch_size = tf.shape(k)[0]
         return {
-            "key": self.split_heads(self.wk(k), batch_size),
-            "value": self.split_heads(self.wv(v), batch_size),
+            "key": self.split_heads(apply_dense(self.wk, k, fused), batch_size),
+            "value": self.split_heads(apply_dense(self.wv, v, fused), batch_size),
         }
 
     def empty_cache(self, batch_size, cache_slots, compiled=False):
@@ -127,7 +129,7 @@ class MultiHeadAttention(AttentionMaskArgument, keras.layers.Layer):
         Returns:
             `(output, attention_weights)` as `call`.
         """
-        return self._attend(q, cache, mask)
+        return self._attend(q, cache, mask, fused=True)
 
     def write_cache_and_attend(self, v, k, q, cache, cache_update_index, compiled=False):
         """Causal self-attention of new positions over a cache: projects `v`/`k`, writes them
@@ -150,7 +152,7 @@ class MultiHeadAttention(AttentionMaskArgument, keras.layers.Layer):
             `(output, cache)`: output `(batch, n, d_model)`; the updated cache. (No attention
             weights: their width would depend on `compiled`.)
         """
-        new = self.compute_key_value(k, v)
+        new = self.compute_key_value(k, v, fused=True)
         if compiled:
             cache = {
                 name: write_slot(cache[name], new[name], cache_update_index, axis=2, compiled=True)
@@ -159,21 +161,22 @@ class MultiHeadAttention(AttentionMaskArgument, keras.layers.Layer):
         else:
             cache = {name: tf.concat([cache[name], new[name]], axis=2) for name in ("key", "value")}
         mask = create_cache_mask(tf.shape(cache["key"])[2], cache_update_index, tf.shape(q)[1])
-        output, _ = self._attend(q, cache, mask)
+        output, _ = self._attend(q, cache, mask, fused=True)
         return output, cache
 
-    def _attend(self, q, key_value, mask):
+    def _attend(self, q, key_value, mask, fused=False):
         """Scaled dot-product attention of the projected `q` over projected keys/values, each
-        head separately, then W^O: `(output, attention_weights)`."""
+        head separately, then W^O: `(output, attention_weights)`. `fused`: the decoding step's
+        projections (`model.dense.apply_dense`)."""
         batch_size = tf.shape(q)[0]
-        q_heads = self.split_heads(self.wq(q), batch_size)
+        q_heads = self.split_heads(apply_dense(self.wq, q, fused), batch_size)
         scaled_attention, attention_weights = scaled_dot_product_attention(
             q_heads, key_value["key"], key_value["value"], mask
         )
         # (batch, num_heads, seq_len_q, depth) → (batch, seq_len_q, d_model): concatenate the heads.
         scaled_attention = tf.transpose(scaled_attention, perm=[0, 2, 1, 3])
         concat_attention = tf.reshape(scaled_attention, (batch_size, -1, self.d_model))
-        return self.dense(concat_attention), attention_weights
+        return apply_dense(self.dense, concat_attention, fused), attention_weights
 
     def get_config(self):
         config = super().get_config()

@@ -259,7 +259,7 @@ class Transformer(keras.Model):
         if pre_softmax_linear is None:
             logits = self.final_layer(hidden)
         else:
-            logits = project_to_logits(hidden, pre_softmax_linear)
+            logits = project_to_logits(hidden, pre_softmax_linear, fused=True)
         if with_alignment:
             alignment = tf.reduce_mean(tf.cast(cross_weights, tf.float32), axis=1)
         else:

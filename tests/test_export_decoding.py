@@ -45,12 +45,14 @@ from model.decoding import (
     teacher_forced_logits,
     token_log_probs,
 )
+from model.dense import FROZEN_WEIGHTS_VARIABLE
 from model.special_tokens import END_ID, PAD_ID, START_ID
 from model.translator import DecodingOptions, Translator
 from serving import client as client_module
 from serving import export, export_ctranslate2
 from serving.export_ctranslate2 import decoding_options, source_pieces, target_ids
 from tests.export_fixtures import PAIRS
+from tests.test_dense import products_with_bias
 from tests.test_export_ctranslate2 import (
     TEXTS,
     _max_decoding_length,
@@ -542,3 +544,33 @@ def test_served_sample_prefix_and_alternatives_through_grpc_the_command_line_and
         _decoded(row) for row in alternatives[TRANSLATIONS_OUTPUT]
     ]
     np.testing.assert_allclose(outputs[SCORES_OUTPUT], alternatives[SCORES_OUTPUT], atol=1e-5)
+
+
+def test_a_process_assuming_frozen_weights_decodes_as_one_that_does_not(run):
+    """A process started with TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=1 (serving/DEPLOY.md) reuses the
+    second operand of each fused product's first call: the decoding step's fused products
+    (`model.dense`) must all multiply by weights, so that requests of other texts and batch
+    sizes, in any order, get the translations and scores of a process without it."""
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    from benchmarks.bench_decode import SessionSignatures, SessionWorker
+
+    with open(os.path.join(run["export_dir"], "saved_model.pb"), "rb") as file:
+        graph_def = saved_model_pb2.SavedModel.FromString(file.read()).meta_graphs[0].graph_def
+    # Each decoder layer's 8 products (Q, K, V, O; cross-attention's Q, O; the FFN's 2) and the
+    # logits', in at least one decoding loop.
+    assert products_with_bias(graph_def) >= 8 * run["model"].num_layers + 1
+
+    texts = ["Buenos días.", "Gracias.", "Buenas noches.", "Hola."]
+    requests = [texts[:1], texts[1:4], texts[2:3], texts, texts[3:]]
+    here = SessionSignatures(run["export_dir"], threads=1)
+    environment = {FROZEN_WEIGHTS_VARIABLE: "1"}
+    with SessionWorker(run["export_dir"], threads=1, environment=environment) as frozen:
+        for signature in (GREEDY_SIGNATURE, BEAM_SIGNATURE, N_BEST_SIGNATURE):
+            for request in requests:
+                expected, answered = here(signature, request), frozen(signature, request)
+                for name, value in expected.items():
+                    if value.dtype.kind == "f":
+                        np.testing.assert_allclose(answered[name], value, rtol=1e-4, atol=1e-4)
+                    else:
+                        np.testing.assert_array_equal(answered[name], value, err_msg=name)

@@ -1,0 +1,95 @@
+"""model.dense: the decoding step's Dense arithmetic against Keras's own Dense layer and NumPy,
+in the form TensorFlow fuses (tests/test_export_decoding.py serves an export with
+TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=1)."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from model.dense import apply_dense, matmul_bias_add
+from model.embedding import project_to_logits
+
+
+def _dense(policy, activation, d_in=12, units=20):
+    layer = keras.layers.Dense(units, activation=activation, dtype=policy)
+    layer.build((None, d_in))
+    rng = np.random.default_rng(0)
+    layer.set_weights(
+        [rng.normal(size=(d_in, units)).astype("float32"), rng.normal(size=units).astype("float32")]
+    )
+    return layer
+
+
+@pytest.mark.parametrize("shape", [(5, 12), (2, 3, 12), (2, 1, 3, 12)], ids=["2d", "3d", "4d"])
+@pytest.mark.parametrize("activation", [None, "relu"])
+@pytest.mark.parametrize(
+    ("policy", "rtol"), [("float32", 1e-6), ("mixed_bfloat16", 1e-2), ("bfloat16", 1e-2)]
+)
+def test_fused_dense_equals_the_keras_layer(shape, activation, policy, rtol):
+    layer = _dense(keras.dtype_policies.DTypePolicy(policy), activation)
+    x = np.random.default_rng(1).normal(size=shape).astype("float32")
+    expected = layer(x)
+    fused = apply_dense(layer, x, fused=True)
+    assert fused.dtype == expected.dtype and fused.shape == expected.shape
+    np.testing.assert_allclose(
+        np.asarray(tf.cast(fused, "float32")),
+        np.asarray(tf.cast(expected, "float32")),
+        rtol=rtol,
+        atol=rtol,
+    )
+    # Unfused, it is the layer's own call.
+    np.testing.assert_array_equal(apply_dense(layer, x, fused=False), expected)
+
+
+def test_matmul_bias_add_equals_numpy_and_keeps_static_shapes():
+    rng = np.random.default_rng(2)
+    x, kernel, bias = (rng.normal(size=s) for s in [(2, 3, 4, 6), (6, 5), (5,)])
+    np.testing.assert_allclose(matmul_bias_add(x, kernel, bias), x @ kernel + bias, rtol=1e-12)
+    np.testing.assert_allclose(matmul_bias_add(x, kernel), x @ kernel, rtol=1e-12)
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 3, 6], tf.float64)])
+    def traced(inputs):
+        return matmul_bias_add(inputs, kernel, bias)
+
+    assert traced.get_concrete_function().structured_outputs.shape.as_list() == [None, 3, 5]
+
+
+def products_with_bias(graph_def):
+    """The BiasAdd nodes fed directly by a MatMul, in a graph and its functions: the pattern
+    TensorFlow's CPU rewrites fuse into one oneDNN product."""
+    node_lists = [graph_def.node] + [function.node_def for function in graph_def.library.function]
+    count = 0
+    for nodes in node_lists:
+        ops = {node.name: node.op for node in nodes}
+        for node in nodes:
+            if node.op == "BiasAdd":
+                source = node.input[0].lstrip("^").split(":")[0]
+                count += ops.get(source) == "MatMul"
+    return count
+
+
+def test_the_product_and_its_bias_are_one_matmul_then_bias_add():
+    kernel, bias = tf.ones((4, 3)), tf.zeros(3)
+
+    def graph_of(function):
+        traced = tf.function(function, input_signature=[tf.TensorSpec([None, None, 4])])
+        return traced.get_concrete_function().graph.as_graph_def()
+
+    assert products_with_bias(graph_of(lambda x: matmul_bias_add(x, kernel, bias))) == 1
+    assert products_with_bias(graph_of(lambda x: matmul_bias_add(x, kernel))) == 0
+
+
+def test_fused_logits_equal_the_forward_pass_logits():
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(2, 3, 8)).astype("float32")
+    linear = {"W": rng.normal(size=(8, 11)).astype("float32"), "b": rng.normal(size=11)}
+    linear["b"] = linear["b"].astype("float32")
+    np.testing.assert_allclose(
+        project_to_logits(x, linear, fused=True), project_to_logits(x, linear), rtol=1e-6
+    )
+    # A bfloat16 product keeps its float32 bias apart, fused or not.
+    linear["W"] = tf.cast(linear["W"], "bfloat16")
+    np.testing.assert_array_equal(
+        project_to_logits(x, linear, fused=True), project_to_logits(x, linear)
+    )
