@@ -403,6 +403,14 @@ def test_bench_decode_session_worker_runs_with_the_preloaded_library(exports):
     assert UNUSED_GLIBC_LIBRARY not in _mapped_libraries(os.getpid())
 
 
+def test_bench_decode_sets_the_frozen_weights_variable_in_the_session_workers_only_when_asked():
+    from model.dense import FROZEN_WEIGHTS_VARIABLE
+
+    asked = bench_decode.parse_args(["--assume_frozen_weights"])
+    assert bench_decode.worker_environment(asked) == {FROZEN_WEIGHTS_VARIABLE: "1"}
+    assert bench_decode.worker_environment(bench_decode.parse_args([])) == {}
+
+
 def test_bench_decode_refuses_a_library_it_cannot_preload(capsys):
     bench_decode.parse_args(["--preload", UNUSED_GLIBC_LIBRARY])
     with pytest.raises(SystemExit):

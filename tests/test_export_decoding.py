@@ -11,6 +11,7 @@ by top-k, top-p and temperature and 3 alternatives.
 import contextlib
 import io
 import json
+import multiprocessing
 import os
 import urllib.request
 
@@ -565,7 +566,12 @@ def test_a_process_assuming_frozen_weights_decodes_as_one_that_does_not(run):
     requests = [texts[:1], texts[1:4], texts[2:3], texts, texts[3:]]
     here = SessionSignatures(run["export_dir"], threads=1)
     environment = {FROZEN_WEIGHTS_VARIABLE: "1"}
+    before = {child.pid for child in multiprocessing.active_children()}
     with SessionWorker(run["export_dir"], threads=1, environment=environment) as frozen:
+        (pid,) = {child.pid for child in multiprocessing.active_children()} - before
+        with open(f"/proc/{pid}/environ", "rb") as file:
+            assert f"{FROZEN_WEIGHTS_VARIABLE}=1".encode() in file.read().split(b"\0")
+        assert FROZEN_WEIGHTS_VARIABLE not in os.environ
         for signature in (GREEDY_SIGNATURE, BEAM_SIGNATURE, N_BEST_SIGNATURE):
             for request in requests:
                 expected, answered = here(signature, request), frozen(signature, request)
