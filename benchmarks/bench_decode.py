@@ -369,7 +369,7 @@ class SessionWorker:
         # A spawned worker is a new interpreter started with this process's environment (so is
         # multiprocessing's resource tracker, if this is the first start: preloaded too, and
         # harmless).
-        with _environment(LD_PRELOAD=preload, **(environment or {})):
+        with _environment(**{**(environment or {}), "LD_PRELOAD": preload}):
             self._process.start()
         worker_end.close()
         self._receive()  # The export is loaded (or its loader's error is raised here).
@@ -933,14 +933,14 @@ float32's / int8's, so below 1× is faster):
         )
     )
     threads = args.threads or os.cpu_count()
-    preloaded = f", in processes started with LD_PRELOAD={args.preload}" if args.preload else ""
+    worker_note = f", in processes started with LD_PRELOAD={args.preload}" if args.preload else ""
     if os.environ.get("LD_PRELOAD"):
-        preloaded += f" (this process, CTranslate2's: LD_PRELOAD={os.environ['LD_PRELOAD']})"
+        worker_note += f" (this process, CTranslate2's: LD_PRELOAD={os.environ['LD_PRELOAD']})"
     if args.assume_frozen_weights:
-        preloaded += f", with {FROZEN_WEIGHTS_VARIABLE}=1 in their environment"
+        worker_note += f", with {FROZEN_WEIGHTS_VARIABLE}=1 in their environment"
     return f"""Command: `{command}`
 Machine: {machine_description()}; CTranslate2 {ctranslate2.__version__}; load average {load_before[0]:.2f} before, {load_after[0]:.2f} after (other processes share the cores).
-Model: {args.num_layers}+{args.num_layers} layers, d_model {args.d_model}, {args.num_heads} heads, dff {args.dff}, vocab {args.vocab_size}, random weights; sources of {args.source_words + 2} tokens; exactly {args.output_tokens} output tokens per sentence (min_length = max_decoding_length). TensorFlow threads (intra-op, inter-op): {args.threads or "default (one per core)"}; CTranslate2: {threads} intra-op threads, one batch at a time. Every decoder is warmed up {args.warmup}×, then timed {args.repeats}× in interleaved rounds (median; fastest in parentheses). SavedModel rows: {exported}, loaded by the TF1 SavedModel loader into a Session, as TF Serving loads it{preloaded}. CTranslate2 rows: the same weights converted by `serving.export_ctranslate2` (float32, and int8 weights), `translate_batch` on the same subword pieces, length penalty {export.DecodingOptions().alpha} (no effect on forced lengths).
+Model: {args.num_layers}+{args.num_layers} layers, d_model {args.d_model}, {args.num_heads} heads, dff {args.dff}, vocab {args.vocab_size}, random weights; sources of {args.source_words + 2} tokens; exactly {args.output_tokens} output tokens per sentence (min_length = max_decoding_length). TensorFlow threads (intra-op, inter-op): {args.threads or "default (one per core)"}; CTranslate2: {threads} intra-op threads, one batch at a time. Every decoder is warmed up {args.warmup}×, then timed {args.repeats}× in interleaved rounds (median; fastest in parentheses). SavedModel rows: {exported}, loaded by the TF1 SavedModel loader into a Session, as TF Serving loads it{worker_note}. CTranslate2 rows: the same weights converted by `serving.export_ctranslate2` (float32, and int8 weights), `translate_batch` on the same subword pieces, length penalty {export.DecodingOptions().alpha} (no effect on forced lengths).
 
 | decoder | batch | sentences/s | ms/sentence | output tokens/s | ms/batch |
 | --- | ---: | ---: | ---: | ---: | ---: |

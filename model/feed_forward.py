@@ -36,6 +36,8 @@ def feed_forward_weights(ffn):
 def feed_forward(ffn, x, fused):
     """`ffn(x)` for a built `point_wise_feed_forward_network`; `fused`: each Dense layer as the
     decoding step computes it (`model.dense.apply_dense`)."""
+    if not fused:
+        return ffn(x)
     for layer in ffn.layers:
-        x = apply_dense(layer, x, fused)
+        x = apply_dense(layer, x, fused=True)
     return x

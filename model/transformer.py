@@ -243,8 +243,8 @@ class Transformer(keras.Model):
                 it says.
             with_alignment: False returns a zero-width alignment, not computed.
             pre_softmax_linear: this model's `pre_softmax_linear()`, got once per decoding call
-                rather than at each step; default: the output layer itself (the same
-                arithmetic).
+                rather than at each step; default: the output layer itself (the forward pass's
+                arithmetic, not fused with its bias: `model.dense`).
 
         Returns:
             `DecoderOutput(logits, alignment, cache)`.

@@ -24,19 +24,21 @@ def _dense(policy, activation, d_in=12, units=20):
 @pytest.mark.parametrize("shape", [(5, 12), (2, 3, 12), (2, 1, 3, 12)], ids=["2d", "3d", "4d"])
 @pytest.mark.parametrize("activation", [None, "relu"])
 @pytest.mark.parametrize(
-    ("policy", "rtol"), [("float32", 1e-6), ("mixed_bfloat16", 1e-2), ("bfloat16", 1e-2)]
+    ("policy", "rtol"), [("float32", 1e-5), ("mixed_bfloat16", 1e-2), ("bfloat16", 1e-2)]
 )
 def test_fused_dense_equals_the_keras_layer(shape, activation, policy, rtol):
     layer = _dense(keras.dtype_policies.DTypePolicy(policy), activation)
     x = np.random.default_rng(1).normal(size=shape).astype("float32")
     expected = layer(x)
-    fused = apply_dense(layer, x, fused=True)
-    assert fused.dtype == expected.dtype and fused.shape == expected.shape
+    # Eagerly nothing is fused: the same operations, the same bits.
+    eager = apply_dense(layer, x, fused=True)
+    assert eager.dtype == expected.dtype and eager.shape == expected.shape
+    np.testing.assert_array_equal(np.asarray(eager, "float32"), np.asarray(expected, "float32"))
+    # Traced, TensorFlow's CPU rewrites fuse the product and its bias into one kernel, which
+    # rounds in its own order.
+    traced = tf.function(lambda inputs: apply_dense(layer, inputs, fused=True))(x)
     np.testing.assert_allclose(
-        np.asarray(tf.cast(fused, "float32")),
-        np.asarray(tf.cast(expected, "float32")),
-        rtol=rtol,
-        atol=rtol,
+        np.asarray(traced, "float32"), np.asarray(expected, "float32"), rtol=rtol, atol=rtol
     )
     # Unfused, it is the layer's own call.
     np.testing.assert_array_equal(apply_dense(layer, x, fused=False), expected)
