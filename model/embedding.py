@@ -111,19 +111,23 @@ def project_to_logits(x, pre_softmax_linear, fused=False):
         x: `(..., d_model)`, any float dtype.
         pre_softmax_linear: `{"W": (d_model, vocab_size) float32 or bfloat16, "b":
             (vocab_size,) float32}`, an output layer's `pre_softmax_linear()`.
-        fused: as the decoding step computes it: a float32 W's product and bias as one
-            `model.dense.matmul_bias_add` (a bfloat16 product stays apart from its float32 bias).
+        fused: as the decoding step computes it: the product and the bias as one
+            `model.dense.matmul_bias_add`. A bfloat16 product takes b rounded to bfloat16, and
+            the rest of b (b minus its rounding) is added to the float32 result: the logits
+            round once to bfloat16 where unfused they round before the bias is added.
 
     Returns:
         float32 logits `(..., vocab_size)`.
     """
     weight = pre_softmax_linear["W"]
-    if fused and keras.backend.standardize_dtype(weight.dtype) == "float32":
-        return matmul_bias_add(
-            tf.cast(x, "float32"),
-            keras.ops.convert_to_tensor(weight),
-            keras.ops.convert_to_tensor(pre_softmax_linear["b"]),
-        )
+    if fused:
+        weight = keras.ops.convert_to_tensor(weight)
+        bias = keras.ops.convert_to_tensor(pre_softmax_linear["b"])
+        rounded_bias = tf.cast(bias, weight.dtype)
+        logits = tf.cast(matmul_bias_add(tf.cast(x, weight.dtype), weight, rounded_bias), "float32")
+        if weight.dtype == bias.dtype:
+            return logits
+        return logits + (bias - tf.cast(rounded_bias, bias.dtype))
     # keras.ops.matmul (a 2-D product on the flattened rows), not tf.matmul (a broadcast batch
     # product): the same speed, and the float32 forward pass keeps the last bits it had, with
     # which the tiny runs of the CTranslate2 tests train as they did.

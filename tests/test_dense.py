@@ -90,8 +90,17 @@ def test_fused_logits_equal_the_forward_pass_logits():
     np.testing.assert_allclose(
         project_to_logits(x, linear, fused=True), project_to_logits(x, linear), rtol=1e-6
     )
-    # A bfloat16 product keeps its float32 bias apart, fused or not.
+    # A bfloat16 product: the same logits up to one bfloat16 rounding of their size (2⁻⁸
+    # relative), the bias's float32 remainder kept.
     linear["W"] = tf.cast(linear["W"], "bfloat16")
-    np.testing.assert_array_equal(
-        project_to_logits(x, linear, fused=True), project_to_logits(x, linear)
-    )
+    exact = np.asarray(tf.cast(x, "bfloat16"), "float64") @ np.asarray(linear["W"], "float64")
+    exact += linear["b"]
+    for fused in (True, False):
+        logits = project_to_logits(x, linear, fused=fused)
+        assert logits.dtype == tf.float32
+        np.testing.assert_allclose(logits, exact, rtol=0, atol=np.abs(exact).max() * 2**-8)
+        # Where x·W is 0 both give b exactly, not b rounded to bfloat16.
+        np.testing.assert_array_equal(
+            project_to_logits(np.zeros_like(x), linear, fused=fused),
+            np.broadcast_to(linear["b"], (2, 3, 11)),
+        )
