@@ -3,19 +3,19 @@
 Keras's `Dense` multiplies a 3-D input through `tf.tensordot` (a 2-D `MatMul` between reshapes)
 and adds its bias to the reshaped product, which TensorFlow does not fuse. Written as a 2-D
 `MatMul` followed by `BiasAdd`, the same arithmetic is fused by TensorFlow's CPU graph rewrites
-into one oneDNN inner product (`_FusedMatMul`), whose
-weights a process started with `TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=1` packs once into the blocked
-layout oneDNN computes in and keeps between calls, instead of packing them at every product. At
-a beam of 4 rows per step that made served beam search faster (BENCHMARKS.md, "Weights kept
-packed: TF_ONEDNN_ASSUME_FROZEN_WEIGHTS"; serving/DEPLOY.md says when to set it). Without the
-variable the fused product runs at the unfused one's speed.
+into one oneDNN inner product (`_FusedMatMul`), whose weights a process started with
+`TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=1` packs once into the blocked layout oneDNN computes in and
+keeps between calls, instead of packing them at every product. At a beam of 4 rows per step that
+made served beam search faster (BENCHMARKS.md, "Weights kept packed:
+TF_ONEDNN_ASSUME_FROZEN_WEIGHTS"; serving/DEPLOY.md says when to set it). Without the variable
+the fused product runs at the unfused one's speed.
 
 That setting makes every fused product in the process treat its second operand as a constant
 after its first call (a `MatMul` followed by the add of a vector, too), so in this project's
-graphs only weights are multiplied this way. Only the
-incremental decoding step (inference) multiplies this way: the forward pass keeps Keras's own
-arithmetic, which a fused product rounds differently in the last bits, so that training runs
-(the bundle's, the tests' tiny ones) reproduce bit for bit.
+graphs only weights are multiplied this way. Only the incremental decoding step (inference)
+multiplies this way: the forward pass keeps Keras's own arithmetic, which a fused product rounds
+differently in the last bits, so that training runs (the bundle's, the tests' tiny ones)
+reproduce bit for bit.
 """
 
 import keras

@@ -20,8 +20,9 @@ mixed_bfloat16. The pre-softmax linear transformation is where they part (`logit
 under mixed_bfloat16 (training) it multiplies in float32, which the loss's gradients want; under
 "bfloat16" (serving) it multiplies in bfloat16 by a copy of W made once per call, the step's
 largest product at half the bytes, and adds the float32 bias to the float32 result (the decoding
-step: b rounded to bfloat16 inside the product, then the rest of b; `model.embedding.
-project_to_logits`) (BENCHMARKS.md, "bfloat16 export: BLEU" and "bfloat16 output product").
+step adds b rounded to bfloat16 inside the product, then the rest of b:
+`model.embedding.project_to_logits`; BENCHMARKS.md, "bfloat16 export: BLEU" and "bfloat16 output
+product").
 """
 
 import keras
