@@ -29,7 +29,10 @@ def transformer_step_fn(model, with_alignment=True, compiled=False):
     Call it where the search runs, outside its loop: it gets the model's pre-softmax weights
     there, once (`Transformer.pre_softmax_linear`).
     """
-    pre_softmax_linear = model.pre_softmax_linear()
+    # Read once here, so that no step reads a variable (the bfloat16 decoding step rounds b).
+    pre_softmax_linear = {
+        name: tf.convert_to_tensor(value) for name, value in model.pre_softmax_linear().items()
+    }
 
     def step_fn(ids, step, cache):
         output = model.decode(
