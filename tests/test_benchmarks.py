@@ -224,7 +224,11 @@ def test_bench_serve_holds_idle_and_slowloris_connections_and_sees_the_server_le
     # call's), and let every one go.
     assert result.during["fds"] >= result.before["fds"] + 50 - 1
     assert result.after["fds"] <= result.before["fds"]
-    assert result.after["threads"] <= result.before["threads"], (
+    # A thread kept per connection would leave dozens (50 held, more replaced). The runtimes
+    # under the server start threads of their own now and then: under load, one run ended
+    # with one more thread named `python` than it started with, 120 s after the last
+    # connection, and never again in 10 runs beside busy loops. So a margin of 2.
+    assert result.after["threads"] <= result.before["threads"] + 2, (
         result.before,
         result.after,
         threads_after,
