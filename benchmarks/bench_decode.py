@@ -818,6 +818,9 @@ def served_goals(args, milliseconds):
         # One export for both batch sizes: XLA at batch 1, the plain graph at 32.
         goal(SAVED_HYBRID_BEAM.format(beam=beam), "beam", [(small, 1.0), (large, 1.0)]),
         goal(SAVED_BF16_HYBRID_BEAM.format(beam=beam), "beam", [(small, 1.0), (large, 1.0)]),
+        # bfloat16 (issue 25's reduced precision), measured against the same goals.
+        goal(SAVED_BF16_BEAM.format(beam=beam), "beam", [(small, 1.0), (large, 1.0)]),
+        goal(SAVED_BF16_HYBRID_GREEDY, "greedy", [(small, 0.5), (large, 0.8)]),
     ]
     served = {
         "greedy": {

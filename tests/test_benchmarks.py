@@ -355,12 +355,24 @@ def test_bench_decode_side_by_side_gives_each_decoder_as_a_multiple_of_ctranslat
         "batch 1 **0.37×** (fastest calls 0.59×; goal ≤ 1.0: met); batch 32 **1.43×** "
         "(fastest calls 1.43×; goal ≤ 1.0: not met)."
     )
+    # bfloat16: the plain beam against the served goal (250 / 300, 2000 / 1400), the hybrid's
+    # greedy against the compiled greedy's (95 / 200, 300 / 500).
+    assert goal_lines[5] == (
+        f"- {bench_decode.SAVED_BF16_BEAM.format(beam=beam)}, against CTranslate2 float32: "
+        "batch 1 **0.83×** (fastest calls 1.33×; goal ≤ 1.0: met); batch 32 **1.43×** "
+        "(fastest calls 1.43×; goal ≤ 1.0: not met)."
+    )
+    assert goal_lines[6] == (
+        f"- {bench_decode.SAVED_BF16_HYBRID_GREEDY}, against CTranslate2 float32: "
+        "batch 1 **0.47×** (fastest calls 0.76×; goal ≤ 0.5: met); batch 32 **0.60×** "
+        "(fastest calls 0.60×; goal ≤ 0.8: met)."
+    )
     hybrid = next(line for line in lines if line.startswith("| exported with --jit_compile --"))
     assert hybrid.endswith("| 1,300 ms (0.93× / 1.30×) |")
     # The fastest served graph of each kind and batch against int8: 90 / 100 (compiled),
     # 300 / 400 (bfloat16, the first of a tie), 110 / 150 (bfloat16 compiled), 1300 / 1000
     # (hybrid).
-    assert goal_lines[5] == (
+    assert goal_lines[7] == (
         "- The fastest served graph against CTranslate2 int8: greedy batch 1 **0.90×** "
         "(--jit_compile); greedy batch 32 **0.75×** (bfloat16); beam batch 1 **0.73×** "
         "(bfloat16 --jit_compile); beam batch 32 **1.30×** (--jit_compile --xla_max_batch 1)."

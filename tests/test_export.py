@@ -53,6 +53,7 @@ from model.decoding import beam_search_decode, greedy_decode
 from model.special_tokens import END_ID, START_ID
 from serving import export
 from tests.export_fixtures import PAIRS, saved_model_cli, saved_model_cli_path, text_literal
+from tests.frozen_weights import assert_frozen_weights_change_nothing
 from training.artifacts import CONFIG_FILE, load_trained, read_config
 
 MODEL_NAME = "translator"
@@ -795,3 +796,7 @@ def test_bfloat16_export_multiplies_in_bfloat16_and_translates_as_float32(
         want = _run_signature(loaded, signature, sources)
         assert _decoded(got[TRANSLATION_OUTPUT]) == _decoded(want[TRANSLATION_OUTPUT])
         np.testing.assert_allclose(got[SCORE_OUTPUT], want[SCORE_OUTPUT], atol=0.05, rtol=0.05)
+    # serving/DEPLOY.md recommends TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=1 for bfloat16 exports.
+    assert_frozen_weights_change_nothing(
+        path, (GREEDY_SIGNATURE, BEAM_SIGNATURE), sources[:4], tolerance=1e-3
+    )

@@ -11,7 +11,6 @@ by top-k, top-p and temperature and 3 alternatives.
 import contextlib
 import io
 import json
-import multiprocessing
 import os
 import urllib.request
 
@@ -46,14 +45,14 @@ from model.decoding import (
     teacher_forced_logits,
     token_log_probs,
 )
-from model.dense import FROZEN_WEIGHTS_VARIABLE
 from model.special_tokens import END_ID, PAD_ID, START_ID
 from model.translator import DecodingOptions, Translator
 from serving import client as client_module
 from serving import export, export_ctranslate2
 from serving.export_ctranslate2 import decoding_options, source_pieces, target_ids
 from tests.export_fixtures import PAIRS
-from tests.test_dense import products_with_bias
+from tests.frozen_weights import assert_frozen_weights_change_nothing
+from tests.graphs import products_with_bias
 from tests.test_export_ctranslate2 import (
     TEXTS,
     _max_decoding_length,
@@ -554,29 +553,17 @@ def test_a_process_assuming_frozen_weights_decodes_as_one_that_does_not(run):
     sizes, in any order, get the translations and scores of a process without it."""
     from tensorflow.core.protobuf import saved_model_pb2
 
-    from benchmarks.bench_decode import SessionSignatures, SessionWorker
-
     with open(os.path.join(run["export_dir"], "saved_model.pb"), "rb") as file:
         graph_def = saved_model_pb2.SavedModel.FromString(file.read()).meta_graphs[0].graph_def
-    # Each decoder layer's 8 products (Q, K, V, O; cross-attention's Q, O; the FFN's 2) and the
-    # logits', in at least one decoding loop.
-    assert products_with_bias(graph_def) >= 8 * run["model"].num_layers + 1
+    # A decoding loop's body holds each decoder layer's 8 products (Q, K, V, O; cross-attention's
+    # Q, O; the FFN's 2) and the logits', all fused; no function holds more.
+    per_function = products_with_bias(graph_def)
+    step_products = 8 * run["model"].num_layers + 1
+    assert max(per_function.values()) == step_products, per_function
 
-    texts = ["Buenos días.", "Gracias.", "Buenas noches.", "Hola."]
-    requests = [texts[:1], texts[1:4], texts[2:3], texts, texts[3:]]
-    here = SessionSignatures(run["export_dir"], threads=1)
-    environment = {FROZEN_WEIGHTS_VARIABLE: "1"}
-    before = {child.pid for child in multiprocessing.active_children()}
-    with SessionWorker(run["export_dir"], threads=1, environment=environment) as frozen:
-        (pid,) = {child.pid for child in multiprocessing.active_children()} - before
-        with open(f"/proc/{pid}/environ", "rb") as file:
-            assert f"{FROZEN_WEIGHTS_VARIABLE}=1".encode() in file.read().split(b"\0")
-        assert FROZEN_WEIGHTS_VARIABLE not in os.environ
-        for signature in (GREEDY_SIGNATURE, BEAM_SIGNATURE, N_BEST_SIGNATURE):
-            for request in requests:
-                expected, answered = here(signature, request), frozen(signature, request)
-                for name, value in expected.items():
-                    if value.dtype.kind == "f":
-                        np.testing.assert_allclose(answered[name], value, rtol=1e-4, atol=1e-4)
-                    else:
-                        np.testing.assert_array_equal(answered[name], value, err_msg=name)
+    assert_frozen_weights_change_nothing(
+        run["export_dir"],
+        (GREEDY_SIGNATURE, BEAM_SIGNATURE, N_BEST_SIGNATURE),
+        ["Buenos días.", "Gracias.", "Buenas noches.", "Hola."],
+        tolerance=1e-4,
+    )
