@@ -71,6 +71,8 @@ from model.special_tokens import END_ID, RESERVED_TOKENS, START_ID
 from model.tokenizer import WordPieceTokenizer
 from serving import export
 from serving.export_ctranslate2 import TransformerConverter, decoding_options, source_pieces
+from serving.model_server.predict import DEFAULT_SERVING_SIGNATURE_DEF_KEY
+from serving.model_server.servable import read_warmup_requests
 from training.artifacts import COMPUTE_DTYPES
 
 SECTION_TITLE = "Decoding"
@@ -323,16 +325,32 @@ class SessionSignatures:
                 self._session, [tf.saved_model.SERVING], export_dir
             )
         self._signatures = meta_graph.signature_def
+        self._export_dir = export_dir
 
     def __call__(self, signature_name, texts, **run_arguments):
         """`texts`: list of str → `{output name: NumPy array}`; `run_arguments` go to
         `Session.run` (`options`, `run_metadata`)."""
+        feed = np.array([text.encode("utf-8") for text in texts], dtype=object)
+        return self._run(signature_name, {TEXT_INPUT: feed}, **run_arguments)
+
+    def replay_warmup(self):
+        """Runs the export's warmup requests (`assets.extra/tf_serving_warmup_requests`), as TF
+        Serving does before it serves a version; returns how many it ran. Where a product's
+        first call decides how its weights stay packed (`TF_ONEDNN_ASSUME_FROZEN_WEIGHTS`),
+        a server's first calls are these."""
+        requests = read_warmup_requests(self._export_dir)
+        for request in requests:
+            inputs = {alias: tf.make_ndarray(proto) for alias, proto in request.inputs.items()}
+            self._run(
+                request.model_spec.signature_name or DEFAULT_SERVING_SIGNATURE_DEF_KEY, inputs
+            )
+        return len(requests)
+
+    def _run(self, signature_name, inputs, **run_arguments):
         signature = self._signatures[signature_name]
         fetches = {name: info.name for name, info in signature.outputs.items()}
-        feed = np.array([text.encode("utf-8") for text in texts], dtype=object)
-        return self._session.run(
-            fetches, {signature.inputs[TEXT_INPUT].name: feed}, **run_arguments
-        )
+        feed = {signature.inputs[alias].name: value for alias, value in inputs.items()}
+        return self._session.run(fetches, feed, **run_arguments)
 
 
 class SessionWorker:
@@ -356,15 +374,19 @@ class SessionWorker:
             the worker inherits this process's `LD_PRELOAD`, if any.
         environment: optional `{name: value}` set in the worker's environment, say
             `{model.dense.FROZEN_WEIGHTS_VARIABLE: "1"}` (serving/DEPLOY.md).
+        replay_warmup: whether the worker runs the export's warmup requests once loaded
+            (`SessionSignatures.replay_warmup`); `warmup_records` then says how many it ran.
 
     Use it as a context manager, or `close` it: the worker ends then (or with this process).
     """
 
-    def __init__(self, export_dir, threads=0, preload=None, environment=None):
+    def __init__(self, export_dir, threads=0, preload=None, environment=None, replay_warmup=False):
         context = multiprocessing.get_context("spawn")
         self._connection, worker_end = context.Pipe()
         self._process = context.Process(
-            target=_serve_signatures, args=(worker_end, export_dir, threads), daemon=True
+            target=_serve_signatures,
+            args=(worker_end, export_dir, threads, replay_warmup),
+            daemon=True,
         )
         # A spawned worker is a new interpreter started with this process's environment (so is
         # multiprocessing's resource tracker, if this is the first start: preloaded too, and
@@ -372,7 +394,8 @@ class SessionWorker:
         with _environment(**{**(environment or {}), "LD_PRELOAD": preload}):
             self._process.start()
         worker_end.close()
-        self._receive()  # The export is loaded (or its loader's error is raised here).
+        # The export is loaded and warmed up (or its loader's error is raised here).
+        self.warmup_records = self._receive()
 
     def __call__(self, signature_name, texts):
         self._connection.send((signature_name, list(texts)))
@@ -397,9 +420,19 @@ class SessionWorker:
         self.close()
 
 
-def worker_environment(args):
-    """The environment variables `args` set in the Session workers (`--assume_frozen_weights`)."""
-    return {FROZEN_WEIGHTS_VARIABLE: "1"} if args.assume_frozen_weights else {}
+def session_worker(export_dir, args):
+    """The bench's `SessionWorker` for `export_dir`: `args.threads` and `args.preload`, and with
+    `--assume_frozen_weights` the variable set and the export's warmup requests replayed first,
+    as a TF Serving started with it would run them (the first call decides how each product's
+    weights stay packed: serving/DEPLOY.md)."""
+    frozen = args.assume_frozen_weights
+    return SessionWorker(
+        export_dir,
+        args.threads,
+        args.preload,
+        environment={FROZEN_WEIGHTS_VARIABLE: "1"} if frozen else {},
+        replay_warmup=frozen,
+    )
 
 
 @contextlib.contextmanager
@@ -435,18 +468,20 @@ def check_preload(library):
         )
 
 
-def _serve_signatures(connection, export_dir, threads):
-    """`SessionWorker`'s process: loads the export, then answers `(signature, texts)` requests
-    with `(True, outputs)` (or `(False, traceback)`) until it receives None."""
+def _serve_signatures(connection, export_dir, threads, replay_warmup):
+    """`SessionWorker`'s process: loads the export (and replays its warmup requests if
+    `replay_warmup`), sends `(True, warmup records run)`, then answers `(signature, texts)`
+    requests with `(True, outputs)` (or `(False, traceback)`) until it receives None."""
     try:
         if threads:
             tf.config.threading.set_intra_op_parallelism_threads(threads)
             tf.config.threading.set_inter_op_parallelism_threads(threads)
         signatures = SessionSignatures(export_dir, threads)
+        warmup_records = signatures.replay_warmup() if replay_warmup else 0
     except Exception:
         connection.send((False, traceback.format_exc()))
         return
-    connection.send((True, None))
+    connection.send((True, warmup_records))
     while (request := connection.recv()) is not None:
         try:
             connection.send((True, signatures(*request)))
@@ -616,9 +651,7 @@ def main(argv=None):
                     )
                 cases += [(name, decoder, batch, pieces[:batch]) for batch in args.batch_sizes]
 
-        signatures = workers.enter_context(
-            SessionWorker(export_dir, args.threads, args.preload, worker_environment(args))
-        )
+        signatures = workers.enter_context(session_worker(export_dir, args))
         served_texts = [served_texts[i % len(served_texts)] for i in range(max_batch)]
         if not args.export_dir:
             # What TF Serving runs with --xla_cpu_compilation_enabled, and the bfloat16 exports.
@@ -636,13 +669,11 @@ def main(argv=None):
                 ),
             ):
                 other_signatures = workers.enter_context(
-                    SessionWorker(
+                    session_worker(
                         export_benchmark_model(
                             exported_model, tokenizer, args, work_dir, jit_compile, xla_max_batch
                         ),
-                        args.threads,
-                        args.preload,
-                        worker_environment(args),
+                        args,
                     )
                 )
                 cases += [
@@ -940,7 +971,10 @@ float32's / int8's, so below 1× is faster):
     if os.environ.get("LD_PRELOAD"):
         worker_note += f" (this process, CTranslate2's: LD_PRELOAD={os.environ['LD_PRELOAD']})"
     if args.assume_frozen_weights:
-        worker_note += f", with {FROZEN_WEIGHTS_VARIABLE}=1 in their environment"
+        worker_note += (
+            f", with {FROZEN_WEIGHTS_VARIABLE}=1 in their environment and the export's warmup "
+            "requests replayed first"
+        )
     return f"""Command: `{command}`
 Machine: {machine_description()}; CTranslate2 {ctranslate2.__version__}; load average {load_before[0]:.2f} before, {load_after[0]:.2f} after (other processes share the cores).
 Model: {args.num_layers}+{args.num_layers} layers, d_model {args.d_model}, {args.num_heads} heads, dff {args.dff}, vocab {args.vocab_size}, random weights; sources of {args.source_words + 2} tokens; exactly {args.output_tokens} output tokens per sentence (min_length = max_decoding_length). TensorFlow threads (intra-op, inter-op): {args.threads or "default (one per core)"}; CTranslate2: {threads} intra-op threads, one batch at a time. Every decoder is warmed up {args.warmup}×, then timed {args.repeats}× in interleaved rounds (median; fastest in parentheses). SavedModel rows: {exported}, loaded by the TF1 SavedModel loader into a Session, as TF Serving loads it{worker_note}. CTranslate2 rows: the same weights converted by `serving.export_ctranslate2` (float32, and int8 weights), `translate_batch` on the same subword pieces, length penalty {export.DecodingOptions().alpha} (no effect on forced lengths).

@@ -5,6 +5,7 @@ import json
 import multiprocessing
 import os
 import re
+import shutil
 
 import numpy as np
 import pytest
@@ -419,12 +420,46 @@ def test_bench_decode_session_worker_runs_with_the_preloaded_library(exports):
     assert UNUSED_GLIBC_LIBRARY not in _mapped_libraries(os.getpid())
 
 
-def test_bench_decode_sets_the_frozen_weights_variable_in_the_session_workers_only_when_asked():
-    from model.dense import FROZEN_WEIGHTS_VARIABLE
+def _worker_environ(before):
+    (pid,) = {child.pid for child in multiprocessing.active_children()} - before
+    with open(f"/proc/{pid}/environ", "rb") as file:
+        return file.read().split(b"\0")
 
-    asked = bench_decode.parse_args(["--assume_frozen_weights"])
-    assert bench_decode.worker_environment(asked) == {FROZEN_WEIGHTS_VARIABLE: "1"}
-    assert bench_decode.worker_environment(bench_decode.parse_args([])) == {}
+
+def test_bench_decode_workers_assume_frozen_weights_after_the_warmup_only_when_asked(exports):
+    from model.dense import FROZEN_WEIGHTS_VARIABLE
+    from serving.model_server.servable import read_warmup_requests
+
+    setting = f"{FROZEN_WEIGHTS_VARIABLE}=1".encode()
+    records = len(read_warmup_requests(exports[1]))
+    assert records > 0
+    for flags, expected in (([], (False, 0)), (["--assume_frozen_weights"], (True, records))):
+        args = bench_decode.parse_args([*flags, "--threads", "1"])
+        before = {child.pid for child in multiprocessing.active_children()}
+        with bench_decode.session_worker(exports[1], args) as worker:
+            assert (setting in _worker_environ(before), worker.warmup_records) == expected
+
+
+def test_bench_decode_worker_runs_each_warmup_record_and_raises_its_error(exports, tmp_path):
+    from tensorflow_serving.apis import prediction_log_pb2
+
+    from common.serving_contract import GREEDY_SIGNATURE, TEXT_INPUT, WARMUP_PATH
+
+    export_dir = tmp_path / "1"
+    shutil.copytree(exports[1], export_dir)
+    log = prediction_log_pb2.PredictionLog()
+    request = log.predict_log.request
+    request.model_spec.signature_name = GREEDY_SIGNATURE
+    # A matrix where the signature takes a vector of texts: the Session refuses it.
+    request.inputs[TEXT_INPUT].CopyFrom(tf.make_tensor_proto([[b"Hola."]], tf.string))
+    with tf.io.TFRecordWriter(str(export_dir / WARMUP_PATH)) as writer:
+        writer.write(log.SerializeToString())
+    with bench_decode.SessionWorker(str(export_dir), threads=1) as worker:
+        assert worker.warmup_records == 0  # Not asked to.
+    with pytest.raises(
+        RuntimeError, match="Session worker failed(.|\n)*Cannot feed value of shape"
+    ):
+        bench_decode.SessionWorker(str(export_dir), threads=1, replay_warmup=True)
 
 
 def test_bench_decode_refuses_a_library_it_cannot_preload(capsys):
