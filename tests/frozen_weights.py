@@ -1,7 +1,6 @@
 """A process started with TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=1 (serving/DEPLOY.md, "Weights kept
 packed") against one that is not, on the same export."""
 
-import multiprocessing
 import os
 
 import numpy as np
@@ -13,17 +12,15 @@ from model.dense import FROZEN_WEIGHTS_VARIABLE
 def assert_frozen_weights_change_nothing(export_dir, signatures, texts, tolerance):
     """Serves `export_dir` from a Session worker started with the variable and from a Session
     in this process without it, and asserts both answer each signature of `signatures` alike
-    (strings and integers equal, floats within `tolerance`) on requests of `texts` that change
-    batch size from one to the next: a fused product whose second operand were not a weight
-    would reuse the first request's."""
+    (strings and integers equal, floats within `tolerance`) on requests of `texts` (three at
+    least) that change batch size from one to the next: a fused product whose second operand
+    were not a weight would reuse the first request's."""
+    assert len(texts) >= 3, "three texts at least, for three batch sizes"
     requests = [texts[:1], texts[1:], texts[2:3], texts, texts[-1:]]
     here = SessionSignatures(export_dir, threads=1)
     environment = {FROZEN_WEIGHTS_VARIABLE: "1"}
-    before = {child.pid for child in multiprocessing.active_children()}
     with SessionWorker(export_dir, threads=1, environment=environment) as frozen:
-        (pid,) = {child.pid for child in multiprocessing.active_children()} - before
-        with open(f"/proc/{pid}/environ", "rb") as file:
-            assert f"{FROZEN_WEIGHTS_VARIABLE}=1".encode() in file.read().split(b"\0")
+        assert f"{FROZEN_WEIGHTS_VARIABLE}=1".encode() in process_environment(frozen.pid)
         assert FROZEN_WEIGHTS_VARIABLE not in os.environ
         for signature in signatures:
             for request in requests:
@@ -35,3 +32,9 @@ def assert_frozen_weights_change_nothing(export_dir, signatures, texts, toleranc
                         )
                     else:
                         np.testing.assert_array_equal(answered[name], value, err_msg=name)
+
+
+def process_environment(pid):
+    """The `NAME=value` entries (bytes) a Linux process was started with."""
+    with open(f"/proc/{pid}/environ", "rb") as file:
+        return file.read().split(b"\0")

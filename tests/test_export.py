@@ -54,6 +54,7 @@ from model.special_tokens import END_ID, START_ID
 from serving import export
 from tests.export_fixtures import PAIRS, saved_model_cli, saved_model_cli_path, text_literal
 from tests.frozen_weights import assert_frozen_weights_change_nothing
+from tests.graphs import products_with_bias
 from training.artifacts import CONFIG_FILE, load_trained, read_config
 
 MODEL_NAME = "translator"
@@ -796,7 +797,11 @@ def test_bfloat16_export_multiplies_in_bfloat16_and_translates_as_float32(
         want = _run_signature(loaded, signature, sources)
         assert _decoded(got[TRANSLATION_OUTPUT]) == _decoded(want[TRANSLATION_OUTPUT])
         np.testing.assert_allclose(got[SCORE_OUTPUT], want[SCORE_OUTPUT], atol=0.05, rtol=0.05)
-    # serving/DEPLOY.md recommends TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=1 for bfloat16 exports.
+    # serving/DEPLOY.md recommends TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=1 for bfloat16 exports: each
+    # decoding loop multiplies by its weights fused, as the float32 export's does
+    # (tests/test_export_decoding.py), and a process with the variable answers alike.
+    per_function = products_with_bias(_graph_def(os.path.join(path, "saved_model.pb")))
+    assert set(per_function.values()) == {8 * config["num_layers"] + 1}, per_function
     assert_frozen_weights_change_nothing(
         path, (GREEDY_SIGNATURE, BEAM_SIGNATURE), sources[:4], tolerance=1e-3
     )

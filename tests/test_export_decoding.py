@@ -555,11 +555,12 @@ def test_a_process_assuming_frozen_weights_decodes_as_one_that_does_not(run):
 
     with open(os.path.join(run["export_dir"], "saved_model.pb"), "rb") as file:
         graph_def = saved_model_pb2.SavedModel.FromString(file.read()).meta_graphs[0].graph_def
-    # A decoding loop's body holds each decoder layer's 8 products (Q, K, V, O; cross-attention's
-    # Q, O; the FFN's 2) and the logits', all fused; no function holds more.
+    # Each decoding loop's body holds each decoder layer's 8 products (Q, K, V, O;
+    # cross-attention's Q, O; the FFN's 2) and the logits', all fused; no other function holds
+    # any.
     per_function = products_with_bias(graph_def)
     step_products = 8 * run["model"].num_layers + 1
-    assert max(per_function.values()) == step_products, per_function
+    assert set(per_function.values()) == {step_products}, per_function
 
     assert_frozen_weights_change_nothing(
         run["export_dir"],
