@@ -25,7 +25,7 @@ SERVER_FLAGS := --port=$(PORT) --rest_api_port=$(REST_PORT) --model_name=$(MODEL
 	--batching_parameters_file=serving/batching.config \
 	--monitoring_config_file=serving/monitoring.config $(SERVE_ARGS)
 
-.PHONY: help setup translate test check-mutations lint data train average evaluate export serve query demo demo-train pretrained notebooks \
+.PHONY: help setup translate test test-under-load check-mutations lint data train average evaluate export serve query demo demo-train pretrained notebooks \
 	bench-train bench-decode bench-profile bench-serve bench-sweep bench-tokenizer bench-robustness \
 	bench-translate bench-soak check-prometheus \
 	export-ctranslate2 clean-venv
@@ -48,8 +48,18 @@ $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	touch $(STAMP)
 
 # The tokenizer tests read every sentence of the embedded corpus: `data` builds it when missing.
+# Then the CPU-dependent tests (pytest.ini's cpu_dependent marker) again with oneDNN's rewrite
+# off: the Eigen kernels an AVX2-only CPU multiplies bfloat16 with (common/cpu.py), so every
+# machine checks both kinds of CPU.
 test: $(STAMP) data lint
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup tests
+	TF_ENABLE_ONEDNN_OPTS=0 $(PY) -m pytest -q -m cpu_dependent tests
+
+# `make test` beside BUSY_PROCESSES processes that keep a core each busy, as a shared CI
+# machine or a developer's other work does: the suite must not depend on an idle machine.
+BUSY_PROCESSES ?= 2
+test-under-load: $(STAMP)  ## make test beside BUSY_PROCESSES (2) busy processes, stopped when it ends.
+	$(PY) -m tests.busy_processes $(BUSY_PROCESSES) -- $(MAKE) test
 
 check-mutations: $(STAMP) data  ## Realistic bugs injected one at a time must each fail their tests (tests/mutations.py; not part of make test).
 	$(PY) -m tests.mutations $(MUTATION_ARGS)

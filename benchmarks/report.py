@@ -6,22 +6,27 @@ import re
 
 import tensorflow as tf
 
+from common import cpu
+
 
 def machine_description():
-    """CPU model and core count (from /proc/cpuinfo where it exists), OS and TensorFlow version."""
-    cpu = platform.processor() or "unknown CPU"
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as handle:
-            names = [
-                line.split(":", 1)[1].strip() for line in handle if line.startswith("model name")
-            ]
-        if names:
-            cpu = names[0]
-    except OSError:
-        pass
+    """CPU model with the flags that decide TensorFlow's kernels (common/cpu.py), which kernel
+    multiplies bfloat16 here, core count, OS and TensorFlow version: figures of one CPU kind do
+    not hold for another (serving/DEPLOY.md, "Choosing an export for the CPU")."""
     gpus = tf.config.list_physical_devices("GPU")
     accelerator = f", {len(gpus)} GPU(s)" if gpus else ", no GPU"
-    return f"{cpu}, {os.cpu_count()} cores{accelerator}; {platform.system()}; TensorFlow {tf.__version__}"
+    if cpu.has_native_bfloat16():
+        bfloat16 = "bfloat16 in hardware"
+    elif cpu.bfloat16_products_round_once():
+        bfloat16 = "bfloat16 converted in software by oneDNN"
+    else:
+        bfloat16 = "bfloat16 in TensorFlow's Eigen kernels"
+    isa_cap = os.environ.get("ONEDNN_MAX_CPU_ISA")
+    capped = f", oneDNN held to {isa_cap}" if isa_cap else ""
+    return (
+        f"{cpu.describe_cpu()}, {os.cpu_count()} cores{accelerator}; {bfloat16}{capped}; "
+        f"{platform.system()}; TensorFlow {tf.__version__}"
+    )
 
 
 def write_section(path, title, body):

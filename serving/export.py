@@ -74,12 +74,14 @@ import logging
 import os
 import re
 import shutil
+import sys
 import uuid
 
 import keras
 import tensorflow as tf
 from tqdm.auto import tqdm
 
+from common import cpu
 from common.serving_contract import (
     ALIGNMENTS_SIGNATURE,
     ALTERNATIVES_SIGNATURE,
@@ -648,7 +650,9 @@ def main(argv=None):
         choices=list(artifacts.COMPUTE_DTYPES),
         help="bfloat16: the matrix products in bfloat16, their weights stored in bfloat16 "
         "(layer norms, embeddings, the attention softmax and the logits in float32), for CPUs "
-        "with bfloat16 units (default: as the run was trained)",
+        "with bfloat16 instructions (AVX-512 BF16, AMX); slower than float32 on others, where "
+        "this command and the server warn (serving/DEPLOY.md, 'Choosing an export for the "
+        "CPU'; default: as the run was trained)",
     )
     parser.add_argument(
         "--warmup_max_batch",
@@ -732,6 +736,8 @@ def main(argv=None):
         )
     except ValueError as error:
         parser.error(str(error))
+    if args.compute_dtype == "bfloat16" and (warning := cpu.bfloat16_slow_warning()):
+        print(f"warning: {warning}", file=sys.stderr)
     version_dir = export_run(
         args.run_dir,
         args.export_base,

@@ -27,10 +27,11 @@ import tensorflow as tf
 # graph uses; tensorflow_model_server links the same ops into its binary.
 import tensorflow_text  # noqa: F401
 from google.protobuf import message, text_format
-from tensorflow.core.framework import tensor_shape_pb2
+from tensorflow.core.framework import tensor_shape_pb2, types_pb2
 from tensorflow.core.protobuf import meta_graph_pb2, saved_model_pb2
 from tensorflow_serving.apis import predict_pb2, prediction_log_pb2
 
+from common import cpu
 from common.serving_contract import MAX_WARMUP_RECORDS, WARMUP_PATH
 from serving.model_server import errors
 from serving.model_server.metrics import ServerMetrics
@@ -195,6 +196,15 @@ def xla_signature_names(meta_graph: meta_graph_pb2.MetaGraphDef) -> set[str]:
     return names
 
 
+def holds_bfloat16_variables(meta_graph: meta_graph_pb2.MetaGraphDef) -> bool:
+    """Whether the graph stores any variable in bfloat16 (`serving.export --compute_dtype
+    bfloat16`), whose products are slow on CPUs without bfloat16 instructions."""
+    return any(
+        node.op == "VarHandleOp" and node.attr["dtype"].type == types_pb2.DT_BFLOAT16
+        for node in meta_graph.graph_def.node
+    )
+
+
 def _session_style_message(message: str) -> str:
     """Strips the eager runtime's wrapper from a TF error message.
 
@@ -326,6 +336,7 @@ class Servable:
         meta_graph = read_meta_graph(export_dir, tags)
         self.signature_defs = dict(meta_graph.signature_def)
         self.xla_signatures = xla_signature_names(meta_graph)
+        self.holds_bfloat16_weights = holds_bfloat16_variables(meta_graph)
         self._xla_compilation_enabled = xla_compilation_enabled
         self._session = load_session(export_dir, meta_graph, record_load_stage)
         self._release_lock = threading.Lock()
@@ -442,6 +453,8 @@ def load_servable(
         raise
     if metrics is not None:
         metrics.record_load(export_dir, succeeded=True, seconds=time.monotonic() - start)
+    if servable.holds_bfloat16_weights and (warning := cpu.bfloat16_slow_warning()):
+        logger.warning("%s holds bfloat16 weights, but %s", export_dir, warning)
     logger.info(
         "SavedModel load for tags { %s }; Status: success: OK. Took %d microseconds.",
         " ".join(tags),
