@@ -186,15 +186,27 @@ def signature_options(options):
     }
 
 
-def build_export_archive(model, source_tokenizer, target_tokenizer, options=DecodingOptions()):
-    """Traces the signatures of `SIGNATURE_NAMES` into a `keras.export.ExportArchive`.
+def build_export_archive(
+    model,
+    source_tokenizer,
+    target_tokenizer,
+    options=DecodingOptions(),
+    signatures=SIGNATURE_NAMES,
+):
+    """Traces `signatures` (names of `SIGNATURE_NAMES`, default all) into a
+    `keras.export.ExportArchive`.
 
     Tracing is the slow part of an export (seconds per signature); the returned archive can be
     written out any number of times with `write_version`.
 
     Returns:
-        `keras.export.ExportArchive` with endpoints `SIGNATURE_NAMES`.
+        `keras.export.ExportArchive` with an endpoint for each of `signatures`, in
+        `SIGNATURE_NAMES` order.
+
+    Raises:
+        ValueError: a name of `signatures` that is no signature (`require_signature_names`).
     """
+    signatures = exported_signatures(signatures)
     if not model.built:
         model.build(((None, None), (None, None)))
     translator = Translator(model, source_tokenizer, target_tokenizer, options)
@@ -215,7 +227,7 @@ def build_export_archive(model, source_tokenizer, target_tokenizer, options=Deco
         PREFIX_SIGNATURE: translator.prefix,
         ALTERNATIVES_SIGNATURE: translator.alternatives,
     }
-    for name in tqdm(SIGNATURE_NAMES, desc="tracing signatures", unit=" signature"):
+    for name in tqdm(signatures, desc="tracing signatures", unit=" signature"):
         endpoint = archive.add_endpoint(
             name, functions[name], input_signature=input_signature(name)
         )
@@ -273,8 +285,10 @@ def warmup_requests(
     max_batch=WARMUP_MAX_BATCH,
     max_source_tokens=WARMUP_MAX_SOURCE_TOKENS,
     signatures=None,
+    exported=SIGNATURE_NAMES,
 ):
-    """The `(signature, texts)` requests of a version's warmup file.
+    """The `(signature, texts)` requests of a version's warmup file, for the `exported`
+    signatures only.
 
     Each signature not compiled by XLA gets one request on `WARMUP_TEXTS`. Each compiled one
     (`translator.options.jit_compile`) among `signatures` (default: every compiled one) gets one
@@ -288,23 +302,37 @@ def warmup_requests(
             signature, or more requests than TF Serving replays (`MAX_WARMUP_RECORDS`).
     """
     require_signature_names(signatures or ())
+    exported = exported_signatures(exported)
     compiled = [
         name
         for name in compiled_signatures(translator.options)
-        if signatures is None or name in signatures
+        if name in exported and (signatures is None or name in signatures)
     ]
     buckets = (
         sorted(translator.xla_buckets(max_batch, max_source_tokens).values()) if compiled else []
     )
     texts = texts_of_lengths(translator, {length for _, length in buckets})
     requests = []
-    for name in SIGNATURE_NAMES:
+    for name in exported:
         if name in compiled:
             requests.extend((name, [texts[length]] * batch_size) for batch_size, length in buckets)
         else:
             requests.append((name, list(WARMUP_TEXTS)))
     _require_loadable_warmup(len(requests))
     return requests
+
+
+def exported_signatures(names):
+    """`names` (any iterable of signature names) in `SIGNATURE_NAMES` order, each once.
+
+    Raises:
+        ValueError: an unknown name (`require_signature_names`), or none at all.
+    """
+    names = set(names)
+    require_signature_names(names)
+    if not names:
+        raise ValueError("an export needs at least one signature.")
+    return tuple(name for name in SIGNATURE_NAMES if name in names)
 
 
 def require_signature_names(names):
@@ -488,12 +516,18 @@ def _publish(staging_dir, model_dir):
     )
 
 
-def make_export_info(model, source_tokenizer, target_tokenizer, options, run_config=None):
+def make_export_info(
+    model, source_tokenizer, target_tokenizer, options, run_config=None, signatures=SIGNATURE_NAMES
+):
     """The metadata written to `assets/export_info.json`."""
     return {
-        "signatures": list(SIGNATURE_NAMES),
+        "signatures": list(signatures),
         "decoding": dataclasses.asdict(options),
-        "signature_options": signature_options(options),
+        "signature_options": {
+            name: traced
+            for name, traced in signature_options(options).items()
+            if name in signatures
+        },
         "max_source_tokens": int(model.pe_input),
         "max_output_tokens": int(model.pe_target) - 1,
         "source_vocab_size": source_tokenizer.vocab_size,
@@ -519,10 +553,12 @@ def export_translator(
     warmup_max_batch=WARMUP_MAX_BATCH,
     warmup_max_source_tokens=WARMUP_MAX_SOURCE_TOKENS,
     warmup_signatures=None,
+    signatures=SIGNATURE_NAMES,
 ):
     """Exports a translator in memory as the next version under `<export_base>/<model_name>`,
-    with the warmup requests of `warmup_requests(..., warmup_max_batch,
-    warmup_max_source_tokens, warmup_signatures)`.
+    with the `signatures` named (default: all of `SIGNATURE_NAMES`) and the warmup requests of
+    `warmup_requests(..., warmup_max_batch, warmup_max_source_tokens, warmup_signatures)` for
+    them.
 
     Returns:
         str, the new version directory.
@@ -530,14 +566,18 @@ def export_translator(
     Raises:
         ValueError: as `warmup_requests`, before the (slow) tracing.
     """
+    signatures = exported_signatures(signatures)
     warmup = warmup_requests(
         Translator(model, source_tokenizer, target_tokenizer, options),
         warmup_max_batch,
         warmup_max_source_tokens,
         warmup_signatures,
+        signatures,
     )
-    archive = build_export_archive(model, source_tokenizer, target_tokenizer, options)
-    info = make_export_info(model, source_tokenizer, target_tokenizer, options, run_config)
+    archive = build_export_archive(model, source_tokenizer, target_tokenizer, options, signatures)
+    info = make_export_info(
+        model, source_tokenizer, target_tokenizer, options, run_config, signatures
+    )
     return write_version(archive, export_base, model_name, info, warmup)
 
 
@@ -552,7 +592,7 @@ def export_run(
     """Loads a training run (`training.artifacts.load_trained`, computing in `compute_dtype`, or
     as trained when None) and exports it, decoding with `options` (default: the run's own,
     `training.artifacts.decoding_options`); `warmup_bounds` are `export_translator`'s
-    `warmup_max_batch`, `warmup_max_source_tokens` and `warmup_signatures`.
+    `warmup_max_batch`, `warmup_max_source_tokens`, `warmup_signatures` and `signatures`.
 
     Returns:
         str, the new version directory.
@@ -672,6 +712,15 @@ def main(argv=None):
         "the model's longest source, so a larger value means every length)",
     )
     parser.add_argument(
+        "--signatures",
+        type=lambda value: tuple(name for name in value.split(",") if name),
+        default=SIGNATURE_NAMES,
+        help="the comma-separated signatures to export (default: all of "
+        f"{', '.join(SIGNATURE_NAMES)}); each costs seconds of tracing and a warmup request at "
+        f"load. Requests that name no signature call {GREEDY_SIGNATURE}: keep it unless every "
+        "client names one",
+    )
+    parser.add_argument(
         "--warmup_signatures",
         type=lambda value: tuple(name for name in value.split(",") if name),
         help="with --jit_compile, the comma-separated signatures whose XLA programs the warmup "
@@ -716,6 +765,10 @@ def main(argv=None):
         require_signature_names(args.warmup_signatures or ())
     except ValueError as error:
         parser.error(f"--warmup_signatures: {error}")
+    try:
+        args.signatures = exported_signatures(args.signatures)
+    except ValueError as error:
+        parser.error(f"--signatures: {error}")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     artifacts.require_trained_run(args.run_dir)
     try:
@@ -747,6 +800,7 @@ def main(argv=None):
         warmup_max_batch=args.warmup_max_batch,
         warmup_max_source_tokens=args.warmup_max_source_tokens,
         warmup_signatures=args.warmup_signatures,
+        signatures=args.signatures,
     )
     print(version_dir)
 

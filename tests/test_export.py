@@ -537,6 +537,35 @@ def test_warmup_requests_replay_through_loaded_model(exported, loaded):
     assert sorted(replayed) == sorted(ALL_SIGNATURES)
 
 
+def test_a_subset_of_the_signatures_is_exported_alone(trained, tmp_path, capsys):
+    """`--signatures` exports only the signatures named (in `SIGNATURE_NAMES` order, whatever
+    the order given): the SavedModel, its export info and its warmup requests hold those and no
+    other; unknown names and an empty list are refused before any tracing."""
+    model, source_tokenizer, target_tokenizer, _ = trained
+    chosen = (SCORE_SIGNATURE, GREEDY_SIGNATURE)
+    version_dir = export.export_translator(
+        model, source_tokenizer, target_tokenizer, tmp_path, MODEL_NAME, signatures=chosen
+    )
+    in_order = [GREEDY_SIGNATURE, SCORE_SIGNATURE]
+    assert sorted(tf.saved_model.load(version_dir).signatures) == sorted(in_order)
+    with open(os.path.join(version_dir, serving_contract.EXPORT_INFO_PATH), encoding="utf-8") as f:
+        info = json.load(f)
+    assert info["signatures"] == in_order and sorted(info["signature_options"]) == sorted(in_order)
+    from serving.model_server.servable import read_warmup_requests
+
+    warmed = [request.model_spec.signature_name for request in read_warmup_requests(version_dir)]
+    assert warmed == in_order
+
+    for value, message in (
+        ("greedy,beam_search", "no signature named greedy"),
+        (",", "at least one"),
+    ):
+        with pytest.raises(SystemExit):
+            export.main(["--run_dir", "unused", "--signatures", value])
+        assert message in capsys.readouterr().err
+    assert export.existing_versions(tmp_path / MODEL_NAME) == [1]
+
+
 # ------------------------------------------------------------------------ versioning
 
 

@@ -483,10 +483,28 @@ def test_alternatives_signature_equals_ctranslate2s_return_alternatives(run):
         **decoding_options(vocab),
     )
     assert served[TRANSLATIONS_OUTPUT].shape == (len(TEXTS), NUM_ALTERNATIVES)
+    # Each alternative is continued by beam search, whose ended hypotheses ours takes among the
+    # 2 x beam best candidates and CTranslate2 among the beam best: where an alternative differs,
+    # ours must score at least as high (tests/test_export_ctranslate2.py's
+    # `_assert_equal_or_ours_better` checks such scores teacher-forced). Which model the tiny run
+    # trains to varies with the machine's load, so whether any differs does too.
+    differing = 0
     for row, result in enumerate(results):
         expected = _detokenize_rows(run, target_ids(vocab, result.hypotheses))
-        assert _decoded(served[TRANSLATIONS_OUTPUT][row]) == expected
-        np.testing.assert_allclose(served[SCORES_OUTPUT][row], result.scores, atol=1e-3)
+        translations, scores = (
+            _decoded(served[TRANSLATIONS_OUTPUT][row]),
+            served[SCORES_OUTPUT][row],
+        )
+        assert len(translations) == len(expected) == len(result.scores)
+        for mine, theirs, my_score, their_score in zip(
+            translations, expected, scores, result.scores
+        ):
+            if mine == theirs:
+                np.testing.assert_allclose(my_score, their_score, atol=1e-3)
+            else:
+                differing += 1
+                assert my_score >= their_score - 1e-3, (row, mine, my_score, theirs, their_score)
+    assert differing <= len(TEXTS) * NUM_ALTERNATIVES // 4, differing
     # Where no alternative is dropped, each sentence's are distinct continuations of its prefix.
     for prefix, row in zip(PREFIXES, served[TRANSLATIONS_OUTPUT]):
         assert len(set(_decoded(row))) == NUM_ALTERNATIVES, row

@@ -1347,13 +1347,18 @@ def test_a_batched_run_past_its_deadline_is_aborted_and_frees_its_thread(tmp_pat
 
 def test_a_cancelled_batched_call_leaves_the_queue_with_its_pieces_not_yet_run(exports, tmp_path):
     """A gRPC call cancelled by its client ran to the end: every piece of a split request went
-    through the model after nobody waited for it. The pieces not yet started now leave."""
+    through the model after nobody waited for it. The pieces not yet started now leave.
+
+    The request is long enough (1,024 one-row pieces) that the cancellation lands long before
+    the batch thread could run half of them, however busy the machine: with 32 pieces, a CI
+    machine under load ran more than half before the cancellation arrived."""
+    rows = 1024
     batching_file = write_batching_file(
         tmp_path / "batching.config",
-        max_batch_size=64,
+        max_batch_size=rows,
         batch_timeout_micros=0,
         num_batch_threads=1,
-        max_enqueued_batches=100,
+        max_enqueued_batches=rows,
         enable_large_batch_splitting=True,
         max_execution_batch_size=1,
     )
@@ -1365,10 +1370,10 @@ def test_a_cancelled_batched_call_leaves_the_queue_with_its_pieces_not_yet_run(e
         batching_parameters_file=batching_file,
     )
     batcher = connection.server.core.batcher
-    texts = [f"fila {i}" for i in range(32)]
+    texts = [f"fila {i}" for i in range(rows)]
     try:
         call = connection.predict.Predict.future(texts_request(texts), timeout=120)
-        # All 32 one-row pieces are queued behind the one batch thread, and the first is under
+        # All one-row pieces are queued behind the one batch thread, and the first is under
         # way (its batch recorded): one piece at least runs whenever the cancellation lands.
         assert batcher.wait_until_enqueued(len(texts), timeout=60)
         deadline = time.monotonic() + 60
