@@ -30,6 +30,7 @@ from pathlib import Path
 
 from model.spelling import MODERN, old_spelling
 from training.corpus import bible
+from training.corpus.outputs import read_corpus_stats
 from training.corpus.splitting import HELDOUT_FRACTION, split_single_file
 from training.corpus.tsv import SPLITS, CorpusError, Pair, read_tsv
 
@@ -221,7 +222,7 @@ def corpus_source_spelling(
     directory = Path(bible_dir) if source_spec == BIBLE_SPEC else Path(source_spec)
     if not directory.is_dir():
         return None
-    return (bible.read_corpus_stats(directory) or {}).get("source_spelling")
+    return (read_corpus_stats(directory) or {}).get("source_spelling")
 
 
 def load_run_pairs(
