@@ -19,8 +19,8 @@ import unicodedata
 from training.corpus.tsv import Pair
 
 # The drop reasons, in the order `clean_message` applies the rules.
-ID_LIKE = "id_like_msgid"
 PLACEHOLDER = "placeholder"
+ID_LIKE = "id_like_msgid"
 URL_OR_CODE = "url_or_code"
 MARKUP_LEFT = "markup_left"
 UNTRANSLATED = "untranslated"
@@ -66,14 +66,13 @@ _WESNOTH_CONTEXT = re.compile(r"^[\w ]+\^")  # female^Vampire Lady
 _KDE_CONTEXT = re.compile(r"^_:[^\n]*\n")  # "_: comment\n" (KDE 3 catalogs)
 _CJK_ACCELERATOR = re.compile(r"\s*\([&_][^\W\d_]\)")  # Open (&O)
 _AMPERSAND_ACCELERATOR = re.compile(r"&(?=[^\W\d_])(?![A-Za-z]+;|#\d+;)")  # &Open, not &amp;
-_UNDERSCORE_ACCELERATOR = re.compile(r"(?<!\w)_(?=[^\W\d_])")  # _File
+_UNDERSCORE_ACCELERATOR = re.compile(r"_(?=[^\W\d_])")  # _File, Cuent_as
 _TILDE_ACCELERATOR = re.compile(r"~(?=\w)")  # LibreOffice's ~Open
-_LEFT_OVER_MARKUP = re.compile(r"[<>^|\\{}]")
+_LEFT_OVER_MARKUP = re.compile(r"[<>^|\\{}_]")
 _WORD = re.compile(r"[^\W\d_]+(?:['’][^\W\d_]+)*")
 # The last word of a string a program glues to another ("Delete the", "Number of").
 _DANGLING_WORDS = frozenset(
-    "a an the of to and or but nor with for in on at by from into your my his her their our its "
-    "is are was were be than that as this these those".split()
+    "a an the of and or but nor from into your my his her their our its than".split()
 )
 # Function words: a Spanish text holds some of the first and few of the second.
 SPANISH_FUNCTION_WORDS = frozenset(
@@ -118,10 +117,13 @@ def has_url_or_code(text: str) -> bool:
 
 
 def remove_accelerators(text: str) -> str:
-    """`text` without keyboard accelerator marks: `&Open`, `_File`, `~Save`, `Open (&O)`.
-    `&&` (a literal ampersand in Qt) becomes `&`; entities such as `&amp;` are left alone."""
+    """`text` without keyboard accelerator marks: `&Open`, `_File`, `Cuent_as`, `~Save`,
+    `Open (&O)`. `&&` (a literal ampersand in Qt) becomes `&`; entities such as `&amp;` are left
+    alone; so are underscores when there are several (an identifier, not GTK's one mnemonic)."""
     text = _CJK_ACCELERATOR.sub("", text)
-    text = _TILDE_ACCELERATOR.sub("", _UNDERSCORE_ACCELERATOR.sub("", text))
+    if text.count("_") == 1:
+        text = _UNDERSCORE_ACCELERATOR.sub("", text)
+    text = _TILDE_ACCELERATOR.sub("", text)
     return _AMPERSAND_ACCELERATOR.sub("", text.replace("&&", "\0")).replace("\0", "&")
 
 
@@ -153,8 +155,9 @@ def is_sentence_like(english: str) -> bool:
 
 def is_cut_mid_sentence(text: str) -> bool:
     """Whether `text` looks like a piece of a sentence the program completes: it ends on an
-    article, preposition or conjunction ("Number of"), or on `,`, `;`, `:` or a dash, or it
-    starts with an ellipsis continuing something else."""
+    article, possessive, conjunction or "of"/"from" ("Number of"; not "in" or "on", which end
+    phrasal verbs), or on `,`, `;`, `:` or a dash, or it starts with an ellipsis continuing
+    something else."""
     stripped = text.rstrip()
     if stripped.endswith((",", ";", ":", "-", "–", "—", "(")) or text.lstrip().startswith(
         ("...", "…")
@@ -173,15 +176,15 @@ def lengths_mismatch(english: str, spanish: str) -> bool:
 
 
 def looks_spanish(text: str) -> bool:
-    """Whether `text` reads as Spanish by its function words: at least as many Spanish as
-    English ones, and at least one Spanish one in a text of four words or more (a two-word
-    phrase may hold none: "¡Cuidado, soldados!")."""
+    """Whether `text` may be Spanish by its function words: at least as many Spanish as
+    English ones, and not two English ones with no Spanish one ("Checks for new local mail."
+    is English; "Directorio público Gadu-Gadu", which holds neither, passes)."""
     found = words(text)
     spanish = sum(word in SPANISH_FUNCTION_WORDS for word in found)
     english = sum(
         word in ENGLISH_FUNCTION_WORDS and word not in SPANISH_FUNCTION_WORDS for word in found
     )
-    return spanish >= english and (spanish > 0 or len(found) < 4)
+    return spanish >= english and not (english >= 2 and spanish == 0)
 
 
 def clean_message(english: str, spanish: str) -> tuple[Pair | None, str | None]:
@@ -195,15 +198,15 @@ def clean_message(english: str, spanish: str) -> tuple[Pair | None, str | None]:
       `((spanish, english), None)` with both sides cleaned, or `(None, reason)`, the reason
       one of this module's drop constants.
     """
-    english, spanish = strip_context_key(english), strip_context_key(spanish)
-    if is_id_like(english):
-        return None, ID_LIKE
+    english = remove_accelerators(strip_context_key(english))
+    spanish = remove_accelerators(strip_context_key(spanish))
     if has_placeholder(english) or has_placeholder(spanish):
         return None, PLACEHOLDER
+    if is_id_like(english):
+        return None, ID_LIKE
     if has_url_or_code(english) or has_url_or_code(spanish):
         return None, URL_OR_CODE
-    english = strip_markup(remove_accelerators(english))
-    spanish = strip_markup(remove_accelerators(spanish))
+    english, spanish = strip_markup(english), strip_markup(spanish)
     if _LEFT_OVER_MARKUP.search(english) or _LEFT_OVER_MARKUP.search(spanish):
         return None, MARKUP_LEFT
     if not spanish or is_untranslated(english, spanish):

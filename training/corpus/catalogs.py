@@ -78,9 +78,9 @@ APPLICATION_PACKAGES = tuple(
 )
 CATALOG_PACKAGES = GAME_PACKAGES + APPLICATION_PACKAGES
 # A few MB of real catalogs for the tests (`make data-test`): GNU hello (printf placeholders),
-# a Wesnoth campaign (dialogue, es and es_419, context keys), Pidgin (es and es_AR, markup,
-# accelerators), gnome-mines (GTK accelerators).
-TEST_PACKAGES = ("hello", "wesnoth-1.16-dw", "pidgin-data", "gnome-mines")
+# a Wesnoth campaign (dialogue, es and es_419, context keys, `$name|`), Pidgin (es and es_AR,
+# markup, GTK's `_` accelerators), konsole (Qt's `&` accelerators), gnome-mines.
+TEST_PACKAGES = ("hello", "wesnoth-1.16-dw", "pidgin-data", "konsole", "gnome-mines")
 
 # Which Spanish wins when a package has several for one English: Spain's and the neutral
 # Latin American ones first; Argentina's voseo ("podés", "tenés") last.
@@ -160,7 +160,7 @@ def package_licence(copyright_text: str) -> str:
         mentioned = [
             name for name, pattern in _FREE_FORM_LICENCES if pattern.search(copyright_text)
         ]
-        return f"{' or '.join(mentioned) or 'unnamed'} (free-form copyright file)"
+        return f"{', '.join(mentioned) or 'unnamed'} (free-form copyright file)"
     return "; ".join(name for name, _ in names.most_common())
 
 
