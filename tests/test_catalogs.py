@@ -16,6 +16,7 @@ from training.corpus.catalogs import (
     choose_locale_variants,
     package_licence,
     read_catalog,
+    split_pairs,
 )
 from training.corpus.debian import DEFAULT_CACHE_DIR
 from training.corpus.splitting import normalize_for_dedup
@@ -205,6 +206,43 @@ def test_package_licence_reads_machine_readable_and_free_form_files():
     assert package_licence(pidgin).startswith("GPL-2+")
     hello = (_unpacked("hello") / "usr/share/doc/hello/copyright").read_text()
     assert package_licence(hello) == "GPL, GFDL (free-form copyright file)"
+
+
+def _kept_pairs(messages):
+    return [
+        pair
+        for package in TEST_PACKAGES
+        for message in messages[package]
+        for pair, _ in [cleaning.clean_message(message.english, message.spanish)]
+        if pair is not None
+    ]
+
+
+def test_split_sends_near_duplicates_to_one_split(messages):
+    """A sentence and its variant in other case and punctuation land in the same split."""
+    kept = _kept_pairs(messages)
+    variants = [(spanish, english.upper().rstrip(".!?") + "!") for spanish, english in kept]
+    keyed = [(cleaning.near_duplicate_key(e), (s, e)) for s, e in [*kept, *variants]]
+    splits, _ = split_pairs(keyed)
+    split_of = {pair: split for split, pairs in splits.items() for pair in pairs}
+    held_out = [pair for pair in kept if split_of.get(pair) != "train"]
+    assert len(held_out) > 20
+    for original, variant in zip(kept, variants):
+        if original in split_of and variant in split_of:
+            assert split_of[original] == split_of[variant], (original, variant)
+
+
+def test_split_keeps_spanish_seen_in_train_out_of_dev_and_test(messages):
+    """Two English sentences translated alike: the Spanish one trains on is never evaluated."""
+    kept = _kept_pairs(messages)
+    other_english = [(spanish, f"{english} Really, friends.") for spanish, english in kept]
+    keyed = [(cleaning.near_duplicate_key(e), (s, e)) for s, e in [*kept, *other_english]]
+    splits, removed = split_pairs(keyed)
+    train_spanish = {normalize_for_dedup(spanish) for spanish, _ in splits["train"]}
+    assert removed > 20
+    for split in ("dev", "test"):
+        assert splits[split]
+        assert not [s for s, _ in splits[split] if normalize_for_dedup(s) in train_spanish]
 
 
 # ------------------------------------------------------------------ the build
