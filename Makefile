@@ -175,6 +175,10 @@ ROBUSTNESS_RUN_DIR := $(if $(filter command line,$(origin RUN_DIR)),$(RUN_DIR),$
 bench-robustness: $(STAMP) data-bible  ## Test BLEU, chrF, looping share under each typing perturbation (training.evaluate --perturb all).
 	$(PY) -m benchmarks.bench_robustness --run_dir $(ROBUSTNESS_RUN_DIR) --output BENCHMARKS.md $(ROBUSTNESS_ARGS)
 
+EVERYDAY_RUN_DIR ?= $(PRETRAINED_DIR)
+bench-everyday: $(STAMP) data  ## BLEU and every output on 40 everyday sentences (benchmarks/everyday), greedy and beam 4; EVERYDAY_RUN_DIR=runs/x.
+	$(PY) -m benchmarks.bench_everyday --run_dir $(EVERYDAY_RUN_DIR) --output BENCHMARKS.md $(EVERYDAY_ARGS)
+
 # A quick size by default; the million-line file (hours):
 # TRANSLATE_BENCH_ARGS="--lines 1000000 --small_lines 100000 --window_lines 10000".
 bench-translate: $(STAMP) data-bible  ## translate-text on a large generated file with the bundled model: sentences/s, peak RSS at two sizes, memory plot in docs/
