@@ -59,11 +59,14 @@ _MARKUP_TAG = re.compile(
     re.IGNORECASE,
 )
 _OTHER_TAG = re.compile(r"<[A-Za-z_][\w-]*>")
+_BBCODE_TAG = re.compile(r"\[/?(?:b|i|u|s|center|color|size|url|font)(?:=[^\]]*)?\]")
+_BULLET = re.compile(r"^(?:[-*•–―]\s+)+")
 _URL_OR_CODE = re.compile(
-    r"https?://|www\.|\w@\w+\.\w|(?:^|\s)/\w+/|(?:^|\s)--?\w|\\[nt]|\w\(\)|\w\.\w+\(|==|::"
+    r"https?://|www\.|\w@\w+\.\w|(?:^|\s)/\w+/|(?:^|\s)--?\w|\\[nt]|\w\(\)|\w\.\w+\(|==|::|\w=\w"
 )
 _WESNOTH_CONTEXT = re.compile(r"^[\w ]+\^")  # female^Vampire Lady
 _KDE_CONTEXT = re.compile(r"^_:[^\n]*\n")  # "_: comment\n" (KDE 3 catalogs)
+_FREECIV_QUALIFIER = re.compile(r"^\?[\w ]+:")  # ?plural:Papua New Guineans
 _CJK_ACCELERATOR = re.compile(r"\s*\([&_][^\W\d_]\)")  # Open (&O)
 _AMPERSAND_ACCELERATOR = re.compile(r"&(?=[^\W\d_])(?![A-Za-z]+;|#\d+;)")  # &Open, not &amp;
 _UNDERSCORE_ACCELERATOR = re.compile(r"_(?=[^\W\d_])")  # _File, Cuent_as
@@ -90,8 +93,10 @@ ENGLISH_FUNCTION_WORDS = frozenset(
 
 def strip_context_key(text: str) -> str:
     """`text` without a context key the program strips before showing it (Wesnoth's
-    `female^Vampire Lady`, KDE 3's `_: comment` line)."""
-    return _KDE_CONTEXT.sub("", _WESNOTH_CONTEXT.sub("", text, count=1), count=1)
+    `female^Vampire Lady`, Freeciv's `?plural:Papua New Guineans`, KDE 3's `_: comment` line)."""
+    for key in (_WESNOTH_CONTEXT, _FREECIV_QUALIFIER, _KDE_CONTEXT):
+        text = key.sub("", text, count=1)
+    return text
 
 
 def is_id_like(msgid: str) -> bool:
@@ -128,10 +133,11 @@ def remove_accelerators(text: str) -> str:
 
 
 def strip_markup(text: str) -> str:
-    """`text` without HTML and styling tags (`<b>`, `<span color='green'>`,
-    `<color_red>`; their text is kept), entities decoded (`&amp;` -> `&`), whitespace and
-    line breaks collapsed to single spaces."""
-    return " ".join(html.unescape(_MARKUP_TAG.sub(" ", text)).split())
+    """`text` without HTML, BBCode and styling tags (`<b>`, `<span color='green'>`,
+    `<color_red>`, `[b]`; their text is kept) and list bullets, entities decoded (`&amp;` ->
+    `&`), whitespace and line breaks collapsed to single spaces."""
+    text = _BBCODE_TAG.sub(" ", _MARKUP_TAG.sub(" ", text))
+    return _BULLET.sub("", " ".join(html.unescape(text).split()))
 
 
 def is_untranslated(english: str, spanish: str) -> bool:
