@@ -43,7 +43,7 @@ LENGTH_RATIO_RANGE = (0.5, 2.5)
 LENGTH_RATIO_SMOOTHING = 5
 
 _PLACEHOLDER = re.compile(
-    r"%(\d+\$)?[-+#0']*\*?\d*(\.\d+)?[hlLqjzt]*[a-zA-Z@]"  # printf: %s %1$S %5.2f %ld
+    r"%(\d+\$)?[-+#0']*\*?\d*(\.(\d+|\*))?[hlLqjzt]*[a-zA-Z@]"  # printf: %s %1$S %5.2f %.*s
     r"|%\(\w+\)[a-zA-Z]"  # Python: %(name)s
     r"|%\d+"  # Qt: %1
     r"|\{\s*[-$]?[\w.-]*\s*\}"  # {0} {} {name}, Fluent { -brand-short-name } { $count }
@@ -213,6 +213,9 @@ def clean_message(english: str, spanish: str) -> tuple[Pair | None, str | None]:
     if has_url_or_code(english) or has_url_or_code(spanish):
         return None, URL_OR_CODE
     english, spanish = strip_markup(english), strip_markup(spanish)
+    # Again: an entity may have hidden one (KDE's "&percnt;1" is "%1").
+    if has_placeholder(english) or has_placeholder(spanish):
+        return None, PLACEHOLDER
     if _LEFT_OVER_MARKUP.search(english) or _LEFT_OVER_MARKUP.search(spanish):
         return None, MARKUP_LEFT
     if not spanish or is_untranslated(english, spanish):
