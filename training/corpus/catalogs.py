@@ -283,6 +283,34 @@ def _packages_digest(packages: Sequence[str]) -> str:
     return hashlib.sha256("\n".join(packages).encode("utf-8")).hexdigest()[:16]
 
 
+def _corpus_stats(
+    manifests: list[dict], splits: dict[str, list[Pair]], removed: int, digest: str, started: float
+) -> dict:
+    """What stats.json records: the totals, the split, and each package's manifest."""
+    dropped: collections.Counter = collections.Counter()
+    for manifest in manifests:
+        dropped.update(manifest.get("dropped", {}))
+    dropped["in_train_spanish_removed_from_dev_test"] = removed
+    return {
+        "format_version": CORPUS_FORMAT_VERSION,
+        "packages_digest": digest,
+        "source": {"language": "es", "field": "msgstr"},
+        "target": {"language": "en", "field": "msgid"},
+        "packages_downloaded": sum("error" not in m for m in manifests),
+        "packages_unavailable": {m["package"]: m["error"] for m in manifests if "error" in m},
+        "download_megabytes": round(sum(m.get("deb_megabytes", 0) for m in manifests), 1),
+        "messages_read": sum(m.get("messages", 0) for m in manifests),
+        "dropped": dict(dropped.most_common()),
+        "split_pairs": {split: len(splits[split]) for split in SPLITS},
+        "split_rule": (
+            f"sha256('{SPLIT_SALT}:' + near-duplicate key of the English) as a fraction: test "
+            f"below {TEST_FRACTION}, dev below {TEST_FRACTION + DEV_FRACTION}, train otherwise"
+        ),
+        "build_seconds": round(time.monotonic() - started, 1),
+        "packages": manifests,
+    }
+
+
 def build_catalogs_corpus(
     out_dir: Path | str,
     cache_dir: Path | str = DEFAULT_CACHE_DIR / "catalogs",
@@ -336,29 +364,7 @@ def build_catalogs_corpus(
     out_dir.mkdir(parents=True, exist_ok=True)
     for split in SPLITS:
         write_tsv(out_dir / f"{split}.tsv", splits[split], overwrite=True)
-    manifests = [y.manifest for y in yields]
-    dropped: collections.Counter = collections.Counter()
-    for manifest in manifests:
-        dropped.update(manifest.get("dropped", {}))
-    dropped["in_train_spanish_removed_from_dev_test"] = removed
-    stats = {
-        "format_version": CORPUS_FORMAT_VERSION,
-        "packages_digest": digest,
-        "source": {"language": "es", "field": "msgstr"},
-        "target": {"language": "en", "field": "msgid"},
-        "packages_downloaded": sum("error" not in m for m in manifests),
-        "packages_unavailable": {m["package"]: m["error"] for m in manifests if "error" in m},
-        "download_megabytes": round(sum(m.get("deb_megabytes", 0) for m in manifests), 1),
-        "messages_read": sum(m.get("messages", 0) for m in manifests),
-        "dropped": dict(dropped.most_common()),
-        "split_pairs": {split: len(splits[split]) for split in SPLITS},
-        "split_rule": (
-            f"sha256('{SPLIT_SALT}:' + near-duplicate key of the English) as a fraction: test "
-            f"below {TEST_FRACTION}, dev below {TEST_FRACTION + DEV_FRACTION}, train otherwise"
-        ),
-        "build_seconds": round(time.monotonic() - started, 1),
-        "packages": manifests,
-    }
+    stats = _corpus_stats([y.manifest for y in yields], splits, removed, digest, started)
     write_corpus_stats(out_dir, stats)
     logger.info(
         "catalogs corpus: %d pairs from %d packages (%s), built in %.0f s",
