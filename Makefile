@@ -176,7 +176,7 @@ bench-robustness: $(STAMP) data-bible  ## Test BLEU, chrF, looping share under e
 	$(PY) -m benchmarks.bench_robustness --run_dir $(ROBUSTNESS_RUN_DIR) --output BENCHMARKS.md $(ROBUSTNESS_ARGS)
 
 EVERYDAY_RUN_DIR ?= $(PRETRAINED_DIR)
-bench-everyday: $(STAMP) data  ## BLEU and every output on 40 everyday sentences (benchmarks/everyday), greedy and beam 4; EVERYDAY_RUN_DIR=runs/x.
+bench-everyday: $(STAMP) data  ## BLEU and every output on 40 everyday sentences (training/everyday), greedy and beam 4; EVERYDAY_RUN_DIR=runs/x.
 	$(PY) -m benchmarks.bench_everyday --run_dir $(EVERYDAY_RUN_DIR) --output BENCHMARKS.md $(EVERYDAY_ARGS)
 
 # A quick size by default; the million-line file (hours):

@@ -1,7 +1,7 @@
 """Everyday Spanish: `make bench-everyday` (into BENCHMARKS.md).
 
 Forty sentences of home, food, travel, work, time, weather, shopping, family, phones and
-computers (`benchmarks/everyday/test.tsv`: some lowercase, unaccented or in capitals, with names
+computers (`training/everyday/test.tsv`: some lowercase, unaccented or in capitals, with names
 and figures), written for issue 47 with their reference translations and never tuned on.
 Scores a run (default: the bundled model) on them with `training.evaluate` at each beam width
 (sacreBLEU BLEU and chrF), lists every output, and measures how much of their Spanish the
@@ -20,11 +20,10 @@ import tempfile
 from benchmarks.report import machine_description, shown_path, write_section
 from training import artifacts
 from training.corpus import load_pairs
-from training.corpus.loading import DEFAULT_CATALOGS_DIR
+from training.corpus.loading import DEFAULT_CATALOGS_DIR, EVERYDAY_DIR
 from training.corpus.tsv import read_tsv
 from training.evaluate import UNPERTURBED, evaluate_perturbations
 
-EVERYDAY_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "everyday")
 SECTION_PREFIX = "Everyday sentences"
 # A word the model saw this often in training is one it may have learned.
 MIN_COUNT = 3
@@ -71,7 +70,7 @@ def markdown(pairs, reports, outputs, coverage, command):
         f"Machine: {machine_description()}.",
         f"Command: `{command}`.",
         "",
-        f"`{first['run_dir']}` on the {len(pairs)} sentences of `benchmarks/everyday/test.tsv` "
+        f"`{first['run_dir']}` on the {len(pairs)} sentences of `training/everyday/test.tsv` "
         f"(sacreBLEU, `{first['bleu_signature']}`).",
         "",
         "| decoding | BLEU | chrF |",
@@ -119,12 +118,17 @@ def main(argv=None):
     parser.add_argument("--output", help="Markdown file to write the section into")
     parser.add_argument("--section", help=f"default: '{SECTION_PREFIX}: <run name>'")
     args = parser.parse_args(argv)
-    pairs = read_tsv(os.path.join(EVERYDAY_DIR, "test.tsv"), strict=True)
+    pairs = read_tsv(EVERYDAY_DIR / "test.tsv", strict=True)
     reports, outputs = [], []
     with tempfile.TemporaryDirectory() as output_dir:
         for width in (int(w) for w in args.beam_widths.split(",")):
             (report,) = evaluate_perturbations(
-                [UNPERTURBED], args.run_dir, "test", width, data=EVERYDAY_DIR, output_dir=output_dir
+                [UNPERTURBED],
+                args.run_dir,
+                "test",
+                width,
+                data=str(EVERYDAY_DIR),
+                output_dir=output_dir,
             )
             stem = "test.greedy" if width == 1 else f"test.beam{width}"
             with open(os.path.join(output_dir, f"{stem}.hyp.txt"), encoding="utf-8") as handle:

@@ -1,14 +1,15 @@
 """benchmarks.bench_everyday: the everyday sentences file and the vocabulary coverage it reports."""
 
-from benchmarks.bench_everyday import EVERYDAY_DIR, MIN_COUNT, vocabulary_coverage
+from benchmarks.bench_everyday import MIN_COUNT, vocabulary_coverage
 from training.corpus import load_pairs
+from training.corpus.loading import EVERYDAY_DIR
 from training.corpus.tsv import read_tsv
 
 
 def test_everyday_sentences_are_forty_clean_pairs_that_load_as_a_corpus():
-    pairs = read_tsv(f"{EVERYDAY_DIR}/test.tsv", strict=True)
+    pairs = read_tsv(EVERYDAY_DIR / "test.tsv", strict=True)
     assert len(pairs) == 40 and len({source for source, _ in pairs}) == 40
-    assert load_pairs(EVERYDAY_DIR, "test") == pairs
+    assert load_pairs(str(EVERYDAY_DIR), "test") == pairs
     sources = [source for source, _ in pairs]
     assert any(source == source.lower() for source in sources)
     assert any(source == source.upper() for source in sources)

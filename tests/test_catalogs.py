@@ -9,6 +9,7 @@ import logging
 import pytest
 
 from training import prepare_data
+from training.bundle import corpus_names, corpus_row
 from training.corpus import catalog_cleaning as cleaning
 from training.corpus import load_pairs
 from training.corpus.catalogs import (
@@ -327,3 +328,18 @@ def test_no_pair_left_is_an_error_naming_the_packages(built, tmp_path, caplog):
         assert prepare_data.main([*argv, "--packages", "broken-package"]) == 1
     assert "no sentence pair left" in caplog.text and "broken-package" in caplog.text
     assert not (tmp_path / "out" / "stats.json").exists()
+
+
+def test_the_model_card_names_each_corpus_with_its_source_size_and_licences(built):
+    out_dir, *_ = built
+    stats = json.loads((out_dir / "stats.json").read_text())
+    row = corpus_row(str(out_dir))
+    kept = [m for m in stats["packages"] if "error" not in m]
+    assert f"Spanish message catalogs of {len(kept)} Debian packages" in row
+    assert " / ".join(f"{stats['split_pairs'][split]:,}" for split in SPLITS) in row
+    assert "packages under GPL" in row
+    bible = corpus_row("bible")
+    assert "`sword-text-sparv`" in bible and "`sword-text-web`" in bible
+    assert bible.endswith("| public domain |")
+    assert corpus_names("bible:1,catalogs:3") == ["bible", "catalogs"]
+    assert corpus_names("tfds:ted_hrlr_translate/pt_to_en") == ["tfds:ted_hrlr_translate/pt_to_en"]

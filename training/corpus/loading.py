@@ -44,6 +44,9 @@ TFDS_PREFIX = "tfds:"
 # Project-relative home of the embedded corpus; `load_pairs` builds it when missing.
 DEFAULT_BIBLE_DIR = Path(__file__).resolve().parent.parent.parent / "data" / "bible"
 DEFAULT_CATALOGS_DIR = DEFAULT_BIBLE_DIR.parent / "catalogs"
+# Forty everyday sentences with references (issue 47), a corpus directory of a test split only:
+# for evaluation (benchmarks.bench_everyday, the model card), never for training or tuning.
+EVERYDAY_DIR = DEFAULT_BIBLE_DIR.parent.parent / "training" / "everyday"
 # TFDS names its held-out split `validation`; the project calls it `dev`.
 _TFDS_SPLIT_ALIASES = {"dev": ("validation", "dev"), "train": ("train",), "test": ("test",)}
 
