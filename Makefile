@@ -25,7 +25,7 @@ SERVER_FLAGS := --port=$(PORT) --rest_api_port=$(REST_PORT) --model_name=$(MODEL
 	--batching_parameters_file=serving/batching.config \
 	--monitoring_config_file=serving/monitoring.config $(SERVE_ARGS)
 
-.PHONY: help setup translate test test-under-load check-mutations lint data train average evaluate export serve query demo demo-train pretrained notebooks \
+.PHONY: help setup translate test test-under-load check-mutations lint data data-bible data-catalogs data-test bench-everyday train average evaluate export serve query demo demo-train pretrained notebooks \
 	bench-train bench-decode bench-profile bench-serve bench-sweep bench-tokenizer bench-robustness \
 	bench-translate bench-soak check-prometheus \
 	export-ctranslate2 clean-venv
@@ -47,11 +47,12 @@ $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	$(PY) -m pip install --quiet --no-deps -e .
 	touch $(STAMP)
 
-# The tokenizer tests read every sentence of the embedded corpus: `data` builds it when missing.
+# The tokenizer tests read every sentence of the embedded corpus, the catalog tests a few MB of
+# real catalogs: `data-bible` and `data-test` build them when missing (not the 1.2 GB of `data`).
 # Then the CPU-dependent tests (pytest.ini's cpu_dependent marker) again with oneDNN's rewrite
 # off: the Eigen kernels an AVX2-only CPU multiplies bfloat16 with (common/cpu.py), so every
 # machine checks both kinds of CPU.
-test: $(STAMP) data lint
+test: $(STAMP) data-bible data-test lint
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup tests
 	TF_ENABLE_ONEDNN_OPTS=0 $(PY) -m pytest -q -m cpu_dependent tests
 
@@ -61,15 +62,23 @@ BUSY_PROCESSES ?= 2
 test-under-load: $(STAMP)  ## make test beside BUSY_PROCESSES (2) busy processes, stopped when it ends.
 	$(PY) -m tests.busy_processes $(BUSY_PROCESSES) -- $(MAKE) test
 
-check-mutations: $(STAMP) data  ## Realistic bugs injected one at a time must each fail their tests (tests/mutations.py; not part of make test).
+check-mutations: $(STAMP) data-bible data-test  ## Realistic bugs injected one at a time must each fail their tests (tests/mutations.py; not part of make test).
 	$(PY) -m tests.mutations $(MUTATION_ARGS)
 
 lint: $(STAMP)  ## The house style: ruff's lint and format checks (`ruff format .` fixes the latter).
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-data: $(STAMP)  ## The embedded Spanish→English corpus (rebuilt only when missing).
+data: data-bible data-catalogs  ## Both Spanish→English corpora, data/bible and data/catalogs (rebuilt only when missing).
+
+data-bible: $(STAMP)  ## The embedded Bible corpus alone, data/bible.
 	$(PY) -m training.prepare_data --out data/bible
+
+data-catalogs: $(STAMP)  ## Debian's translated message catalogs, data/catalogs (downloads 1.2 GB into .debs/catalogs once).
+	$(PY) -m training.prepare_data --corpus catalogs --out data/catalogs
+
+data-test: $(STAMP)  ## The few MB of real catalogs the tests read (training.corpus.catalogs.TEST_PACKAGES).
+	$(PY) -m training.prepare_data --corpus catalogs --test_set --out data/catalogs-test
 
 train: $(STAMP)  ## make train PRESET=small DATA=bible (or DATA=path/to/pairs.tsv, DATA=tfds:NAME)
 	$(PY) -m training.train --preset $(PRESET) --data $(DATA) --run_dir $(RUN_DIR) $(TRAIN_ARGS)
@@ -147,7 +156,7 @@ PRETRAINED_NOTES := Trained for issue 23 to hold up on what people type: the Spa
 	one typed in lowercase; BENCHMARKS.md, Accents and capitals restored), and the reading of \
 	names typed in today's spelling as the 1909 text writes them (Belén as Bethlehem; \
 	BENCHMARKS.md, Names in today's spelling).
-pretrained: $(STAMP) data  ## Reproduce pretrained/bible-es-en (about 2 hours on 2 cores).
+pretrained: $(STAMP) data-bible  ## Reproduce pretrained/bible-es-en (about 2 hours on 2 cores).
 	$(PY) -m training.train --run_dir $(PRETRAINED_RUN_DIR) $(PRETRAINED_TRAIN_ARGS)
 	$(PY) -m training.average --run_dir $(PRETRAINED_RUN_DIR) --last $(PRETRAINED_AVERAGE)
 	$(PY) -m training.vocabulary --data_dir data/bible --out_dir $(PRETRAINED_RUN_DIR)/tokenizer \
@@ -165,20 +174,24 @@ bench-train: $(STAMP)  ## Our input pipeline vs the tutorial's; then the XLA and
 	$(PY) -m benchmarks.bench_train --output BENCHMARKS.md
 	$(PY) -m benchmarks.bench_train --variants --steps 15 --rounds 4 --output BENCHMARKS.md
 
-bench-sweep: $(STAMP) data  ## Training recipes at equal time budgets (SWEEP_ARGS="--minutes 10 --cpus 1"), hours.
+bench-sweep: $(STAMP) data-bible  ## Training recipes at equal time budgets (SWEEP_ARGS="--minutes 10 --cpus 1"), hours.
 	$(PY) -m benchmarks.sweep_recipe --output BENCHMARKS.md $(SWEEP_ARGS)
 
-bench-tokenizer: $(STAMP) data  ## Vocabulary learning time, in-graph throughput, losslessness.
+bench-tokenizer: $(STAMP) data-bible  ## Vocabulary learning time, in-graph throughput, losslessness.
 	$(PY) -m benchmarks.bench_tokenizer --output BENCHMARKS.md
 
 # The bundled model unless RUN_DIR is given on the command line (ROBUSTNESS_ARGS="--beam_width 4").
 ROBUSTNESS_RUN_DIR := $(if $(filter command line,$(origin RUN_DIR)),$(RUN_DIR),$(PRETRAINED_DIR))
-bench-robustness: $(STAMP) data  ## Test BLEU, chrF, looping share under each typing perturbation (training.evaluate --perturb all).
+bench-robustness: $(STAMP) data-bible  ## Test BLEU, chrF, looping share under each typing perturbation (training.evaluate --perturb all).
 	$(PY) -m benchmarks.bench_robustness --run_dir $(ROBUSTNESS_RUN_DIR) --output BENCHMARKS.md $(ROBUSTNESS_ARGS)
+
+EVERYDAY_RUN_DIR ?= $(PRETRAINED_DIR)
+bench-everyday: $(STAMP) data  ## BLEU and every output on 40 everyday sentences (training/everyday), greedy and beam 4; EVERYDAY_RUN_DIR=runs/x.
+	$(PY) -m benchmarks.bench_everyday --run_dir $(EVERYDAY_RUN_DIR) --output BENCHMARKS.md $(EVERYDAY_ARGS)
 
 # A quick size by default; the million-line file (hours):
 # TRANSLATE_BENCH_ARGS="--lines 1000000 --small_lines 100000 --window_lines 10000".
-bench-translate: $(STAMP) data  ## translate-text on a large generated file with the bundled model: sentences/s, peak RSS at two sizes, memory plot in docs/
+bench-translate: $(STAMP) data-bible  ## translate-text on a large generated file with the bundled model: sentences/s, peak RSS at two sizes, memory plot in docs/
 	$(PY) -m benchmarks.bench_translate --output BENCHMARKS.md --plot docs/translate_memory.png $(TRANSLATE_BENCH_ARGS)
 
 # About 10 minutes by default (SOAK_ARGS="--duration 60" for a short one); the bundled model,

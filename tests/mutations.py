@@ -234,6 +234,27 @@ MUTATIONS = (
         "sorted(translator.xla_buckets(max_batch, max_source_tokens).values())[1:] if compiled else []",
         ("tests/test_export_xla.py", "-k", "compiles_nothing"),
     ),
+    Mutation(
+        "the catalogs corpus keeps es_AR's voseo when it comes first",
+        "training/corpus/catalogs.py",
+        "        if locale_rank(message.locale) < locale_rank(current.locale):",
+        "        if False:",
+        ("tests/test_catalogs.py", "-k", "voseo"),
+    ),
+    Mutation(
+        "the catalogs corpus splits by the English as written, not its near-duplicate key",
+        "training/corpus/catalogs.py",
+        'splits[split_for_key(f"{SPLIT_SALT}:{key}", DEV_FRACTION, TEST_FRACTION)].append(pair)',
+        'splits[split_for_key(f"{SPLIT_SALT}:{pair[1]}", DEV_FRACTION, TEST_FRACTION)].append(pair)',
+        ("tests/test_catalogs.py", "-k", "near_duplicates"),
+    ),
+    Mutation(
+        "catalog pairs with Wesnoth's $name| placeholders are kept",
+        "training/corpus/catalog_cleaning.py",
+        'r"|\\$\\w+"',
+        'r"|\\$\\d+"',
+        ("tests/test_catalogs.py", "-k", "placeholders"),
+    ),
 )
 
 

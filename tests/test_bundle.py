@@ -74,6 +74,12 @@ def test_the_bundle_translates_as_the_run_does_and_its_card_reports_it(bundled, 
     for report in reports:
         assert f"| {report['decoding']} | {report['bleu']:.2f} | {report['chrf']:.2f} |" in card
     assert REPRODUCE in card and "average of the checkpoints of steps 40, 60" in card
+    everyday_report = os.path.join(bundle_dir, "eval", "everyday", "test.beam2.report.json")
+    with open(everyday_report, encoding="utf-8") as handle:
+        everyday = json.load(handle)
+    assert everyday["sentences"] == 40 and everyday["decoding"] == beam["decoding"]
+    assert f"score BLEU {everyday['bleu']:.2f}, chrF {everyday['chrf']:.2f}" in card
+    assert "## Training data" in card and card.count("| Mi casa tiene") == 1
 
 
 def test_a_failed_bundle_leaves_the_previous_one_as_it_was(bundled, tmp_path):

@@ -21,8 +21,8 @@ from model.spelling import (
     old_spelling_graph,
 )
 from training.corpus import corpus_source_spelling, load_pairs
-from training.corpus.bible import read_corpus_stats
 from training.corpus.loading import DEFAULT_BIBLE_DIR
+from training.corpus.outputs import read_corpus_stats
 from training.corpus.tsv import SPLITS
 
 # Real verses of the RV1909 (1909 spelling, as the corpus build cleans them) and their modern form.

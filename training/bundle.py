@@ -11,9 +11,11 @@
                                best dev BLEU > final), float32
         logs/                  the run's TensorBoard logs (training curves, dev BLEU)
         training_curves.png
-        eval/                  test-split hypotheses and sacreBLEU reports, greedy and beam
-        README.md              the model card: recipe, scores with their signatures, and the
-                               command that reproduces it
+        eval/                  test-split hypotheses and sacreBLEU reports, greedy and beam;
+                               eval/everyday/: the same on the everyday sentences
+        README.md              the model card: its training data (sources, sizes, licences),
+                               what it knows and what it does not (everyday examples), recipe,
+                               scores with their signatures, and the command that reproduces it
 
 It is a run directory like any other (evaluate, export, the notebooks and `make demo` load it
 with `load_trained`) without the checkpoints, so it stays small enough to commit. The
@@ -22,16 +24,30 @@ bundle as it was.
 """
 
 import argparse
+import collections
 import json
 import os
+import re
 import shutil
 import sys
 import uuid
 
 from model.translator import DecodingOptions
 from training import artifacts
+from training.corpus.loading import DEFAULT_BIBLE_DIR, DEFAULT_CATALOGS_DIR, EVERYDAY_DIR
+from training.corpus.outputs import read_corpus_stats
+from training.corpus.tsv import SPLITS, read_tsv
 from training.curves import plot_training_curves
 from training.evaluate import evaluate
+
+_BUILT_CORPORA = {"bible": DEFAULT_BIBLE_DIR, "catalogs": DEFAULT_CATALOGS_DIR}
+_CORPUS_TITLES = {"bible": "Bible", "catalogs": "message catalogs"}
+# A corpus's weight in a mixed `--data` spec ("bible:1,catalogs:3").
+_MIX_WEIGHT = re.compile(r":\d+(?:\.\d+)?$")
+# How the card sums up the catalogs' per-package licences (stats.json has each one).
+_LICENCE_FAMILIES = ("GPL", "LGPL", "MPL", "CC-BY-SA", "public domain")
+# Everyday sentences shown in the card: every fourth, which spreads them over the topics.
+EVERYDAY_EXAMPLE_STEP = 4
 
 
 def directory_bytes(path):
@@ -42,13 +58,88 @@ def directory_bytes(path):
     )
 
 
-def model_card(
-    config, weights, reports, reproduce, size_bytes, notes="", bundle_dir=artifacts.PRETRAINED_RUN
-):
-    """The bundle's README.md; its commands run from the repository root as written."""
-    name = os.path.basename(os.path.normpath(bundle_dir))
+def corpus_names(data_spec):
+    """The corpora of a run's `data` setting: one spec, or several with weights
+    ("bible:1,catalogs:3" gives ["bible", "catalogs"])."""
+    return [_MIX_WEIGHT.sub("", part.strip()) for part in str(data_spec or "").split(",") if part]
+
+
+def _licence_summary(manifests):
+    families = collections.Counter(
+        family
+        for manifest in manifests
+        for family in _LICENCE_FAMILIES
+        if re.search(rf"(?<![A-Za-z]){re.escape(family)}", manifest["licence"], re.IGNORECASE)
+    )
+    counted = ", ".join(f"{family} {count}" for family, count in families.most_common())
+    return f"packages under {counted} (one package may count under several)"
+
+
+def corpus_row(name):
+    """A Markdown row for the card's training-data table: source, pairs per split, licence, as
+    the corpus's stats.json records them (a corpus without one is named only)."""
+    directory = _BUILT_CORPORA.get(name, name)
+    stats = read_corpus_stats(directory) if os.path.isdir(directory) else None
+    if not stats or "split_pairs" not in stats:
+        return f"| `{name}` | your corpus | | not recorded |"
+    pairs = " / ".join(f"{stats['split_pairs'].get(split, 0):,}" for split in SPLITS)
+    if "packages" in stats:
+        packages = [manifest for manifest in stats["packages"] if "error" not in manifest]
+        source = (
+            f"Spanish message catalogs of {len(packages)} Debian packages "
+            f"({stats['download_megabytes']:,.0f} MB): games' dialogue and applications"
+        )
+        licence = _licence_summary(packages)
+    else:
+        versions = stats.get("package_versions", {})
+        source, target = stats["source"], stats["target"]
+        source = " → ".join(
+            f"{side['module']} (`{side['package']}` {versions.get(side['package'], '')})"
+            for side in (source, target)
+        )
+        licence = "public domain"
+    return f"| `{name}` | {source} | {pairs} | {licence} |"
+
+
+def everyday_section(report, pairs, hypotheses):
+    """What the model knows and what it does not, shown on the everyday sentences."""
     lines = [
-        "# Pretrained Spanish→English Transformer (Bible corpus)",
+        "## What it knows and what it does not",
+        "",
+        "The test split above is the register of its training data. Everyday Spanish (home, "
+        "food, travel, work, time, weather, shopping, family, phones and computers): the "
+        f"{report['sentences']} sentences of `training/everyday/test.tsv`, written for issue 47 "
+        f"and never trained or tuned on, score BLEU {report['bleu']:.2f}, chrF "
+        f"{report['chrf']:.2f} ({report['decoding']}). Every fourth of them:",
+        "",
+        "| Spanish | reference | translation |",
+        "|---|---|---|",
+    ]
+    for (source, reference), hypothesis in list(zip(pairs, hypotheses))[::EVERYDAY_EXAMPLE_STEP]:
+        cells = (text.replace("|", chr(92) + "|") for text in (source, reference, hypothesis))
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines + [""]
+
+
+def model_card(
+    config,
+    weights,
+    reports,
+    reproduce,
+    size_bytes,
+    notes="",
+    bundle_dir=artifacts.PRETRAINED_RUN,
+    everyday=None,
+):
+    """The bundle's README.md; its commands run from the repository root as written.
+
+    `everyday`: `(report, pairs, hypotheses)` of the everyday sentences, or None.
+    """
+    name = os.path.basename(os.path.normpath(bundle_dir))
+    corpora = corpus_names(config.get("data"))
+    lines = [
+        "# Pretrained Spanish→English Transformer "
+        f"({' + '.join(_CORPUS_TITLES.get(c, c) for c in corpora) or 'own'} corpus)",
         "",
         f"Weights: {weights}. Size on disk: {size_bytes / 2**20:.1f} MiB.",
         "",
@@ -70,6 +161,16 @@ def model_card(
         "chrF signature: `" + reports[0]["chrf_signature"] + "`.",
         "",
         *([notes, ""] if notes else []),
+        "## Training data",
+        "",
+        "| corpus | source | train / dev / test pairs | licence |",
+        "|---|---|---|---|",
+        *(corpus_row(corpus) for corpus in corpora),
+        "",
+        "Built on the user's machine from Debian packages by `make data` "
+        "([training/CORPUS.md](../../training/CORPUS.md)); no text of them is committed.",
+        "",
+        *(everyday_section(*everyday) if everyday else []),
         "## Use",
         "",
         "From the repository root, after the README's Quickstart:",
@@ -93,6 +194,19 @@ def model_card(
         "![training curves](training_curves.png)",
     ]
     return "\n".join(lines) + "\n"
+
+
+def evaluate_everyday(run_dir, beam_width, alpha):
+    """`(report, pairs, hypotheses)` of `run_dir` on the everyday sentences, its outputs written
+    to `run_dir/eval/everyday/`."""
+    output_dir = os.path.join(run_dir, "eval", "everyday")
+    report = evaluate(
+        run_dir, "test", beam_width, alpha, output_dir=output_dir, data=str(EVERYDAY_DIR)
+    )
+    stem = "test.greedy" if beam_width == 1 else f"test.beam{beam_width}"
+    with open(os.path.join(output_dir, f"{stem}.hyp.txt"), encoding="utf-8") as handle:
+        hypotheses = handle.read().splitlines()
+    return report, read_tsv(EVERYDAY_DIR / "test.tsv"), hypotheses
 
 
 def bundle(
@@ -144,8 +258,16 @@ def bundle(
             evaluate(staging, "test", width, alpha, output_dir=os.path.join(staging, "eval"))
             for width in (1, beam_width)
         ]
+        everyday = evaluate_everyday(staging, beam_width, alpha)
         card = model_card(
-            config, weights, reports, reproduce, directory_bytes(staging), notes, output_dir
+            config,
+            weights,
+            reports,
+            reproduce,
+            directory_bytes(staging),
+            notes,
+            output_dir,
+            everyday,
         )
         with open(
             os.path.join(staging, artifacts.BUNDLE_CARD_FILE), "w", encoding="utf-8"

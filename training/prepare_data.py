@@ -1,9 +1,12 @@
-"""Command line: builds the embedded Spanish->English Bible corpus from Debian's SWORD packages.
+"""Command line: builds a corpus this project makes from Debian packages.
 
-The pipeline is `training.corpus.bible.build_bible_corpus` (see training/CORPUS.md).
+`--corpus bible` (the default): the Spanish->English Bible, `training.corpus.bible`.
+`--corpus catalogs`: Debian's translated message catalogs, `training.corpus.catalogs`.
+See training/CORPUS.md.
 
 Usage:
   python -m training.prepare_data --out data/bible [--cache .debs] [--force]
+  python -m training.prepare_data --corpus catalogs --out data/catalogs [--packages a,b | --test_set]
 """
 
 from __future__ import annotations
@@ -14,27 +17,37 @@ import sys
 from pathlib import Path
 
 from training.corpus.bible import build_bible_corpus
+from training.corpus.catalogs import CATALOG_PACKAGES, TEST_PACKAGES, build_catalogs_corpus
 from training.corpus.tsv import CorpusError
 
 logger = logging.getLogger(__name__)
 
+CORPORA = ("bible", "catalogs")
+
+
+def _names(text: str | None) -> list[str] | None:
+    return [name.strip() for name in text.split(",") if name.strip()] if text else None
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        description="Build the embedded Spanish->English Bible corpus (RV1909 -> WEB) "
-        "from Debian's sword-text-sparv and sword-text-web packages.",
+        description="Build a Spanish->English corpus from Debian packages: the Bible "
+        "(RV1909 -> WEB, sword-text-sparv and sword-text-web) or the translated message "
+        "catalogs of games and applications.",
+    )
+    parser.add_argument(
+        "--corpus", choices=CORPORA, default="bible", help="which corpus (default: %(default)s)"
     )
     parser.add_argument(
         "--out",
         type=Path,
-        default=Path("data/bible"),
-        help="output directory for train.tsv, dev.tsv, test.tsv, stats.json (default: %(default)s)",
+        help="output directory for train.tsv, dev.tsv, test.tsv, stats.json (default: data/CORPUS)",
     )
     parser.add_argument(
         "--cache",
         type=Path,
-        default=Path(".debs"),
-        help="directory for the downloaded and unpacked .deb packages (default: %(default)s)",
+        help="directory for the downloaded and unpacked .deb packages "
+        "(default: .debs for the Bible, .debs/catalogs for the catalogs)",
     )
     parser.add_argument(
         "--force",
@@ -43,13 +56,39 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--books",
-        help="comma-separated OSIS book names (e.g. Ruth,Jonah) for a quick partial build",
+        help="bible: comma-separated OSIS book names (e.g. Ruth,Jonah) for a quick partial build",
+    )
+    parser.add_argument(
+        "--packages",
+        help=f"catalogs: comma-separated Debian packages instead of the {len(CATALOG_PACKAGES)} "
+        "chosen ones (training/corpus/catalogs.py)",
+    )
+    parser.add_argument(
+        "--test_set",
+        action="store_true",
+        help=f"catalogs: only the few MB the tests read ({', '.join(TEST_PACKAGES)})",
     )
     args = parser.parse_args(argv)
-    books = [name.strip() for name in args.books.split(",") if name.strip()] if args.books else None
+    if args.books and args.corpus != "bible":
+        parser.error("--books is for --corpus bible")
+    if (args.packages or args.test_set) and args.corpus != "catalogs":
+        parser.error("--packages and --test_set are for --corpus catalogs")
+    out = args.out or Path("data") / args.corpus
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
-        build_bible_corpus(args.out, args.cache, force=args.force, books=books)
+        if args.corpus == "bible":
+            build_bible_corpus(
+                out, args.cache or Path(".debs"), force=args.force, books=_names(args.books)
+            )
+        else:
+            build_catalogs_corpus(
+                out,
+                args.cache or Path(".debs") / "catalogs",
+                packages=TEST_PACKAGES
+                if args.test_set
+                else _names(args.packages) or CATALOG_PACKAGES,
+                force=args.force,
+            )
     except (CorpusError, FileExistsError) as exc:
         logger.error("error: %s", exc)
         return 1

@@ -6,8 +6,13 @@ One concern per module, each importing only the ones listed before it:
 * `splitting`: deterministic train/dev/test splits by hash; deduplication.
 * `osis`: OSIS markup of a SWORD Bible module to plain text (and the RV1909's quirks).
 * `alignment`: length-based verse alignment (Gale & Church) and the mismatches it finds.
+* `outputs`: a built corpus directory (`stats.json` written last) and when to build it.
+* `debian`: `apt-get download` into a cache and unpack without installing.
 * `bible`: downloads and builds the embedded Spanish->English Bible corpus
   (command line: `python -m training.prepare_data`).
+* `catalog_cleaning`: the rules that make message-catalog entries sentence pairs.
+* `catalogs`: builds the corpus of Debian's Spanish message catalogs
+  (`python -m training.prepare_data --corpus catalogs`).
 * `loading`: `load_pairs(source_spec, split)`, the one entry point of the trainer; the
   spelling a corpus records (`corpus_source_spelling`) and a run's view of it (`load_run_pairs`).
 

@@ -29,9 +29,7 @@ from __future__ import annotations
 
 import collections
 import functools
-import json
 import logging
-import subprocess
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -46,12 +44,20 @@ from training.corpus.alignment import (
     detect_misaligned_chapters,
     length_ratio_outliers,
 )
+from training.corpus.debian import (
+    DEFAULT_CACHE_DIR,
+    cached_deb,
+    deb_version,
+    download_deb,
+    unpack_deb,
+)
 from training.corpus.osis import (
     build_casing_table,
     fix_caps_opening,
     strip_markup,
     strip_subscription,
 )
+from training.corpus.outputs import needs_build, write_corpus_stats
 from training.corpus.splitting import dedup_against, split_for_key
 from training.corpus.tsv import SPLITS, CorpusError, write_tsv
 
@@ -59,38 +65,23 @@ logger = logging.getLogger(__name__)
 
 SOURCE_PACKAGE, SOURCE_MODULE = "sword-text-sparv", "spaRV1909eb"
 TARGET_PACKAGE, TARGET_MODULE = "sword-text-web", "engWEB2015eb"
-PROJECT_ROOT = Path(__file__).resolve().parent.parent.parent
-DEFAULT_CACHE_DIR = PROJECT_ROOT / ".debs"
 DEV_FRACTION = TEST_FRACTION = 0.02
 # Salt of the chapter hash: changing it reshuffles which chapters are held out.
 SPLIT_SALT = "bible-es-en-v1"
 # Recorded in stats.json; a corpus built with another version is rebuilt. 1 (no
 # "format_version"): the RV1909 in its 1909 spelling; 2: the Spanish side in modern spelling.
 CORPUS_FORMAT_VERSION = 2
-STATS_FILE = "stats.json"
 NOT_RESTORED_KEY = "verses old_spelling does not restore"
 
 
 # ------------------------------------------------------------------ 1. packages
 
 
-def _run(command: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    try:
-        return subprocess.run(command, cwd=cwd, capture_output=True, text=True)
-    except FileNotFoundError as exc:
-        raise CorpusError(
-            f"{command[0]} not found: building the Bible corpus needs Debian's apt and dpkg tools"
-        ) from exc
-
-
 def fetch_sword_packages(
     cache_dir: Path, packages: Iterable[str] = (SOURCE_PACKAGE, TARGET_PACKAGE)
 ) -> Path:
-    """Downloads and unpacks the SWORD module packages; reuses what is cached.
-
-    `apt-get download` needs no root, but if the package lists are missing
-    (fresh container) it fails with "Unable to locate package"; then
-    `apt-get update` (root) is run once and the download retried.
+    """Downloads (`training.corpus.debian.download_deb`) and unpacks the SWORD module
+    packages; reuses what is cached.
 
     Args:
       cache_dir: where the .deb files and their unpacked tree are kept.
@@ -102,30 +93,9 @@ def fetch_sword_packages(
     Raises:
       CorpusError: a package cannot be downloaded or unpacked.
     """
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    unpacked = cache_dir / "root"
+    unpacked = Path(cache_dir) / "root"
     for package in packages:
-        debs = sorted(cache_dir.glob(f"{package}_*.deb"))
-        if not debs:
-            result = _run(["apt-get", "download", package], cache_dir)
-            if result.returncode != 0 and "Unable to locate package" in result.stderr:
-                logger.info("apt package lists missing; running apt-get update")
-                update = _run(["apt-get", "update"], cache_dir)
-                if update.returncode != 0:
-                    raise CorpusError(f"apt-get update failed: {update.stderr.strip()[-500:]}")
-                result = _run(["apt-get", "download", package], cache_dir)
-            if result.returncode != 0:
-                raise CorpusError(
-                    f"apt-get download {package} failed: {result.stderr.strip()[-500:]}"
-                )
-            debs = sorted(cache_dir.glob(f"{package}_*.deb"))
-            if not debs:
-                raise CorpusError(f"apt-get download {package} produced no .deb in {cache_dir}")
-        result = _run(
-            ["dpkg-deb", "-x", str(debs[-1].resolve()), str(unpacked.resolve())], cache_dir
-        )
-        if result.returncode != 0:
-            raise CorpusError(f"dpkg-deb -x {debs[-1]} failed: {result.stderr.strip()}")
+        unpack_deb(download_deb(cache_dir, package), unpacked)
     return unpacked / "usr" / "share" / "sword"
 
 
@@ -133,12 +103,8 @@ def package_versions(
     cache_dir: Path, packages: Iterable[str] = (SOURCE_PACKAGE, TARGET_PACKAGE)
 ) -> dict[str, str]:
     """Debian versions of the cached packages, read from the .deb file names."""
-    versions = {}
-    for package in packages:
-        debs = sorted(cache_dir.glob(f"{package}_*.deb"))
-        if debs:
-            versions[package] = debs[-1].name.split("_")[1]
-    return versions
+    debs = {package: cached_deb(cache_dir, package) for package in packages}
+    return {package: deb_version(deb) for package, deb in debs.items() if deb is not None}
 
 
 # -------------------------------------------------------------------- 2. read
@@ -323,32 +289,13 @@ def split_by_chapter(
 # --------------------------------------------------------------------- build
 
 
-def _outputs(out_dir: Path) -> list[Path]:
-    return [out_dir / f"{split}.tsv" for split in SPLITS] + [out_dir / STATS_FILE]
-
-
-def read_corpus_stats(directory: Path | str) -> dict | None:
-    """The `stats.json` a corpus build wrote into `directory`, or None if there is none.
-
-    Raises:
-      CorpusError: the file is not valid JSON.
-    """
-    path = Path(directory) / STATS_FILE
-    if not path.is_file():
-        return None
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise CorpusError(f"{path}: not a valid stats file ({exc})") from exc
-
-
-def _stale_reason(out_dir: Path) -> str | None:
-    """Why a complete corpus in `out_dir` must be rebuilt, or None if it is current."""
-    version = (read_corpus_stats(out_dir) or {}).get("format_version", 1)
+def _stale_reason(stats: dict) -> str | None:
+    """Why a complete Bible corpus with these statistics must be rebuilt, or None."""
+    version = stats.get("format_version", 1)
     if version == CORPUS_FORMAT_VERSION:
         return None
     return (
-        f"{out_dir} holds a corpus of format version {version}, this build writes version "
+        f"the corpus is of format version {version}, this build writes version "
         f"{CORPUS_FORMAT_VERSION} (the Spanish side in modern spelling): rebuilding it"
     )
 
@@ -376,23 +323,8 @@ def build_bible_corpus(
       FileExistsError: some, but not all, outputs exist and `force` is off.
     """
     out_dir, cache_dir = Path(out_dir), Path(cache_dir)
-    outputs = _outputs(out_dir)
-    existing = [path for path in outputs if path.exists()]
-    stale = len(existing) == len(outputs) and _stale_reason(out_dir)
-    if stale:
-        logger.info("%s", stale)
-    elif existing and not force:
-        if len(existing) == len(outputs):
-            logger.info(
-                "%s already holds the corpus (train/dev/test.tsv, stats.json); "
-                "nothing to do, pass --force to rebuild",
-                out_dir,
-            )
-            return {}
-        raise FileExistsError(
-            f"{out_dir} holds a partial corpus ({', '.join(p.name for p in existing)}); "
-            "remove it or pass --force"
-        )
+    if not needs_build(out_dir, force, _stale_reason):
+        return {}
 
     started = time.monotonic()
     with tqdm(total=5, desc="bible corpus", unit="step") as steps:
@@ -467,10 +399,7 @@ def build_bible_corpus(
         ),
         "build_seconds": round(time.monotonic() - started, 1),
     }
-    # Written last: its presence marks a complete build.
-    (out_dir / STATS_FILE).write_text(
-        json.dumps(stats, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
-    )
+    write_corpus_stats(out_dir, stats)
     _log_summary(stats)
     return stats
 

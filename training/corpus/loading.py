@@ -1,10 +1,12 @@
 """Parallel-corpus sources for the translation pipeline.
 
 Everything the trainer reads goes through `load_pairs(source_spec, split)`, which
-returns a list of `(source, target)` string pairs. Four kinds of source exist:
+returns a list of `(source, target)` string pairs. Five kinds of source exist:
 
 * `bible`: the embedded Spanish->English Bible corpus in `data/bible`, built on
   first use by `training.corpus.bible` (see training/CORPUS.md).
+* `catalogs`: the Spanish->English corpus of Debian's translated message catalogs in
+  `data/catalogs`, built on first use by `training.corpus.catalogs`.
 * a directory holding `train.tsv`, `dev.tsv` and `test.tsv`.
 * a single `.tsv` file: all of it is the user's corpus; `dev` and `test` are split
   off deterministically by a hash of the source sentence (`HELDOUT_FRACTION` each),
@@ -29,16 +31,22 @@ import os
 from pathlib import Path
 
 from model.spelling import MODERN, old_spelling
-from training.corpus import bible
+from training.corpus import bible, catalogs
+from training.corpus.outputs import read_corpus_stats
 from training.corpus.splitting import HELDOUT_FRACTION, split_single_file
 from training.corpus.tsv import SPLITS, CorpusError, Pair, read_tsv
 
 logger = logging.getLogger(__name__)
 
 BIBLE_SPEC = "bible"
+CATALOGS_SPEC = "catalogs"
 TFDS_PREFIX = "tfds:"
 # Project-relative home of the embedded corpus; `load_pairs` builds it when missing.
 DEFAULT_BIBLE_DIR = Path(__file__).resolve().parent.parent.parent / "data" / "bible"
+DEFAULT_CATALOGS_DIR = DEFAULT_BIBLE_DIR.parent / "catalogs"
+# Forty everyday sentences with references (issue 47), a corpus directory of a test split only:
+# for evaluation (benchmarks.bench_everyday, the model card), never for training or tuning.
+EVERYDAY_DIR = DEFAULT_BIBLE_DIR.parent.parent / "training" / "everyday"
 # TFDS names its held-out split `validation`; the project calls it `dev`.
 _TFDS_SPLIT_ALIASES = {"dev": ("validation", "dev"), "train": ("train",), "test": ("test",)}
 
@@ -146,15 +154,17 @@ def load_pairs(
     bible_dir: str | os.PathLike = DEFAULT_BIBLE_DIR,
     tfds_data_dir: str | os.PathLike | None = None,
     tfds_download: bool = True,
+    catalogs_dir: str | os.PathLike = DEFAULT_CATALOGS_DIR,
 ) -> list[Pair]:
     """The one entry point the trainer uses to get a split of a corpus.
 
     Args:
-      source_spec: `bible`; a directory with train/dev/test.tsv; a `.tsv` file
+      source_spec: `bible`; `catalogs`; a directory with train/dev/test.tsv; a `.tsv` file
         (dev/test split off by `split_single_file`); or `tfds:NAME`.
       split: `train`, `dev` or `test`.
       bible_dir: where the embedded corpus lives (built there if missing).
       tfds_data_dir, tfds_download: passed to `load_tfds_pairs`.
+      catalogs_dir: where the message-catalog corpus lives (built there if missing).
 
     Returns:
       The split as `(source, target)` pairs.
@@ -173,12 +183,16 @@ def load_pairs(
             )
         return load_tfds_pairs(name, split, data_dir=tfds_data_dir, download=tfds_download)
 
-    if source_spec == BIBLE_SPEC:
-        bible_dir = Path(bible_dir)
-        if not all((bible_dir / f"{s}.tsv").is_file() for s in SPLITS):
-            logger.info("embedded corpus missing in %s: building it", bible_dir)
-            bible.build_bible_corpus(bible_dir)
-        return read_tsv(bible_dir / f"{split}.tsv")
+    builders = {
+        BIBLE_SPEC: (Path(bible_dir), bible.build_bible_corpus),
+        CATALOGS_SPEC: (Path(catalogs_dir), catalogs.build_catalogs_corpus),
+    }
+    if source_spec in builders:
+        directory, build = builders[source_spec]
+        if not all((directory / f"{s}.tsv").is_file() for s in SPLITS):
+            logger.info("%s corpus missing in %s: building it", source_spec, directory)
+            build(directory)
+        return read_tsv(directory / f"{split}.tsv")
 
     path = Path(source_spec)
     if path.is_dir():
@@ -196,7 +210,7 @@ def load_pairs(
             )
         return pairs
     raise CorpusError(
-        f"unknown corpus source {source_spec!r}: expected 'bible', a directory with "
+        f"unknown corpus source {source_spec!r}: expected 'bible', 'catalogs', a directory with "
         "train/dev/test.tsv, an existing .tsv file, or 'tfds:NAME'"
     )
 
@@ -221,7 +235,7 @@ def corpus_source_spelling(
     directory = Path(bible_dir) if source_spec == BIBLE_SPEC else Path(source_spec)
     if not directory.is_dir():
         return None
-    return (bible.read_corpus_stats(directory) or {}).get("source_spelling")
+    return (read_corpus_stats(directory) or {}).get("source_spelling")
 
 
 def load_run_pairs(

@@ -1,0 +1,376 @@
+"""Builds the Spanish->English corpus of Debian's translated message catalogs.
+
+Programs translated with gettext ship `LC_MESSAGES/*.mo` catalogs: each message's msgid in
+English and its msgstr in the locale's language. Game dialogue (Wesnoth's campaigns,
+FreedroidRPG, Cataclysm, Widelands, Freeciv) gives conversational sentences, applications
+(GNOME, KDE, LibreOffice, ...) the general modern vocabulary of a formal register. Which
+packages, why, and the counts are in training/CORPUS.md.
+
+Pipeline:
+  1. `download_deb` (training/corpus/debian.py) each package of `CATALOG_PACKAGES` into a cache
+     directory, and unpack only its Spanish catalogs and its copyright file; a package that
+     cannot be downloaded is reported and skipped.
+  2. `read_catalog`: the catalog's messages with polib; `package_licence` from the copyright.
+  3. `clean_message` (training/corpus/catalog_cleaning.py): each rule drops or cleans a pair.
+  4. `choose_locale_variants`: one Spanish per English in a package, the first locale of
+     `LOCALE_PREFERENCE` (es, es_ES, es_419, es_MX, ... es_AR's voseo last).
+  5. Duplicates removed across packages by `near_duplicate_key` (first package wins).
+  6. `split_for_key` on the near-duplicate key: all near-duplicates of a test sentence are
+     in test, none in train; dev and test also lose Spanish sentences seen in train.
+
+Command line: `python -m training.prepare_data --corpus catalogs --out data/catalogs`.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import hashlib
+import logging
+import re
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import polib
+from tqdm import tqdm
+
+from training.corpus.catalog_cleaning import clean_message, near_duplicate_key
+from training.corpus.debian import (
+    DEFAULT_CACHE_DIR,
+    deb_version,
+    download_deb,
+    unpack_cached,
+)
+from training.corpus.outputs import needs_build, write_corpus_stats
+from training.corpus.splitting import dedup_against, split_for_key
+from training.corpus.tsv import SPLITS, CorpusError, Pair, write_tsv
+
+logger = logging.getLogger(__name__)
+
+# Chosen by what they yield (training/CORPUS.md has each one's count): game dialogue first,
+# since the first package holding a sentence keeps it, then applications.
+GAME_PACKAGES = (
+    "wesnoth-1.16-data",
+    *(
+        f"wesnoth-1.16-{campaign}"
+        for campaign in "did dm dw ei httt l low nr sof sota sotbe thot trow tsg ttb utbs".split()
+    ),
+    "freedroidrpg-data",
+    "cataclysm-dda-data",
+    "widelands-data",
+    "freeciv-data",
+    "minetest-data",
+    "tuxpaint-data",
+)
+# Packages whose catalogs the survey found empty of Spanish (kate, calibre, ...) are left out.
+APPLICATION_PACKAGES = tuple(
+    """libreoffice-l10n-es gimp-data inkscape evolution-common evolution-data-server-common
+    gnucash-common pidgin-data hexchat-common nautilus-data gedit-common libgtk-3-common
+    gnome-control-center-data vlc-l10n audacity-data coreutils apt dpkg gnome-weather
+    gnome-calendar gnome-clocks gnome-maps rhythmbox-data shotwell-common totem-common
+    evince-common gnome-software-common dolphin okular konsole kdeconnect kmail korganizer
+    marble-data plasma-desktop-data gwenview kdenlive-data digikam-data akregator kpat
+    kmahjongg knights gnome-chess gnome-sudoku aisleriot gnome-mines mutt neomutt
+    gnumeric-common claws-mail-i18n geany-common mousepad thunar-data cheese-common
+    gnome-contacts gnome-music gnome-photos brasero-common simple-scan baobab seahorse
+    file-roller gnome-disk-utility geary polari gnome-boxes gnome-shell-common iso-codes""".split()
+)
+CATALOG_PACKAGES = GAME_PACKAGES + APPLICATION_PACKAGES
+# A few MB of real catalogs for the tests (`make data-test`): GNU hello (printf placeholders),
+# a Wesnoth campaign (dialogue, es and es_419, context keys, `$name|`), Pidgin (es and es_AR,
+# markup, GTK's `_` accelerators), konsole (Qt's `&` accelerators), gnome-mines.
+TEST_PACKAGES = ("hello", "wesnoth-1.16-dw", "pidgin-data", "konsole", "gnome-mines")
+
+# Which Spanish wins when a package has several for one English: Spain's and the neutral
+# Latin American ones first; Argentina's voseo ("podés", "tenés") last.
+LOCALE_PREFERENCE = ("es", "es_ES", "es_419", "es_MX", "es_US", "es_CO", "es_CL")
+LOCALE_LAST = "es_AR"
+CATALOG_MEMBERS = (
+    "*/es/LC_MESSAGES/*.mo",
+    "*/es_*/LC_MESSAGES/*.mo",
+    "usr/share/doc/*/copyright",
+)
+DEV_FRACTION = TEST_FRACTION = 0.02
+SPLIT_SALT = "catalogs-es-en-v1"
+CORPUS_FORMAT_VERSION = 1
+DUPLICATE = "duplicate"
+OTHER_LOCALE_VARIANT = "other_locale_variant"
+
+
+@dataclasses.dataclass(frozen=True)
+class CatalogMessage:
+    """One message of a Spanish catalog.
+
+    Attributes:
+      english: the msgid (a plural message's singular).
+      spanish: the msgstr (a plural message's first form).
+      locale: the catalog's locale directory, e.g. `es_419`.
+    """
+
+    english: str
+    spanish: str
+    locale: str
+
+
+def locale_rank(locale: str) -> tuple[int, str]:
+    """Sort key of a locale: `LOCALE_PREFERENCE` order, then the others alphabetically,
+    `LOCALE_LAST` last."""
+    if locale in LOCALE_PREFERENCE:
+        return LOCALE_PREFERENCE.index(locale), ""
+    return len(LOCALE_PREFERENCE) + (locale == LOCALE_LAST), locale
+
+
+def read_catalog(path: Path) -> list[CatalogMessage]:
+    """The translated messages of one `.mo` file (polib), its header and empty msgstrs left out.
+
+    Raises:
+      CorpusError: the file is not a readable catalog (the message names it).
+    """
+    try:
+        catalog = polib.mofile(str(path))
+    except (OSError, ValueError) as exc:
+        raise CorpusError(f"{path}: not a readable .mo catalog ({exc})") from exc
+    locale = path.parent.parent.name
+    messages = []
+    for entry in catalog:
+        spanish = entry.msgstr or (entry.msgstr_plural or {}).get(0, "")
+        if entry.msgid and spanish:
+            messages.append(CatalogMessage(entry.msgid, spanish, locale))
+    return messages
+
+
+_LICENSE_FIELD = re.compile(r"^License:[ \t]*(\S[^\n]*)$", re.MULTILINE)
+# What a free-form copyright file (one without `License:` fields) is searched for.
+_FREE_FORM_LICENCES = (
+    ("GPL", re.compile(r"GNU General Public License|\bGPL\b")),
+    ("LGPL", re.compile(r"GNU (?:Lesser|Library) General Public License|\bLGPL\b")),
+    ("MPL", re.compile(r"Mozilla Public License|\bMPL\b")),
+    ("CC-BY-SA", re.compile(r"Creative Commons Attribution[- ]Share[- ]?Alike|CC-BY-SA")),
+    ("GFDL", re.compile(r"GNU Free Documentation License|\bGFDL\b")),
+)
+
+
+def package_licence(copyright_text: str) -> str:
+    """The licence a Debian copyright file gives: the `License:` short names of a
+    machine-readable file, most common first, joined by "; "; for a free-form file (no
+    `License:` field), the licence families its text names, marked "(free-form copyright file)"."""
+    names = collections.Counter(name.strip() for name in _LICENSE_FIELD.findall(copyright_text))
+    if not names:
+        mentioned = [
+            name for name, pattern in _FREE_FORM_LICENCES if pattern.search(copyright_text)
+        ]
+        return f"{', '.join(mentioned) or 'unnamed'} (free-form copyright file)"
+    return "; ".join(name for name, _ in names.most_common())
+
+
+def choose_locale_variants(messages: Iterable[CatalogMessage]) -> tuple[list[CatalogMessage], int]:
+    """One message per English msgid: the Spanish of the best-ranked locale (`locale_rank`).
+
+    Returns:
+      `(messages, dropped)`: the chosen ones in first-seen order, and how many other-locale
+      variants were dropped.
+    """
+    chosen: dict[str, CatalogMessage] = {}
+    dropped = 0
+    for message in messages:
+        current = chosen.get(message.english)
+        if current is None:
+            chosen[message.english] = message
+            continue
+        dropped += 1
+        if locale_rank(message.locale) < locale_rank(current.locale):
+            chosen[message.english] = message
+    return list(chosen.values()), dropped
+
+
+@dataclasses.dataclass
+class PackageYield:
+    """What one package gave: its manifest entry and its kept pairs."""
+
+    manifest: dict
+    pairs: list[Pair]
+
+
+def read_package(package: str, cache_dir: Path) -> PackageYield:
+    """Downloads (or finds cached), unpacks and cleans one package's Spanish catalogs.
+
+    A package that cannot be downloaded or read yields no pair; its manifest entry says why.
+    """
+    try:
+        deb = download_deb(cache_dir, package)
+        root = unpack_cached(deb, cache_dir / "unpacked" / package, CATALOG_MEMBERS)
+        catalogs = sorted(root.rglob("*.mo"))
+        messages = [message for path in catalogs for message in read_catalog(path)]
+    except CorpusError as exc:
+        logger.warning("skipping %s: %s", package, exc)
+        return PackageYield({"package": package, "error": str(exc)}, [])
+    copyrights = sorted(root.glob(f"usr/share/doc/{package}/copyright"))
+    licence = (
+        package_licence(copyrights[0].read_text(encoding="utf-8", errors="replace"))
+        if copyrights
+        else "no copyright file (its doc directory links to another package's)"
+    )
+    chosen, variants = choose_locale_variants(messages)
+    dropped: collections.Counter = collections.Counter()
+    dropped[OTHER_LOCALE_VARIANT] = variants
+    pairs = []
+    for message in chosen:
+        pair, reason = clean_message(message.english, message.spanish)
+        if pair is None:
+            dropped[reason] += 1
+        else:
+            pairs.append(pair)
+    manifest = {
+        "package": package,
+        "version": deb_version(deb),
+        "licence": licence,
+        "deb_megabytes": round(deb.stat().st_size / 1e6, 1),
+        "catalogs": [str(path.relative_to(root)) for path in catalogs],
+        "messages": len(messages),
+        "cleaned": len(pairs),
+        "dropped": dict(sorted((reason, count) for reason, count in dropped.items() if count)),
+    }
+    return PackageYield(manifest, pairs)
+
+
+def remove_duplicates(
+    yields: Sequence[PackageYield],
+) -> list[tuple[str, Pair]]:
+    """The pairs of all packages, each near-duplicate English kept once (the first package's).
+
+    Counts each package's duplicates and kept pairs into its manifest (`dropped.duplicate`,
+    `kept`).
+
+    Returns:
+      `[(near_duplicate_key, pair), ...]` in package order.
+    """
+    seen: set[str] = set()
+    kept = []
+    for package_yield in yields:
+        duplicates = 0
+        for pair in package_yield.pairs:
+            key = near_duplicate_key(pair[1])
+            if key in seen:
+                duplicates += 1
+                continue
+            seen.add(key)
+            kept.append((key, pair))
+        package_yield.manifest["kept"] = len(package_yield.pairs) - duplicates
+        if duplicates:
+            package_yield.manifest.setdefault("dropped", {})[DUPLICATE] = duplicates
+    return kept
+
+
+def split_pairs(keyed_pairs: Iterable[tuple[str, Pair]]) -> tuple[dict[str, list[Pair]], int]:
+    """Train/dev/test by a hash of each pair's near-duplicate key; dev and test then lose
+    pairs whose Spanish occurs in train.
+
+    Returns:
+      `(pairs per split, pairs removed from dev and test)`.
+    """
+    splits: dict[str, list[Pair]] = {split: [] for split in SPLITS}
+    for key, pair in keyed_pairs:
+        splits[split_for_key(f"{SPLIT_SALT}:{key}", DEV_FRACTION, TEST_FRACTION)].append(pair)
+    removed = 0
+    for split in ("dev", "test"):
+        splits[split], count = dedup_against(splits[split], splits["train"])
+        removed += count
+    return splits, removed
+
+
+def _packages_digest(packages: Sequence[str]) -> str:
+    return hashlib.sha256("\n".join(packages).encode("utf-8")).hexdigest()[:16]
+
+
+def _corpus_stats(
+    manifests: list[dict], splits: dict[str, list[Pair]], removed: int, digest: str, started: float
+) -> dict:
+    """What stats.json records: the totals, the split, and each package's manifest."""
+    dropped: collections.Counter = collections.Counter()
+    for manifest in manifests:
+        dropped.update(manifest.get("dropped", {}))
+    dropped["in_train_spanish_removed_from_dev_test"] = removed
+    return {
+        "format_version": CORPUS_FORMAT_VERSION,
+        "packages_digest": digest,
+        "source": {"language": "es", "field": "msgstr"},
+        "target": {"language": "en", "field": "msgid"},
+        "packages_downloaded": sum("error" not in m for m in manifests),
+        "packages_unavailable": {m["package"]: m["error"] for m in manifests if "error" in m},
+        "download_megabytes": round(sum(m.get("deb_megabytes", 0) for m in manifests), 1),
+        "messages_read": sum(m.get("messages", 0) for m in manifests),
+        "dropped": dict(dropped.most_common()),
+        "split_pairs": {split: len(splits[split]) for split in SPLITS},
+        "split_rule": (
+            f"sha256('{SPLIT_SALT}:' + near-duplicate key of the English) as a fraction: test "
+            f"below {TEST_FRACTION}, dev below {TEST_FRACTION + DEV_FRACTION}, train otherwise"
+        ),
+        "build_seconds": round(time.monotonic() - started, 1),
+        "packages": manifests,
+    }
+
+
+def build_catalogs_corpus(
+    out_dir: Path | str,
+    cache_dir: Path | str = DEFAULT_CACHE_DIR / "catalogs",
+    packages: Sequence[str] = CATALOG_PACKAGES,
+    force: bool = False,
+) -> dict:
+    """Builds train/dev/test.tsv and stats.json (with the package manifest) in `out_dir`.
+
+    Args:
+      out_dir: output directory (created).
+      cache_dir: where the .deb files are downloaded and their catalogs unpacked; a cached
+        package is not downloaded again.
+      packages: Debian package names, in priority order for duplicates.
+      force: rebuild even if all outputs exist. A corpus built from another package list or
+        format version is always rebuilt.
+
+    Returns:
+      The statistics written to stats.json (empty if the corpus was already there).
+
+    Raises:
+      CorpusError: no pair is left (every package failed or was cleaned away).
+      FileExistsError: some, but not all, outputs exist and `force` is off.
+    """
+    out_dir, cache_dir = Path(out_dir), Path(cache_dir)
+    digest = _packages_digest(packages)
+
+    def stale_reason(stats: dict) -> str | None:
+        if (stats.get("format_version"), stats.get("packages_digest")) == (
+            CORPUS_FORMAT_VERSION,
+            digest,
+        ):
+            return None
+        return f"{out_dir} was built from another package list or format: rebuilding it"
+
+    if not needs_build(out_dir, force, stale_reason):
+        return {}
+    started = time.monotonic()
+    yields = [
+        read_package(package, cache_dir)
+        for package in tqdm(packages, desc="catalogs corpus", unit="package")
+    ]
+    keyed_pairs = remove_duplicates(yields)
+    if not keyed_pairs:
+        failed = [y.manifest["package"] for y in yields if "error" in y.manifest]
+        raise CorpusError(
+            f"no sentence pair left from the catalogs of {len(packages)} packages "
+            f"({len(failed)} could not be downloaded or read: {', '.join(failed) or 'none'}); "
+            f"see the log for each package's drops"
+        )
+    splits, removed = split_pairs(keyed_pairs)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for split in SPLITS:
+        write_tsv(out_dir / f"{split}.tsv", splits[split], overwrite=True)
+    stats = _corpus_stats([y.manifest for y in yields], splits, removed, digest, started)
+    write_corpus_stats(out_dir, stats)
+    logger.info(
+        "catalogs corpus: %d pairs from %d packages (%s), built in %.0f s",
+        len(keyed_pairs),
+        stats["packages_downloaded"],
+        stats["split_pairs"],
+        stats["build_seconds"],
+    )
+    return stats
