@@ -117,10 +117,24 @@ MUTATIONS = (
     ),
     Mutation(
         "REST: a base64 value that does not decode answers INTERNAL (HTTP 500)",
-        "serving/model_server/rest.py",
+        "serving/model_server/json_tensor.py",
         'raise errors.invalid_argument("Unable to base64 decode")',
         'raise errors.internal("Unable to base64 decode")',
-        ("tests/test_server.py", "-k", "json_tensor_errors"),
+        ("tests/test_json_tensor.py", "-k", "json_tensor_errors"),
+    ),
+    Mutation(
+        "REST: empty lines before a request line escape the head limit (a CRLF flood is read forever)",
+        "serving/model_server/http_server.py",
+        "head_size = skipped + (",
+        "head_size = 0 * skipped + (",
+        ("tests/test_http_server.py", "-k", "empty_lines"),
+    ),
+    Mutation(
+        "REST: chunked trailers are read without a bound",
+        "serving/model_server/http_server.py",
+        "budget -= len(line) + 2",
+        "budget -= 0",
+        ("tests/test_http_server.py", "-k", "trailers"),
     ),
     Mutation(
         "attention without the 1/sqrt(d_k) scaling",
