@@ -27,7 +27,6 @@ import asyncio
 import concurrent.futures
 import contextlib
 import http
-import json
 import logging
 import re
 import socket
@@ -38,6 +37,8 @@ from collections.abc import Callable
 from typing import Protocol
 
 import h11
+
+from serving.model_server import errors
 
 logger = logging.getLogger("serving.http")
 
@@ -202,13 +203,20 @@ class _Connection:
             logger.info(
                 "REST client %s refused: %d %s", self._peer, refusal.status, refusal.message
             )
-            payload = json.dumps({"error": refusal.message}).encode("utf-8")
-            with contextlib.suppress(OSError, _ClientGone):
-                await self._send(refusal.status, payload, "application/json", close=True)
+            await self._send_and_close(refusal.status, refusal.message)
         except (_ClientGone, OSError):
             pass
+        except Exception as error:  # A bug must end this connection only, and be seen.
+            logger.exception("REST client %s: unexpected error", self._peer)
+            await self._send_and_close(500, f"{type(error).__name__}: {error}")
         finally:
             self._writer.close()
+
+    async def _send_and_close(self, status: int, message: str) -> None:
+        with contextlib.suppress(OSError, _ClientGone):
+            await self._send(
+                status, errors.rest_error_body(message), errors.REST_JSON_CONTENT_TYPE, close=True
+            )
 
     async def _read_more(self, timeout: float, refusal: _Refusal | None) -> None:
         """Adds what the client sends next to the buffer.
@@ -226,27 +234,35 @@ class _Connection:
         self._buffer += data
 
     async def _read_head(self) -> _Head:
-        """The next request's head, read within the head limit and the read timeout."""
+        """The next request's head, read within the head limit and the read timeout.
+
+        Each byte is scanned once, however slowly the head arrives (rescanning the whole
+        buffer at every byte made a 64 KiB head sent a byte at a time cost 4 GB of scanning).
+        """
         deadline = self._loop.time() + self._server.read_timeout_seconds
         skipped = 0  # Empty lines before the request (RFC 9112 2.2) count against the limit.
+        scanned = 0  # Bytes of the buffer already searched for the end of the head.
         while True:
-            empty_lines = _LEADING_EMPTY_LINES.match(self._buffer).end()
-            skipped += empty_lines
-            del self._buffer[:empty_lines]
-            end = self._buffer.find(b"\r\n\r\n")
-            head_size = skipped + (end + 4 if end >= 0 else len(self._buffer))
-            if head_size > MAX_REQUEST_HEAD_BYTES:
+            if not scanned:  # The request line has not begun.
+                empty_lines = _LEADING_EMPTY_LINES.match(self._buffer).end()
+                skipped += empty_lines
+                del self._buffer[:empty_lines]
+            end = self._buffer.find(b"\r\n\r\n", max(scanned - 3, 0))
+            head_end = end + 4 if end >= 0 else len(self._buffer)
+            if skipped + head_end > MAX_REQUEST_HEAD_BYTES:
                 raise _Refusal(
                     431,
                     "The request line and headers are larger than the limit of "
                     f"{MAX_REQUEST_HEAD_BYTES} bytes",
                 )
-            if _BARE_LF.search(self._buffer, 0, end if end >= 0 else len(self._buffer)):
+            if _BARE_LF.search(self._buffer, scanned, head_end):
                 raise _Refusal(400, "Malformed request head: a line ends in a bare LF, not CRLF")
             if end >= 0:
-                head = bytes(self._buffer[: end + 4])
-                del self._buffer[: end + 4]
+                head = bytes(self._buffer[:head_end])
+                del self._buffer[:head_end]
                 return parse_head(head)
+            # A lone CR may begin one more empty line: it is scanned again with its LF.
+            scanned = 0 if self._buffer in (b"", b"\r") else len(self._buffer)
             self.idle = not (skipped or self._buffer)
             timeout = _Refusal(408, "The request head did not arrive within the read timeout")
             await self._read_more(deadline - self._loop.time(), None if self.idle else timeout)
@@ -367,14 +383,16 @@ class _BodyReader:
 
     async def _read_line(self, limit: int, too_long: _Refusal, what: str) -> bytes:
         """One CRLF-terminated line of chunked framing, without its CRLF."""
+        scanned = 0  # As for heads, each byte is searched once.
         while True:
-            end = self._buffer.find(b"\r\n", 0, limit + 2)
+            end = self._buffer.find(b"\r\n", max(scanned - 1, 0), limit + 2)
             if end >= 0:
                 line = bytes(self._buffer[:end])
                 del self._buffer[: end + 2]
                 return line
             if len(self._buffer) >= limit + 2:
                 raise too_long
+            scanned = len(self._buffer)
             try:
                 await self._read_more()
             except _ClientGone:
@@ -484,8 +502,8 @@ class HttpServer:
                 logger.info("REST request refused: %d %s", refusal.status, refusal.message)
                 return (
                     refusal.status,
-                    json.dumps({"error": refusal.message}).encode(),
-                    "application/json",
+                    errors.rest_error_body(refusal.message),
+                    errors.REST_JSON_CONTENT_TYPE,
                 )
         return self.handler.handle(head.method, head.path, body)
 

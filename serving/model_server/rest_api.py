@@ -41,8 +41,6 @@ from serving.model_server.tensors import ndarray_to_tensor_proto
 
 logger = logging.getLogger("serving.rest")
 
-JSON_CONTENT_TYPE = "application/json"
-
 # The regexes of http_rest_api_util.cc.
 _DISPATCH_PATH = re.compile(r"/v1/.*", re.IGNORECASE)
 _PREDICTION_PATH = re.compile(
@@ -56,11 +54,6 @@ _STATUS_PATH = re.compile(
 # The signature keys classifier.cc and regressor.cc look for (signature_constants.h).
 _CLASSIFY_INPUTS, _CLASSIFY_OUTPUTS = "inputs", ("classes", "scores")
 _REGRESS_INPUTS, _REGRESS_OUTPUTS = "inputs", "outputs"
-
-
-def error_body(message: str) -> bytes:
-    """TF Serving's REST error document."""
-    return json.dumps({"error": message}, ensure_ascii=False).encode("utf-8")
 
 
 class RestApi:
@@ -103,15 +96,23 @@ class RestApi:
         try:
             payload = self._dispatch(method, path, body)
             text = json.dumps(payload, indent=1, ensure_ascii=False)
-            return 200, text.encode("utf-8"), JSON_CONTENT_TYPE
+            return 200, text.encode("utf-8"), errors.REST_JSON_CONTENT_TYPE
         except errors.ServingError as error:
             code = error.code
             logger.debug("REST %s %s failed: %s", method, path, error)
-            return error.http_status, error_body(error.message), JSON_CONTENT_TYPE
+            return (
+                error.http_status,
+                errors.rest_error_body(error.message),
+                errors.REST_JSON_CONTENT_TYPE,
+            )
         except Exception as error:  # A bug must fail the request, not the connection.
             code = grpc.StatusCode.INTERNAL
             logger.exception("REST %s %s failed unexpectedly", method, path)
-            return 500, error_body(f"{type(error).__name__}: {error}"), JSON_CONTENT_TYPE
+            return (
+                500,
+                errors.rest_error_body(f"{type(error).__name__}: {error}"),
+                errors.REST_JSON_CONTENT_TYPE,
+            )
         finally:
             model_name, api = self._metric_labels(method, path)
             self._core.metrics.record_request(
