@@ -191,7 +191,7 @@ class _Connection:
         self._peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         # Between requests: nothing of the next one has arrived (a stop closes it at once).
         self.idle = True
-        self.handling = False  # A request of this connection is in the thread pool.
+        self.handling = False  # A request is in the thread pool, or its answer being written.
 
     async def serve(self) -> None:
         try:
@@ -273,17 +273,17 @@ class _Connection:
         if not self._server.handler.accepts(head.path):
             raise _Refusal(404, "Not Found")
         body = await _BodyReader(self, head).read()
-        self.handling = True
+        self.handling = True  # Until the answer is written: a stop lets it go out.
         try:
             status, payload, content_type = await self._loop.run_in_executor(
                 self._server.executor, self._server.answer, head, body
             )
+            keep_alive = head.keep_alive and not self._server.stopping
+            await self._send(
+                status, payload, content_type, close=not keep_alive, head_only=head.method == "HEAD"
+            )
         finally:
             self.handling = False
-        keep_alive = head.keep_alive and not self._server.stopping
-        await self._send(
-            status, payload, content_type, close=not keep_alive, head_only=head.method == "HEAD"
-        )
         return keep_alive
 
     async def _send(
