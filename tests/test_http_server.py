@@ -202,7 +202,7 @@ def open_file_descriptors() -> int:
 
 def test_idle_and_slow_rest_clients_hold_no_request_thread(main_server):
     """Connections that are silent or send their request head a byte at a time wait in the
-    selector, not in a request thread: 100 of them starved a 4-thread server (cheroot gave
+    event loop, not in a request thread: 100 of them starved a 4-thread server (cheroot gave
     each one a thread until the read timeout), and a head sent a byte at a time was never cut
     off. A request head must now be complete within the read timeout."""
     baseline_threads, baseline_fds = threading.active_count(), open_file_descriptors()

@@ -100,7 +100,7 @@ def _too_large(limit: int, size_text: str) -> _Refusal:
     )
 
 
-def gunzip_body(body: bytes) -> bytes:
+def _gunzip(body: bytes) -> bytes:
     """A gzip body decompressed, to at most MAX_GZIP_BODY_BYTES.
 
     Raises:
@@ -147,13 +147,13 @@ class _Head:
         self.gzip = b"gzip" in self.headers.get(b"content-encoding", b"")
 
 
-def parse_head(head: bytes) -> _Head:
+def _parse_head(head: bytes) -> _Head:
     """The request of a complete head (request line, headers, empty line).
 
     Raises:
         _Refusal: 400, 501 or 505 naming what is wrong.
     """
-    lengths = {value for value in _CONTENT_LENGTH_LINE.findall(head)}
+    lengths = set(_CONTENT_LENGTH_LINE.findall(head))
     if len(lengths) > 1:  # Which one frames the body is ambiguous: request smuggling.
         first, second = (
             value.decode("latin-1") for value in _CONTENT_LENGTH_LINE.findall(head)[:2]
@@ -260,7 +260,7 @@ class _Connection:
             if end >= 0:
                 head = bytes(self._buffer[:head_end])
                 del self._buffer[:head_end]
-                return parse_head(head)
+                return _parse_head(head)
             # A lone CR may begin one more empty line: it is scanned again with its LF.
             scanned = 0 if self._buffer in (b"", b"\r") else len(self._buffer)
             self.idle = not (skipped or self._buffer)
@@ -497,7 +497,7 @@ class HttpServer:
         """The handler's answer to one request (run in the thread pool)."""
         if head.gzip:
             try:
-                body = gunzip_body(body)
+                body = _gunzip(body)
             except _Refusal as refusal:
                 logger.info("REST request refused: %d %s", refusal.status, refusal.message)
                 return (
