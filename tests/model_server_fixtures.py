@@ -50,14 +50,14 @@ def strings(proto) -> list:
     return [value.decode("utf-8") for value in tf.make_ndarray(proto).reshape(-1)]
 
 
-def http(method: str, url: str, body=None):
-    """(status, parsed JSON or raw text) of one HTTP request."""
+def http(method: str, url: str, body=None, timeout: float = 10):
+    """(status, parsed JSON or raw text) of one HTTP request; `timeout` bounds each wait."""
     data = (
         None if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode())
     )
     request = urllib.request.Request(url, data=data, method=method)
     try:
-        with urllib.request.urlopen(request, timeout=10) as response:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
             status, text = response.status, response.read().decode("utf-8")
     except urllib.error.HTTPError as error:
         status, text = error.code, error.read().decode("utf-8")

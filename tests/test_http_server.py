@@ -4,6 +4,7 @@ on heads, bodies and trailers, strict parsing (RFC 9112), and clients that are s
 or hostile, alongside a good client that must keep being served.
 """
 
+import concurrent.futures
 import gzip
 import json
 import logging
@@ -29,7 +30,15 @@ from tests.model_server_fixtures import (
     raw_predict,
     read_until_closed,
 )
-from tests.serving_fixtures import expected_greedy, expected_greedy_score, wait_for
+from tests.serving_fixtures import (
+    ENDLESS_STEPS,
+    ServerProcess,
+    cpu_seconds_during,
+    expected_greedy,
+    expected_greedy_score,
+    loop_model_base,
+    wait_for,
+)
 
 
 def test_rest_accepts_chunked_bodies_within_the_size_limit(rest_server):
@@ -511,3 +520,40 @@ def test_gzip_bodies_are_decompressed_within_tf_servings_limit(main_server):
     status, payload = raw_predict(port, GOOD_BODY, b"Content-Encoding: gzip\r\nContent-Length: 24")
     assert status == 400
     assert json_error(payload).startswith("Content-Encoding: gzip, but the body is not gzip")
+
+
+def test_a_model_run_in_progress_blocks_neither_the_transport_nor_its_deadline(tmp_path):
+    """Requests run in the thread pool, off the event loop: while the only request thread runs
+    an endless model call, the transport still reads and answers other clients (here it
+    refuses a malformed request line), and the endless call gets its 504 at
+    --rest_api_timeout_in_ms, as before."""
+    timeout_seconds = 20
+    with ServerProcess(
+        [
+            "--model_name=loop",
+            f"--model_base_path={loop_model_base(tmp_path)}",
+            "--file_system_poll_wait_seconds=0",
+            "--rest_api_num_threads=1",
+            f"--rest_api_timeout_in_ms={timeout_seconds * 1000}",
+        ],
+        rest=True,
+    ) as server:
+        url = f"http://127.0.0.1:{server.rest_port}/v1/models/loop:predict"
+        started = time.monotonic()
+        endless = concurrent.futures.ThreadPoolExecutor(1).submit(
+            http, "POST", url, {"instances": [ENDLESS_STEPS]}, timeout_seconds + 60
+        )
+        # A tenth of a core over a second: an idle server uses none, a busy machine still
+        # gives the run that much.
+        wait_for(
+            lambda: cpu_seconds_during(server.process.pid, 1.0) > 0.1,
+            "the server to run the endless request",
+        )
+        with socket.create_connection(("127.0.0.1", server.rest_port), timeout=60) as client:
+            client.sendall(b"GET / HTTP/9.9\r\nHost: t\r\n\r\n")
+            refusal = read_until_closed(client)
+        assert not endless.done(), "the refusal waited for the model run"
+        assert refusal.startswith(b"HTTP/1.1 505 ")
+        status, body = endless.result(timeout=timeout_seconds + 60)
+    assert status == 504, body
+    assert time.monotonic() - started >= timeout_seconds
