@@ -557,3 +557,18 @@ def test_a_model_run_in_progress_blocks_neither_the_transport_nor_its_deadline(t
         status, body = endless.result(timeout=timeout_seconds + 60)
     assert status == 504, body
     assert time.monotonic() - started >= timeout_seconds
+
+
+def test_http_1_0_clients_keep_a_connection_only_when_they_ask(main_server):
+    """HTTP/1.0 keeps a connection open only with `Connection: keep-alive`, and then the answer
+    says so (a 1.0 client waits for the close otherwise); without it the server closes."""
+    port = main_server.server.rest_port
+    status_request = b"GET /v1/models/translator HTTP/1.0\r\n"
+    with socket.create_connection(("127.0.0.1", port), timeout=60) as client:
+        client.sendall(
+            status_request + b"Connection: keep-alive\r\n\r\n" + status_request + b"\r\n"
+        )
+        first, second = read_until_closed(client).split(b"HTTP/1.1 200 OK\r\n")[1:]
+    assert b"Connection: keep-alive" in first.partition(b"\r\n\r\n")[0].split(b"\r\n")
+    assert b"Connection: close" in second.partition(b"\r\n\r\n")[0].split(b"\r\n")
+    assert json.loads(second.partition(b"\r\n\r\n")[2])["model_version_status"][0]["version"] == "2"

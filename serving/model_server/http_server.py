@@ -135,10 +135,9 @@ class _Head:
                 value if name not in self.headers else self.headers[name] + b", " + value
             )
         tokens = {token.strip() for token in self.headers.get(b"connection", b"").split(b",")}
-        if request.http_version == b"1.1":
-            self.keep_alive = b"close" not in tokens
-        else:
-            self.keep_alive = b"keep-alive" in tokens
+        # HTTP/1.0 keeps a connection only when asked to, and must be told it was kept.
+        self.http_1_0 = request.http_version == b"1.0"
+        self.keep_alive = b"keep-alive" in tokens if self.http_1_0 else b"close" not in tokens
         self.expects_continue = (
             request.http_version == b"1.1"
             and self.headers.get(b"expect", b"").lower() == b"100-continue"
@@ -280,14 +279,25 @@ class _Connection:
             )
             keep_alive = head.keep_alive and not self._server.stopping
             await self._send(
-                status, payload, content_type, close=not keep_alive, head_only=head.method == "HEAD"
+                status,
+                payload,
+                content_type,
+                close=not keep_alive,
+                head_only=head.method == "HEAD",
+                keep_alive_1_0=head.http_1_0,
             )
         finally:
             self.handling = False
         return keep_alive
 
     async def _send(
-        self, status: int, payload: bytes, content_type: str, close: bool, head_only: bool = False
+        self,
+        status: int,
+        payload: bytes,
+        content_type: str,
+        close: bool,
+        head_only: bool = False,
+        keep_alive_1_0: bool = False,
     ) -> None:
         """Writes one answer; to HEAD the headers alone (with the body's Content-Length)."""
         lines = [
@@ -303,6 +313,8 @@ class _Connection:
             ]
         if close:
             lines.append("Connection: close")
+        elif keep_alive_1_0:
+            lines.append("Connection: keep-alive")
         head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
         self._writer.write(head if head_only else head + payload)
         await self._drain()
