@@ -14,13 +14,15 @@ client sends:
 | a head not complete within `read_timeout_seconds` of when the connection began waiting for it | 408 (nothing when nothing was sent) |
 | a malformed request line or header, a bare LF line ending, two different Content-Lengths, both Content-Length and chunked | 400 |
 | an HTTP version other than 1.0 and 1.1 (the HTTP/2 preface too) | 505 |
+| a Transfer-Encoding other than chunked | 501 |
 | a body larger than `max_body_bytes` (announced, or as chunks arrive) | 429, before any of it is read and instead of `100 Continue` |
 | no body byte for `read_timeout_seconds`, or a body slower than MIN_BODY_BYTES_PER_SECOND after its first `read_timeout_seconds` | 408 |
 | chunked trailers over MAX_REQUEST_HEAD_BYTES; a chunk-size line over MAX_CHUNK_LINE_BYTES | 431; 400 |
 | a gzip body (Content-Encoding containing "gzip", as TF Serving) over MAX_GZIP_BODY_BYTES once decompressed, or not gzip | 400 |
 
 Every refusal is TF Serving's `{"error": "<message>"}`, logged in one line, and closes
-the connection (the rest of the request was not read).
+the connection (the rest of the request was not read), but for a gzip body's, which was
+read whole.
 """
 
 import asyncio
