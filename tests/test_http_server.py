@@ -423,8 +423,14 @@ def test_empty_lines_before_a_request_count_against_the_head_limit(main_server):
             b"HTTP/1.1 431 Request Header Fields Too Large",
             "The request line and headers are larger than the limit of 65536 bytes",
         ),
+        (
+            b"POST /v1/models/translator:predict HTTP/1.1\r\nHost: t\r\n"
+            b"Transfer-Encoding: gzip, chunked\r\n\r\n",
+            b"HTTP/1.1 501 Not Implemented",
+            "Malformed request head: Only Transfer-Encoding: chunked is supported",
+        ),
     ],
-    ids=["http-9.9", "http2-preface", "bare-lf", "tabs", "70-kb-url"],
+    ids=["http-9.9", "http2-preface", "bare-lf", "tabs", "70-kb-url", "gzip-transfer-coding"],
 )
 def test_malformed_request_lines_get_a_json_error_and_one_log_line(
     main_server, caplog, request_bytes, status_line, message
