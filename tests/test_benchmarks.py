@@ -698,7 +698,8 @@ def test_bench_soak_answers_every_good_request_through_roll_out_reloads_and_kill
     output, plot, report = tmp_path / "BENCHMARKS.md", tmp_path / "soak.png", tmp_path / "soak.json"
     status = bench_soak.main(
         ["--export_dir", exports[1], "--duration", "6", "--idle_connections", "5",
-         "--slowloris_connections", "3", "--plot", str(plot), "--report_json", str(report),
+         "--slowloris_connections", "3", "--slow_body_connections", "3",
+         "--crlf_flood_connections", "1", "--plot", str(plot), "--report_json", str(report),
          "--output", str(output)]
     )  # fmt: skip
     data = json.loads(report.read_text())
@@ -719,6 +720,8 @@ def test_bench_soak_answers_every_good_request_through_roll_out_reloads_and_kill
     assert codes["malformed JSON"]["400"] > 0
     assert codes["REST body above the limit"]["429"] > 0
     assert codes["gRPC message above the limit"]["RESOURCE_EXHAUSTED"] > 0
+    assert codes["malformed request line"]["505"] > 0
+    assert codes["smuggled body framing"]["400"] > 0
     assert codes["ReloadConfig"] == {"OK": 6}
     assert [name for _, name in data["events"]] == [
         "load begins", "version 2 copied in", "version 2 AVAILABLE, the previous one unloaded",
