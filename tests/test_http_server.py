@@ -5,6 +5,7 @@ or hostile, alongside a good client that must keep being served.
 """
 
 import concurrent.futures
+import contextlib
 import gzip
 import json
 import logging
@@ -351,28 +352,44 @@ def test_slow_request_bodies_hold_no_thread_and_starve_no_other_client(main_serv
             connection.close()
 
 
-def test_a_body_slower_than_the_minimum_rate_is_cut_off_with_408(rest_server):
-    """A body trickling a byte every 0.2 s never let a read time out (1 s here), so it held
+@contextlib.contextmanager
+def serving_http(core, **options):
+    """An HttpServer of the REST API over `core`, on a free port, serving in a thread."""
+    server = HttpServer(
+        ("127.0.0.1", 0), RestApi(core, timeout_seconds=None), max_body_bytes=1 << 20, **options
+    )
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.stop(grace_seconds=1)
+        thread.join(timeout=30)
+
+
+def test_a_body_slower_than_the_minimum_rate_is_cut_off_with_408(main_server):
+    """A body trickling a byte every 0.2 s never let a read time out (3 s here), so it held
     its connection for as long as its Content-Length allowed; past its first read timeout a
     body must average MIN_BODY_BYTES_PER_SECOND."""
-    trickle = open_post(rest_server.server.rest_port, b"Content-Length: 60000\r\n", b"{")
-    trickle.settimeout(0.2)
-    started, response = time.monotonic(), b""
-    try:
-        while time.monotonic() - started < 30:
-            try:
-                chunk = trickle.recv(4096)
-            except TimeoutError:
-                send_ignoring_a_close(trickle, b" ")
-                continue
-            if not chunk:
-                break
-            response += chunk
-    finally:
-        trickle.close()
+    with serving_http(main_server.server.core, num_threads=1, read_timeout_seconds=3) as server:
+        trickle = open_post(server.server_address[1], b"Content-Length: 60000\r\n", b"{")
+        trickle.settimeout(0.2)
+        started, response = time.monotonic(), b""
+        try:
+            while time.monotonic() - started < 60:
+                try:
+                    chunk = trickle.recv(4096)
+                except TimeoutError:
+                    send_ignoring_a_close(trickle, b" ")
+                    continue
+                if not chunk:
+                    break
+                response += chunk
+        finally:
+            trickle.close()
     assert status_and_error(response) == (
         b"HTTP/1.1 408 Request Timeout",
-        "The request body arrived slower than 1024 bytes a second after its first 1 s",
+        "The request body arrived slower than 1024 bytes a second after its first 3 s",
     )
 
 
