@@ -211,11 +211,12 @@ bench-profile: $(STAMP)  ## Op profiles of the served beam_search: plain graph a
 	$(PY) -m benchmarks.profile_decode --output BENCHMARKS.md
 	$(PY) -m benchmarks.profile_decode --batch 1 --jit_compile --output BENCHMARKS.md
 
-bench-serve: $(STAMP)  ## Serving throughput/latency at default TF threads (and RUN_DIR's --jit_compile export after load), REST under 1,000 idle + 200 slowloris connections, then with one intra-op thread.
+bench-serve: $(STAMP)  ## Serving throughput/latency at default TF threads (and RUN_DIR's --jit_compile export after load), REST under 1,000 idle + 200 slowloris + 200 slow-body + 20 CRLF-flood connections, then with one intra-op thread.
 	$(PY) -m benchmarks.bench_serve --model_base_path $(EXPORT_BASE)/$(MODEL_NAME) \
 		--xla_run_dir $(RUN_DIR) --output BENCHMARKS.md
 	$(PY) -m benchmarks.bench_serve --model_base_path $(EXPORT_BASE)/$(MODEL_NAME) \
 		--concurrency 1 32 --soak_requests 1000 --adversarial_idle 0 --adversarial_slowloris 0 \
+		--adversarial_slow_body 0 --adversarial_crlf_flood 0 \
 		--server_flags=--tensorflow_intra_op_parallelism=1 \
 		--section 'Serving, one TensorFlow intra-op thread' --output BENCHMARKS.md
 

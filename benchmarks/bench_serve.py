@@ -15,8 +15,9 @@ then soaks the batching server with --soak_requests requests and reports the
 growth of its resident memory, and the greedy output length of each sentence
 (a merged batch steps until its longest one ends). Last, the adversarial rows: a
 REST client of the batching server, one request at a time, timed without and
-with --adversarial_idle idle and --adversarial_slowloris slowloris connections
-held against the same port (issue 26, D1), and the server's threads, file
+with --adversarial_idle idle, --adversarial_slowloris slowloris and
+--adversarial_slow_body slow-body connections and --adversarial_crlf_flood CRLF
+floods held against the same port (benchmarks/held_connections.py), and the server's threads, file
 descriptors and memory before, during and after. At each concurrency the
 setups take turns (--rounds), so a slow spell of a shared machine does not
 land on one of them.
@@ -51,7 +52,7 @@ import numpy as np
 import psutil
 from tqdm import tqdm
 
-from benchmarks.held_connections import HeldConnections
+from benchmarks.held_connections import CRLF_FLOOD, IDLE, SLOW_BODY, SLOWLORIS, HeldConnections
 from benchmarks.sentences import SPANISH_SENTENCES
 from common.serving_contract import ALIGNMENTS_SIGNATURE, GREEDY_SIGNATURE, TEXT_INPUT
 from serving.model_server.server import GRPC_PORT_LOG_LINE, REST_PORT_LOG_LINE
@@ -399,11 +400,14 @@ def measure_adversarial(
     idle: int,
     slowloris: int,
     settle_timeout: float = 120.0,
+    slow_body: int = 0,
+    crlf_flood: int = 0,
 ) -> Adversarial:
-    """Times `call` one request at a time, in `rounds` turns without and with `idle` idle and
-    `slowloris` slowloris connections held against the server's REST port (each it closes is
-    replaced), then waits (at most `settle_timeout` s) for its threads and file descriptors to
-    come back to what they were before the first hostile connection."""
+    """Times `call` one request at a time, in `rounds` turns without and with `idle` idle,
+    `slowloris` slowloris, `slow_body` slow-body connections and `crlf_flood` CRLF floods held
+    against the server's REST port (each it closes is replaced), then waits (at most
+    `settle_timeout` s) for its threads and file descriptors to come back to what they were
+    before the first hostile connection."""
     call(0)
     before = resources(server.process)
     quiet, held, during = [], [], []
@@ -415,11 +419,19 @@ def measure_adversarial(
 
     for _ in range(rounds):
         quiet.append(run_load(call, requests // rounds, 1, "REST, quiet"))
-        holder = HeldConnections(lambda: server.rest_address, idle, slowloris, count_closed)
+        holder = HeldConnections(
+            lambda: server.rest_address,
+            idle,
+            slowloris,
+            count_closed,
+            slow_body=slow_body,
+            crlf_flood=crlf_flood,
+        )
         with holder:
             if not holder.wait_until_held(timeout=120):
                 raise RuntimeError(
-                    f"could not hold {idle} idle and {slowloris} slowloris connections"
+                    f"could not hold {idle} idle, {slowloris} slowloris, {slow_body} slow-body "
+                    f"connections and {crlf_flood} CRLF floods"
                 )
             held.append(run_load(call, requests // rounds, 1, "REST, connections held"))
             during.append(resources(server.process))
@@ -440,6 +452,26 @@ def measure_adversarial(
     )
 
 
+def held_connections(args) -> dict[str, int]:
+    """How many connections of each hostile kind the adversarial rows hold."""
+    return {
+        IDLE: args.adversarial_idle,
+        SLOWLORIS: args.adversarial_slowloris,
+        SLOW_BODY: args.adversarial_slow_body,
+        CRLF_FLOOD: args.adversarial_crlf_flood,
+    }
+
+
+def held_connections_text(args, joiner: str | None = None) -> str:
+    """The held connections in words: "1,000 idle, 200 slowloris and 200 slow-body
+    connections", or joined by `joiner`; kinds with none held are left out."""
+    names = {IDLE: "idle", SLOWLORIS: "slowloris", SLOW_BODY: "slow-body", CRLF_FLOOD: "CRLF-flood"}
+    held = [f"{count:,} {names[kind]}" for kind, count in held_connections(args).items() if count]
+    if joiner is None and len(held) > 1:
+        return ", ".join(held[:-1]) + f" and {held[-1]} connections"
+    return (joiner or "").join(held) + " connections"
+
+
 def back_to_baseline(before: dict[str, float], after: dict[str, float]) -> bool:
     """Whether the server's threads (within `THREAD_MARGIN`) and file descriptors are back to
     what they were (`resources` samples)."""
@@ -454,9 +486,8 @@ def adversarial_goal(args, adversarial: Adversarial) -> str:
     back = back_to_baseline(before, after)
     rss_growth = 100.0 * (after["rss_mib"] / before["rss_mib"] - 1.0)
     return (
-        f"- REST under {args.adversarial_idle:,} idle and {args.adversarial_slowloris:,} "
-        f"slowloris connections (batching server, one request at a time, a new connection "
-        f"each): p99 **{ratio:.2f}×** the quiet p99 ({held['p99_ms']:.0f} vs "
+        f"- REST under {held_connections_text(args)} (batching server, one request at a time, "
+        f"a new connection each): p99 **{ratio:.2f}×** the quiet p99 ({held['p99_ms']:.0f} vs "
         f"{quiet['p99_ms']:.0f} ms; goal ≤ 2×: {'met' if ratio <= 2 else 'not met'}); "
         f"{adversarial.replaced:,} held connections closed by the server and replaced.\n"
         f"- Server resources before → while held (peak) → after: threads (gRPC's own pool apart) "
@@ -547,11 +578,7 @@ def report(
     if adversarial is not None:
         for setup, load in (
             (REST_QUIET, adversarial.quiet),
-            (
-                f"{REST_QUIET}, {args.adversarial_idle:,} idle + "
-                f"{args.adversarial_slowloris:,} slowloris connections held",
-                adversarial.held,
-            ),
+            (f"{REST_QUIET}, {held_connections_text(args, ' + ')} held", adversarial.held),
         ):
             result = load.summary()
             table += (
@@ -687,7 +714,21 @@ def main(argv=None) -> int:
         type=int,
         default=200,
         help="slowloris REST connections (a header byte a second) held with them "
-        "(both 0: no adversarial rows)",
+        "(all four kinds 0: no adversarial rows)",
+    )
+    parser.add_argument(
+        "--adversarial_slow_body",
+        type=int,
+        default=200,
+        help="slow-body REST connections (a head announcing 1 MB, then a body byte a second) "
+        "held with them",
+    )
+    parser.add_argument(
+        "--adversarial_crlf_flood",
+        type=int,
+        default=20,
+        help="REST connections sending empty lines (16 KiB a second) and never a request, held "
+        "with them (each refused at the head limit is replaced)",
     )
     parser.add_argument(
         "--adversarial_requests",
@@ -784,7 +825,7 @@ def main(argv=None) -> int:
         )
         rss_after = batching_process.memory_info().rss
         adversarial = None
-        if args.adversarial_idle or args.adversarial_slowloris:
+        if any(held_connections(args).values()):
             adversarial = measure_adversarial(
                 rest_caller(batching.rest_address, args.model_name, batches),
                 batching,
@@ -792,6 +833,8 @@ def main(argv=None) -> int:
                 args.rounds,
                 args.adversarial_idle,
                 args.adversarial_slowloris,
+                slow_body=args.adversarial_slow_body,
+                crlf_flood=args.adversarial_crlf_flood,
             )
 
     body = report(

@@ -13,9 +13,12 @@ For --duration seconds:
     against the translations the server gave before the load began;
   * hostile traffic: --hostile_clients threads sending, in turn, malformed JSON, a REST body and a
     gRPC message above the limit, a gRPC call cancelled while it runs, a REST call abandoned
-    before its answer and a gRPC call with a deadline too short to meet; and one thread holding
-    --idle_connections idle and --slowloris_connections slowloris REST connections (a header
-    byte a second), opening a new one for each the server closes;
+    before its answer, a gRPC call with a deadline too short to meet, a malformed request line,
+    a header that smuggles a body (whitespace before its colon) and a flood of empty lines; and
+    one thread holding --idle_connections idle, --slowloris_connections slowloris (a header
+    byte a second) and --slow_body_connections slow-body REST connections (a body byte a
+    second) and --crlf_flood_connections CRLF floods, opening a new one for each the server
+    closes;
   * at 30% of the duration, a roll-out: the export is copied in as the next version, then
     GetModelStatus is polled until that version is AVAILABLE;
   * at 50%, a reload storm: --reloads HandleReloadConfigRequest calls back to back, alternating
@@ -258,6 +261,12 @@ def hostile_requests(model_name: str, rest, stub, message_limit: int) -> dict[st
         "gRPC call cancelled": lambda: cancelled_call(stub, long_request, 0.1),
         "REST call abandoned": lambda: raw_http(rest(), post(path, good_body), read_answer=False),
         "gRPC deadline of 5 ms": lambda: grpc_code(stub.Predict, short, 0.005),
+        "malformed request line": lambda: raw_http(rest(), b"GET / HTTP/9.9\r\nHost: x\r\n\r\n"),
+        "smuggled body framing": lambda: raw_http(
+            rest(),
+            post(path, good_body).replace(b"Content-Length:", b"Content-Length :"),
+        ),
+        "CRLF flood": lambda: raw_http(rest(), b"\r\n" * 100_000),
     }
 
 
@@ -398,7 +407,7 @@ class Soak:
         channel.close()
 
     def held_connection_closed(self, kind: str, code: str, opened: float, seconds: float) -> None:
-        """`HeldConnections`' report of an idle or slowloris connection that ended."""
+        """`HeldConnections`' report of a held connection that ended."""
         self.outcomes.append(Outcome(kind, code, opened - self.start, seconds))
 
     def sample_resources(self) -> None:
@@ -549,6 +558,8 @@ def run_soak(args) -> dict:
             args.idle_connections,
             args.slowloris_connections,
             soak.held_connection_closed,
+            slow_body=args.slow_body_connections,
+            crlf_flood=args.crlf_flood_connections,
         )
         for thread in threads:
             thread.start()
@@ -687,7 +698,7 @@ def markdown(args, data: dict, command: str, plot_link: str, load_before) -> str
     rollout, storm, restart = (data["chaos"][k] for k in ("rollout", "reload_storm", "restart"))
     return f"""Command: `{command}`
 Machine: {machine_description()}; load average {load_before[0]:.2f} before, {os.getloadavg()[0]:.2f} after; clients and server share the cores.
-Model: a copy of `{shown_path(args.export_dir)}` (version 1); server flags `{" ".join(args.server_flags) or "defaults"}` plus batching (serving/batching.config) and a {args.message_limit_bytes:,}-byte request limit. Traffic: {args.grpc_clients} gRPC and {args.rest_clients} REST good clients (retries {args.client_retries}, backoff {args.client_backoff} s), {args.hostile_clients} hostile clients, {args.idle_connections} idle and {args.slowloris_connections} slowloris connections held; {data["duration"]:.0f} s.
+Model: a copy of `{shown_path(args.export_dir)}` (version 1); server flags `{" ".join(args.server_flags) or "defaults"}` plus batching (serving/batching.config) and a {args.message_limit_bytes:,}-byte request limit. Traffic: {args.grpc_clients} gRPC and {args.rest_clients} REST good clients (retries {args.client_retries}, backoff {args.client_backoff} s), {args.hostile_clients} hostile clients, {args.idle_connections} idle, {args.slowloris_connections} slowloris, {args.slow_body_connections} slow-body and {args.crlf_flood_connections} CRLF-flood connections held; {data["duration"]:.0f} s.
 
 **Lost good requests: {lost}** of {sent:,} (goal 0: {"met" if lost == 0 else "not met"}).
 
@@ -726,6 +737,8 @@ def main(argv=None) -> int:
     )
     parser.add_argument("--idle_connections", type=int, default=50)
     parser.add_argument("--slowloris_connections", type=int, default=20)
+    parser.add_argument("--slow_body_connections", type=int, default=20)
+    parser.add_argument("--crlf_flood_connections", type=int, default=5)
     parser.add_argument("--reloads", type=int, default=6)
     parser.add_argument(
         "--client_retries",

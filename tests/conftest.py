@@ -72,3 +72,23 @@ def exports(tmp_path_factory):
     from tests.serving_fixtures import toy_exports
 
     return toy_exports(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def main_server(exports, tmp_path_factory):
+    """The model server of serving/models.config, with a second model (tests/model_server_fixtures.py)."""
+    from tests.model_server_fixtures import start_main_server
+
+    connection = start_main_server(exports, tmp_path_factory.mktemp("main"))
+    yield connection
+    connection.server.stop()
+
+
+@pytest.fixture(scope="module")
+def rest_server(exports, tmp_path_factory):
+    """A model server whose REST reads time out after 1 s and take at most 64 KiB."""
+    from tests.model_server_fixtures import start_rest_server
+
+    connection = start_rest_server(exports, tmp_path_factory.mktemp("rest"))
+    yield connection
+    connection.server.stop()

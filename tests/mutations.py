@@ -117,10 +117,44 @@ MUTATIONS = (
     ),
     Mutation(
         "REST: a base64 value that does not decode answers INTERNAL (HTTP 500)",
-        "serving/model_server/rest.py",
+        "serving/model_server/json_tensor.py",
         'raise errors.invalid_argument("Unable to base64 decode")',
         'raise errors.internal("Unable to base64 decode")',
-        ("tests/test_server.py", "-k", "json_tensor_errors"),
+        ("tests/test_json_tensor.py", "-k", "json_tensor_errors"),
+    ),
+    Mutation(
+        "REST: empty lines before a request line escape the head limit (a CRLF flood is read forever)",
+        "serving/model_server/http_server.py",
+        "if skipped + head_end > MAX_REQUEST_HEAD_BYTES:",
+        "if 0 * skipped + head_end > MAX_REQUEST_HEAD_BYTES:",
+        ("tests/test_http_server.py", "-k", "empty_lines"),
+    ),
+    Mutation(
+        "REST: `100 Continue` invites a body before the size limit refuses it",
+        "serving/model_server/http_server.py",
+        "        if length > limit:\n"
+        "            raise _too_large(limit, str(length))\n"
+        "        if length:\n"
+        "            self._continue()\n",
+        "        if length:\n"
+        "            self._continue()\n"
+        "        if length > limit:\n"
+        "            raise _too_large(limit, str(length))\n",
+        ("tests/test_http_server.py", "-k", "expect_100"),
+    ),
+    Mutation(
+        "REST: no minimum body rate (a body trickling a byte at a time holds its connection)",
+        "serving/model_server/http_server.py",
+        "self._received / MIN_BODY_BYTES_PER_SECOND",
+        "self._received / MIN_BODY_BYTES_PER_SECOND + 3600",
+        ("tests/test_http_server.py", "-k", "minimum_rate"),
+    ),
+    Mutation(
+        "REST: chunked trailers are read without a bound",
+        "serving/model_server/http_server.py",
+        "budget -= len(line) + 2",
+        "budget -= 0",
+        ("tests/test_http_server.py", "-k", "trailers"),
     ),
     Mutation(
         "attention without the 1/sqrt(d_k) scaling",

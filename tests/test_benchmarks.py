@@ -77,6 +77,10 @@ def report_args(**overrides):
         requests=8,
         rounds=2,
         server_flags=[],
+        adversarial_idle=0,
+        adversarial_slowloris=0,
+        adversarial_slow_body=0,
+        adversarial_crlf_flood=0,
     )
     args.update(overrides)
     return argparse.Namespace(**args)
@@ -197,6 +201,22 @@ def test_bench_serve_reports_the_adversarial_rows_against_the_quiet_p99_and_base
     missed = bench_serve.report(args, "c", table, bench_serve.Load(), (1, 1), (0, 0, 0),
                                 adversarial=adversarial(50, 110, (20, 30), (20, 31)))  # fmt: skip
     assert "goal ≤ 2×: not met" in missed and "back to baseline: not met" in missed
+    every_kind = report_args(
+        adversarial_idle=1000,
+        adversarial_slowloris=200,
+        adversarial_slow_body=200,
+        adversarial_crlf_flood=20,
+    )
+    every = bench_serve.report(every_kind, "c", table, bench_serve.Load(), (1, 1), (0, 0, 0),
+                               adversarial=adversarial(50, 90, (20, 30), (20, 30)))  # fmt: skip
+    assert (
+        "| REST, batching, 1,000 idle + 200 slowloris + 200 slow-body + 20 CRLF-flood connections "
+        "held | 1 | 4.0 | 90 | 90 | 0 |"
+    ) in every
+    assert (
+        "- REST under 1,000 idle, 200 slowloris, 200 slow-body and 20 CRLF-flood connections "
+        "(batching server"
+    ) in every
     # The runtimes' own threads, up to the margin, are no leak; one more is.
     margin = bench_serve.THREAD_MARGIN
     for extra, verdict in ((margin, "met"), (margin + 1, "not met")):
@@ -205,7 +225,7 @@ def test_bench_serve_reports_the_adversarial_rows_against_the_quiet_p99_and_base
         assert f"back to baseline: {verdict}" in report
 
 
-def test_bench_serve_holds_idle_and_slowloris_connections_and_sees_the_server_let_them_go(
+def test_bench_serve_holds_every_hostile_kind_of_connection_and_sees_the_server_let_them_go(
     exports, tmp_path
 ):
     import psutil
@@ -222,13 +242,15 @@ def test_bench_serve_holds_idle_and_slowloris_connections_and_sees_the_server_le
             ("127.0.0.1", server.rest_port),
         )
         call = bench_serve.rest_caller(running.rest_address, "translator", [["Gracias."]])
-        result = bench_serve.measure_adversarial(call, running, 4, 2, idle=40, slowloris=10)
+        result = bench_serve.measure_adversarial(
+            call, running, 4, 2, idle=40, slowloris=10, slow_body=10, crlf_flood=2
+        )
         threads_after = bench_serve.thread_names(running.process)
     assert result.quiet.errors == 0 and result.held.errors == 0
     assert len(result.quiet.latencies) == len(result.held.latencies) == 4
     # The server held a descriptor for each connection (the baseline may still count the warm-up
-    # call's), and let every one go.
-    assert result.during["fds"] >= result.before["fds"] + 50 - 1
+    # call's; a CRLF flood may be refused between samples), and let every one go.
+    assert result.during["fds"] >= result.before["fds"] + 60 - 1
     assert result.after["fds"] <= result.before["fds"]
     # A thread kept per connection would leave dozens (50 held, more replaced).
     assert bench_serve.back_to_baseline(result.before, result.after), (
@@ -676,7 +698,8 @@ def test_bench_soak_answers_every_good_request_through_roll_out_reloads_and_kill
     output, plot, report = tmp_path / "BENCHMARKS.md", tmp_path / "soak.png", tmp_path / "soak.json"
     status = bench_soak.main(
         ["--export_dir", exports[1], "--duration", "6", "--idle_connections", "5",
-         "--slowloris_connections", "3", "--plot", str(plot), "--report_json", str(report),
+         "--slowloris_connections", "3", "--slow_body_connections", "3",
+         "--crlf_flood_connections", "1", "--plot", str(plot), "--report_json", str(report),
          "--output", str(output)]
     )  # fmt: skip
     data = json.loads(report.read_text())
@@ -697,6 +720,8 @@ def test_bench_soak_answers_every_good_request_through_roll_out_reloads_and_kill
     assert codes["malformed JSON"]["400"] > 0
     assert codes["REST body above the limit"]["429"] > 0
     assert codes["gRPC message above the limit"]["RESOURCE_EXHAUSTED"] > 0
+    assert codes["malformed request line"]["505"] > 0
+    assert codes["smuggled body framing"]["400"] > 0
     assert codes["ReloadConfig"] == {"OK": 6}
     assert [name for _, name in data["events"]] == [
         "load begins", "version 2 copied in", "version 2 AVAILABLE, the previous one unloaded",

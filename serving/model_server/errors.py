@@ -6,8 +6,12 @@ aborts the call with `code`/`message` and the REST layer answers
 code to.
 """
 
+import json
+
 import grpc
 
+# The content type of the REST API's answers, errors included.
+REST_JSON_CONTENT_TYPE = "application/json"
 # TF Serving's ToHTTPStatusCode (tensorflow_serving/model_servers/http_server.cc).
 HTTP_STATUS_FOR_CODE = {
     grpc.StatusCode.OK: 200,
@@ -28,6 +32,12 @@ HTTP_STATUS_FOR_CODE = {
     grpc.StatusCode.DATA_LOSS: 500,
     grpc.StatusCode.UNAUTHENTICATED: 401,
 }
+
+
+def rest_error_body(message: str) -> bytes:
+    """TF Serving's REST error document, `{"error": message}`, as UTF-8 JSON."""
+    return json.dumps({"error": message}, ensure_ascii=False).encode("utf-8")
+
 
 # tensorflow::error::Code and grpc status codes share their numbering.
 _CODE_FOR_NUMBER = {code.value[0]: code for code in grpc.StatusCode}

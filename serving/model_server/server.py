@@ -50,10 +50,11 @@ from serving.model_server import config as config_lib
 from serving.model_server.batching import BatchScheduler, BatchStats
 from serving.model_server.core import ServingCore
 from serving.model_server.grpc_service import add_services
+from serving.model_server.http_server import HttpServer
 from serving.model_server.manager import ManagerOptions, ServableManager
 from serving.model_server.metrics import ServerMetrics
 from serving.model_server.predict import run_warmup
-from serving.model_server.rest import RestApi, RestServer
+from serving.model_server.rest_api import RestApi
 from serving.model_server.servable import load_servable
 
 # The lines that say where the server listens (TF Serving's wording): with --port=0 and
@@ -182,7 +183,7 @@ class ModelServer:
         self.rest_port: int | None = None
         self.core: ServingCore | None = None
         self._grpc_server: grpc.Server | None = None
-        self._rest_server: RestServer | None = None
+        self._rest_server: HttpServer | None = None
         self._rest_thread: threading.Thread | None = None
         self._health = health.HealthServicer()
         self._config_poll_stop = threading.Event()
@@ -338,16 +339,16 @@ class ModelServer:
             timeout_seconds=options.rest_api_timeout_in_ms / 1000
             if options.rest_api_timeout_in_ms > 0
             else None,
+            metrics_path=metrics_path,
+            metrics_page=self.metrics.exposition,
         )
-        self._rest_server = RestServer(
+        self._rest_server = HttpServer(
             (options.rest_api_bind_address, options.rest_api_port),
             api,
             num_threads=options.rest_api_num_threads,
             max_body_bytes=max_body_bytes,
             enable_cors=options.rest_api_enable_cors_support,
             read_timeout_seconds=options.rest_api_read_timeout_seconds,
-            metrics_path=metrics_path,
-            metrics_page=self.metrics.exposition,
         )
         self.rest_port = self._rest_server.server_address[1]
         self._rest_thread = threading.Thread(

@@ -1,0 +1,259 @@
+"""The REST API's routing, as tensorflow_serving/model_servers/http_rest_api_handler.cc does it.
+
+    POST /v1/models/NAME[/versions/N | /labels/L]:predict   {"instances": [...]} or {"inputs": ...}
+    POST /v1/models/NAME[/versions/N | /labels/L]:classify  (and :regress) signature checks only
+    GET  /v1/models/NAME[/versions/N | /labels/L]            model status
+    GET  /v1/models/NAME[/versions/N | /labels/L]/metadata   signature defs
+
+A request path is matched to its handler, the handler's ServingError becomes
+`{"error": "<message>"}` with the HTTP status TF Serving maps the gRPC code to, and every
+request is recorded in the request metrics. The JSON <-> tensor conversion is
+json_tensor.py's; the HTTP transport is http_server.py's.
+"""
+
+import json
+import logging
+import re
+import time
+import urllib.parse
+from collections.abc import Callable
+
+import grpc
+from google.protobuf import json_format, text_format
+from tensorflow.core.framework import types_pb2
+from tensorflow_serving.apis import (
+    get_model_metadata_pb2,
+    get_model_status_pb2,
+    model_pb2,
+    predict_pb2,
+)
+
+from serving.model_server import errors, metrics
+from serving.model_server.core import SIGNATURE_DEF_FIELD, ServingCore
+from serving.model_server.json_tensor import (
+    INT_RANGES,
+    parse_predict_body,
+    predict_response_to_json,
+    tensors_from_predict_document,
+)
+from serving.model_server.predict import DEFAULT_SERVING_SIGNATURE_DEF_KEY
+from serving.model_server.tensors import ndarray_to_tensor_proto
+
+logger = logging.getLogger("serving.rest")
+
+# The regexes of http_rest_api_util.cc.
+_DISPATCH_PATH = re.compile(r"/v1/.*", re.IGNORECASE)
+_PREDICTION_PATH = re.compile(
+    r"/v1/models/([^/:]+)(?:(?:/versions/(\d+))|(?:/labels/([^/:]+)))?:(classify|regress|predict)",
+    re.IGNORECASE,
+)
+_STATUS_PATH = re.compile(
+    r"/v1/models(?:/([^/:]+))?(?:(?:/versions/(\d+))|(?:/labels/([^/:]+)))?(?:/(metadata))?",
+    re.IGNORECASE,
+)
+# The signature keys classifier.cc and regressor.cc look for (signature_constants.h).
+_CLASSIFY_INPUTS, _CLASSIFY_OUTPUTS = "inputs", ("classes", "scores")
+_REGRESS_INPUTS, _REGRESS_OUTPUTS = "inputs", "outputs"
+
+
+class RestApi:
+    """Transport-independent REST handling: (method, path, body) -> (status, payload, type).
+
+    Args:
+        core: the ServingCore.
+        timeout_seconds: deadline of each predict call (`--rest_api_timeout_in_ms`).
+        metrics_path: the path answered with `metrics_page()` (Prometheus' text format),
+            whatever the method, as TF Serving's --monitoring_config_file sets it; None
+            serves no metrics.
+        metrics_page: returns the metrics page.
+    """
+
+    def __init__(
+        self,
+        core: ServingCore,
+        timeout_seconds: float | None = 30.0,
+        metrics_path: str | None = None,
+        metrics_page: Callable[[], bytes] | None = None,
+    ):
+        self._core = core
+        self._timeout = timeout_seconds
+        self._metrics_path = metrics_path
+        self._metrics_page = metrics_page
+
+    def accepts(self, path: str) -> bool:
+        """Whether `path` has a handler (the others are 404, refused before their body)."""
+        return path == self._metrics_path or bool(_DISPATCH_PATH.fullmatch(path))
+
+    def handle(self, method: str, path: str, body: bytes) -> tuple[int, bytes, str]:
+        """Answers one request of an accepted path: (HTTP status, payload, content type).
+
+        A /v1/ request is recorded in the request metrics as TF Serving's http_server.cc
+        records it: counted by model and status, and the latency of a successful one under
+        its API, the URL's verb ("predict"; "" for GET). Never raises."""
+        if path == self._metrics_path:
+            return 200, self._metrics_page(), metrics.CONTENT_TYPE
+        start, code = time.monotonic(), grpc.StatusCode.OK
+        try:
+            payload = self._dispatch(method, path, body)
+            text = json.dumps(payload, indent=1, ensure_ascii=False)
+            return 200, text.encode("utf-8"), errors.REST_JSON_CONTENT_TYPE
+        except errors.ServingError as error:
+            code = error.code
+            logger.debug("REST %s %s failed: %s", method, path, error)
+            return (
+                error.http_status,
+                errors.rest_error_body(error.message),
+                errors.REST_JSON_CONTENT_TYPE,
+            )
+        except Exception as error:  # A bug must fail the request, not the connection.
+            code = grpc.StatusCode.INTERNAL
+            logger.exception("REST %s %s failed unexpectedly", method, path)
+            return (
+                500,
+                errors.rest_error_body(f"{type(error).__name__}: {error}"),
+                errors.REST_JSON_CONTENT_TYPE,
+            )
+        finally:
+            model_name, api = self._metric_labels(method, path)
+            self._core.metrics.record_request(
+                model_name, code, api, "REST", time.monotonic() - start
+            )
+
+    @staticmethod
+    def _metric_labels(method: str, path: str) -> tuple[str, str]:
+        """(model name, API) of a request path, as TF Serving's ParseModelInfo reads them."""
+        pattern = {"POST": _PREDICTION_PATH, "GET": _STATUS_PATH}.get(method)
+        match = pattern.fullmatch(path) if pattern else None
+        if match is None:
+            return "", ""
+        name = urllib.parse.unquote(match.group(1) or "")
+        return name, match.group(4) if method == "POST" else ""
+
+    def _dispatch(self, method: str, path: str, body: bytes) -> dict:
+        malformed = errors.invalid_argument(f"Malformed request: {method} {path}")
+        pattern = {"POST": _PREDICTION_PATH, "GET": _STATUS_PATH}.get(method)
+        match = pattern.fullmatch(path) if pattern else None
+        if match is None:
+            raise malformed
+        name, version, label, action = match.groups()
+        model_spec = self._model_spec(name, version, label)
+        if method == "POST":
+            action = action.lower()
+            if action != "predict":
+                self._check_classify_or_regress(model_spec, body, action)
+            return self._predict(model_spec, body)
+        if not model_spec.name:
+            raise errors.invalid_argument("Missing model name in request.")
+        if action:
+            return self._metadata(model_spec)
+        return self._status(model_spec)
+
+    @staticmethod
+    def _model_spec(name, version, label) -> model_pb2.ModelSpec:
+        spec = model_pb2.ModelSpec()
+        spec.name = urllib.parse.unquote(name or "")
+        if version is not None:
+            if int(version) > INT_RANGES[types_pb2.DT_INT64][1]:  # absl::SimpleAtoi to int64.
+                raise errors.invalid_argument(f"Failed to convert version: {version} to numeric.")
+            spec.version.value = int(version)
+        if label is not None:
+            spec.version_label = urllib.parse.unquote(label)
+        return spec
+
+    def _check_classify_or_regress(self, model_spec, body: bytes, action: str) -> None:
+        """Refuses :classify or :regress as TF Serving does for a signature that is not a
+        classification (regression) one: INVALID_ARGUMENT, with classifier.cc's (regressor.cc's)
+        message. A signature that passes those checks gets UNIMPLEMENTED: this server runs
+        Predict only.
+
+        Raises:
+            ServingError: always.
+        """
+        _, signature_name = parse_predict_body(body)
+        key = signature_name or DEFAULT_SERVING_SIGNATURE_DEF_KEY
+        with self._core.manager.servable(model_spec) as servable:
+            signature = servable.signature_defs.get(key)
+        if signature is None:
+            raise errors.invalid_argument(f"No signature was found with the name: {key}")
+        described = text_format.MessageToString(signature)  # SignatureDef::DebugString.
+        if len(signature.inputs) != 1:
+            raise errors.invalid_argument("Expected one input Tensor.")
+        if action == "classify":
+            if len(signature.outputs) not in (1, 2):
+                raise errors.invalid_argument(
+                    f"Expected one or two output Tensors, found {len(signature.outputs)}"
+                )
+            if _CLASSIFY_INPUTS not in signature.inputs:
+                raise errors.invalid_argument(
+                    f"No classification inputs found in SignatureDef: {described}"
+                )
+            if not any(name in signature.outputs for name in _CLASSIFY_OUTPUTS):
+                raise errors.invalid_argument(
+                    'Expected classification signature outputs to contain at least one of "'
+                    f'classes" or "scores". Signature was: {described}'
+                )
+        else:
+            if len(signature.outputs) != 1:
+                raise errors.invalid_argument("Expected one output Tensor.")
+            for kind, names, key in (
+                ("inputs", signature.inputs, _REGRESS_INPUTS),
+                ("outputs", signature.outputs, _REGRESS_OUTPUTS),
+            ):
+                if key not in names:
+                    raise errors.invalid_argument(
+                        f"No regression {kind} found in SignatureDef: {described}"
+                    )
+        raise errors.unimplemented(
+            f"The {action} API is not implemented by this model server; use :predict"
+        )
+
+    def _predict(self, model_spec, body: bytes) -> dict:
+        request = predict_pb2.PredictRequest()
+        request.model_spec.CopyFrom(model_spec)
+        document, signature_name = parse_predict_body(body)
+        if signature_name is not None:
+            request.model_spec.signature_name = signature_name
+        key = signature_name or DEFAULT_SERVING_SIGNATURE_DEF_KEY
+        with self._core.manager.servable(request.model_spec) as servable:
+            signature = servable.signature_defs.get(key)
+            if signature is None:
+                raise errors.invalid_argument(
+                    f'Serving signature name: "{key}" not found in signature def'
+                )
+            input_dtypes = {alias: info.dtype for alias, info in signature.inputs.items()}
+        if not input_dtypes:
+            raise errors.invalid_argument(
+                f"Failed to get input map for signature: {signature_name or 'DEFAULT'}"
+            )
+        tensors, row_format = tensors_from_predict_document(document, input_dtypes)
+        for alias, array in tensors.items():
+            request.inputs[alias].CopyFrom(ndarray_to_tensor_proto(array))
+            request.inputs[alias].dtype = input_dtypes[alias]
+        deadline = None if not self._timeout else time.monotonic() + self._timeout
+        response = self._core.predict(request, deadline=deadline)
+        return predict_response_to_json(response, row_format=row_format)
+
+    def _status(self, model_spec) -> dict:
+        request = get_model_status_pb2.GetModelStatusRequest()
+        request.model_spec.CopyFrom(model_spec)
+        response = self._core.get_model_status(request)
+        return json_format.MessageToDict(response, always_print_fields_with_no_presence=True)
+
+    def _metadata(self, model_spec) -> dict:
+        request = get_model_metadata_pb2.GetModelMetadataRequest(
+            metadata_field=[SIGNATURE_DEF_FIELD]
+        )
+        request.model_spec.CopyFrom(model_spec)
+        response = self._core.get_model_metadata(request)
+        signature_def_map = get_model_metadata_pb2.SignatureDefMap()
+        response.metadata[SIGNATURE_DEF_FIELD].Unpack(signature_def_map)
+
+        def to_dict(message):
+            return json_format.MessageToDict(
+                message, always_print_fields_with_no_presence=True, preserving_proto_field_name=True
+            )
+
+        return {
+            "model_spec": to_dict(response.model_spec),
+            "metadata": {SIGNATURE_DEF_FIELD: to_dict(signature_def_map)},
+        }
