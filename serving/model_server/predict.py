@@ -17,6 +17,7 @@ from tensorflow_serving.apis import predict_pb2
 from serving.model_server import errors
 from serving.model_server.servable import Servable, read_warmup_requests
 from serving.model_server.tensors import (
+    check_input_shape,
     dtype_name,
     ndarray_to_tensor_proto,
     tensor_proto_to_ndarray,
@@ -47,12 +48,14 @@ def prepare_predict(servable: Servable, request: predict_pb2.PredictRequest) -> 
     """Validates a PredictRequest against the servable's SignatureDef.
 
     As in TF Serving, the signature's method_name is not checked (the real server's
-    --enable_signature_method_name_check defaults to false) and neither are input
-    shapes: Session::Run feeds a tensor of any shape and the model decides.
+    --enable_signature_method_name_check defaults to false). Unlike TF Serving, whose
+    Session::Run feeds a tensor of any shape and lets the model decide, an input's shape
+    is checked against the signature's before TensorFlow sees it (`check_input_shape`):
+    a feed of more than `MAX_FEED_RANK` dimensions crashes Python's Session.run.
 
     Raises:
         ServingError: FAILED_PRECONDITION for an unknown signature, INVALID_ARGUMENT
-            for wrong/missing inputs, unparsable tensors, wrong dtypes, bad output
+            for wrong/missing inputs, shapes the signature does not accept, unparsable tensors, wrong dtypes, bad output
             filters and signatures that are not functions (`__saved_model_init_op`).
     """
     signature_name = request.model_spec.signature_name or DEFAULT_SERVING_SIGNATURE_DEF_KEY
@@ -76,6 +79,7 @@ def prepare_predict(servable: Servable, request: predict_pb2.PredictRequest) -> 
                 f"input tensor alias not found in signature: {alias}. Inputs expected to be in "
                 f"the set {{{','.join(signature_inputs)}}}."
             )
+        check_input_shape(alias, request.inputs[alias], signature.inputs[alias])
         inputs[alias] = tensor_proto_to_ndarray(request.inputs[alias], alias)
 
     output_aliases = []

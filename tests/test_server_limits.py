@@ -1,0 +1,159 @@
+"""The model server against hostile requests and odd deployments, as real processes.
+
+Each test runs `python -m serving.server` (tests/serving_fixtures.py `ServerProcess`), as the
+defects it guards (issue 46) killed, hung or poisoned the process itself: a tensor of rank 33
+crashed it, SIGTERM did not stop it in its grace period, and version directories the server
+misread left its status APIs failing for good. Requests use the official TF Serving stubs
+over gRPC and raw sockets over HTTP, on 127.0.0.1 only.
+"""
+
+import json
+import os
+import socket
+
+import grpc
+import numpy as np
+import tensorflow as tf
+from tensorflow_serving.apis import (
+    get_model_status_pb2,
+    model_service_pb2_grpc,
+    prediction_service_pb2_grpc,
+)
+
+from common.serving_contract import TEXT_INPUT
+from serving.model_server.tensors import MAX_FEED_RANK
+from tests.serving_fixtures import (
+    MODEL_NAME,
+    ServerProcess,
+    expected_greedy,
+    install_version,
+    texts_request,
+)
+
+
+def http_request(port: int, method: str, path: str, body: bytes = b"") -> tuple[int, dict]:
+    """(status, JSON body) of one HTTP/1.1 request sent over a raw socket."""
+    with socket.create_connection(("127.0.0.1", port), timeout=60) as connection:
+        connection.sendall(
+            f"{method} {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+            + body
+        )
+        chunks = []
+        while chunk := connection.recv(65536):
+            chunks.append(chunk)
+    head, _, payload = b"".join(chunks).partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1."), f"not an HTTP response: {head[:200]!r}"
+    return int(head.split()[1]), json.loads(payload)
+
+
+def stubs(server: ServerProcess):
+    channel = grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}")
+    return (
+        prediction_service_pb2_grpc.PredictionServiceStub(channel),
+        model_service_pb2_grpc.ModelServiceStub(channel),
+    )
+
+
+def nested(value, levels: int):
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
+def assert_still_serving(server: ServerProcess, predict, version: int) -> None:
+    assert server.process.poll() is None, server.output()[-3000:]
+    response = predict.Predict(texts_request(["still up"]), timeout=60)
+    assert tf.make_ndarray(response.outputs["translation"]).tolist() == [
+        expected_greedy("still up", version).encode()
+    ]
+    status, body = http_request(
+        server.rest_port,
+        "POST",
+        f"/v1/models/{MODEL_NAME}:predict",
+        json.dumps({"instances": ["still up"]}).encode(),
+    )
+    assert (status, body["predictions"][0]["translation"]) == (
+        200,
+        expected_greedy("still up", version),
+    )
+
+
+def test_tensors_of_a_shape_the_signature_does_not_accept_are_refused_and_the_server_lives(
+    exports, tmp_path
+):
+    """A tensor of rank 33 or more, over gRPC or REST, crashed the process (SIGSEGV inside
+    Session.run's feed conversion); ranks 2 to 32 reached the model. Every shape the
+    signature ([-1] strings) does not accept is now INVALID_ARGUMENT / 400 before TensorFlow
+    sees it, and the server keeps serving."""
+    base_path = str(tmp_path / MODEL_NAME)
+    install_version(exports, base_path, 1)
+    with ServerProcess(
+        [f"--model_name={MODEL_NAME}", f"--model_base_path={base_path}"], rest=True
+    ) as server:
+        predict, _ = stubs(server)
+        for rank in (MAX_FEED_RANK + 1, 40, 2, MAX_FEED_RANK):
+            request = texts_request([])
+            request.inputs[TEXT_INPUT].CopyFrom(
+                tf.make_tensor_proto(np.array(b"hola", dtype=object).reshape((1,) * rank))
+            )
+            try:
+                predict.Predict(request, timeout=60)
+                raise AssertionError(f"a tensor of rank {rank} was accepted")
+            except grpc.RpcError as error:
+                assert error.code() == grpc.StatusCode.INVALID_ARGUMENT, (rank, error)
+                assert f"input tensor {TEXT_INPUT} has" in error.details()
+            # The outer list of "instances" is the batch dimension: `rank` levels in all.
+            status, body = http_request(
+                server.rest_port,
+                "POST",
+                f"/v1/models/{MODEL_NAME}:predict",
+                json.dumps({"instances": nested("hola", rank)}).encode(),
+            )
+            assert status == 400 and f"input tensor {TEXT_INPUT} has" in body["error"], body
+            assert_still_serving(server, predict, version=1)
+        request = texts_request([])
+        request.inputs[TEXT_INPUT].CopyFrom(tf.make_tensor_proto(np.array([[b"a", b"b"]] * 2)))
+        error_details = None
+        try:
+            predict.Predict(request, timeout=60)
+        except grpc.RpcError as error:
+            error_details = error.details()
+        assert error_details == (
+            f"input tensor {TEXT_INPUT} has shape [2,2], which the signature does not accept: "
+            "it expects [?]"
+        )
+
+
+def test_version_directories_are_read_as_tf_serving_reads_them(exports, tmp_path):
+    """`99999999999999999999` is not an int64 version: it loaded, took over serving and left
+    GetModelStatus INTERNAL and the readiness probe 500 for good; TF Serving ignores it.
+    `00007` is version 7 and loads from `00007`: it was loaded from `7`, which failed."""
+    base_path = str(tmp_path / MODEL_NAME)
+    install_version(exports, base_path, 1, as_version="00007")
+    install_version(exports, base_path, 2, as_version="99999999999999999999")
+    with ServerProcess(
+        [f"--model_name={MODEL_NAME}", f"--model_base_path={base_path}"], rest=True
+    ) as server:
+        predict, models = stubs(server)
+        rows = models.GetModelStatus(
+            get_model_status_pb2.GetModelStatusRequest(model_spec={"name": MODEL_NAME}),
+            timeout=60,
+        ).model_version_status
+        assert [(row.version, row.state, row.status.error_code) for row in rows] == [
+            (7, get_model_status_pb2.ModelVersionStatus.AVAILABLE, 0)
+        ]
+        assert http_request(server.rest_port, "GET", f"/v1/models/{MODEL_NAME}") == (
+            200,
+            {
+                "model_version_status": [
+                    {
+                        "version": "7",
+                        "state": "AVAILABLE",
+                        "status": {"error_code": "OK", "error_message": ""},
+                    }
+                ]
+            },
+        )
+        assert_still_serving(server, predict, version=1)
+        assert f"{base_path}/00007" in server.output()
