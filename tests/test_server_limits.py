@@ -1,18 +1,21 @@
-"""The model server against hostile requests and odd deployments, as real processes.
+"""The model server against hostile requests and odd deployments (issue 46).
 
-Each test runs `python -m serving.server` (tests/serving_fixtures.py `ServerProcess`), as the
-defects it guards (issue 46) killed, hung or poisoned the process itself: a tensor of rank 33
-crashed it, SIGTERM did not stop it in its grace period, and version directories the server
-misread left its status APIs failing for good. Requests use the official TF Serving stubs
-over gRPC and raw sockets over HTTP, on 127.0.0.1 only.
+Most tests run `python -m serving.server` (tests/serving_fixtures.py `ServerProcess`), as the
+defects they guard killed, hung or poisoned the process itself: a tensor of rank 33 crashed
+it, SIGTERM did not stop it in its grace period, and version directories the server misread
+left its status APIs failing for good. Requests use the official TF Serving stubs over gRPC
+and raw sockets over HTTP, on 127.0.0.1 only. The runs of a request in pieces
+(`predict.run_in_pieces`) are checked on a real loaded toy version, in this process.
 """
 
 import json
-import os
 import socket
+import threading
+import time
 
 import grpc
 import numpy as np
+import pytest
 import tensorflow as tf
 from tensorflow_serving.apis import (
     get_model_status_pb2,
@@ -20,7 +23,10 @@ from tensorflow_serving.apis import (
     prediction_service_pb2_grpc,
 )
 
-from common.serving_contract import TEXT_INPUT
+from common.serving_contract import ALIGNMENTS_SIGNATURE, TEXT_INPUT
+from serving.model_server.errors import ServingError
+from serving.model_server.predict import prepare_predict, run_in_pieces
+from serving.model_server.servable import load_servable
 from serving.model_server.tensors import MAX_FEED_RANK
 from tests.serving_fixtures import (
     MODEL_NAME,
@@ -157,3 +163,68 @@ def test_version_directories_are_read_as_tf_serving_reads_them(exports, tmp_path
         )
         assert_still_serving(server, predict, version=1)
         assert f"{base_path}/00007" in server.output()
+
+
+# ------------------------------------------------------------------ runs in pieces
+
+
+@pytest.fixture(scope="module")
+def toy_version(exports):
+    return load_servable(MODEL_NAME, 1, exports[1])
+
+
+class CountedRuns:
+    """A loaded version whose runs are counted; `after_run(count)` is called after each."""
+
+    def __init__(self, servable, after_run=lambda count: None):
+        self._servable, self._after_run, self.count = servable, after_run, 0
+
+    def run(self, *args, **kwargs):
+        outputs = self._servable.run(*args, **kwargs)
+        self.count += 1
+        self._after_run(self.count)
+        return outputs
+
+
+SENTENCES = ["a", "uno dos tres cuatro", "x y", "", "el gato se sentó en la alfombra roja"]
+
+
+def test_a_request_run_in_pieces_answers_what_it_answers_whole(toy_version):
+    request = texts_request(SENTENCES, signature_name=ALIGNMENTS_SIGNATURE)
+    prepared = prepare_predict(toy_version, request)
+    whole = run_in_pieces(toy_version, prepared, max_rows_per_run=0)
+    counted = CountedRuns(toy_version)
+    pieces = run_in_pieces(counted, prepared, max_rows_per_run=2)
+    assert counted.count == 3
+    assert sorted(pieces) == sorted(whole)
+    for alias, array in whole.items():
+        np.testing.assert_array_equal(pieces[alias], array, err_msg=alias)
+
+
+def test_a_request_stops_between_its_pieces_at_its_deadline(toy_version):
+    """3,000 sentences with a 2 s deadline kept the translator's one run going 22 s past it
+    (a Session run's timeout does not stop its decoding loop); pieces stop there."""
+    prepared = prepare_predict(toy_version, texts_request(SENTENCES))
+    deadline = time.monotonic() + 5
+
+    def let_the_deadline_pass(count):
+        if count == 2:
+            while time.monotonic() < deadline:
+                threading.Event().wait(deadline - time.monotonic())
+
+    counted = CountedRuns(toy_version, let_the_deadline_pass)
+    with pytest.raises(ServingError) as error:
+        run_in_pieces(counted, prepared, max_rows_per_run=1, deadline=deadline)
+    assert error.value.code == grpc.StatusCode.DEADLINE_EXCEEDED
+    # Fewer than 2 only if this machine took 5 s over the first runs of a few words.
+    assert counted.count <= 2
+
+
+def test_a_request_whose_caller_has_gone_stops_between_its_pieces(toy_version):
+    prepared = prepare_predict(toy_version, texts_request(SENTENCES))
+    caller_gone = threading.Event()
+    counted = CountedRuns(toy_version, lambda count: count == 2 and caller_gone.set())
+    with pytest.raises(ServingError) as error:
+        run_in_pieces(counted, prepared, max_rows_per_run=1, caller_gone=caller_gone)
+    assert error.value.code == grpc.StatusCode.CANCELLED
+    assert counted.count == 2

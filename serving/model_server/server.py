@@ -133,6 +133,7 @@ class ServerOptions:
     tensorflow_inter_op_parallelism: int = 0
     shutdown_grace_seconds: float = 10.0
     xla_cpu_compilation_enabled: bool = False
+    max_rows_per_run: int = 64
 
 
 def parse_grpc_channel_arguments(text: str) -> list[tuple[str, object]]:
@@ -276,7 +277,7 @@ class ModelServer:
             ),
         )
         self.metrics.version_states = manager.version_states
-        self.core = ServingCore(manager, batcher, self.metrics)
+        self.core = ServingCore(manager, batcher, self.metrics, options.max_rows_per_run)
         try:
             manager.set_config(model_server_config)
         except Exception:
@@ -533,6 +534,13 @@ def build_arg_parser() -> argparse.ArgumentParser:
         bool,
         "run XLA-compiled functions (an export with --jit_compile); without it their signatures "
         "fail with INTERNAL 'XLA compilation disabled', and so does their warmup",
+    )
+    flag(
+        "max_rows_per_run",
+        int,
+        "[local] without --enable_batching, a request runs in pieces of at most this many rows "
+        "(rows must be independent), and stops between them once its deadline has passed or its "
+        "caller has gone; 0 runs it whole, as tensorflow_model_server does",
     )
     flag(
         "shutdown_grace_seconds",
