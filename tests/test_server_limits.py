@@ -9,6 +9,9 @@ and raw sockets over HTTP, on 127.0.0.1 only. The runs of a request in pieces
 """
 
 import json
+import os
+import shutil
+import signal
 import socket
 import threading
 import time
@@ -20,20 +23,27 @@ import tensorflow as tf
 from tensorflow_serving.apis import (
     get_model_status_pb2,
     model_service_pb2_grpc,
+    prediction_log_pb2,
     prediction_service_pb2_grpc,
 )
 
-from common.serving_contract import ALIGNMENTS_SIGNATURE, TEXT_INPUT
+from common.serving_contract import ALIGNMENTS_SIGNATURE, TEXT_INPUT, WARMUP_PATH
 from serving.model_server.errors import ServingError
 from serving.model_server.predict import prepare_predict, run_in_pieces
 from serving.model_server.servable import load_servable
+from serving.model_server.server import EXIT_MARGIN_SECONDS
 from serving.model_server.tensors import MAX_FEED_RANK
 from tests.serving_fixtures import (
+    ENDLESS_STEPS,
     MODEL_NAME,
     ServerProcess,
+    cpu_seconds_during,
     expected_greedy,
     install_version,
+    loop_model_base,
+    loop_request,
     texts_request,
+    wait_for,
 )
 
 
@@ -228,3 +238,63 @@ def test_a_request_whose_caller_has_gone_stops_between_its_pieces(toy_version):
         run_in_pieces(counted, prepared, max_rows_per_run=1, caller_gone=caller_gone)
     assert error.value.code == grpc.StatusCode.CANCELLED
     assert counted.count == 2
+
+
+# --------------------------------------------------------------------------- SIGTERM
+
+
+def write_endless_warmup(version_dir: str) -> None:
+    """A warmup file whose one request runs the loop model for good: the version's load
+    never ends on its own."""
+    os.makedirs(os.path.dirname(os.path.join(version_dir, WARMUP_PATH)), exist_ok=True)
+    log = prediction_log_pb2.PredictionLog()
+    log.predict_log.request.CopyFrom(loop_request(ENDLESS_STEPS))
+    with tf.io.TFRecordWriter(os.path.join(version_dir, WARMUP_PATH)) as writer:
+        writer.write(log.SerializeToString())
+
+
+@pytest.mark.parametrize("busy_with", ["nothing", "an endless call", "an endless load"])
+def test_sigterm_ends_the_process_within_its_grace_period(tmp_path, busy_with):
+    """With --shutdown_grace_seconds=3 the server exited 30 to 58 s after SIGTERM with a long
+    call in flight, 6.5 to 11 s with nothing to do (the interpreter's teardown), and never while
+    a version was loading. It now exits at the latest a margin after the grace period; the
+    bound allows a busy machine a few seconds more, and an endless call or load never ends."""
+    grace_seconds = 2
+    base_path = loop_model_base(tmp_path)
+    poll_seconds = 0.2 if busy_with == "an endless load" else 0
+    with ServerProcess(
+        [
+            "--model_name=loop",
+            f"--model_base_path={base_path}",
+            f"--file_system_poll_wait_seconds={poll_seconds}",
+            f"--shutdown_grace_seconds={grace_seconds}",
+        ]
+    ) as server:
+        predict, _ = stubs(server)
+        if busy_with == "an endless call":
+            call = predict.Predict.future(loop_request(ENDLESS_STEPS))
+            wait_for(
+                lambda: cpu_seconds_during(server.process.pid, 0.3) > 0.1,
+                "the server to run the endless call",
+            )
+        elif busy_with == "an endless load":
+            staging = os.path.join(tmp_path, "staging")
+            shutil.copytree(os.path.join(base_path, "1"), staging)
+            write_endless_warmup(staging)
+            os.rename(staging, os.path.join(base_path, "2"))
+            wait_for(
+                lambda: "Loading servable version {name: loop version: 2}" in server.output(),
+                "the server to load version 2",
+            )
+        signalled = time.monotonic()
+        server.process.send_signal(signal.SIGTERM)
+        assert server.process.wait(timeout=120) == 0
+        exit_seconds = time.monotonic() - signalled
+        output = server.output()
+    assert exit_seconds < grace_seconds + EXIT_MARGIN_SECONDS + 3, (exit_seconds, output[-3000:])
+    if busy_with == "an endless call":
+        assert call.exception(timeout=30).code() in (
+            grpc.StatusCode.CANCELLED,
+            grpc.StatusCode.UNAVAILABLE,
+        )
+    assert "Received signal 15" in output

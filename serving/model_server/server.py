@@ -610,6 +610,31 @@ def configure_logging(level: int = logging.INFO) -> None:
     root.propagate = False
 
 
+# How long after its grace period a stopping server may still take before it exits anyway.
+EXIT_MARGIN_SECONDS = 1.0
+
+
+def exit_now(forced: bool) -> None:
+    """Flushes the logs and ends the process at once, with status 0.
+
+    Once the servers have stopped nothing is left to save, and the interpreter's teardown
+    (TensorFlow's and gRPC's finalizers) took 5 to 9 s more; `forced` when the stop itself
+    outlasted the grace period and its margin.
+    """
+    if forced:
+        logger.warning(
+            "Shutdown took longer than the grace period and %.0f s: exiting now",
+            EXIT_MARGIN_SECONDS,
+        )
+    else:
+        logger.info("Exiting.")
+    for handler in logging.getLogger("serving").handlers:
+        handler.flush()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
 def main(argv: list[str] | None = None) -> int:
     configure_logging()
     options = parse_flags(argv)
@@ -633,8 +658,17 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     while not stop_requested.wait(1.0):
         pass
+    # Kubernetes kills the process at terminationGracePeriodSeconds: whatever still runs once
+    # the grace period and a margin are over (a model run deaf to its Session's close, an
+    # unload waiting for it) is abandoned, and the process ends.
+    deadline_exit = threading.Timer(
+        options.shutdown_grace_seconds + EXIT_MARGIN_SECONDS, exit_now, args=(True,)
+    )
+    deadline_exit.daemon = True
+    deadline_exit.start()
     server.stop()
-    return 0
+    exit_now(forced=False)
+    return 0  # Not reached.
 
 
 if __name__ == "__main__":
