@@ -20,12 +20,14 @@ import grpc
 import numpy as np
 import pytest
 import tensorflow as tf
+from google.protobuf import text_format
 from tensorflow_serving.apis import (
     get_model_status_pb2,
     model_service_pb2_grpc,
     prediction_log_pb2,
     prediction_service_pb2_grpc,
 )
+from tensorflow_serving.config import model_server_config_pb2
 
 from common.serving_contract import ALIGNMENTS_SIGNATURE, TEXT_INPUT, WARMUP_PATH
 from serving.model_server.errors import ServingError
@@ -298,3 +300,52 @@ def test_sigterm_ends_the_process_within_its_grace_period(tmp_path, busy_with):
             grpc.StatusCode.UNAVAILABLE,
         )
     assert "Received signal 15" in output
+
+
+# ---------------------------------------------------------------- version directories
+
+
+def test_versions_in_one_directory_load_and_unload_independently(exports, tmp_path):
+    """Two version directories that resolve to one export (symlinks): TF Serving loads each
+    version on its own (FileSystemStoragePathSource keeps no record of where a path leads),
+    so unloading one must leave the other serving; the hostile round saw 359 good requests
+    fail "Could not find variable" when one was unloaded."""
+    export_dir = install_version(exports, str(tmp_path / "export"), 1)
+    base_path = tmp_path / MODEL_NAME
+    base_path.mkdir()
+    config_file = tmp_path / "models.config"
+    config = model_server_config_pb2.ModelServerConfig()
+    model = config.model_config_list.config.add(
+        name=MODEL_NAME, base_path=str(base_path), model_platform="tensorflow"
+    )
+    model.model_version_policy.all.SetInParent()
+    config_file.write_text(text_format.MessageToString(config))
+    for version in (1, 2):
+        os.symlink(export_dir, base_path / str(version))
+    with ServerProcess(
+        [f"--model_config_file={config_file}", "--file_system_poll_wait_seconds=0.2"]
+    ) as server:
+        predict, models = stubs(server)
+
+        def states():
+            rows = models.GetModelStatus(
+                get_model_status_pb2.GetModelStatusRequest(model_spec={"name": MODEL_NAME}),
+                timeout=60,
+            ).model_version_status
+            return {
+                row.version: get_model_status_pb2.ModelVersionStatus.State.Name(row.state)
+                for row in rows
+            }
+
+        wait_for(lambda: states() == {1: "AVAILABLE", 2: "AVAILABLE"}, "both versions")
+        for gone, kept in ((1, 2), (2, 1)):
+            (base_path / str(gone)).unlink()
+            wait_for(lambda: states()[gone] == "END", f"version {gone} to unload")
+            for _ in range(20):
+                response = predict.Predict(texts_request(["sigue"], version=kept), timeout=60)
+                assert tf.make_ndarray(response.outputs["translation"]).tolist() == [
+                    expected_greedy("sigue", 1).encode()
+                ]
+            os.symlink(export_dir, base_path / str(gone))
+            wait_for(lambda: states()[gone] == "AVAILABLE", f"version {gone} to load again")
+        assert "Could not find variable" not in server.output()
