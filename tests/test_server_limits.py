@@ -33,7 +33,7 @@ from common.serving_contract import ALIGNMENTS_SIGNATURE, TEXT_INPUT, WARMUP_PAT
 from serving.model_server.errors import ServingError
 from serving.model_server.predict import prepare_predict, run_in_pieces
 from serving.model_server.servable import load_servable
-from serving.model_server.server import EXIT_MARGIN_SECONDS
+from serving.model_server.server import EXIT_MARGIN_SECONDS, ServerOptions
 from serving.model_server.tensors import MAX_FEED_RANK
 from tests.serving_fixtures import (
     ENDLESS_STEPS,
@@ -97,13 +97,14 @@ def assert_still_serving(server: ServerProcess, predict, version: int) -> None:
     )
 
 
-def test_tensors_of_a_shape_the_signature_does_not_accept_are_refused_and_the_server_lives(
+def test_inputs_the_server_does_not_accept_are_refused_before_any_run_and_it_lives(
     exports, tmp_path
 ):
     """A tensor of rank 33 or more, over gRPC or REST, crashed the process (SIGSEGV inside
     Session.run's feed conversion); ranks 2 to 32 reached the model. Every shape the
     signature ([-1] strings) does not accept is now INVALID_ARGUMENT / 400 before TensorFlow
-    sees it, and the server keeps serving."""
+    sees it, and so is a string over --max_input_string_bytes (one 50 MB string grew the
+    server by gigabytes); the server keeps serving."""
     base_path = str(tmp_path / MODEL_NAME)
     install_version(exports, base_path, 1)
     with ServerProcess(
@@ -141,6 +142,27 @@ def test_tensors_of_a_shape_the_signature_does_not_accept_are_refused_and_the_se
             f"input tensor {TEXT_INPUT} has shape [2,2], which the signature does not accept: "
             "it expects [?]"
         )
+
+        longest = ServerOptions().max_input_string_bytes
+        for text, refused in (("x" * longest, False), ("x" * (longest + 1), True)):
+            status, body = http_request(
+                server.rest_port,
+                "POST",
+                f"/v1/models/{MODEL_NAME}:predict",
+                json.dumps({"instances": ["short", text]}).encode(),
+            )
+            assert status == (400 if refused else 200), body
+            if refused:
+                assert body["error"] == (
+                    f"input tensor {TEXT_INPUT} holds a string of {longest + 1} bytes, more "
+                    f"than the {longest} this server accepts (--max_input_string_bytes)"
+                )
+                try:
+                    predict.Predict(texts_request([text]), timeout=60)
+                    raise AssertionError("a string over the limit was accepted")
+                except grpc.RpcError as error:
+                    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert_still_serving(server, predict, version=1)
 
 
 def test_version_directories_are_read_as_tf_serving_reads_them(exports, tmp_path):

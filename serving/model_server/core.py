@@ -24,6 +24,7 @@ from serving.model_server.manager import ServableManager
 from serving.model_server.metrics import ServerMetrics
 from serving.model_server.predict import (
     check_deadline,
+    check_string_sizes,
     make_predict_response,
     prepare_predict,
     run_in_pieces,
@@ -43,6 +44,8 @@ class ServingCore:
         metrics: where model runs are recorded (a ServerMetrics of its own when None).
         max_rows_per_run: without batching, a request runs in pieces of at most this many
             rows (`predict.run_in_pieces`); <= 0 runs it whole.
+        max_input_string_bytes: a request holding a longer string is refused before any run
+            (`predict.check_string_sizes`); <= 0 accepts any.
     """
 
     def __init__(
@@ -51,11 +54,13 @@ class ServingCore:
         batcher: BatchScheduler | None = None,
         metrics: ServerMetrics | None = None,
         max_rows_per_run: int = 0,
+        max_input_string_bytes: int = 0,
     ):
         self.manager = manager
         self.batcher = batcher
         self.metrics = metrics if metrics is not None else ServerMetrics()
         self.max_rows_per_run = max_rows_per_run
+        self.max_input_string_bytes = max_input_string_bytes
 
     def predict(
         self,
@@ -79,6 +84,7 @@ class ServingCore:
             raise errors.invalid_argument("Missing ModelSpec")
         with self.manager.servable(request.model_spec) as servable:
             prepared = prepare_predict(servable, request)
+            check_string_sizes(prepared.inputs, self.max_input_string_bytes)
             check_deadline(deadline)
             start = time.monotonic()
             if self.batcher is None:

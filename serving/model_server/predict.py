@@ -166,6 +166,33 @@ def check_deadline(deadline: float | None) -> None:
         raise errors.deadline_exceeded("Deadline Exceeded")
 
 
+def check_string_sizes(inputs: dict[str, np.ndarray], max_string_bytes: int) -> None:
+    """Refuses, before any run, a request holding a string longer than `max_string_bytes`.
+
+    A model's memory can grow with the square of a string's length: the translator builds
+    [1, T, T] masks over a source's T tokens before cutting it to its positional encodings,
+    and one 1 MiB string asked for 64 GiB.
+
+    Args:
+        inputs: decoded inputs by alias.
+        max_string_bytes: longest string accepted; <= 0 accepts any.
+
+    Raises:
+        ServingError: INVALID_ARGUMENT naming the input, the string's size and the limit.
+    """
+    if max_string_bytes <= 0:
+        return
+    for alias, array in inputs.items():
+        if array.dtype != object or not array.size:
+            continue
+        longest = max(map(len, array.reshape(-1)))
+        if longest > max_string_bytes:
+            raise errors.invalid_argument(
+                f"input tensor {alias} holds a string of {longest} bytes, more than the "
+                f"{max_string_bytes} this server accepts (--max_input_string_bytes)"
+            )
+
+
 def run_in_pieces(
     servable: Servable,
     prepared: PreparedPredict,

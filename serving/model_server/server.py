@@ -134,6 +134,7 @@ class ServerOptions:
     shutdown_grace_seconds: float = 10.0
     xla_cpu_compilation_enabled: bool = False
     max_rows_per_run: int = 64
+    max_input_string_bytes: int = 16384
 
 
 def parse_grpc_channel_arguments(text: str) -> list[tuple[str, object]]:
@@ -277,7 +278,13 @@ class ModelServer:
             ),
         )
         self.metrics.version_states = manager.version_states
-        self.core = ServingCore(manager, batcher, self.metrics, options.max_rows_per_run)
+        self.core = ServingCore(
+            manager,
+            batcher,
+            self.metrics,
+            max_rows_per_run=options.max_rows_per_run,
+            max_input_string_bytes=options.max_input_string_bytes,
+        )
         try:
             manager.set_config(model_server_config)
         except Exception:
@@ -541,6 +548,13 @@ def build_arg_parser() -> argparse.ArgumentParser:
         "[local] without --enable_batching, a request runs in pieces of at most this many rows "
         "(rows must be independent), and stops between them once its deadline has passed or its "
         "caller has gone; 0 runs it whole, as tensorflow_model_server does",
+    )
+    flag(
+        "max_input_string_bytes",
+        int,
+        "[local] a request holding a longer string is refused (INVALID_ARGUMENT, REST 400) "
+        "before any run: a model's memory can grow with the square of a string's length; 0 "
+        "accepts any",
     )
     flag(
         "shutdown_grace_seconds",
