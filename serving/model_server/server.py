@@ -11,7 +11,10 @@ binary. Local additions: `--grpc_bind_address` / `--rest_api_bind_address`
 (default 127.0.0.1; the real server listens on all interfaces),
 `--shutdown_grace_seconds` (SIGTERM lets requests in flight finish for up to this
 long; then model runs still under way are aborted, CANCELLED, and connections still
-open are closed, stalled clients included),
+open are closed, stalled clients included; the process exits at the latest
+EXIT_MARGIN_SECONDS later), `--max_rows_per_run` (without batching, a request runs in
+pieces of at most this many rows, and none starts past its deadline),
+`--max_input_string_bytes` (longer strings are refused before any run),
 `--rest_api_read_timeout_seconds` (a REST client silent this long, or whose request
 head takes longer to arrive, is disconnected)
 and `--rest_api_free_port` (REST on a free port: `--rest_api_port=0` disables REST,
@@ -23,8 +26,8 @@ set like the real server's, with
 2147483647, TF Serving's); the same limit applies to REST bodies.
 
 Memory follows the largest batch one model run gets, and the allocator keeps what a
-run took. Without `--enable_batching` a request runs as one batch however many rows
-it holds; with batching, `max_batch_size` bounds a request and, with
+run took. Without `--enable_batching` a request runs in pieces of `--max_rows_per_run`
+rows; with batching, `max_batch_size` bounds a request and, with
 `enable_large_batch_splitting`, `max_execution_batch_size` bounds a run
 (serving/batching.config), as in TF Serving: a deployment open to large requests
 sets them.
