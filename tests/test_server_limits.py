@@ -236,8 +236,8 @@ def test_a_request_run_in_pieces_answers_what_it_answers_whole(toy_version):
 
 
 def test_a_request_stops_between_its_pieces_at_its_deadline(toy_version):
-    """3,000 sentences with a 2 s deadline kept the translator's one run going 22 s past it
-    (a Session run's timeout does not stop its decoding loop); pieces stop there."""
+    """The first 3,000-sentence call in a fresh process ran 22 s past its 2 s deadline in one
+    run (a run's timeout does not stop TensorFlow's preparation of it); pieces stop at it."""
     prepared = prepare_predict(toy_version, texts_request(SENTENCES))
     deadline = time.monotonic() + 5
 

@@ -203,10 +203,11 @@ def run_in_pieces(
     """Runs a request as runs of at most `max_rows_per_run` rows, stopping between them once
     its deadline has passed or its caller has gone.
 
-    A Session run's deadline (`RunOptions.timeout_in_ms`) does not stop every model: the
-    translator's decoding ran to its end, 22 s past a 2 s deadline for 3,000 sentences, and
-    a run's memory follows its rows. Pieces bound both, as batching's
-    `max_execution_batch_size` does. Their outputs are joined along dimension 0
+    A Session run's deadline (`RunOptions.timeout_in_ms`) stops it between operations, not
+    inside one and not while TensorFlow prepares a run it has not made before: the first
+    3,000-sentence call in a fresh process answered DEADLINE_EXCEEDED 22 s past a 2 s
+    deadline. A client's cancellation does not reach a run at all, and a run's memory follows
+    its rows. Pieces bound all three, as batching's `max_execution_batch_size` does. Their outputs are joined along dimension 0
     (`batching.concatenate_rows`), which assumes rows are independent, as batching does.
 
     Args:
