@@ -14,11 +14,12 @@ For --duration seconds:
   * hostile traffic: --hostile_clients threads sending, in turn, malformed JSON, a REST body and a
     gRPC message above the limit, a gRPC call cancelled while it runs, a REST call abandoned
     before its answer, a gRPC call with a deadline too short to meet, a malformed request line,
-    a header that smuggles a body (whitespace before its colon) and a flood of empty lines; and
-    one thread holding --idle_connections idle, --slowloris_connections slowloris (a header
-    byte a second) and --slow_body_connections slow-body REST connections (a body byte a
-    second) and --crlf_flood_connections CRLF floods, opening a new one for each the server
-    closes;
+    a header that smuggles a body (whitespace before its colon), a flood of empty lines, tensors
+    of 33 dimensions over gRPC and REST (they crashed the server), a string over
+    --max_input_string_bytes and a full batch of sentences with a 1 s deadline; and one thread
+    holding --idle_connections idle, --slowloris_connections slowloris (a header byte a second),
+    --slow_body_connections slow-body REST connections (a body byte a second) and
+    --crlf_flood_connections CRLF floods, opening a new one for each the server closes;
   * at 30% of the duration, a roll-out: the export is copied in as the next version, then
     GetModelStatus is polled until that version is AVAILABLE;
   * at 50%, a reload storm: --reloads HandleReloadConfigRequest calls back to back, alternating
@@ -67,6 +68,8 @@ from benchmarks.held_connections import HeldConnections
 from benchmarks.sentences import SPANISH_SENTENCES
 from common.serving_contract import TEXT_INPUT, TRANSLATION_OUTPUT
 from serving.client import TranslationClient, TranslationError, backoff_delay
+from serving.model_server.server import ServerOptions
+from serving.model_server.tensors import MAX_FEED_RANK
 
 SECTION = "Serving soak"
 DEFAULT_EXPORT_BASE = os.path.join(REPO_ROOT, "exports", "soak")
@@ -251,6 +254,15 @@ def hostile_requests(model_name: str, rest, stub, message_limit: int) -> dict[st
     long_request = predict_request(model_name, list(SPANISH_SENTENCES) * 4)
     oversized = predict_request(model_name, ["a" * (message_limit + 1)])
     short = predict_request(model_name, [SPANISH_SENTENCES[0]])
+    too_deep = predict_request(model_name, [])
+    too_deep.inputs[TEXT_INPUT].CopyFrom(
+        tf.make_tensor_proto(np.array(b"hola", dtype=object).reshape((1,) * (MAX_FEED_RANK + 1)))
+    )
+    too_deep_body = json.dumps({"instances": too_deep_instances()}).encode()
+    too_long_body = json.dumps(
+        {"instances": ["hola " * (ServerOptions().max_input_string_bytes // 4)]}
+    ).encode()
+    full_batch = predict_request(model_name, list(SPANISH_SENTENCES) * 8)
     return {
         "malformed JSON": lambda: raw_http(rest(), post(path, b'{"instances": ["hola"')),
         # The head announces the size; only a little of the body is sent before the answer.
@@ -267,7 +279,19 @@ def hostile_requests(model_name: str, rest, stub, message_limit: int) -> dict[st
             post(path, good_body).replace(b"Content-Length:", b"Content-Length :"),
         ),
         "CRLF flood": lambda: raw_http(rest(), b"\r\n" * 100_000),
+        "gRPC tensor of rank 33": lambda: grpc_code(stub.Predict, too_deep, 60),
+        "REST tensor of rank 33": lambda: raw_http(rest(), post(path, too_deep_body)),
+        "REST string over the limit": lambda: raw_http(rest(), post(path, too_long_body)),
+        "gRPC 64 sentences, 1 s deadline": lambda: grpc_code(stub.Predict, full_batch, 1.0),
     }
+
+
+def too_deep_instances() -> list:
+    """ "instances" nesting a string MAX_FEED_RANK + 1 levels deep (the list itself is one)."""
+    value = "hola"
+    for _ in range(MAX_FEED_RANK + 1):
+        value = [value]
+    return value
 
 
 # --------------------------------------------------------------------------- the soak

@@ -289,6 +289,34 @@ MUTATIONS = (
         'r"|\\$\\d+"',
         ("tests/test_catalogs.py", "-k", "placeholders"),
     ),
+    Mutation(
+        "the model server runs an unbatched request whole, not in pieces (a deadline cannot stop it)",
+        "serving/model_server/predict.py",
+        "    if max_rows_per_run <= 0 or rows <= max_rows_per_run:",
+        "    if True:",
+        ("tests/test_server_limits.py", "-k", "pieces"),
+    ),
+    Mutation(
+        "the model server runs a request's next piece after its caller has gone",
+        "serving/model_server/predict.py",
+        "        if caller_gone is not None and caller_gone.is_set():",
+        "        if False:",
+        ("tests/test_server_limits.py", "-k", "caller_has_gone"),
+    ),
+    Mutation(
+        "the model server feeds a tensor of any shape (rank 33 crashes the process)",
+        "serving/model_server/tensors.py",
+        "    sizes = [dim.size for dim in proto.tensor_shape.dim]",
+        "    return",
+        ("tests/test_server_limits.py", "-k", "refused_before_any_run"),
+    ),
+    Mutation(
+        "the model server reads a version directory beyond int64 as a version",
+        "serving/model_server/manager.py",
+        "    return version if version <= MAX_VERSION else None",
+        "    return version",
+        ("tests/test_server_limits.py", "-k", "as_tf_serving_reads_them"),
+    ),
 )
 
 

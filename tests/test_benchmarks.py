@@ -723,6 +723,14 @@ def test_bench_soak_answers_every_good_request_through_roll_out_reloads_and_kill
     assert codes["malformed request line"]["505"] > 0
     assert codes["smuggled body framing"]["400"] > 0
     assert codes["ReloadConfig"] == {"OK": 6}
+    # Refused before any run; the other outcomes are those of the deliberate kill.
+    while_killed = {"UNAVAILABLE", "connection refused", "connection reset"}
+    for kind, refused in (
+        ("gRPC tensor of rank 33", "INVALID_ARGUMENT"),
+        ("REST tensor of rank 33", "400"),
+        ("REST string over the limit", "400"),
+    ):
+        assert set(codes.get(kind, {})) <= {refused} | while_killed, (kind, codes.get(kind))
     assert [name for _, name in data["events"]] == [
         "load begins", "version 2 copied in", "version 2 AVAILABLE, the previous one unloaded",
         "reload storm: 6 ReloadConfig calls", "reload storm settled", "server killed (SIGKILL)",

@@ -419,10 +419,12 @@ def test_output_filter_and_version_choice(main_server):
             grpc.StatusCode.INVALID_ARGUMENT,
             "tensor parsing error: text",
         ),
+        # The signature's shape is checked first, before anything is allocated.
         (
             lambda r: r.inputs["text"].tensor_shape.dim.add(size=2**40),
             grpc.StatusCode.INVALID_ARGUMENT,
-            "tensor parsing error: text",
+            "input tensor text has shape [2,1099511627776], which the signature does not "
+            "accept: it expects [?]",
         ),
         # TF Serving does not check method names by default (--enable_signature_method_name_check).
         (
@@ -465,7 +467,7 @@ def test_inputs_that_strain_the_model_get_clear_answers(main_server):
     assert invalid_utf8.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert invalid_utf8.details().startswith("Invalid formatting on input string")
 
-    # No shape check before the model (Session::Run has none): the model's split op refuses.
+    # A shape the signature ([-1]) does not accept is refused before the model runs.
     scalar = texts_request(["x"])
     scalar.inputs["text"].CopyFrom(tf.make_tensor_proto("just one", dtype=tf.string))
     error = rpc_error(main_server.predict.Predict, scalar)
@@ -1441,14 +1443,14 @@ def test_disabled_warmup_serves_a_version_whose_warmup_file_is_broken(exports, t
 
 
 class _ElementwiseUpper(tf.Module):
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
+    @tf.function(input_signature=[tf.TensorSpec(None, tf.string, name="text")])
     def upper(self, text):
         return {"upper": tf.strings.upper(text)}
 
 
-def test_inputs_of_another_shape_than_the_signature_reach_the_model(tmp_path):
-    """Session::Run checks no feed shape: a [2, 2] input to a [-1] signature runs, and an
-    element-wise model answers it."""
+def test_inputs_of_any_shape_reach_a_model_whose_signature_accepts_any_shape(tmp_path):
+    """A signature of unknown rank takes a [2, 2] input and an element-wise model answers it
+    (a [-1] signature refuses it: tests/test_server_limits.py)."""
     module = _ElementwiseUpper()
     tf.saved_model.save(
         module, str(tmp_path / "upper" / "1"), signatures={"serving_default": module.upper}

@@ -7,6 +7,7 @@ translate transports.
 """
 
 import logging
+import threading
 import time
 
 from tensorflow_serving.apis import (
@@ -21,7 +22,13 @@ from serving.model_server import errors
 from serving.model_server.batching import BatchScheduler, WhenCallerGone
 from serving.model_server.manager import ServableManager
 from serving.model_server.metrics import ServerMetrics
-from serving.model_server.predict import check_deadline, make_predict_response, prepare_predict
+from serving.model_server.predict import (
+    check_deadline,
+    check_string_sizes,
+    make_predict_response,
+    prepare_predict,
+    run_in_pieces,
+)
 
 logger = logging.getLogger("serving.core")
 
@@ -35,6 +42,10 @@ class ServingCore:
         manager: the ServableManager holding the loaded versions.
         batcher: BatchScheduler when `--enable_batching`, else None.
         metrics: where model runs are recorded (a ServerMetrics of its own when None).
+        max_rows_per_run: without batching, a request runs in pieces of at most this many
+            rows (`predict.run_in_pieces`); <= 0 runs it whole.
+        max_input_string_bytes: a request holding a longer string is refused before any run
+            (`predict.check_string_sizes`); <= 0 accepts any.
     """
 
     def __init__(
@@ -42,10 +53,14 @@ class ServingCore:
         manager: ServableManager,
         batcher: BatchScheduler | None = None,
         metrics: ServerMetrics | None = None,
+        max_rows_per_run: int = 0,
+        max_input_string_bytes: int = 0,
     ):
         self.manager = manager
         self.batcher = batcher
         self.metrics = metrics if metrics is not None else ServerMetrics()
+        self.max_rows_per_run = max_rows_per_run
+        self.max_input_string_bytes = max_input_string_bytes
 
     def predict(
         self,
@@ -59,8 +74,9 @@ class ServingCore:
             request: the request.
             deadline: `time.monotonic()` value after which the caller has gone: the
                 model's run is aborted then (DEADLINE_EXCEEDED).
-            when_caller_gone: with batching, lets the scheduler drop the request's pieces
-                that have not started once the caller cancels (`BatchScheduler.run`). A run
+            when_caller_gone: registers a callback for when the caller has gone (a cancelled
+                gRPC call): the request's pieces that have not started are dropped, from the
+                batch queue (`BatchScheduler.run`) or between its runs (`run_in_pieces`). A run
                 under way is not stopped: a Session step has no cancellation but its deadline
                 and the Session's close, and TF Serving does not stop one either.
         """
@@ -68,11 +84,15 @@ class ServingCore:
             raise errors.invalid_argument("Missing ModelSpec")
         with self.manager.servable(request.model_spec) as servable:
             prepared = prepare_predict(servable, request)
+            check_string_sizes(prepared.inputs, self.max_input_string_bytes)
             check_deadline(deadline)
             start = time.monotonic()
             if self.batcher is None:
-                outputs = servable.run(
-                    prepared.signature_name, prepared.inputs, prepared.output_aliases, deadline
+                caller_gone = threading.Event()
+                if when_caller_gone is not None and not when_caller_gone(caller_gone.set):
+                    caller_gone.set()
+                outputs = run_in_pieces(
+                    servable, prepared, self.max_rows_per_run, deadline, caller_gone
                 )
             else:
                 outputs = self.batcher.run(

@@ -1,8 +1,10 @@
 """Which versions of which models are loaded, as TF Serving's ServerCore manages them.
 
 For every model of the ModelServerConfig the manager polls `base_path` every
-`file_system_poll_wait_seconds`: children whose names are non-negative integers
-and that hold a SavedModel proto are versions; the model's version policy
+`file_system_poll_wait_seconds`: children whose names are non-negative int64
+numbers (`00007` is version 7, loaded from `00007`; a name out of int64's range is
+not a version, as TF Serving's `safe_strto64` rejects it) and that hold a SavedModel
+proto are versions; the model's version policy
 (`latest` N, `all`, `specific`) picks the aspired ones. Aspired versions are
 loaded, warmed up and then made available; versions that are no longer aspired
 are unloaded only once an aspired version is available (TF Serving's
@@ -87,6 +89,8 @@ class _Version:
     state: int = START
     error: errors.ServingError | None = None
     servable: Servable | None = None
+    # The base path's child it is loaded from ("00007" for version 7).
+    dirname: str = ""
     in_flight: int = 0
     failed_loads: int = 0
     next_load_time: float = 0.0
@@ -101,6 +105,8 @@ class _Model:
     version_labels: dict[str, int] = dataclasses.field(default_factory=dict)
     # Last base-path problem logged, so each poll does not repeat it.
     last_scan_problem: str | None = None
+    # Duplicate version directories warned about, likewise.
+    warned_duplicates: set[str] = dataclasses.field(default_factory=set)
 
 
 def servable_id(name: str, version: int) -> str:
@@ -108,8 +114,38 @@ def servable_id(name: str, version: int) -> str:
     return f"{{name: {name} version: {version}}}"
 
 
+# Versions are int64s (ServableId::version): TF Serving ignores a name beyond this.
+MAX_VERSION = 2**63 - 1
+
+
 def _version_from_dirname(name: str) -> int | None:
-    return int(name) if name.isascii() and name.isdigit() else None
+    if not (name.isascii() and name.isdigit()):
+        return None
+    version = int(name)
+    return version if version <= MAX_VERSION else None
+
+
+def versions_by_dirname(children: Sequence[str]) -> tuple[dict[int, str], list[str]]:
+    """Indexes a base path's children by version, as TF Serving's IndexChildrenByVersion.
+
+    Returns:
+        `{version: child it is loaded from}` (names that are not int64 versions are
+        skipped; of two names of one version, `7` and `007`, the last in sorted order
+        wins) and the warnings, TF Serving's, naming each name ignored as a duplicate.
+    """
+    found: dict[int, str] = {}
+    warnings = []
+    for child in sorted(children):
+        version = _version_from_dirname(child)
+        if version is None:
+            continue
+        if version in found:
+            warnings.append(
+                f"Duplicate version directories detected. Version {version} will be loaded "
+                f"from {child}, {found[version]} will be ignored."
+            )
+        found[version] = child
+    return found, warnings
 
 
 def _error_from_exception(error: BaseException) -> errors.ServingError:
@@ -244,8 +280,9 @@ class ServableManager:
             log(problem)
         model.last_scan_problem = problem
 
-    def _aspired_versions(self, name: str, model: _Model) -> set[int] | None:
-        """Versions the policy wants loaded; None when the base path cannot be read."""
+    def _aspired_versions(self, name: str, model: _Model) -> dict[int, str] | None:
+        """Versions the policy wants loaded, each with the child of the base path it is
+        loaded from; None when the base path cannot be read."""
         base_path = model.config.base_path
         try:
             children = os.listdir(base_path)
@@ -257,11 +294,13 @@ class ServableManager:
                 logger.error,
             )
             return None
-        found = set()
-        for child in children:
-            version = _version_from_dirname(child)
-            if version is not None and is_complete_version_dir(os.path.join(base_path, child)):
-                found.add(version)
+        found, duplicates = versions_by_dirname(
+            [child for child in children if is_complete_version_dir(os.path.join(base_path, child))]
+        )
+        for warning in duplicates:
+            if warning not in model.warned_duplicates:
+                logger.warning(warning)
+        model.warned_duplicates = set(duplicates)
         if not found:
             self._log_scan_problem_once(
                 model,
@@ -269,16 +308,18 @@ class ServableManager:
                 "Did you forget to name your leaf directory as a number (eg. '/1/')?",
                 logger.warning,
             )
-            return set()
+            return {}
         self._log_scan_problem_once(model, None, logger.info)
         policy = model.config.model_version_policy
         choice = policy.WhichOneof("policy_choice")
         if choice == "all":
-            return found
-        if choice == "specific":
-            return found & set(policy.specific.versions)
-        num_versions = policy.latest.num_versions if choice == "latest" else 0
-        return set(sorted(found)[-max(num_versions, 1) :])
+            chosen = set(found)
+        elif choice == "specific":
+            chosen = set(found) & set(policy.specific.versions)
+        else:
+            num_versions = policy.latest.num_versions if choice == "latest" else 0
+            chosen = set(sorted(found)[-max(num_versions, 1) :])
+        return {version: found[version] for version in chosen}
 
     def _poll_model(self, name: str, model: _Model) -> None:
         aspired = self._aspired_versions(name, model)
@@ -301,6 +342,7 @@ class ServableManager:
                     not retries_left or time.monotonic() < record.next_load_time
                 ):
                     continue
+                record.dirname = aspired[version]
             self._load(name, model, record)
         with self._lock:
             aspired_available = any(
@@ -308,7 +350,7 @@ class ServableManager:
             )
         # Availability preserving: the old version serves until an aspired one does.
         self._end_versions(
-            name, model, keep=aspired, keep_available=bool(aspired) and not aspired_available
+            name, model, keep=set(aspired), keep_available=bool(aspired) and not aspired_available
         )
 
     def _end_versions(
@@ -340,7 +382,7 @@ class ServableManager:
     # ------------------------------------------------------------ load/unload
 
     def _load(self, name: str, model: _Model, record: _Version) -> None:
-        export_dir = os.path.join(model.config.base_path, str(record.version))
+        export_dir = os.path.join(model.config.base_path, record.dirname)
         with self._lock:
             record.state = LOADING
         logger.info("Loading servable version %s", servable_id(name, record.version))

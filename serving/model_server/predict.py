@@ -9,14 +9,17 @@ served version and signature, outputs as typed proto fields).
 
 import dataclasses
 import logging
+import threading
 import time
 
 import numpy as np
 from tensorflow_serving.apis import predict_pb2
 
 from serving.model_server import errors
+from serving.model_server.batching import CALLER_GONE_MESSAGE, batch_size_of, concatenate_rows
 from serving.model_server.servable import Servable, read_warmup_requests
 from serving.model_server.tensors import (
+    check_input_shape,
     dtype_name,
     ndarray_to_tensor_proto,
     tensor_proto_to_ndarray,
@@ -47,12 +50,14 @@ def prepare_predict(servable: Servable, request: predict_pb2.PredictRequest) -> 
     """Validates a PredictRequest against the servable's SignatureDef.
 
     As in TF Serving, the signature's method_name is not checked (the real server's
-    --enable_signature_method_name_check defaults to false) and neither are input
-    shapes: Session::Run feeds a tensor of any shape and the model decides.
+    --enable_signature_method_name_check defaults to false). Unlike TF Serving, whose
+    Session::Run feeds a tensor of any shape and lets the model decide, an input's shape
+    is checked against the signature's before TensorFlow sees it (`check_input_shape`):
+    a feed of more than `MAX_FEED_RANK` dimensions crashes Python's Session.run.
 
     Raises:
         ServingError: FAILED_PRECONDITION for an unknown signature, INVALID_ARGUMENT
-            for wrong/missing inputs, unparsable tensors, wrong dtypes, bad output
+            for wrong/missing inputs, shapes the signature does not accept, unparsable tensors, wrong dtypes, bad output
             filters and signatures that are not functions (`__saved_model_init_op`).
     """
     signature_name = request.model_spec.signature_name or DEFAULT_SERVING_SIGNATURE_DEF_KEY
@@ -76,6 +81,7 @@ def prepare_predict(servable: Servable, request: predict_pb2.PredictRequest) -> 
                 f"input tensor alias not found in signature: {alias}. Inputs expected to be in "
                 f"the set {{{','.join(signature_inputs)}}}."
             )
+        check_input_shape(alias, request.inputs[alias], signature.inputs[alias])
         inputs[alias] = tensor_proto_to_ndarray(request.inputs[alias], alias)
 
     output_aliases = []
@@ -158,3 +164,78 @@ def run_warmup(servable: Servable, num_request_iterations: int = 1) -> int:
 def check_deadline(deadline: float | None) -> None:
     if deadline is not None and time.monotonic() >= deadline:
         raise errors.deadline_exceeded("Deadline Exceeded")
+
+
+def check_string_sizes(inputs: dict[str, np.ndarray], max_string_bytes: int) -> None:
+    """Refuses, before any run, a request holding a string longer than `max_string_bytes`.
+
+    A model's memory can grow with the square of a string's length: the translator builds
+    [1, T, T] masks over a source's T tokens before cutting it to its positional encodings,
+    and one 1 MiB string asked for 64 GiB.
+
+    Args:
+        inputs: decoded inputs by alias.
+        max_string_bytes: longest string accepted; <= 0 accepts any.
+
+    Raises:
+        ServingError: INVALID_ARGUMENT naming the input, the string's size and the limit.
+    """
+    if max_string_bytes <= 0:
+        return
+    for alias, array in inputs.items():
+        if array.dtype != object or not array.size:
+            continue
+        longest = max(map(len, array.reshape(-1)))
+        if longest > max_string_bytes:
+            raise errors.invalid_argument(
+                f"input tensor {alias} holds a string of {longest} bytes, more than the "
+                f"{max_string_bytes} this server accepts (--max_input_string_bytes)"
+            )
+
+
+def run_in_pieces(
+    servable: Servable,
+    prepared: PreparedPredict,
+    max_rows_per_run: int,
+    deadline: float | None = None,
+    caller_gone: threading.Event | None = None,
+) -> dict[str, np.ndarray]:
+    """Runs a request as runs of at most `max_rows_per_run` rows, stopping between them once
+    its deadline has passed or its caller has gone.
+
+    A Session run's deadline (`RunOptions.timeout_in_ms`) stops it between operations, not
+    inside one and not while TensorFlow prepares a run it has not made before: the first
+    3,000-sentence call in a fresh process answered DEADLINE_EXCEEDED 22 s past a 2 s
+    deadline. A client's cancellation does not reach a run at all, and a run's memory follows
+    its rows. Pieces bound all three, as batching's `max_execution_batch_size` does. Their outputs are joined along dimension 0
+    (`batching.concatenate_rows`), which assumes rows are independent, as batching does.
+
+    Args:
+        servable: the version to run.
+        prepared: the validated request.
+        max_rows_per_run: rows per run; <= 0 runs the request whole (TF Serving's way), and so
+            does a request whose inputs have no common 0th dimension.
+        deadline: `time.monotonic()` value; each run is aborted at it too.
+        caller_gone: set once nobody waits for the answer any more.
+
+    Raises:
+        ServingError: DEADLINE_EXCEEDED, CANCELLED (the caller went away between pieces), or
+            what a run raised.
+    """
+    inputs = prepared.inputs
+    try:
+        rows = batch_size_of(inputs)
+    except errors.ServingError:  # A scalar input, or inputs of different lengths.
+        rows = 0
+    if max_rows_per_run <= 0 or rows <= max_rows_per_run:
+        return servable.run(prepared.signature_name, inputs, prepared.output_aliases, deadline)
+    parts = []
+    for start in range(0, rows, max_rows_per_run):
+        check_deadline(deadline)
+        if caller_gone is not None and caller_gone.is_set():
+            raise errors.cancelled(CALLER_GONE_MESSAGE)
+        piece = {alias: array[start : start + max_rows_per_run] for alias, array in inputs.items()}
+        parts.append(
+            servable.run(prepared.signature_name, piece, prepared.output_aliases, deadline)
+        )
+    return concatenate_rows(parts)

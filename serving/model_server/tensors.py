@@ -14,6 +14,7 @@ import numpy as np
 import psutil
 import tensorflow as tf
 from tensorflow.core.framework import tensor_pb2, tensor_shape_pb2, types_pb2
+from tensorflow.core.protobuf import meta_graph_pb2
 
 from serving.model_server import errors
 
@@ -61,6 +62,47 @@ _FIELD_FOR_DATATYPE = {
     types_pb2.DT_UINT64: ("uint64_val", np.uint64),
     types_pb2.DT_BOOL: ("bool_val", np.bool_),
 }
+
+
+# Most dimensions a fed tensor may have: TensorFlow's Python binding converts a feed with
+# numpy's former NPY_MAXDIMS of 32, and a feed of 33 or more dimensions crashes the process
+# (SIGSEGV) inside Session.run, whatever the signature declares.
+MAX_FEED_RANK = 32
+
+
+def _shape_text(sizes) -> str:
+    """TensorShape::DebugString style: [2,?,3]."""
+    return "[" + ",".join("?" if size < 0 else str(size) for size in sizes) + "]"
+
+
+def check_input_shape(
+    alias: str, proto: tensor_pb2.TensorProto, signature_input: meta_graph_pb2.TensorInfo
+) -> None:
+    """Refuses, before anything is decoded, an input shape the signature does not accept.
+
+    The signature's TensorInfo shape is the contract: its rank, when known, and each of its
+    dimensions of known size must match; at most `MAX_FEED_RANK` dimensions in any case.
+
+    Raises:
+        ServingError: INVALID_ARGUMENT naming the input, its shape and the accepted one.
+    """
+    sizes = [dim.size for dim in proto.tensor_shape.dim]
+    if len(sizes) > MAX_FEED_RANK:
+        raise errors.invalid_argument(
+            f"input tensor {alias} has {len(sizes)} dimensions; at most {MAX_FEED_RANK} "
+            "are supported"
+        )
+    declared = signature_input.tensor_shape
+    if declared.unknown_rank:
+        return
+    expected = [dim.size for dim in declared.dim]
+    if len(sizes) != len(expected) or any(
+        want >= 0 and got != want for got, want in zip(sizes, expected)
+    ):
+        raise errors.invalid_argument(
+            f"input tensor {alias} has shape {_shape_text(sizes)}, which the signature does "
+            f"not accept: it expects {_shape_text(expected)}"
+        )
 
 
 def tensor_proto_to_ndarray(proto: tensor_pb2.TensorProto, alias: str) -> np.ndarray:

@@ -1,0 +1,373 @@
+"""The model server against hostile requests and odd deployments (issue 46).
+
+Most tests run `python -m serving.server` (tests/serving_fixtures.py `ServerProcess`), as the
+defects they guard killed, hung or poisoned the process itself: a tensor of rank 33 crashed
+it, SIGTERM did not stop it in its grace period, and version directories the server misread
+left its status APIs failing for good. Requests use the official TF Serving stubs over gRPC
+and raw sockets over HTTP, on 127.0.0.1 only. The runs of a request in pieces
+(`predict.run_in_pieces`) are checked on a real loaded toy version, in this process.
+"""
+
+import json
+import os
+import shutil
+import signal
+import socket
+import threading
+import time
+
+import grpc
+import numpy as np
+import pytest
+import tensorflow as tf
+from google.protobuf import text_format
+from tensorflow_serving.apis import (
+    get_model_status_pb2,
+    model_service_pb2_grpc,
+    prediction_log_pb2,
+    prediction_service_pb2_grpc,
+)
+from tensorflow_serving.config import model_server_config_pb2
+
+from common.serving_contract import ALIGNMENTS_SIGNATURE, TEXT_INPUT, WARMUP_PATH
+from serving.model_server.errors import ServingError
+from serving.model_server.predict import prepare_predict, run_in_pieces
+from serving.model_server.servable import load_servable
+from serving.model_server.server import EXIT_MARGIN_SECONDS, ServerOptions
+from serving.model_server.tensors import MAX_FEED_RANK
+from tests.serving_fixtures import (
+    ENDLESS_STEPS,
+    MODEL_NAME,
+    ServerProcess,
+    cpu_seconds_during,
+    expected_greedy,
+    install_version,
+    loop_model_base,
+    loop_request,
+    texts_request,
+    wait_for,
+)
+
+
+def http_request(port: int, method: str, path: str, body: bytes = b"") -> tuple[int, dict]:
+    """(status, JSON body) of one HTTP/1.1 request sent over a raw socket."""
+    with socket.create_connection(("127.0.0.1", port), timeout=60) as connection:
+        connection.sendall(
+            f"{method} {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+            + body
+        )
+        chunks = []
+        while chunk := connection.recv(65536):
+            chunks.append(chunk)
+    head, _, payload = b"".join(chunks).partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1."), f"not an HTTP response: {head[:200]!r}"
+    return int(head.split()[1]), json.loads(payload)
+
+
+def stubs(server: ServerProcess):
+    channel = grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}")
+    return (
+        prediction_service_pb2_grpc.PredictionServiceStub(channel),
+        model_service_pb2_grpc.ModelServiceStub(channel),
+    )
+
+
+def nested(value, levels: int):
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
+def assert_still_serving(server: ServerProcess, predict, version: int) -> None:
+    assert server.process.poll() is None, server.output()[-3000:]
+    response = predict.Predict(texts_request(["still up"]), timeout=60)
+    assert tf.make_ndarray(response.outputs["translation"]).tolist() == [
+        expected_greedy("still up", version).encode()
+    ]
+    status, body = http_request(
+        server.rest_port,
+        "POST",
+        f"/v1/models/{MODEL_NAME}:predict",
+        json.dumps({"instances": ["still up"]}).encode(),
+    )
+    assert (status, body["predictions"][0]["translation"]) == (
+        200,
+        expected_greedy("still up", version),
+    )
+
+
+def test_inputs_the_server_does_not_accept_are_refused_before_any_run_and_it_lives(
+    exports, tmp_path
+):
+    """A tensor of rank 33 or more, over gRPC or REST, crashed the process (SIGSEGV inside
+    Session.run's feed conversion); ranks 2 to 32 reached the model. Every shape the
+    signature ([-1] strings) does not accept is now INVALID_ARGUMENT / 400 before TensorFlow
+    sees it, and so is a string over --max_input_string_bytes (one 50 MB string grew the
+    server by gigabytes); the server keeps serving."""
+    base_path = str(tmp_path / MODEL_NAME)
+    install_version(exports, base_path, 1)
+    with ServerProcess(
+        [f"--model_name={MODEL_NAME}", f"--model_base_path={base_path}"], rest=True
+    ) as server:
+        predict, _ = stubs(server)
+        for rank in (MAX_FEED_RANK + 1, 40, 2, MAX_FEED_RANK):
+            request = texts_request([])
+            request.inputs[TEXT_INPUT].CopyFrom(
+                tf.make_tensor_proto(np.array(b"hola", dtype=object).reshape((1,) * rank))
+            )
+            try:
+                predict.Predict(request, timeout=60)
+                raise AssertionError(f"a tensor of rank {rank} was accepted")
+            except grpc.RpcError as error:
+                assert error.code() == grpc.StatusCode.INVALID_ARGUMENT, (rank, error)
+                assert f"input tensor {TEXT_INPUT} has" in error.details()
+            # The outer list of "instances" is the batch dimension: `rank` levels in all.
+            status, body = http_request(
+                server.rest_port,
+                "POST",
+                f"/v1/models/{MODEL_NAME}:predict",
+                json.dumps({"instances": nested("hola", rank)}).encode(),
+            )
+            assert status == 400 and f"input tensor {TEXT_INPUT} has" in body["error"], body
+            assert_still_serving(server, predict, version=1)
+        request = texts_request([])
+        request.inputs[TEXT_INPUT].CopyFrom(tf.make_tensor_proto(np.array([[b"a", b"b"]] * 2)))
+        error_details = None
+        try:
+            predict.Predict(request, timeout=60)
+        except grpc.RpcError as error:
+            error_details = error.details()
+        assert error_details == (
+            f"input tensor {TEXT_INPUT} has shape [2,2], which the signature does not accept: "
+            "it expects [?]"
+        )
+
+        longest = ServerOptions().max_input_string_bytes
+        for text, refused in (("x" * longest, False), ("x" * (longest + 1), True)):
+            status, body = http_request(
+                server.rest_port,
+                "POST",
+                f"/v1/models/{MODEL_NAME}:predict",
+                json.dumps({"instances": ["short", text]}).encode(),
+            )
+            assert status == (400 if refused else 200), body
+            if refused:
+                assert body["error"] == (
+                    f"input tensor {TEXT_INPUT} holds a string of {longest + 1} bytes, more "
+                    f"than the {longest} this server accepts (--max_input_string_bytes)"
+                )
+                try:
+                    predict.Predict(texts_request([text]), timeout=60)
+                    raise AssertionError("a string over the limit was accepted")
+                except grpc.RpcError as error:
+                    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert_still_serving(server, predict, version=1)
+
+
+def test_version_directories_are_read_as_tf_serving_reads_them(exports, tmp_path):
+    """`99999999999999999999` is not an int64 version: it loaded, took over serving and left
+    GetModelStatus INTERNAL and the readiness probe 500 for good; TF Serving ignores it.
+    `00007` is version 7 and loads from `00007`: it was loaded from `7`, which failed."""
+    base_path = str(tmp_path / MODEL_NAME)
+    install_version(exports, base_path, 1, as_version="00007")
+    install_version(exports, base_path, 2, as_version="99999999999999999999")
+    with ServerProcess(
+        [f"--model_name={MODEL_NAME}", f"--model_base_path={base_path}"], rest=True
+    ) as server:
+        predict, models = stubs(server)
+        rows = models.GetModelStatus(
+            get_model_status_pb2.GetModelStatusRequest(model_spec={"name": MODEL_NAME}),
+            timeout=60,
+        ).model_version_status
+        assert [(row.version, row.state, row.status.error_code) for row in rows] == [
+            (7, get_model_status_pb2.ModelVersionStatus.AVAILABLE, 0)
+        ]
+        assert http_request(server.rest_port, "GET", f"/v1/models/{MODEL_NAME}") == (
+            200,
+            {
+                "model_version_status": [
+                    {
+                        "version": "7",
+                        "state": "AVAILABLE",
+                        "status": {"error_code": "OK", "error_message": ""},
+                    }
+                ]
+            },
+        )
+        assert_still_serving(server, predict, version=1)
+        assert f"{base_path}/00007" in server.output()
+
+
+# ------------------------------------------------------------------ runs in pieces
+
+
+@pytest.fixture(scope="module")
+def toy_version(exports):
+    return load_servable(MODEL_NAME, 1, exports[1])
+
+
+class CountedRuns:
+    """A loaded version whose runs are counted; `after_run(count)` is called after each."""
+
+    def __init__(self, servable, after_run=lambda count: None):
+        self._servable, self._after_run, self.count = servable, after_run, 0
+
+    def run(self, *args, **kwargs):
+        outputs = self._servable.run(*args, **kwargs)
+        self.count += 1
+        self._after_run(self.count)
+        return outputs
+
+
+SENTENCES = ["a", "uno dos tres cuatro", "x y", "", "el gato se sentó en la alfombra roja"]
+
+
+def test_a_request_run_in_pieces_answers_what_it_answers_whole(toy_version):
+    request = texts_request(SENTENCES, signature_name=ALIGNMENTS_SIGNATURE)
+    prepared = prepare_predict(toy_version, request)
+    whole = run_in_pieces(toy_version, prepared, max_rows_per_run=0)
+    counted = CountedRuns(toy_version)
+    pieces = run_in_pieces(counted, prepared, max_rows_per_run=2)
+    assert counted.count == 3
+    assert sorted(pieces) == sorted(whole)
+    for alias, array in whole.items():
+        np.testing.assert_array_equal(pieces[alias], array, err_msg=alias)
+
+
+def test_a_request_stops_between_its_pieces_at_its_deadline(toy_version):
+    """The first 3,000-sentence call in a fresh process ran 22 s past its 2 s deadline in one
+    run (a run's timeout does not stop TensorFlow's preparation of it); pieces stop at it."""
+    prepared = prepare_predict(toy_version, texts_request(SENTENCES))
+    deadline = time.monotonic() + 5
+
+    def let_the_deadline_pass(count):
+        if count == 2:
+            while time.monotonic() < deadline:
+                threading.Event().wait(deadline - time.monotonic())
+
+    counted = CountedRuns(toy_version, let_the_deadline_pass)
+    with pytest.raises(ServingError) as error:
+        run_in_pieces(counted, prepared, max_rows_per_run=1, deadline=deadline)
+    assert error.value.code == grpc.StatusCode.DEADLINE_EXCEEDED
+    # Fewer than 2 only if this machine took 5 s over the first runs of a few words.
+    assert counted.count <= 2
+
+
+def test_a_request_whose_caller_has_gone_stops_between_its_pieces(toy_version):
+    prepared = prepare_predict(toy_version, texts_request(SENTENCES))
+    caller_gone = threading.Event()
+    counted = CountedRuns(toy_version, lambda count: count == 2 and caller_gone.set())
+    with pytest.raises(ServingError) as error:
+        run_in_pieces(counted, prepared, max_rows_per_run=1, caller_gone=caller_gone)
+    assert error.value.code == grpc.StatusCode.CANCELLED
+    assert counted.count == 2
+
+
+# --------------------------------------------------------------------------- SIGTERM
+
+
+def write_endless_warmup(version_dir: str) -> None:
+    """A warmup file whose one request runs the loop model for good: the version's load
+    never ends on its own."""
+    os.makedirs(os.path.dirname(os.path.join(version_dir, WARMUP_PATH)), exist_ok=True)
+    log = prediction_log_pb2.PredictionLog()
+    log.predict_log.request.CopyFrom(loop_request(ENDLESS_STEPS))
+    with tf.io.TFRecordWriter(os.path.join(version_dir, WARMUP_PATH)) as writer:
+        writer.write(log.SerializeToString())
+
+
+@pytest.mark.parametrize("busy_with", ["nothing", "an endless call", "an endless load"])
+def test_sigterm_ends_the_process_within_its_grace_period(tmp_path, busy_with):
+    """With --shutdown_grace_seconds=3 the server exited 30 to 58 s after SIGTERM with a long
+    call in flight, 6.5 to 11 s with nothing to do (the interpreter's teardown), and never while
+    a version was loading. It now exits at the latest a margin after the grace period; the
+    bound allows a busy machine a few seconds more, and an endless call or load never ends."""
+    grace_seconds = 2
+    base_path = loop_model_base(tmp_path)
+    poll_seconds = 0.2 if busy_with == "an endless load" else 0
+    with ServerProcess(
+        [
+            "--model_name=loop",
+            f"--model_base_path={base_path}",
+            f"--file_system_poll_wait_seconds={poll_seconds}",
+            f"--shutdown_grace_seconds={grace_seconds}",
+        ]
+    ) as server:
+        predict, _ = stubs(server)
+        if busy_with == "an endless call":
+            call = predict.Predict.future(loop_request(ENDLESS_STEPS))
+            wait_for(
+                lambda: cpu_seconds_during(server.process.pid, 0.3) > 0.1,
+                "the server to run the endless call",
+            )
+        elif busy_with == "an endless load":
+            staging = os.path.join(tmp_path, "staging")
+            shutil.copytree(os.path.join(base_path, "1"), staging)
+            write_endless_warmup(staging)
+            os.rename(staging, os.path.join(base_path, "2"))
+            wait_for(
+                lambda: "Loading servable version {name: loop version: 2}" in server.output(),
+                "the server to load version 2",
+            )
+        signalled = time.monotonic()
+        server.process.send_signal(signal.SIGTERM)
+        assert server.process.wait(timeout=120) == 0
+        exit_seconds = time.monotonic() - signalled
+        output = server.output()
+    assert exit_seconds < grace_seconds + EXIT_MARGIN_SECONDS + 3, (exit_seconds, output[-3000:])
+    if busy_with == "an endless call":
+        assert call.exception(timeout=30).code() in (
+            grpc.StatusCode.CANCELLED,
+            grpc.StatusCode.UNAVAILABLE,
+        )
+    assert "Received signal 15" in output
+
+
+# ---------------------------------------------------------------- version directories
+
+
+def test_versions_in_one_directory_load_and_unload_independently(exports, tmp_path):
+    """Two version directories that resolve to one export (symlinks): TF Serving loads each
+    version on its own (FileSystemStoragePathSource keeps no record of where a path leads),
+    so unloading one must leave the other serving; the hostile round saw 359 good requests
+    fail "Could not find variable" when one was unloaded."""
+    export_dir = install_version(exports, str(tmp_path / "export"), 1)
+    base_path = tmp_path / MODEL_NAME
+    base_path.mkdir()
+    config_file = tmp_path / "models.config"
+    config = model_server_config_pb2.ModelServerConfig()
+    model = config.model_config_list.config.add(
+        name=MODEL_NAME, base_path=str(base_path), model_platform="tensorflow"
+    )
+    model.model_version_policy.all.SetInParent()
+    config_file.write_text(text_format.MessageToString(config))
+    for version in (1, 2):
+        os.symlink(export_dir, base_path / str(version))
+    with ServerProcess(
+        [f"--model_config_file={config_file}", "--file_system_poll_wait_seconds=0.2"]
+    ) as server:
+        predict, models = stubs(server)
+
+        def states():
+            rows = models.GetModelStatus(
+                get_model_status_pb2.GetModelStatusRequest(model_spec={"name": MODEL_NAME}),
+                timeout=60,
+            ).model_version_status
+            return {
+                row.version: get_model_status_pb2.ModelVersionStatus.State.Name(row.state)
+                for row in rows
+            }
+
+        wait_for(lambda: states() == {1: "AVAILABLE", 2: "AVAILABLE"}, "both versions")
+        for gone, kept in ((1, 2), (2, 1)):
+            (base_path / str(gone)).unlink()
+            wait_for(lambda: states()[gone] == "END", f"version {gone} to unload")
+            for _ in range(20):
+                response = predict.Predict(texts_request(["sigue"], version=kept), timeout=60)
+                assert tf.make_ndarray(response.outputs["translation"]).tolist() == [
+                    expected_greedy("sigue", 1).encode()
+                ]
+            os.symlink(export_dir, base_path / str(gone))
+            wait_for(lambda: states()[gone] == "AVAILABLE", f"version {gone} to load again")
+        assert "Could not find variable" not in server.output()
