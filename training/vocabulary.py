@@ -45,6 +45,7 @@ from model.tokenizer import (
     read_tokenizer_config,
 )
 from training.corpus import corpus_source_spelling
+from training.mixture import mixture_source_spelling, names_corpora, parse_data
 
 logger = logging.getLogger(__name__)
 
@@ -154,6 +155,7 @@ def build_tokenizers(
     restore_accents=False,
     restore_case=False,
     restore_names=False,
+    name_sources=None,
 ):
     """Learns (or reloads) the source and target tokenizers.
 
@@ -189,6 +191,9 @@ def build_tokenizers(
         restore_names: bool, names typed in today's spelling are read in the 1909 Bible's
             ("Belén" → "Bethlehem"; `model.spelling.name_table`, written to `names.tsv`). Only
             with `source_spelling` "modern", the 1909 corpus.
+        name_sources: the sources the names table is learned from (the 1909 Bible's, in a run
+            that mixes it with other corpora: `training.mixture.names_corpora`); None: every
+            source of `pairs`.
 
     Returns:
         `(source_tokenizer, target_tokenizer)`, the same object twice when `shared`.
@@ -253,16 +258,30 @@ def build_tokenizers(
         logger.info("Learned %d pieces.", tokenizer.vocab_size)
     if placeholders:
         write_known_words(out_dir, [source for source, _ in pairs])
-    write_restoration_tables(out_dir, sources, restore_accents, restore_case, restore_names)
+    write_restoration_tables(
+        out_dir, sources, restore_accents, restore_case, restore_names, name_sources
+    )
     # The config goes last: a directory with a config always holds every vocabulary it names.
     _write_config(out_dir, config)
     return load_tokenizers(out_dir)
 
 
-def build_run_tokenizers(pairs, config, out_dir):
-    """`build_tokenizers` with a training config's settings (a `TrainConfig` or its dict); the
-    source spelling is the one the config's corpus records (`corpus_source_spelling`)."""
+def build_run_tokenizers(pairs_by_corpus, config, out_dir):
+    """`build_tokenizers` with a training config's settings (a `TrainConfig` or its dict), learned
+    from `pairs_by_corpus` (`{corpus name: training pairs}` of the config's corpora,
+    `training.mixture.load_splits`): every corpus's pairs for the vocabulary and the accent and
+    case tables, the 1909 Bible's for the names table; the source spelling is the one the
+    corpora record (`training.mixture.mixture_source_spelling`)."""
     settings = config if isinstance(config, dict) else vars(config)
+    corpora = parse_data(settings["data"])
+    pairs = [pair for corpus in corpora for pair in pairs_by_corpus[corpus.name]]
+    name_sources = [
+        source
+        for corpus in names_corpora(corpora)
+        for source in _sources_as_seen(
+            pairs_by_corpus[corpus.name], settings.get("source_casing", "keep")
+        )
+    ]
     return build_tokenizers(
         pairs,
         settings["vocab_size"],
@@ -271,24 +290,29 @@ def build_run_tokenizers(pairs, config, out_dir):
         shared=settings["shared_vocab"],
         lower_case=settings["lower_case"],
         model_type=settings["subword_model"],
-        source_spelling=corpus_source_spelling(settings["data"]),
+        source_spelling=mixture_source_spelling(corpora),
         source_casing=settings.get("source_casing", "keep"),
         placeholders=settings.get("placeholders", False),
         restore_accents=settings.get("restore_accents", False),
         restore_case=settings.get("restore_case", False),
         restore_names=settings.get("restore_names", False),
+        name_sources=name_sources if len(corpora) > 1 else None,
     )
 
 
-def write_restoration_tables(directory, sources, accents=True, cases=True, names=False):
+def write_restoration_tables(
+    directory, sources, accents=True, cases=True, names=False, name_sources=None
+):
     """Writes the `model.restoration` tables asked for, learned from `sources` (the training
-    sources as the source tokenizer sees them, after its case normalization)."""
+    sources as the source tokenizer sees them, after its case normalization); the names table
+    from `name_sources` instead when given (its forms never words of `sources`)."""
     if accents:
         write_table(os.path.join(directory, ACCENTS_FILE), accent_table(sources))
     if cases:
         write_table(os.path.join(directory, CASES_FILE), case_table(sources))
     if names:
-        write_table(os.path.join(directory, NAMES_FILE), name_table(sources))
+        table = name_table(sources) if name_sources is None else name_table(name_sources, sources)
+        write_table(os.path.join(directory, NAMES_FILE), table)
 
 
 def add_restoration(tokenizer_dir, pairs):
