@@ -542,9 +542,9 @@ def train(config, run_dir, resume=False, preset=None):
     strategy = make_strategy(config.distribution)
     logger.info("%s: %d replica(s) in sync", type(strategy).__name__, strategy.num_replicas_in_sync)
     is_chief, task_id = worker_identity(strategy)
-    check_run_directory(run_dir, config, resume)
     if config.init_from:
         check_init_from(config, run_dir)
+    check_run_directory(run_dir, config, resume)
     out = RunDirectory(run_dir, is_chief, task_id)
     set_precision(config)
     keras.utils.set_random_seed(config.seed)
