@@ -1,6 +1,7 @@
 """Several corpora in one run (training/mixture.py): the data spec, mixing by weight, what each
 corpus's preprocessing is, dev BLEU and evaluation per corpus."""
 
+import filecmp
 import json
 import math
 import os
@@ -17,6 +18,7 @@ from training.mixture import Corpus, parse_data
 from training.toy_corpus import ES_EN_OFFICE, write_corpus
 from training.train import TrainingError, main, make_train_dataset, prepare_examples, train
 from training.vocabulary import build_run_tokenizers
+from training.vocabulary import main as vocabulary_main
 
 
 @pytest.fixture(scope="module")
@@ -251,6 +253,15 @@ def test_the_bible_tables_come_from_the_bible_side_only(tmp_path):
     assert "filip" not in names
     accents = (tmp_path / "tokenizer" / "accents.tsv").read_text()
     assert "configuracion\tconfiguración" in accents
+
+    # Tables added after training (`make pretrained-mixed`) follow the same rule.
+    plain = resolve_config("tiny", overrides={"data": config.data})
+    build_run_tokenizers(splits, plain, str(tmp_path / "added"))
+    vocabulary_main(
+        ["--data", config.data, "--out_dir", str(tmp_path / "added"), "--add_restoration"]
+    )
+    for table in ("names.tsv", "accents.tsv"):
+        assert filecmp.cmp(tmp_path / "tokenizer" / table, tmp_path / "added" / table), table
 
 
 def test_modernizing_leaves_text_in_todays_spelling_as_it_is():
