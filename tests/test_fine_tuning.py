@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tests.training_cli import train_tiny
 from training import artifacts
 from training.config import resolve_config
 from training.evaluate import evaluate
@@ -35,18 +36,13 @@ def house_run(domains, tmp_path_factory):
     vocabulary holds the office words (as a large run's vocabulary holds a user's) but the model
     barely knows them. `dff` 96 is not the tiny preset's, so fine-tuning must take it from here."""
     house, office_seed, _ = domains
-    run_dir = str(tmp_path_factory.mktemp("runs") / "house")
-    config = resolve_config(
-        "tiny",
-        overrides={
-            "data": f"{house}:1,{office_seed}:0.05",
-            "train_steps": 160,
-            "checkpoint_every": 80,
-            "dff": 96,
-        },
+    return train_tiny(
+        str(tmp_path_factory.mktemp("runs") / "house"),
+        data=f"{house}:1,{office_seed}:0.05",
+        train_steps=160,
+        checkpoint_every=80,
+        dff=96,
     )
-    train(config, run_dir, preset="tiny")
-    return run_dir
 
 
 def fine_tune_config(run_dir, **overrides):
@@ -108,7 +104,11 @@ def test_resume_continues_the_fine_tuning_run_itself(house_run, domains, tmp_pat
     run_dir = str(tmp_path / "resumed")
     args = ["--preset", "tiny", "--data", office, "--init_from", house_run, "--run_dir", run_dir]
     assert main([*args, "--train_steps", "10", "--checkpoint_every", "10"]) == 0
+    first = os.path.join(run_dir, "checkpoints", "ckpt-10.index")
+    written = os.stat(first).st_mtime_ns
     assert main([*args, "--train_steps", "20", "--checkpoint_every", "10", "--resume"]) == 0
+    # Continued from its own step 10, not started again from the run it fine-tunes.
+    assert os.stat(first).st_mtime_ns == written
     state = tf.train.get_checkpoint_state(os.path.join(run_dir, "checkpoints"))
     assert [artifacts.checkpoint_step(p) for p in state.all_model_checkpoint_paths] == [10, 20]
     # The dff of the run it started from (96), not the tiny preset's (64).

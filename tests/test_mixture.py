@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from model.spelling import MODERN, modernize, modernize_graph
+from tests.training_cli import train_tiny
 from training import artifacts
 from training.config import resolve_config
 from training.curves import read_scalars
@@ -140,18 +141,13 @@ def test_mixing_draws_each_corpus_at_its_normalized_weight(two_corpora, source_n
 def mixed_run(two_corpora, tmp_path_factory):
     """A tiny run on both toy corpora (house:1, office:1) with dev BLEU per corpus."""
     house, office = two_corpora
-    run_dir = str(tmp_path_factory.mktemp("runs") / "mixed")
-    config = resolve_config(
-        "tiny",
-        overrides={
-            "data": f"{house}:1,{office}:1",
-            "train_steps": 40,
-            "checkpoint_every": 20,
-            "dev_bleu_sentences": 12,
-        },
+    return train_tiny(
+        str(tmp_path_factory.mktemp("runs") / "mixed"),
+        data=f"{house}:1,{office}:1",
+        train_steps=40,
+        checkpoint_every=20,
+        dev_bleu_sentences=12,
     )
-    train(config, run_dir, preset="tiny")
-    return run_dir
 
 
 def test_dev_bleu_is_written_per_corpus_and_the_best_follows_their_mean(mixed_run, tmp_path):

@@ -527,7 +527,10 @@ def prepare_run(config, preset, out):
     train_examples, dev_examples = (
         {
             corpus.name: prepare_examples(
-                splits[corpus.name], *tokenizers, config, f"{split} ({corpus.name})"
+                splits[corpus.name],
+                *tokenizers,
+                config,
+                split if len(corpora) == 1 else f"{corpus.name} {split}",
             )
             for corpus in corpora
         }
