@@ -281,3 +281,18 @@ def test_a_spec_with_names_and_no_bible_is_refused(two_corpora, tmp_path):
     )
     with pytest.raises((TrainingError, ValueError), match="restore_names reads today's spelling"):
         train(config, str(tmp_path / "run"))
+
+
+def test_a_mixed_noised_run_resumes_exactly(two_corpora, tmp_path):
+    """20 steps + resume to 40 = 40 uninterrupted steps on two corpora tokenized in tf.data:
+    the weighted draws are part of the checkpointed data position."""
+    house, office = two_corpora
+    settings = dict(data=f"{house}:1,{office}:3", source_noise=0.3, checkpoint_every=20)
+    straight, interrupted = str(tmp_path / "straight"), str(tmp_path / "interrupted")
+    train_tiny(straight, train_steps=40, **settings)
+    train_tiny(interrupted, train_steps=20, **settings)
+    train(resolve_config("tiny", overrides={**settings, "train_steps": 40}), interrupted, True)
+    expected, *_ = artifacts.load_trained(straight)
+    resumed, *_ = artifacts.load_trained(interrupted)
+    for want, got in zip(expected.weights, resumed.weights, strict=True):
+        np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5, atol=1e-6)

@@ -270,11 +270,16 @@ def build_tokenizers(
 def build_run_tokenizers(pairs_by_corpus, config, out_dir):
     """`build_tokenizers` with a training config's settings (a `TrainConfig` or its dict), learned
     from `pairs_by_corpus` (`{corpus name: training pairs}` of the config's corpora,
-    `training.mixture.load_splits`): every corpus's pairs for the vocabulary and the accent and
-    case tables, the 1909 Bible's for the names table; the source spelling is the one the
-    corpora record (`training.mixture.mixture_source_spelling`)."""
+    `training.mixture.load_splits`; for a config of one corpus, its pairs will do): every
+    corpus's pairs for the vocabulary and the accent and case tables, the 1909 Bible's for the
+    names table; the source spelling is the one the corpora record
+    (`training.mixture.mixture_source_spelling`)."""
     settings = config if isinstance(config, dict) else vars(config)
     corpora = parse_data(settings["data"])
+    if not isinstance(pairs_by_corpus, dict):
+        if len(corpora) > 1:
+            raise ValueError(f"the pairs of {settings['data']!r} are needed corpus by corpus")
+        pairs_by_corpus = {corpora[0].name: pairs_by_corpus}
     pairs = [pair for corpus in corpora for pair in pairs_by_corpus[corpus.name]]
     name_sources = [
         source
