@@ -174,16 +174,21 @@ def _modern_name(name):
     return name.replace("th", "t").replace("Th", "T").replace("ph", "f").replace("Ph", "F")
 
 
-def name_table(texts):
+def _word_counts(texts):
+    return collections.Counter(
+        word for text in texts for word in WORD.findall(unicodedata.normalize("NFC", text))
+    )
+
+
+def name_table(texts, other_texts=()):
     """`{typed form: name}` in lowercase, learned from the 1909-spelled `texts` (the training
     sources): each name there (a capitalized word) with "th" or "ph" under its modern form
     ("betania" → "bethania"), and each of `IRREGULAR_NAMES` whose 1909 form is there; each modern
     form also without its accents ("belen"). A form whose accent-free key is that of a word of
-    `texts` is left out, so no word the model was trained on changes."""
-    words = collections.Counter(
-        word for text in texts for word in WORD.findall(unicodedata.normalize("NFC", text))
-    )
-    keys = {strip_accents(word.lower()) for word in words}
+    `texts` or of `other_texts` (the training sources of the other corpora of a run that mixes
+    several, `training.mixture`) is left out, so no word the model was trained on changes."""
+    words = _word_counts(texts)
+    keys = {strip_accents(word.lower()) for word in words | _word_counts(other_texts)}
     pairs = [
         (_modern_name(word), word)
         for word in words

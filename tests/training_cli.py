@@ -1,4 +1,5 @@
-"""`python -m training.train` run as a user runs it: a subprocess from the repository root."""
+"""`python -m training.train` run as a user runs it: a subprocess from the repository root; and
+a tiny run in this process."""
 
 import os
 import subprocess
@@ -28,3 +29,13 @@ def run_training_cli(*args, env=None, **kwargs):
         text=True,
         **kwargs,
     )
+
+
+def train_tiny(run_dir, **overrides):
+    """Trains the tiny preset with `overrides` (`data` among them) into `run_dir`, in this
+    process; returns `run_dir`."""
+    from training.config import resolve_config
+    from training.train import train
+
+    train(resolve_config("tiny", overrides=overrides), run_dir, preset="tiny")
+    return run_dir

@@ -6,6 +6,7 @@ import json
 import logging
 
 from common.flags import parse_bool
+from training.mixture import parse_data
 from training.noise import DEFAULT_NOISE_KINDS, parse_kinds
 
 logger = logging.getLogger(__name__)
@@ -21,7 +22,9 @@ class TrainConfig:
     """Every setting of a training run; `config.json` in the run directory records them all."""
 
     # Data and vocabulary.
-    data: str = "bible"  # bible | DIR with train/dev/test.tsv | FILE.tsv | tfds:NAME
+    # bible | DIR with train/dev/test.tsv | FILE.tsv | tfds:NAME, or several mixed by weight,
+    # CORPUS:WEIGHT,CORPUS:WEIGHT (training.mixture).
+    data: str = "bible"
     tfds_data_dir: str = ""  # TFDS data directory for tfds:NAME ("": TFDS's, ~/tensorflow_datasets)
     tokenizer: str = "sentencepiece"  # sentencepiece | wordpiece (model/tokenizer.py)
     subword_model: str = "unigram"  # SentencePiece's unigram | bpe
@@ -75,6 +78,10 @@ class TrainConfig:
     # §3.4: the output projection uses the target embedding matrix (and, with shared_vocab, the
     # source embedding is that matrix too); false gives each its own matrix.
     tie_embeddings: bool = True
+    # Fine-tuning: a trained run directory whose weights (those training.evaluate would use,
+    # `training.artifacts.select_weights`), tokenizer and vocabulary this run starts from, with a
+    # fresh optimizer and schedule. "": from scratch.
+    init_from: str = ""
     # Optimization.
     train_steps: int = 100_000
     # Wall-clock budget of the training loop (dev evaluations included, setup not); the run ends
@@ -253,15 +260,16 @@ def add_config_arguments(parser):
         )
 
 
-def resolve_config(preset, config_file=None, overrides=None):
-    """preset values < config file (JSON) < command-line overrides.
+def resolve_config(preset, config_file=None, overrides=None, inherited=None):
+    """preset values < `inherited` (a fine-tuning run's settings of the run it starts from) <
+    config file (JSON) < command-line overrides.
 
     Raises:
         ValueError: an unknown preset, an unknown key in the config file, or a bad value.
     """
     if preset not in PRESETS:
         raise ValueError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
-    values = dict(PRESETS[preset])
+    values = {**PRESETS[preset], **(inherited or {})}
     if config_file:
         with open(config_file, encoding="utf-8") as handle:
             try:
@@ -287,6 +295,7 @@ def resolve_config(preset, config_file=None, overrides=None):
 
 def validate(config):
     """Fails before any long work on settings that cannot run."""
+    parse_data(config.data)
     for name, allowed in CHOICES.items():
         if getattr(config, name) not in allowed:
             raise ValueError(f"{name} must be one of {allowed}, got {getattr(config, name)!r}")

@@ -1,6 +1,7 @@
 """Dev BLEU during training: greedy translations of the dev split, the best checkpoint, patience.
 
 At every checkpoint the training loop translates the first `dev_bleu_sentences` dev sentences
+(of each corpus, in a run on several: the best and patience follow the plain mean of their BLEU)
 with greedy decoding through `model.translator.Translator` (the path the export serves), scores
 them with sacreBLEU, and keeps the model weights of the best dev BLEU so far in
 `<run_dir>/best/` (a model-only checkpoint, with `best.json`). With `early_stopping_patience` P > 0,
@@ -28,7 +29,8 @@ class DevBleu:
     Args:
         model: the `Transformer` being trained.
         source_tokenizer, target_tokenizer: the run's tokenizers.
-        pairs: dev `(source, target)` pairs; the first `max_sentences` are used.
+        pairs: dev `(source, target)` pairs, the first `max_sentences` used; or, for a run on
+            several corpora, `{corpus name: dev pairs}`, the first `max_sentences` of each.
         max_sentences: int > 0.
         batch_size: sentences per decoding call (`training.evaluate`'s, so that the scores agree).
     """
@@ -42,20 +44,36 @@ class DevBleu:
         self._greedy = tf.function(
             translator.greedy, input_signature=[tf.TensorSpec([None], tf.string)]
         )
-        pairs = list(pairs)[:max_sentences]
-        self.sources = [source for source, _ in pairs]
-        self.references = [target for _, target in pairs]
+        self.corpora = {
+            name: list(corpus_pairs)[:max_sentences]
+            for name, corpus_pairs in (
+                pairs.items() if isinstance(pairs, dict) else [(None, pairs)]
+            )
+        }
+        self.sources = [source for chosen in self.corpora.values() for source, _ in chosen]
         self.batch_size = batch_size
 
-    def __call__(self):
-        """`{"bleu", "chrf", ...}` of the current weights (see `training.evaluate.score`)."""
+    def _score(self, pairs):
         hypotheses = translate(
-            self.sources,
+            [source for source, _ in pairs],
             lambda text: self._greedy(text)[TRANSLATION_OUTPUT],
             self.batch_size,
             show_progress=False,
         )
-        return score(hypotheses, self.references)
+        return score(hypotheses, [target for _, target in pairs])
+
+    def __call__(self):
+        """`{"bleu", "chrf", ...}` of the current weights (see `training.evaluate.score`); for
+        several corpora `{"bleu", "chrf", "corpora": {name: {"bleu", "chrf", ...}}}`, "bleu" and
+        "chrf" the plain mean of the corpora's."""
+        if None in self.corpora:
+            return self._score(self.corpora[None])
+        scores = {name: self._score(pairs) for name, pairs in self.corpora.items()}
+        return {
+            "bleu": sum(result["bleu"] for result in scores.values()) / len(scores),
+            "chrf": sum(result["chrf"] for result in scores.values()) / len(scores),
+            "corpora": scores,
+        }
 
 
 class BestCheckpoint:
@@ -101,6 +119,11 @@ class BestCheckpoint:
                 "checkpoint": os.path.basename(path),
                 "evaluations_without_improvement": 0,
             }
+            if "corpora" in result:
+                self.state["corpora"] = {
+                    name: {"bleu": scores["bleu"], "chrf": scores["chrf"]}
+                    for name, scores in result["corpora"].items()
+                }
         else:
             self.state["evaluations_without_improvement"] += 1
         write_atomically(self.info_path, json.dumps(self.state, indent=2))

@@ -11,6 +11,9 @@ its BLEU is the BLEU of what TF Serving serves. `--export_dir` scores an exporte
 version instead, through its own signatures (`serving_default`, or `beam_search` with
 `--beam_width` > 1, whose width is the export's).
 
+A run on several corpora (`--data bible:1,catalogs:3`, `training.mixture`) is scored on each
+corpus's split apart, its files in `<output dir>/<corpus name>/`.
+
 `--perturb NAME` (a `training.noise` perturbation, or `all` of them and the split as written)
 scores the split with its sources perturbed as people type them (references unchanged), into
 files named by the perturbation (`test.greedy.lowercase.report.json`), and prints a table of
@@ -42,6 +45,7 @@ from model.translator import DecodingOptions, Translator
 from training import artifacts
 from training.copying import KINDS, copy_rate_sets, copy_rates, corpus_words, proper_names
 from training.corpus import CorpusError, load_run_pairs
+from training.mixture import load_splits, parse_data
 from training.noise import PERTURBATIONS, perturbation
 
 TEXT_SPEC = tf.TensorSpec([None], tf.string)
@@ -153,17 +157,32 @@ class EvaluatedModel:
     source: str
     decoding: str
 
-    def split_pairs(self, split, data=None, tfds_data_dir=None):
-        """The `(source, target)` pairs of `split` of the model's corpus (or `data`), in the
-        spelling its source tokenizer reads."""
+    def corpus_splits(self, split, data=None, tfds_data_dir=None):
+        """`{corpus name: (source, target) pairs}` of `split` of each corpus of the model's data
+        (or of `data`, one corpus or several, `training.mixture`), in the spelling its source
+        tokenizer reads.
+
+        Raises:
+            ValueError: no `data` and the model does not say which corpus it was trained on, or
+                a bad data spec.
+            CorpusError: a corpus cannot be read.
+        """
         if not (data or self.config.get("data")):
             raise ValueError(
                 f"{self.source} does not say which corpus it was trained on: pass data."
             )
-        tfds_data_dir = tfds_data_dir or self.config.get("tfds_data_dir") or None
-        return load_run_pairs(
-            data or self.config["data"], split, self.source_spelling, tfds_data_dir=tfds_data_dir
+        return load_splits(
+            parse_data(data or self.config["data"]),
+            split,
+            load=load_run_pairs,
+            run_source_spelling=self.source_spelling,
+            tfds_data_dir=tfds_data_dir or self.config.get("tfds_data_dir") or None,
         )
+
+    def split_pairs(self, split, data=None, tfds_data_dir=None):
+        """The pairs of `corpus_splits`, every corpus's in the order of the data spec."""
+        splits = self.corpus_splits(split, data, tfds_data_dir)
+        return [pair for pairs in splits.values() for pair in pairs]
 
 
 def describe_decoding(options, beam_width):
@@ -313,7 +332,8 @@ def evaluate(
             them).
 
     Returns:
-        the report dict (also written as `<split>.<decoding>[.<perturb>].report.json`).
+        the report dict (also written as `<split>.<decoding>[.<perturb>].report.json`); for data
+        of several corpora, the first corpus's (`evaluate_perturbations` has every one).
     """
     return evaluate_perturbations(
         [perturb or UNPERTURBED],
@@ -353,8 +373,11 @@ def evaluate_perturbations(
     "modern_names", is otherwise diluted by the rest); its outputs are written as
     `<split>.<decoding>[.<perturb>].changed.*`.
 
+    With data of several corpora (the run's, or `data`: `training.mixture`), each corpus is
+    scored apart, its reports holding its "corpus" name and written to `<output_dir>/<name>/`.
+
     Returns:
-        the report dicts, in the order of `perturbations`.
+        the report dicts, in the order of `perturbations` (for each corpus in turn).
 
     Raises:
         ValueError: an unknown perturbation (before any translating); `changed_only` and no
@@ -364,44 +387,62 @@ def evaluate_perturbations(
         name: None if name == UNPERTURBED else perturbation(name) for name in perturbations
     }
     model = load_for_evaluation(run_dir, export_dir, beam_width, alpha, **repetition_controls)
-    pairs = model.split_pairs(split, data, tfds_data_dir)[:limit]
-    if changed_only:
-        pairs = _changed_pairs(pairs, [f for f in functions.values() if f is not None])
-        if not pairs:
-            raise ValueError(f"no source of the {split} split is changed by {perturbations}")
-    translate_batch, source = model.translate_batch, model.source
-    references = [target for _, target in pairs]
+    splits = model.corpus_splits(split, data, tfds_data_dir)
+    directory = _output_dir(output_dir, run_dir, export_dir)
     reports = []
-    for name, function in functions.items():
-        sources = [source_text for source_text, _ in pairs]
-        if function is not None:
-            sources = [text.decode("utf-8") for text in function(tf.constant(sources)).numpy()]
-        started = time.time()
-        hypotheses = translate(sources, translate_batch, batch_size)
-        seconds = time.time() - started
-        looping = sum(map(is_looping, hypotheses, sources))
-        report = {
-            "run_dir" if export_dir is None else "export_dir": os.path.basename(
-                os.path.normpath(source)
-            ),
-            "split": split,
-            "perturbation": name,
-            "sentences": len(pairs),
-            "decoding": model.decoding,
-            "seconds": round(seconds, 1),
-            **score(hypotheses, references),
-            "looping": round(looping / max(len(pairs), 1), 4),
-            "looping_sentences": looping,
-        }
-        stem = f"{split}.{'greedy' if beam_width == 1 else f'beam{beam_width}'}"
-        if name != UNPERTURBED:
-            stem += f".{name}"
+    for corpus, pairs in splits.items():
+        corpus_directory, corpus_name = directory, None
+        if len(splits) > 1:
+            corpus_directory, corpus_name = os.path.join(directory, corpus), corpus
+        pairs = pairs[:limit]
         if changed_only:
-            stem += ".changed"
-            report["changed_only"] = True
-        write_outputs(_output_dir(output_dir, run_dir, export_dir), stem, hypotheses, report)
-        reports.append(report)
+            pairs = _changed_pairs(pairs, [f for f in functions.values() if f is not None])
+            if not pairs:
+                raise ValueError(
+                    f"no source of the {split} split{f' of {corpus}' * bool(corpus_name)} is "
+                    f"changed by {perturbations}"
+                )
+        for name, function in functions.items():
+            report = _evaluate_pairs(pairs, function, model, batch_size)
+            report = {
+                "run_dir" if export_dir is None else "export_dir": os.path.basename(
+                    os.path.normpath(model.source)
+                ),
+                **({"corpus": corpus_name} if corpus_name else {}),
+                "split": split,
+                "perturbation": name,
+                **report,
+            }
+            stem = f"{split}.{'greedy' if beam_width == 1 else f'beam{beam_width}'}"
+            if name != UNPERTURBED:
+                stem += f".{name}"
+            if changed_only:
+                stem += ".changed"
+                report["changed_only"] = True
+            write_outputs(corpus_directory, stem, report.pop("hypotheses"), report)
+            reports.append(report)
     return reports
+
+
+def _evaluate_pairs(pairs, perturb_function, model, batch_size):
+    """Translates the sources of `pairs` (perturbed by `perturb_function` unless None) and scores
+    them: the report's measured part, and the "hypotheses"."""
+    sources = [source_text for source_text, _ in pairs]
+    if perturb_function is not None:
+        sources = [text.decode("utf-8") for text in perturb_function(tf.constant(sources)).numpy()]
+    started = time.time()
+    hypotheses = translate(sources, model.translate_batch, batch_size)
+    seconds = time.time() - started
+    looping = sum(map(is_looping, hypotheses, sources))
+    return {
+        "sentences": len(pairs),
+        "decoding": model.decoding,
+        "seconds": round(seconds, 1),
+        **score(hypotheses, [target for _, target in pairs]),
+        "looping": round(looping / max(len(pairs), 1), 4),
+        "looping_sentences": looping,
+        "hypotheses": hypotheses,
+    }
 
 
 def evaluate_copy_rates(
@@ -507,7 +548,11 @@ def main(argv=None):
     where.add_argument("--run_dir", help="a training run directory")
     where.add_argument("--export_dir", help="an exported SavedModel version directory")
     parser.add_argument("--split", default="test", choices=("train", "dev", "test"))
-    parser.add_argument("--data", help="corpus to evaluate on (default: the run's own)")
+    parser.add_argument(
+        "--data",
+        help="corpus to evaluate on (default: the run's own); several (CORPUS[:WEIGHT],...; "
+        "weights ignored) are scored apart, each into OUTPUT_DIR/<corpus name>/",
+    )
     parser.add_argument(
         "--tfds_data_dir", help="TFDS data directory for a tfds:NAME corpus (default: the run's)"
     )
@@ -590,13 +635,22 @@ def main(argv=None):
     except (CorpusError, FileNotFoundError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
+    for position in range(0, len(reports), len(names)):
+        print_reports(reports[position : position + len(names)], bool(args.perturb))
+    return 0
+
+
+def print_reports(reports, perturbed):
+    """Prints the reports of one corpus: the robustness table when `perturbed`, then the first
+    report's scores (under the corpus's name in a run on several)."""
     report = reports[0]
-    if args.perturb:
+    if "corpus" in report:
+        print(f"{report['corpus']}:")
+    if perturbed:
         print(robustness_table(reports))
     print(f"BLEU {report['bleu']}  ({report['bleu_signature']})")
     print(f"chrF {report['chrf']}  ({report['chrf_signature']})")
     print(f"{report['sentences']} sentences, {report['decoding']}, {report['seconds']} s")
-    return 0
 
 
 if __name__ == "__main__":

@@ -165,6 +165,26 @@ def _shift_target(source, target):
     return (source, target[:, :-1]), target[:, 1:]
 
 
+def example_stream(
+    source_ids, target_ids, shuffle=True, seed=0, shuffle_buffer=20_000, repeat=True
+):
+    """The `(source, target)` id sequences of one corpus, one example each, unbatched.
+
+    Args:
+        source_ids, target_ids: token id arrays from `tokenize_pairs` (already length-bounded).
+        shuffle, seed, shuffle_buffer: example order, deterministic for a seed.
+        repeat: loop forever (training counts steps, not epochs).
+
+    Raises:
+        ValueError: no examples.
+    """
+    if not source_ids:
+        raise ValueError("no examples to batch: the corpus is empty after length filtering")
+    dataset, lookup = _example_indices(source_ids, target_ids)
+    dataset = _ordered(dataset, len(source_ids), shuffle, seed, shuffle_buffer, repeat)
+    return dataset.map(lookup, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+
+
 def make_dataset(
     source_ids,
     target_ids,
@@ -176,31 +196,38 @@ def make_dataset(
     repeat=True,
     pad_to_bucket=False,
 ):
-    """Length-bucketed batches of about `batch_tokens` tokens (the larger side counts).
-
-    Args:
-        source_ids, target_ids: token id arrays from `tokenize_pairs` (already length-bounded).
-        max_sequence_length: longest sequence, in tokens.
-        batch_tokens: token budget per batch; a bucket of sequences up to length L gets
-            batch_tokens // L sequences.
-        shuffle, seed, shuffle_buffer: example order, deterministic for a seed.
-        repeat: loop forever (training counts steps, not epochs).
-        pad_to_bucket: pad each batch to its bucket's longest length (the bound minus one)
-            rather than to its own longest sequence, so every batch of a bucket has one shape.
-            For XLA (`--jit_compile`), which compiles the training step once per input shape:
-            unpadded, each (source length, target length) pair of a bucket is a new shape and
-            a new compilation. Costs the padding up to the bucket bound.
+    """Length-bucketed batches of about `batch_tokens` tokens (the larger side counts) of
+    `example_stream(source_ids, target_ids, shuffle, seed, shuffle_buffer, repeat)`
+    (`batch_examples`).
 
     Returns:
         `tf.data.Dataset` of `((source, decoder_input), labels)` int32 batches.
     """
-    if not source_ids:
-        raise ValueError("no examples to batch: the corpus is empty after length filtering")
     _check_batch_tokens(max_sequence_length, batch_tokens)
-    dataset, lookup = _example_indices(source_ids, target_ids)
-    dataset = _ordered(dataset, len(source_ids), shuffle, seed, shuffle_buffer, repeat)
-    dataset = dataset.map(lookup, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-    return _bucketed(dataset, max_sequence_length, batch_tokens, pad_to_bucket)
+    examples = example_stream(source_ids, target_ids, shuffle, seed, shuffle_buffer, repeat)
+    return batch_examples(examples, max_sequence_length, batch_tokens, pad_to_bucket)
+
+
+def mix_examples(streams, shares, seed=0):
+    """One stream of examples drawn from `streams` (each endless, as `example_stream` or
+    `text_example_stream` give them) with probabilities `shares`, OpenNMT-tf's weighted datasets
+    (`tf.data.Dataset.sample_from_datasets`): each draw picks stream i with probability
+    shares[i] / sum(shares), seeded by `seed` (reproducible, and checkpointed with the
+    iterator). One stream is returned as it is.
+
+    Raises:
+        ValueError: no stream, a share that is not positive, or as many shares as streams.
+    """
+    if not streams or len(streams) != len(shares):
+        raise ValueError(f"{len(streams)} streams and {len(shares)} shares: one share a stream")
+    if any(not share > 0 for share in shares):
+        raise ValueError(f"every share must be positive, got {list(shares)}")
+    if len(streams) == 1:
+        return streams[0]
+    total = float(sum(shares))
+    return tf.data.Dataset.sample_from_datasets(
+        streams, weights=[share / total for share in shares], seed=seed
+    )
 
 
 def _check_batch_tokens(max_sequence_length, batch_tokens):
@@ -219,8 +246,19 @@ def _ordered(dataset, size, shuffle, seed, shuffle_buffer, repeat):
     return dataset.repeat() if repeat else dataset
 
 
-def _bucketed(dataset, max_sequence_length, batch_tokens, pad_to_bucket):
-    """`(source, target)` id sequences → length-bucketed `((source, decoder_input), labels)`."""
+def batch_examples(dataset, max_sequence_length, batch_tokens, pad_to_bucket=False):
+    """`(source, target)` id sequences → length-bucketed `((source, decoder_input), labels)`.
+
+    Args:
+        max_sequence_length: longest sequence, in tokens.
+        batch_tokens: token budget per batch; a bucket of sequences up to length L gets
+            batch_tokens // L sequences.
+        pad_to_bucket: pad each batch to its bucket's longest length (the bound minus one)
+            rather than to its own longest sequence, so every batch of a bucket has one shape.
+            For XLA (`--jit_compile`), which compiles the training step once per input shape:
+            unpadded, each (source length, target length) pair of a bucket is a new shape and
+            a new compilation. Costs the padding up to the bucket bound.
+    """
     boundaries = bucket_boundaries(max_sequence_length)
     batch_sizes = [max(1, batch_tokens // bound) for bound in boundaries] + [1]
     dataset = dataset.bucket_by_sequence_length(
@@ -261,15 +299,31 @@ def _bound_in_graph(max_sequence_length, policy):
 
 
 def make_text_dataset(
+    pairs, source_tokenize, target_tokenize, max_sequence_length, batch_tokens, **options
+):
+    """`make_dataset`'s batches, tokenized inside tf.data: each pass over the data anew
+    (`text_example_stream(pairs, source_tokenize, target_tokenize, max_sequence_length,
+    **options)` batched by `batch_examples`, `options` may hold its `pad_to_bucket`).
+
+    Returns:
+        `tf.data.Dataset` of `((source, decoder_input), labels)` int32 batches.
+    """
+    _check_batch_tokens(max_sequence_length, batch_tokens)
+    pad_to_bucket = options.pop("pad_to_bucket", False)
+    examples = text_example_stream(
+        pairs, source_tokenize, target_tokenize, max_sequence_length, **options
+    )
+    return batch_examples(examples, max_sequence_length, batch_tokens, pad_to_bucket)
+
+
+def text_example_stream(
     pairs,
     source_tokenize,
     target_tokenize,
     max_sequence_length,
-    batch_tokens,
     long_examples="drop",
     seed=0,
     shuffle_buffer=20_000,
-    pad_to_bucket=False,
     source_noise=0.0,
     noise_kinds=(),
     copy_substitution=0.0,
@@ -278,7 +332,8 @@ def make_text_dataset(
     placeholder_names=0.0,
     chunk_size=256,
 ):
-    """`make_dataset`'s batches, tokenized inside tf.data: each pass over the data anew.
+    """One corpus's `(source, target)` id sequences, tokenized inside tf.data, unbatched: each
+    pass over the data anew.
 
     Training only (it shuffles and repeats forever). Chunks of `chunk_size` pairs, in shuffled
     order, get their sources noised (`training.noise.perturb_sources`, seeded with `(seed,
@@ -301,11 +356,10 @@ def make_text_dataset(
             those name slots that get a figure (`copy_figure_share`).
 
     Returns:
-        `tf.data.Dataset` of `((source, decoder_input), labels)` int32 batches.
+        `tf.data.Dataset` of `(source, target)` int32 id sequences.
     """
     if not pairs:
         raise ValueError("no examples to batch: the corpus is empty after length filtering")
-    _check_batch_tokens(max_sequence_length, batch_tokens)
     sources = tf.constant([source for source, _ in pairs], tf.string)
     targets = tf.constant([target for _, target in pairs], tf.string)
     if copy_substitution > 0:
@@ -355,9 +409,7 @@ def make_text_dataset(
     # and the noise draws are stateless (seeded by position), so the position alone is the state.
     options = tf.data.Options()
     options.experimental_external_state_policy = tf.data.experimental.ExternalStatePolicy.IGNORE
-    return _bucketed(
-        dataset.with_options(options), max_sequence_length, batch_tokens, pad_to_bucket
-    )
+    return dataset.with_options(options)
 
 
 def _dense(ids):

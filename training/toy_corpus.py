@@ -26,22 +26,43 @@ ES_EN = {
     "sol": "sun",
 }
 
+# A second domain, no word shared with the first: what the fine-tuning tests move a run to.
+ES_EN_OFFICE = {
+    "la": "the",
+    "mesa": "table",
+    "silla": "chair",
+    "puerta": "door",
+    "ventana": "window",
+    "abre": "opens",
+    "cierra": "closes",
+    "limpia": "cleans",
+    "mira": "watches",
+    "nueva": "new",
+    "vieja": "old",
+    "blanca": "white",
+    "negra": "black",
+    "lámpara": "lamp",
+    "carta": "letter",
+    "escribe": "writes",
+}
 
-def word_for_word_pairs(count, seed):
-    """Random Spanish word strings and their word-for-word English glosses."""
+
+def word_for_word_pairs(count, seed, glossary=ES_EN):
+    """Random Spanish word strings and their word-for-word English glosses (`glossary`)."""
     rng = random.Random(seed)
-    words = sorted(ES_EN)
+    words = sorted(glossary)
     pairs = []
     for _ in range(count):
         sentence = [rng.choice(words) for _ in range(rng.randint(3, 8))]
-        pairs.append((" ".join(sentence), " ".join(ES_EN[word] for word in sentence)))
+        pairs.append((" ".join(sentence), " ".join(glossary[word] for word in sentence)))
     return pairs
 
 
-def write_corpus(directory, train=600, dev=40, test=40):
-    """Writes train/dev/test.tsv under `directory` and returns it."""
+def write_corpus(directory, train=600, dev=40, test=40, glossary=ES_EN):
+    """Writes train/dev/test.tsv of `glossary`'s sentences under `directory` and returns it."""
     directory.mkdir(parents=True, exist_ok=True)
     for split, count, seed in (("train", train, 0), ("dev", dev, 1), ("test", test, 2)):
-        lines = [f"{source}\t{target}\n" for source, target in word_for_word_pairs(count, seed)]
+        pairs = word_for_word_pairs(count, seed, glossary)
+        lines = [f"{source}\t{target}\n" for source, target in pairs]
         (directory / f"{split}.tsv").write_text("".join(lines), encoding="utf-8")
     return directory

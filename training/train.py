@@ -19,24 +19,30 @@ import json
 import logging
 import math
 import os
+import shutil
 import sys
 import time
 
 import keras
 import tensorflow as tf
 
+from model.tokenizer import load_tokenizers, read_tokenizer_config
 from training import artifacts
 from training.config import TrainConfig, add_config_arguments, resolve_config, subword_sampling
-from training.corpus import CorpusError, load_pairs
+from training.corpus import CorpusError
 from training.dev_bleu import BestCheckpoint, DevBleu
 from training.losses import masked_token_losses
+from training.mixture import load_splits, parse_data
 from training.noise import parse_kinds
 from training.pipeline import (
+    batch_examples,
     bound_lengths,
     bucket_boundaries,
+    example_stream,
     kept_indices,
     make_dataset,
-    make_text_dataset,
+    mix_examples,
+    text_example_stream,
     tokenize_pairs,
 )
 from training.schedule import CustomSchedule, paper_adam
@@ -44,9 +50,9 @@ from training.vocabulary import build_run_tokenizers
 
 logger = logging.getLogger("training.train")
 
-# Settings that shape the model or its vocabulary: a resumed run must keep them.
-FIXED_ON_RESUME = (
-    "data",
+# Settings that shape the model or its vocabulary: a fine-tuning run (`--init_from`) takes them
+# from the run it starts from, and refuses others.
+MODEL_SETTINGS = (
     "tokenizer",
     "subword_model",
     "vocab_size",
@@ -64,6 +70,12 @@ FIXED_ON_RESUME = (
     "restore_accents",
     "restore_case",
     "restore_names",
+)
+# A resumed run must keep these.
+FIXED_ON_RESUME = (
+    "data",
+    "init_from",
+    *MODEL_SETTINGS,
     # These choose the training pipeline (tokenized up front, or in tf.data), whose iterator
     # position the checkpoints hold.
     "source_noise",
@@ -137,56 +149,165 @@ def check_run_directory(run_dir, config, resume):
             "another --run_dir (nothing was overwritten)"
         )
     if resume and os.path.exists(os.path.join(run_dir, artifacts.CONFIG_FILE)):
-        saved = artifacts.read_config(run_dir)
-        # A setting missing from an older run's config had its default there.
-        defaults = {field.name: field.default for field in dataclasses.fields(TrainConfig)}
-        changed = [
-            name
-            for name in FIXED_ON_RESUME
-            if saved.get(name, defaults[name]) != getattr(config, name)
-        ]
+        changed = changed_settings(artifacts.read_config(run_dir), config, FIXED_ON_RESUME)
         if changed:
-            details = ", ".join(
-                f"{name}: {saved.get(name)!r} -> {getattr(config, name)!r}" for name in changed
-            )
-            raise TrainingError(f"cannot resume {run_dir} with a different {details}")
+            raise TrainingError(f"cannot resume {run_dir} with a different {changed}")
 
 
-def load_corpus_splits(config):
+def changed_settings(saved, config, names):
+    """`"name: saved -> asked, ..."` for the settings `names` that `config` changes from `saved`
+    (a run's config dict; a setting missing from an older run's had its default there), or ""."""
+    defaults = {field.name: field.default for field in dataclasses.fields(TrainConfig)}
+    return ", ".join(
+        f"{name}: {saved.get(name, defaults[name])!r} -> {getattr(config, name)!r}"
+        for name in names
+        if saved.get(name, defaults[name]) != getattr(config, name)
+    )
+
+
+def inherited_settings(init_from):
+    """The `MODEL_SETTINGS` of the run `init_from` (for `resolve_config`'s `inherited`), so a
+    fine-tuning run need not repeat them; {} without `init_from`.
+
+    Raises:
+        TrainingError: `init_from` is not a trained run.
+    """
+    if not init_from:
+        return {}
     try:
-        tfds_data_dir = config.tfds_data_dir or None
-        train_pairs = load_pairs(config.data, "train", tfds_data_dir=tfds_data_dir)
-        dev_pairs = load_pairs(config.data, "dev", tfds_data_dir=tfds_data_dir)
+        saved = artifacts.read_config(init_from)
+        artifacts.select_weights(init_from)
+    except FileNotFoundError as error:
+        raise TrainingError(f"--init_from: {error}") from error
+    defaults = {field.name: field.default for field in dataclasses.fields(TrainConfig)}
+    return {name: saved.get(name, defaults[name]) for name in MODEL_SETTINGS}
+
+
+def check_init_from(config, run_dir):
+    """Refuses to fine-tune from `config.init_from` with another model shape or vocabulary, or
+    into the run directory it starts from."""
+    if os.path.realpath(config.init_from) == os.path.realpath(run_dir):
+        raise TrainingError(f"--init_from {config.init_from} is the run directory itself")
+    changed = changed_settings(inherited_settings(config.init_from), config, MODEL_SETTINGS)
+    if changed:
+        raise TrainingError(
+            f"cannot fine-tune from {config.init_from}: its weights and vocabulary fit its own "
+            f"model and tokenizer settings, and this run changes {changed} (leave them out: "
+            "they are taken from it)"
+        )
+
+
+def load_initial_weights(model, init_from):
+    """Gives the built `model` the weights of the run `init_from` that `training.evaluate` would
+    use (`training.artifacts.select_weights`: averaged, else best dev BLEU, else model.keras,
+    else the latest checkpoint); returns their description."""
+    checkpoint_path, description = artifacts.select_weights(init_from)
+    if checkpoint_path is None:
+        trained = keras.models.load_model(
+            os.path.join(init_from, artifacts.MODEL_FILE), compile=False
+        )
+        model.set_weights(trained.get_weights())
+    else:
+        artifacts.restore_model(model, checkpoint_path)
+    return description
+
+
+def run_tokenizers(train_splits, config, tokenizer_dir):
+    """The run's tokenizers: learned from `train_splits` (`build_run_tokenizers`), or, fine-tuning,
+    the tokenizer directory of `config.init_from` copied into the run's."""
+    if not config.init_from:
+        return build_run_tokenizers(train_splits, config, tokenizer_dir)
+    if read_tokenizer_config(tokenizer_dir) is None:
+        shutil.copytree(
+            os.path.join(config.init_from, artifacts.TOKENIZER_DIR),
+            tokenizer_dir,
+            dirs_exist_ok=True,
+        )
+        logger.info("tokenizer and vocabulary of %s copied", config.init_from)
+    return load_tokenizers(tokenizer_dir)
+
+
+def load_corpus_splits(config, corpora):
+    """`(train, dev)`: `{corpus name: pairs}` of each split of each corpus of the run."""
+    load_options = {"tfds_data_dir": config.tfds_data_dir or None}
+    try:
+        train_splits = load_splits(corpora, "train", **load_options)
+        dev_splits = load_splits(corpora, "dev", **load_options)
     except CorpusError as error:
         raise TrainingError(str(error)) from error
-    logger.info(
-        "corpus %s: %d train pairs, %d dev pairs", config.data, len(train_pairs), len(dev_pairs)
-    )
-    return train_pairs, dev_pairs
+    for corpus in corpora:
+        logger.info(
+            "corpus %s: %d train pairs, %d dev pairs, %.1f%% of the training examples",
+            corpus.spec,
+            len(train_splits[corpus.name]),
+            len(dev_splits[corpus.name]),
+            100 * corpus.share,
+        )
+    return train_splits, dev_splits
 
 
-def make_train_dataset(pairs, train_ids, source_tokenizer, target_tokenizer, config):
-    """The training batches: from `train_ids` (`prepare_examples`, tokenized once), or, when
-    something is drawn anew each epoch (source noise, copy substitution, placeholder names,
-    subword sampling), tokenized anew in tf.data from the same pairs."""
-    options = dict(seed=config.seed, shuffle_buffer=config.shuffle_buffer)
-    options["pad_to_bucket"] = config.jit_compile
-    drawn_each_epoch = (
+def drawn_each_epoch(config):
+    """Whether something is drawn anew each epoch (source noise, copy substitution, placeholder
+    names, subword sampling): the training pairs are then tokenized in tf.data."""
+    return (
         config.source_noise > 0
         or config.copy_substitution > 0
         or config.placeholder_names > 0
         or subword_sampling(config)
     )
-    if not drawn_each_epoch:
-        return make_dataset(
-            *train_ids[:2], config.max_sequence_length, config.batch_tokens, **options
-        )
+
+
+def make_train_dataset(corpora, train_splits, train_examples, tokenizers, config):
+    """The training batches: each corpus's examples (`train_examples[name]`, from
+    `prepare_examples`, tokenized once; or, when `drawn_each_epoch`, tokenized anew in tf.data
+    from the same pairs of `train_splits`), mixed by the corpora's shares (`mix_examples`; the
+    corpus i streams with seed `config.seed + i`), batched by length."""
+    streams = []
+    for index, corpus in enumerate(corpora):
+        seed = config.seed + index
+        examples = train_examples[corpus.name]
+        if drawn_each_epoch(config):
+            pairs = [train_splits[corpus.name][kept] for kept in examples[2]]
+            streams.append(text_stream(pairs, tokenizers, config, seed))
+        else:
+            streams.append(
+                example_stream(*examples[:2], seed=seed, shuffle_buffer=config.shuffle_buffer)
+            )
+    if drawn_each_epoch(config):
+        log_drawn_each_epoch(config)
+    mixed = mix_examples(streams, [corpus.share for corpus in corpora], seed=config.seed)
+    return batch_examples(
+        mixed, config.max_sequence_length, config.batch_tokens, pad_to_bucket=config.jit_compile
+    )
+
+
+def text_stream(pairs, tokenizers, config, seed):
+    """`text_example_stream` of one corpus's training `pairs` with the run's settings."""
+    source_tokenizer, target_tokenizer = tokenizers
     source_tokenize, target_tokenize = source_tokenizer.tokenize, target_tokenizer.tokenize
     if subword_sampling(config):
         source_tokenize, target_tokenize = (
             tokenizer.sampling_tokenize(config.subword_nbest_size, config.subword_alpha)
-            for tokenizer in (source_tokenizer, target_tokenizer)
+            for tokenizer in tokenizers
         )
+    return text_example_stream(
+        pairs,
+        source_tokenize,
+        target_tokenize,
+        config.max_sequence_length,
+        long_examples=config.long_examples,
+        seed=seed,
+        shuffle_buffer=config.shuffle_buffer,
+        source_noise=config.source_noise,
+        noise_kinds=parse_kinds(config.source_noise_kinds),
+        copy_substitution=config.copy_substitution,
+        copy_figure_share=config.copy_figure_share,
+        placeholders=source_tokenizer.placeholders,
+        placeholder_names=config.placeholder_names,
+    )
+
+
+def log_drawn_each_epoch(config):
     logger.info(
         "train: tokenized in the input pipeline, %.0f%% of sources noised (%s), %.0f%% of "
         "names and numbers fresh (%.0f%% of those names a figure), placeholders %s, subword "
@@ -201,21 +322,6 @@ def make_train_dataset(pairs, train_ids, source_tokenizer, target_tokenizer, con
         f"nbest_size={config.subword_nbest_size} alpha={config.subword_alpha}"
         if subword_sampling(config)
         else "off",
-    )
-    return make_text_dataset(
-        [pairs[index] for index in train_ids[2]],
-        source_tokenize,
-        target_tokenize,
-        config.max_sequence_length,
-        config.batch_tokens,
-        long_examples=config.long_examples,
-        source_noise=config.source_noise,
-        noise_kinds=parse_kinds(config.source_noise_kinds),
-        copy_substitution=config.copy_substitution,
-        copy_figure_share=config.copy_figure_share,
-        placeholders=source_tokenizer.placeholders,
-        placeholder_names=config.placeholder_names,
-        **options,
     )
 
 
@@ -327,28 +433,129 @@ def make_optimizer(config):
     return optimizer, schedule
 
 
+class DevEvaluation:
+    """What the loop measures on the dev splits at each checkpoint, written to TensorBoard's
+    `dev` run: the loss and accuracy over `dev_batches` batches, and with `dev_bleu_sentences`
+    the greedy dev BLEU and chrF (`training.dev_bleu.DevBleu`), which keeps the best weights
+    (`BestCheckpoint`) and decides early stopping. A run on several corpora scores each one's
+    dev split apart (`loss/NAME`, `accuracy/NAME`, `bleu/NAME`, `chrf/NAME`) and writes under
+    the plain names (`loss`, `accuracy`, `bleu`, `chrf`) the plain mean over its corpora, the
+    weights left out so that a corpus drawn rarely counts as much as one drawn often: the best
+    checkpoint and early stopping follow that mean BLEU.
+    """
+
+    def __init__(self, trainer, dev_examples, dev_splits, tokenizers, config, out):
+        self.trainer, self.config = trainer, config
+        self.datasets = {
+            name: make_dataset(
+                *examples[:2],
+                config.max_sequence_length,
+                config.batch_tokens,
+                shuffle=False,
+                repeat=False,
+            )
+            for name, examples in dev_examples.items()
+        }
+        self.bleu = self.best = None
+        if config.dev_bleu_sentences:
+            self.bleu = DevBleu(
+                trainer.model,
+                *tokenizers,
+                dev_splits if len(dev_splits) > 1 else next(iter(dev_splits.values())),
+                config.dev_bleu_sentences,
+            )
+            self.best = BestCheckpoint(trainer.model, out.path(artifacts.BEST_DIR))
+        self.writer = tf.summary.create_file_writer(
+            out.path(os.path.join(artifacts.LOG_DIR, "dev"))
+        )
+
+    def __call__(self, step):
+        """Measures the current weights at `step`; returns `(dev loss, dev accuracy, BLEU note
+        for the log line, BLEU result or None)`."""
+        per_corpus = {
+            name: self.trainer.evaluate(dataset, self.config.dev_batches)
+            for name, dataset in self.datasets.items()
+        }
+        loss = sum(loss for loss, _ in per_corpus.values()) / len(per_corpus)
+        accuracy = sum(accuracy for _, accuracy in per_corpus.values()) / len(per_corpus)
+        with self.writer.as_default(step=step):
+            tf.summary.scalar("loss", loss)
+            tf.summary.scalar("accuracy", accuracy)
+            for name, (corpus_loss, corpus_accuracy) in per_corpus.items():
+                if len(per_corpus) > 1:
+                    tf.summary.scalar(f"loss/{name}", corpus_loss)
+                    tf.summary.scalar(f"accuracy/{name}", corpus_accuracy)
+        if self.bleu is None:
+            return loss, accuracy, "", None
+        result = self.bleu()
+        improved = self.best.update(step, result)
+        with self.writer.as_default(step=step):
+            tf.summary.scalar("bleu", result["bleu"])
+            tf.summary.scalar("chrf", result["chrf"])
+            for name, scores in result.get("corpora", {}).items():
+                tf.summary.scalar(f"bleu/{name}", scores["bleu"])
+                tf.summary.scalar(f"chrf/{name}", scores["chrf"])
+        corpora = ", ".join(
+            f"{name} {scores['bleu']:.2f}" for name, scores in result.get("corpora", {}).items()
+        )
+        note = (
+            f", dev BLEU {result['bleu']:.2f} chrF {result['chrf']:.2f} on "
+            f"{len(self.bleu.sources)} sentences"
+            + (f" (mean of {corpora})" if corpora else "")
+            + (
+                " (best so far)"
+                if improved
+                else f" (best {self.best.state['bleu']:.2f} at step {self.best.state['step']})"
+            )
+        )
+        return loss, accuracy, note, result
+
+    def should_stop(self):
+        return self.best is not None and self.best.should_stop(self.config.early_stopping_patience)
+
+
+def prepare_run(config, preset, out):
+    """Loads the corpora, builds (or copies) the tokenizers, writes config.json, and tokenizes the
+    splits: returns `(corpora, tokenizers, train_splits, dev_splits, train_examples,
+    dev_examples)`, the last four `{corpus name: ...}`."""
+    corpora = parse_data(config.data)
+    train_splits, dev_splits = load_corpus_splits(config, corpora)
+    tokenizers = run_tokenizers(train_splits, config, out.path(artifacts.TOKENIZER_DIR))
+    if out.is_chief:
+        with open(out.path(artifacts.CONFIG_FILE), "w", encoding="utf-8") as handle:
+            json.dump({**vars(config), "preset": preset}, handle, indent=2)
+    train_examples, dev_examples = (
+        {
+            corpus.name: prepare_examples(
+                splits[corpus.name],
+                *tokenizers,
+                config,
+                split if len(corpora) == 1 else f"{corpus.name} {split}",
+            )
+            for corpus in corpora
+        }
+        for split, splits in (("train", train_splits), ("dev", dev_splits))
+    )
+    return corpora, tokenizers, train_splits, dev_splits, train_examples, dev_examples
+
+
 def train(config, run_dir, resume=False, preset=None):
-    """Runs (or resumes) training; returns the final dev `(loss, accuracy)`."""
+    """Runs (or resumes) training; returns the final dev `(loss, accuracy)` (the mean over the
+    corpora of a run on several)."""
     strategy = make_strategy(config.distribution)
     logger.info("%s: %d replica(s) in sync", type(strategy).__name__, strategy.num_replicas_in_sync)
     is_chief, task_id = worker_identity(strategy)
+    if config.init_from:
+        check_init_from(config, run_dir)
     check_run_directory(run_dir, config, resume)
     out = RunDirectory(run_dir, is_chief, task_id)
     set_precision(config)
     keras.utils.set_random_seed(config.seed)
 
-    train_pairs, dev_pairs = load_corpus_splits(config)
-    tokenizer_dir = out.path(artifacts.TOKENIZER_DIR)
-    source_tokenizer, target_tokenizer = build_run_tokenizers(train_pairs, config, tokenizer_dir)
-    if is_chief:
-        with open(out.path(artifacts.CONFIG_FILE), "w", encoding="utf-8") as handle:
-            json.dump({**vars(config), "preset": preset}, handle, indent=2)
-
-    train_ids = prepare_examples(train_pairs, source_tokenizer, target_tokenizer, config, "train")
-    dev_ids = prepare_examples(dev_pairs, source_tokenizer, target_tokenizer, config, "dev")
-    train_dataset = make_train_dataset(
-        train_pairs, train_ids, source_tokenizer, target_tokenizer, config
+    corpora, tokenizers, train_splits, dev_splits, train_examples, dev_examples = prepare_run(
+        config, preset, out
     )
+    train_dataset = make_train_dataset(corpora, train_splits, train_examples, tokenizers, config)
     if config.jit_compile:
         logger.info(
             "XLA: batches padded to their length bucket's bound, so they come in at most %d shapes",
@@ -357,13 +564,10 @@ def train(config, run_dir, resume=False, preset=None):
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
     train_dataset = train_dataset.with_options(options)
-    dev_dataset = make_dataset(
-        *dev_ids[:2], config.max_sequence_length, config.batch_tokens, shuffle=False, repeat=False
-    )
 
     with strategy.scope():
         model = artifacts.build_model(
-            vars(config), source_tokenizer.vocab_size, target_tokenizer.vocab_size
+            vars(config), tokenizers[0].vocab_size, tokenizers[1].vocab_size
         )
         model.build(((None, None), (None, None)))
         optimizer, schedule = make_optimizer(config)
@@ -384,112 +588,71 @@ def train(config, run_dir, resume=False, preset=None):
     if resume and manager.latest_checkpoint:
         checkpoint.restore(manager.latest_checkpoint).assert_existing_objects_matched()
         logger.info("resumed from %s", manager.latest_checkpoint)
-    start_step = int(optimizer.iterations.numpy())
+    elif config.init_from:
+        # Fine-tuning: the weights only; the optimizer, its step and the schedule start afresh.
+        logger.info(
+            "fine-tuning from %s: %s",
+            config.init_from,
+            load_initial_weights(model, config.init_from),
+        )
+    trainer = Trainer(config, strategy, model, optimizer)
+    dev = DevEvaluation(trainer, dev_examples, dev_splits, tokenizers, config, out)
+    return train_loop(trainer, iterator, manager, schedule, dev, out)
+
+
+def train_loop(trainer, iterator, manager, schedule, dev, out):
+    """Steps from the optimizer's step to `train_steps` (or the time budget, or early stopping),
+    logging, checkpointing and measuring the dev splits; saves model.keras. Returns the last dev
+    `(loss, accuracy)`."""
+    config, model = trainer.config, trainer.model
+    start_step = int(trainer.optimizer.iterations.numpy())
     if start_step >= config.train_steps:
         logger.info("already trained for %d steps (train_steps=%d)", start_step, config.train_steps)
-
-    trainer = Trainer(config, strategy, model, optimizer)
-    dev_bleu = best = None
-    if config.dev_bleu_sentences:
-        dev_bleu = DevBleu(
-            model, source_tokenizer, target_tokenizer, dev_pairs, config.dev_bleu_sentences
-        )
-        best = BestCheckpoint(model, out.path(artifacts.BEST_DIR))
     train_writer = tf.summary.create_file_writer(out.path(os.path.join(artifacts.LOG_DIR, "train")))
-    dev_writer = tf.summary.create_file_writer(out.path(os.path.join(artifacts.LOG_DIR, "dev")))
     progress = keras.utils.Progbar(
         config.train_steps,
         stateful_metrics=["loss", "accuracy", "tokens/s", "lr", "dev_bleu", "dev_chrf"],
-        verbose=1 if is_chief else 0,
+        verbose=1 if out.is_chief else 0,
     )
     progress.update(start_step)
-    window = {"loss": 0.0, "target": 0.0, "correct": 0.0, "tokens": 0.0, "time": time.time()}
+    window = TrainWindow()
     dev_loss = dev_accuracy = float("nan")
     deadline = time.time() + 60 * config.train_minutes if config.train_minutes > 0 else math.inf
 
     for step in range(start_step + 1, config.train_steps + 1):
-        loss_sum, target_tokens, correct, source_tokens = trainer.train_step(iterator)
-        step_loss = float(loss_sum) / max(float(target_tokens), 1.0)
-        if not math.isfinite(step_loss):
-            raise TrainingError(
-                f"the loss became {step_loss} at step {step}; stopping without saving. The last "
-                f"good checkpoint is {manager.latest_checkpoint or '(none yet)'}. Lower --lr_scale, "
-                "use --mixed_precision none, or check the data."
-            )
-        window["loss"] += float(loss_sum)
-        window["target"] += float(target_tokens)
-        window["correct"] += float(correct)
-        window["tokens"] += float(target_tokens) + float(source_tokens)
+        window.add(step, *trainer.train_step(iterator), manager)
         last_step = step == config.train_steps or time.time() >= deadline
         if step % config.log_every == 0 or last_step:
-            elapsed = max(time.time() - window["time"], 1e-9)
-            values = {
-                "loss": window["loss"] / max(window["target"], 1.0),
-                "accuracy": window["correct"] / max(window["target"], 1.0),
-                "tokens/s": window["tokens"] / elapsed,
-                "lr": float(schedule(step - 1)),
-            }
+            values = window.values(float(schedule(step - 1)))
             progress.update(step, list(values.items()))
             with train_writer.as_default(step=step):
                 for name, value in values.items():
                     tf.summary.scalar(name.replace("/", "_per_"), value)
-            window = {
-                "loss": 0.0,
-                "target": 0.0,
-                "correct": 0.0,
-                "tokens": 0.0,
-                "time": time.time(),
-            }
+            window = TrainWindow()
         if step % config.checkpoint_every == 0 or last_step:
-            # The step's loss was computed before its update: check the updated weights too.
-            if not all(
-                bool(tf.reduce_all(tf.math.is_finite(v))) for v in model.trainable_variables
-            ):
-                raise TrainingError(
-                    f"the weights became non-finite at step {step}; stopping without saving. The "
-                    f"last good checkpoint is {manager.latest_checkpoint or '(none yet)'}. Lower "
-                    "--lr_scale or check the data."
-                )
+            check_finite_weights(model, step, manager)
             manager.save(checkpoint_number=step)
-            dev_loss, dev_accuracy = trainer.evaluate(dev_dataset, config.dev_batches)
-            with dev_writer.as_default(step=step):
-                tf.summary.scalar("loss", dev_loss)
-                tf.summary.scalar("accuracy", dev_accuracy)
-            bleu_note = ""
-            if dev_bleu is not None:
-                result = dev_bleu()
-                improved = best.update(step, result)
-                with dev_writer.as_default(step=step):
-                    tf.summary.scalar("bleu", result["bleu"])
-                    tf.summary.scalar("chrf", result["chrf"])
+            dev_loss, dev_accuracy, bleu_note, result = dev(step)
+            if result is not None:
                 progress.update(step, [("dev_bleu", result["bleu"]), ("dev_chrf", result["chrf"])])
-                bleu_note = (
-                    f", dev BLEU {result['bleu']:.2f} chrF {result['chrf']:.2f} on "
-                    f"{len(dev_bleu.sources)} sentences"
-                    + (
-                        " (best so far)"
-                        if improved
-                        else f" (best {best.state['bleu']:.2f} at step {best.state['step']})"
-                    )
-                )
-            if is_chief:
+            if out.is_chief:
                 print(
                     f"\nstep {step}: dev loss {dev_loss:.4f}, dev accuracy {dev_accuracy:.4f}"
                     f"{bleu_note}, checkpoint {manager.latest_checkpoint}",
                     flush=True,
                 )
-            window["time"] = time.time()
-            if best is not None and best.should_stop(config.early_stopping_patience):
-                if is_chief:
+            window.restart_clock()
+            if dev.should_stop():
+                if out.is_chief:
                     print(
                         f"early stopping: {config.early_stopping_patience} dev BLEU evaluations "
-                        f"without a new best (best {best.state['bleu']:.2f} at step "
-                        f"{best.state['step']})",
+                        f"without a new best (best {dev.best.state['bleu']:.2f} at step "
+                        f"{dev.best.state['step']})",
                         flush=True,
                     )
                 break
         if last_step:
-            if is_chief and step < config.train_steps:
+            if out.is_chief and step < config.train_steps:
                 print(
                     f"time budget of {config.train_minutes:g} minutes reached at step {step}",
                     flush=True,
@@ -497,9 +660,62 @@ def train(config, run_dir, resume=False, preset=None):
             break
 
     model.save(out.path(artifacts.MODEL_FILE))
-    if is_chief:
+    if out.is_chief:
         print(f"saved {out.path(artifacts.MODEL_FILE)}", flush=True)
     return dev_loss, dev_accuracy
+
+
+class TrainWindow:
+    """The training sums since the last log line (or checkpoint, for the clock)."""
+
+    def __init__(self):
+        self.loss = self.target = self.correct = self.tokens = 0.0
+        self.restart_clock()
+
+    def restart_clock(self):
+        self.started = time.time()
+
+    def add(self, step, loss_sum, target_tokens, correct, source_tokens, manager):
+        """Adds one step's global sums (`Trainer.train_step`).
+
+        Raises:
+            TrainingError: the step's loss is not finite (nothing is saved).
+        """
+        step_loss = float(loss_sum) / max(float(target_tokens), 1.0)
+        if not math.isfinite(step_loss):
+            raise TrainingError(
+                f"the loss became {step_loss} at step {step}; stopping without saving. The last "
+                f"good checkpoint is {manager.latest_checkpoint or '(none yet)'}. Lower --lr_scale, "
+                "use --mixed_precision none, or check the data."
+            )
+        self.loss += float(loss_sum)
+        self.target += float(target_tokens)
+        self.correct += float(correct)
+        self.tokens += float(target_tokens) + float(source_tokens)
+
+    def values(self, learning_rate):
+        elapsed = max(time.time() - self.started, 1e-9)
+        return {
+            "loss": self.loss / max(self.target, 1.0),
+            "accuracy": self.correct / max(self.target, 1.0),
+            "tokens/s": self.tokens / elapsed,
+            "lr": learning_rate,
+        }
+
+
+def check_finite_weights(model, step, manager):
+    """The step's loss was computed before its update: the updated weights are checked too,
+    before they are saved.
+
+    Raises:
+        TrainingError: a weight is not finite.
+    """
+    if not all(bool(tf.reduce_all(tf.math.is_finite(v))) for v in model.trainable_variables):
+        raise TrainingError(
+            f"the weights became non-finite at step {step}; stopping without saving. The "
+            f"last good checkpoint is {manager.latest_checkpoint or '(none yet)'}. Lower "
+            "--lr_scale or check the data."
+        )
 
 
 def build_parser():
@@ -523,7 +739,12 @@ def main(argv=None):
     args = parser.parse_args(argv)
     overrides = {name: getattr(args, name) for name in TrainConfig.__dataclass_fields__}
     try:
-        config = resolve_config(args.preset, args.config, overrides)
+        inherited = inherited_settings(args.init_from)
+    except TrainingError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    try:
+        config = resolve_config(args.preset, args.config, overrides, inherited)
     except (ValueError, OSError) as error:
         parser.error(str(error))
     run_dir = args.run_dir or os.path.join("runs", args.preset)

@@ -10,7 +10,8 @@ result is applied in the graph by `model.tokenizer` (keras-hub's tokenizers).
 asking for other options than the recorded ones raises instead of mixing vocabularies.
 
 Command line: `python -m training.vocabulary --data_dir DATA --out_dir VOCAB --vocab_size 8000`
-learns from `DATA/train.tsv` (see `--help`).
+learns from `DATA/train.tsv`, `--data bible:1,catalogs:3` from the training splits of a run's
+corpora (`training.mixture`; see `--help`).
 """
 
 import argparse
@@ -45,6 +46,7 @@ from model.tokenizer import (
     read_tokenizer_config,
 )
 from training.corpus import corpus_source_spelling
+from training.mixture import load_splits, mixture_source_spelling, names_corpora, parse_data
 
 logger = logging.getLogger(__name__)
 
@@ -154,6 +156,7 @@ def build_tokenizers(
     restore_accents=False,
     restore_case=False,
     restore_names=False,
+    name_sources=None,
 ):
     """Learns (or reloads) the source and target tokenizers.
 
@@ -189,6 +192,9 @@ def build_tokenizers(
         restore_names: bool, names typed in today's spelling are read in the 1909 Bible's
             ("Belén" → "Bethlehem"; `model.spelling.name_table`, written to `names.tsv`). Only
             with `source_spelling` "modern", the 1909 corpus.
+        name_sources: the sources the names table is learned from (the 1909 Bible's, in a run
+            that mixes it with other corpora: `training.mixture.names_corpora`); None: every
+            source of `pairs`.
 
     Returns:
         `(source_tokenizer, target_tokenizer)`, the same object twice when `shared`.
@@ -253,16 +259,35 @@ def build_tokenizers(
         logger.info("Learned %d pieces.", tokenizer.vocab_size)
     if placeholders:
         write_known_words(out_dir, [source for source, _ in pairs])
-    write_restoration_tables(out_dir, sources, restore_accents, restore_case, restore_names)
+    write_restoration_tables(
+        out_dir, sources, restore_accents, restore_case, restore_names, name_sources
+    )
     # The config goes last: a directory with a config always holds every vocabulary it names.
     _write_config(out_dir, config)
     return load_tokenizers(out_dir)
 
 
-def build_run_tokenizers(pairs, config, out_dir):
-    """`build_tokenizers` with a training config's settings (a `TrainConfig` or its dict); the
-    source spelling is the one the config's corpus records (`corpus_source_spelling`)."""
+def build_run_tokenizers(pairs_by_corpus, config, out_dir):
+    """`build_tokenizers` with a training config's settings (a `TrainConfig` or its dict), learned
+    from `pairs_by_corpus` (`{corpus name: training pairs}` of the config's corpora,
+    `training.mixture.load_splits`; for a config of one corpus, its pairs will do): every
+    corpus's pairs for the vocabulary and the accent and case tables, the 1909 Bible's for the
+    names table; the source spelling is the one the corpora record
+    (`training.mixture.mixture_source_spelling`)."""
     settings = config if isinstance(config, dict) else vars(config)
+    corpora = parse_data(settings["data"])
+    if not isinstance(pairs_by_corpus, dict):
+        if len(corpora) > 1:
+            raise ValueError(f"the pairs of {settings['data']!r} are needed corpus by corpus")
+        pairs_by_corpus = {corpora[0].name: pairs_by_corpus}
+    pairs = [pair for corpus in corpora for pair in pairs_by_corpus[corpus.name]]
+    name_sources = [
+        source
+        for corpus in names_corpora(corpora)
+        for source in _sources_as_seen(
+            pairs_by_corpus[corpus.name], settings.get("source_casing", "keep")
+        )
+    ]
     return build_tokenizers(
         pairs,
         settings["vocab_size"],
@@ -271,32 +296,38 @@ def build_run_tokenizers(pairs, config, out_dir):
         shared=settings["shared_vocab"],
         lower_case=settings["lower_case"],
         model_type=settings["subword_model"],
-        source_spelling=corpus_source_spelling(settings["data"]),
+        source_spelling=mixture_source_spelling(corpora),
         source_casing=settings.get("source_casing", "keep"),
         placeholders=settings.get("placeholders", False),
         restore_accents=settings.get("restore_accents", False),
         restore_case=settings.get("restore_case", False),
         restore_names=settings.get("restore_names", False),
+        name_sources=name_sources if len(corpora) > 1 else None,
     )
 
 
-def write_restoration_tables(directory, sources, accents=True, cases=True, names=False):
+def write_restoration_tables(
+    directory, sources, accents=True, cases=True, names=False, name_sources=None
+):
     """Writes the `model.restoration` tables asked for, learned from `sources` (the training
-    sources as the source tokenizer sees them, after its case normalization)."""
+    sources as the source tokenizer sees them, after its case normalization); the names table
+    from `name_sources` instead when given (its forms never words of `sources`)."""
     if accents:
         write_table(os.path.join(directory, ACCENTS_FILE), accent_table(sources))
     if cases:
         write_table(os.path.join(directory, CASES_FILE), case_table(sources))
     if names:
-        write_table(os.path.join(directory, NAMES_FILE), name_table(sources))
+        table = name_table(sources) if name_sources is None else name_table(name_sources, sources)
+        write_table(os.path.join(directory, NAMES_FILE), table)
 
 
-def add_restoration(tokenizer_dir, pairs):
+def add_restoration(tokenizer_dir, pairs, name_sources=None):
     """Gives the tokenizers of `tokenizer_dir` (a run's, trained without it) the restoration of
     accents and capitals (`model.restoration`), and of names in today's spelling where its corpus
     is the 1909 Bible (source spelling "modern"): writes the tables of `pairs`' sources (the
-    run's training pairs) and records "restore_accents", "restore_case" (and "restore_names") in
-    its config, so its source tokenizer restores them from now on. The vocabularies are
+    run's training pairs; the names table of `name_sources` when given, the Bible's sources of a
+    run on several corpora) and records "restore_accents", "restore_case" (and "restore_names")
+    in its config, so its source tokenizer restores them from now on. The vocabularies are
     unchanged, so the run's weights still fit them.
 
     Raises:
@@ -307,7 +338,11 @@ def add_restoration(tokenizer_dir, pairs):
         raise FileNotFoundError(f"{os.path.join(tokenizer_dir, CONFIG_FILE)} not found.")
     names = config.get("source_spelling") == MODERN
     sources = _sources_as_seen(pairs, config.get("source_casing"))
-    write_restoration_tables(tokenizer_dir, sources, names=names)
+    if name_sources is not None:
+        name_sources = _sources_as_seen(
+            [(s, "") for s in name_sources], config.get("source_casing")
+        )
+    write_restoration_tables(tokenizer_dir, sources, names=names, name_sources=name_sources)
     restored = {"restore_accents": True, "restore_case": True}
     _write_config(
         tokenizer_dir, {**config, **restored, **({"restore_names": True} if names else {})}
@@ -330,8 +365,24 @@ def _write_config(directory, config):
         config_file.write("\n")
 
 
+def _training_pairs(data_dir, data):
+    """`(pairs, name_sources, source_spelling)` for the command line: `data_dir`'s train.tsv
+    (`name_sources` None: all of them), or the training splits of the data spec `data`."""
+    if data_dir is not None:
+        from training.corpus.tsv import read_tsv
+
+        pairs = read_tsv(os.path.join(data_dir, "train.tsv"))
+        return pairs, None, corpus_source_spelling(data_dir)
+    corpora = parse_data(data)
+    splits = load_splits(corpora, "train")
+    name_sources = [
+        source for corpus in names_corpora(corpora) for source, _ in splits[corpus.name]
+    ]
+    pairs = [pair for corpus in corpora for pair in splits[corpus.name]]
+    return pairs, name_sources if len(corpora) > 1 else None, mixture_source_spelling(corpora)
+
+
 def main(argv=None):
-    from training.corpus.tsv import read_tsv
 
     parser = argparse.ArgumentParser(
         description=(
@@ -339,7 +390,15 @@ def main(argv=None):
             "write them to OUT_DIR. Existing vocabularies in OUT_DIR are reused, never overwritten."
         )
     )
-    parser.add_argument("--data_dir", required=True, help="directory with train.tsv")
+    corpus = parser.add_mutually_exclusive_group(required=True)
+    corpus.add_argument("--data_dir", help="directory with train.tsv")
+    corpus.add_argument(
+        "--data",
+        help="instead of --data_dir, the training splits of a data spec as training.train reads "
+        "it (bible, catalogs, several mixed: bible:1,catalogs:3; training.mixture): every "
+        "corpus's sources for the vocabulary and the accent and case tables, the Bible's for "
+        "the names table",
+    )
     parser.add_argument("--out_dir", required=True, help="where to write the vocabularies")
     parser.add_argument("--vocab_size", type=int, default=8000, help="pieces per vocabulary")
     parser.add_argument("--tokenizer", default="sentencepiece", choices=TOKENIZER_TYPES)
@@ -380,9 +439,9 @@ def main(argv=None):
     )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-    pairs = read_tsv(os.path.join(args.data_dir, "train.tsv"))
+    pairs, name_sources, source_spelling = _training_pairs(args.data_dir, args.data)
     if args.add_restoration:
-        add_restoration(args.out_dir, pairs)
+        add_restoration(args.out_dir, pairs, name_sources)
         names = f", names in today's spelling ({NAMES_FILE})" * bool(
             read_tokenizer_config(args.out_dir).get("restore_names")
         )
@@ -399,10 +458,11 @@ def main(argv=None):
         shared=not args.separate_vocabs,
         lower_case=args.lower_case,
         model_type=args.model_type,
-        source_spelling=corpus_source_spelling(args.data_dir),
+        source_spelling=source_spelling,
         restore_accents=args.restore_accents,
         restore_case=args.restore_case,
         restore_names=args.restore_names,
+        name_sources=name_sources,
     )
     for name, tokenizer, texts in (
         ("source", source_tokenizer, [source for source, _ in pairs[:3]]),

@@ -1,0 +1,156 @@
+"""Fine-tuning from a trained run (`training.train --init_from RUN_DIR`): its weights, tokenizer
+and vocabulary, a fresh optimizer and schedule, the refusals, resume, and the BLEU it gains."""
+
+import filecmp
+import json
+import os
+import re
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tests.training_cli import train_tiny
+from training import artifacts
+from training.config import resolve_config
+from training.evaluate import evaluate
+from training.toy_corpus import ES_EN_OFFICE, write_corpus
+from training.train import TrainingError, inherited_settings, main, train
+
+
+@pytest.fixture(scope="module")
+def domains(tmp_path_factory):
+    """`(house, office seed, office)`: the toy house corpus, 30 office sentences, and an office
+    corpus of its own (toy_corpus.ES_EN_OFFICE: no word in common with the house's)."""
+    base = tmp_path_factory.mktemp("domains")
+    return (
+        str(write_corpus(base / "house", dev=20, test=20)),
+        str(write_corpus(base / "office_seed", train=30, dev=10, test=10, glossary=ES_EN_OFFICE)),
+        str(write_corpus(base / "office", train=400, dev=25, test=25, glossary=ES_EN_OFFICE)),
+    )
+
+
+@pytest.fixture(scope="module")
+def house_run(domains, tmp_path_factory):
+    """A run trained mostly on the house domain: 1 office sentence in 21 drawn, so that its
+    vocabulary holds the office words (as a large run's vocabulary holds a user's) but the model
+    barely knows them. `dff` 96 is not the tiny preset's, so fine-tuning must take it from here."""
+    house, office_seed, _ = domains
+    return train_tiny(
+        str(tmp_path_factory.mktemp("runs") / "house"),
+        data=f"{house}:1,{office_seed}:0.05",
+        train_steps=160,
+        checkpoint_every=80,
+        dff=96,
+    )
+
+
+def fine_tune_config(run_dir, **overrides):
+    return resolve_config("tiny", overrides=overrides, inherited=inherited_settings(run_dir))
+
+
+def test_fine_tuning_raises_dev_bleu_on_the_new_domain(house_run, domains, tmp_path):
+    _, _, office = domains
+    before = evaluate(house_run, "dev", data=office, output_dir=str(tmp_path / "before"))
+    run_dir = str(tmp_path / "office")
+    train(
+        fine_tune_config(
+            house_run, data=office, init_from=house_run, train_steps=120, checkpoint_every=120
+        ),
+        run_dir,
+    )
+    after = evaluate(run_dir, "dev", output_dir=str(tmp_path / "after"))
+    assert before["sentences"] == after["sentences"] == 25
+    assert after["bleu"] > before["bleu"] + 20, (before["bleu"], after["bleu"])
+    # Its tokenizer and vocabulary are the run's it started from, byte for byte.
+    for name in ("spm.shared.model", "tokenizer_config.json"):
+        assert filecmp.cmp(
+            os.path.join(house_run, "tokenizer", name),
+            os.path.join(run_dir, "tokenizer", name),
+            shallow=False,
+        ), name
+    assert artifacts.read_config(run_dir)["init_from"] == house_run
+
+
+def test_fine_tuning_starts_from_the_runs_weights_with_a_fresh_optimizer(
+    house_run, domains, tmp_path
+):
+    """One step at a learning rate of ~0 keeps the weights it started from: those `load_trained`
+    reads from the run (its best, else model.keras), not fresh ones; the optimizer counts from
+    zero, with the schedule's first rate."""
+    _, _, office = domains
+    run_dir = str(tmp_path / "one_step")
+    train(
+        fine_tune_config(
+            house_run,
+            data=office,
+            init_from=house_run,
+            train_steps=1,
+            checkpoint_every=1,
+            lr_scale=1e-9,
+        ),
+        run_dir,
+    )
+    started, *_ = artifacts.load_trained(house_run)
+    tuned, *_ = artifacts.load_trained(run_dir)
+    for expected, actual in zip(started.weights, tuned.weights, strict=True):
+        np.testing.assert_allclose(actual.numpy(), expected.numpy(), atol=1e-6)
+    latest = tf.train.latest_checkpoint(os.path.join(run_dir, "checkpoints"))
+    assert artifacts.checkpoint_step(latest) == 1
+
+
+def test_resume_continues_the_fine_tuning_run_itself(house_run, domains, tmp_path):
+    _, _, office = domains
+    run_dir = str(tmp_path / "resumed")
+    args = ["--preset", "tiny", "--data", office, "--init_from", house_run, "--run_dir", run_dir]
+    assert main([*args, "--train_steps", "10", "--checkpoint_every", "10"]) == 0
+    first = os.path.join(run_dir, "checkpoints", "ckpt-10.index")
+    written = os.stat(first).st_mtime_ns
+    assert main([*args, "--train_steps", "20", "--checkpoint_every", "10", "--resume"]) == 0
+    # Continued from its own step 10, not started again from the run it fine-tunes.
+    assert os.stat(first).st_mtime_ns == written
+    state = tf.train.get_checkpoint_state(os.path.join(run_dir, "checkpoints"))
+    assert [artifacts.checkpoint_step(p) for p in state.all_model_checkpoint_paths] == [10, 20]
+    # The dff of the run it started from (96), not the tiny preset's (64).
+    assert json.load(open(os.path.join(run_dir, "config.json")))["dff"] == 96
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--d_model", "64"], "this run changes d_model: 32 -> 64"),
+        (["--vocab_size", "500"], "this run changes vocab_size: 400 -> 500"),
+        (["--tie_embeddings", "false"], "tie_embeddings: True -> False"),
+        (["--placeholders", "true"], "placeholders: False -> True"),
+    ],
+)
+def test_a_config_that_changes_the_model_or_vocabulary_is_refused(
+    house_run, domains, extra, message, tmp_path, capsys
+):
+    _, _, office = domains
+    run_dir = tmp_path / "refused"
+    status = main(
+        ["--preset", "tiny", "--data", office, "--init_from", house_run]
+        + ["--run_dir", str(run_dir), *extra]
+    )
+    assert status == 1
+    error = capsys.readouterr().err
+    assert f"cannot fine-tune from {house_run}" in error and message in error
+    assert not run_dir.exists()
+
+
+def test_init_from_must_be_a_trained_run_other_than_this_one(house_run, domains, tmp_path, capsys):
+    _, _, office = domains
+    missing = str(tmp_path / "nothing")
+    assert main(["--preset", "tiny", "--data", office, "--init_from", missing]) == 1
+    assert f"--init_from: {missing}/config.json not found" in capsys.readouterr().err
+    with pytest.raises(TrainingError, match="is the run directory itself"):
+        train(fine_tune_config(house_run, data=office, init_from=house_run), house_run)
+
+
+def test_resuming_a_fine_tuning_run_without_init_from_is_refused(house_run, domains, tmp_path):
+    _, _, office = domains
+    run_dir = str(tmp_path / "run")
+    train(fine_tune_config(house_run, data=office, init_from=house_run, train_steps=2), run_dir)
+    with pytest.raises(TrainingError, match=re.escape(f"init_from: '{house_run}' -> ''")):
+        train(fine_tune_config(house_run, data=office, train_steps=4), run_dir, resume=True)
