@@ -167,7 +167,7 @@ pretrained: $(STAMP) data-bible  ## Reproduce pretrained/bible-es-en (about 2 ho
 		PRETRAINED_AVERAGE=$(PRETRAINED_AVERAGE) PRETRAINED_ALPHA=$(PRETRAINED_ALPHA) \
 		PRETRAINED_NO_REPEAT_NGRAM_SIZE=$(PRETRAINED_NO_REPEAT_NGRAM_SIZE)"
 
-# The bundle that also knows today's words (issue 47): the Bible and Debian's message catalogs
+# The bundle that also knows today's words: the Bible and Debian's message catalogs
 # (data/catalogs) mixed half and half, one vocabulary learned on both, every option of the
 # recipe above. 12000 steps of the small preset: the current bundle's 6000 took about 2 hours on
 # 2 cores, so about 4 here (the same steps per hour, dev BLEU on 100 sentences of each corpus,
@@ -183,7 +183,7 @@ MIXED_DATA ?= bible:1,catalogs:1
 MIXED_STEPS ?= 12000
 MIXED_TRAIN_ARGS := $(PRETRAINED_TRAIN_ARGS) --data $(MIXED_DATA) --train_steps $(MIXED_STEPS) \
 	--dev_bleu_sentences 100
-MIXED_NOTES := Trained for issue 47 on the Bible corpus and Debian's translated message \
+MIXED_NOTES := Trained on the Bible corpus and Debian's translated message \
 	catalogs together (--data $(MIXED_DATA), training.mixture), one vocabulary learned on both, \
 	with the recipe of pretrained/bible-es-en otherwise: $(PRETRAINED_NOTES)
 pretrained-mixed: $(STAMP) data  ## Train and package pretrained/bible-catalogs-es-en (about 4 hours on 2 cores; rerun to resume).
