@@ -127,7 +127,7 @@ PRETRAINED_STEPS ?= 6000
 # Decoding options of the bundle, chosen on the dev split (BENCHMARKS.md, the bundle with placeholders).
 PRETRAINED_ALPHA ?= 1.0
 PRETRAINED_NO_REPEAT_NGRAM_SIZE ?= 3
-# Robust to how people type (issue 23): lowercased all-caps sources, a third of the pairs noised as
+# Robust to how people type: lowercased all-caps sources, a third of the pairs noised as
 # people type, 80% of the name and number slots refilled with unseen ones, 30% of those names with
 # a figure (training.copying), and numbers and unknown names carried as placeholders
 # (model.placeholders), 20% of the names written the same on both sides too.
@@ -136,7 +136,7 @@ PRETRAINED_TRAIN_ARGS := --preset small --lr_scale 0.7 --keep_checkpoints 8 --ch
 	--source_noise_kinds lowercase,strip_accents,no_final_punct,strip_accents+lowercase+no_final_punct,strip_diacritics+lowercase \
 	--copy_substitution 0.8 --copy_figure_share 0.3 --placeholders true --placeholder_names 0.2
 PRETRAINED_AVERAGE ?= 5
-PRETRAINED_NOTES := Trained for issue 23 to hold up on what people type: the Spanish side in modern \
+PRETRAINED_NOTES := Trained to hold up on how people type: the Spanish side in modern \
 	spelling (model.spelling), all-caps sources lowercased (--source_casing lower_all_caps), 35% of \
 	the training pairs noised as people type (lowercased, accents stripped, final punctuation \
 	dropped, and combinations), and 80% of the name and number slots refilled each epoch with \

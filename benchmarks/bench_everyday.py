@@ -22,7 +22,7 @@ from training import artifacts
 from training.corpus import load_pairs
 from training.corpus.loading import DEFAULT_CATALOGS_DIR, EVERYDAY_DIR
 from training.corpus.tsv import read_tsv
-from training.evaluate import UNPERTURBED, evaluate_perturbations
+from training.evaluate import UNPERTURBED, evaluate_perturbations, output_stem
 
 SECTION_PREFIX = "Everyday sentences"
 # A word the model saw this often in training is one it may have learned.
@@ -130,7 +130,7 @@ def main(argv=None):
                 data=str(EVERYDAY_DIR),
                 output_dir=output_dir,
             )
-            stem = "test.greedy" if width == 1 else f"test.beam{width}"
+            stem = output_stem("test", width)
             with open(os.path.join(output_dir, f"{stem}.hyp.txt"), encoding="utf-8") as handle:
                 outputs.append(handle.read().splitlines())
             reports.append(report)

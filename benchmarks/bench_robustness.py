@@ -7,6 +7,7 @@ often it copies names and numbers it never saw (`training.evaluate --copy_rate`)
 """
 
 import argparse
+import os
 import shlex
 import sys
 
@@ -15,24 +16,33 @@ from training import artifacts
 from training.evaluate import (
     UNPERTURBED,
     copy_rate_table,
+    default_output_dir,
     evaluate_copy_rates,
     evaluate_perturbations,
     robustness_table,
 )
+from training.mixture import parse_data
 from training.noise import PERTURBATIONS
 
 SECTION = "Robustness to how people type"
 
 
-def markdown(reports, copy_report, command):
+def markdown(reports, copy_reports, command):
     first = reports[0]
+    corpora = list(dict.fromkeys(report.get("corpus") for report in reports))
+    sentences = " and ".join(
+        f"{report['sentences']} sentences"
+        + (f" of `{report['corpus']}`" if "corpus" in report else "")
+        for report in reports
+        if report["perturbation"] == first["perturbation"]
+    )
     return "\n".join(
         [
             f"Machine: {machine_description()}.",
             f"Command: `{command}`.",
             "",
-            f"`{first['run_dir']}` on the {first['sentences']} sentences of its {first['split']} "
-            f"split, {first['decoding']} decoding (sacreBLEU, `{first['bleu_signature']}`), the "
+            f"`{first['run_dir']}` on the {sentences} of its {first['split']} "
+            f"split{'s' * (len(corpora) > 1)}, {first['decoding']} decoding (sacreBLEU, `{first['bleu_signature']}`), the "
             "sources perturbed as named (`training/noise.py`) and the references as written. "
             "Looping outputs: `training.evaluate.is_looping`.",
             "",
@@ -43,9 +53,33 @@ def markdown(reports, copy_report, command):
             "in the corpus and the number by figures, each three times; the share of "
             "translations that hold the name or figure.",
             "",
-            copy_rate_table(copy_report),
+            copy_rate_table(*copy_reports),
         ]
     )
+
+
+def copy_rates_per_corpus(run_dir, split, beam_width):
+    """`evaluate_copy_rates` of the run's corpus; of each corpus apart for a mixed run (its
+    report holding its "corpus" name, written to `<eval dir>/<corpus>/`), the generated names
+    avoiding the words of every corpus trained on."""
+    data = artifacts.read_config(run_dir)["data"]
+    corpora = parse_data(data)
+    if len(corpora) == 1:
+        return [evaluate_copy_rates(run_dir, split, beam_width=beam_width)]
+    return [
+        {
+            "corpus": corpus.name,
+            **evaluate_copy_rates(
+                run_dir,
+                split,
+                beam_width=beam_width,
+                data=corpus.spec,
+                training_data=data,
+                output_dir=os.path.join(default_output_dir(run_dir), corpus.name),
+            ),
+        }
+        for corpus in corpora
+    ]
 
 
 def main(argv=None):
@@ -68,7 +102,7 @@ def main(argv=None):
     reports = evaluate_perturbations(
         names, args.run_dir, args.split, beam_width=args.beam_width, limit=args.limit
     )
-    copy_report = evaluate_copy_rates(args.run_dir, args.split, beam_width=args.beam_width)
+    copy_reports = copy_rates_per_corpus(args.run_dir, args.split, args.beam_width)
     # Quoted as a shell needs it (a --section title has spaces), so the command runs as shown.
     command = shlex.join(
         [
@@ -78,7 +112,7 @@ def main(argv=None):
             *(argv if argv is not None else sys.argv[1:]),
         ]
     )
-    text = markdown(reports, copy_report, command)
+    text = markdown(reports, copy_reports, command)
     print(text)
     if args.output:
         write_section(args.output, args.section, text)

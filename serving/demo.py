@@ -29,8 +29,8 @@ from serving.client import TranslationClient
 from training import artifacts
 
 # Written as people type: modern spelling (of a name too), then lowercase and without accents, in
-# capitals, and with a name and a figure the corpus never holds (issue 23).
-SENTENCES = [
+# capitals, and with a name and a figure the corpus never holds.
+BIBLE_SENTENCES = [
     "En el principio creó Dios los cielos y la tierra.",
     "¿Dónde está Abel tu hermano?",
     "Subieron a Jerusalén para la fiesta.",
@@ -40,6 +40,15 @@ SENTENCES = [
     "DIOS ES AMOR",
     "Kalomir vino a la ciudad con 47 hombres.",
 ]
+# Today's Spanish, as typed: none is one of the everyday test sentences (training/everyday).
+EVERYDAY_SENTENCES = [
+    "¿Dónde está la estación de tren?",
+    "no se donde esta mi telefono",
+    "Hace mucho frío hoy.",
+    "El archivo no se puede abrir.",
+    "LA REUNIÓN EMPIEZA A LAS 9.",
+]
+SENTENCES = BIBLE_SENTENCES + EVERYDAY_SENTENCES
 
 
 # What the demo calls: exported alone, they trace and warm up in a quarter of a full export's time.
@@ -183,8 +192,11 @@ def main(argv=None):
         client = TranslationClient(address, args.model_name, timeout=60)
         for signature in DEMO_SIGNATURES:
             print(f"\n{signature}:")
-            for source, translation in zip(SENTENCES, client.translate(SENTENCES, signature)):
-                print(f"  {source}\n    → {translation}")
+            translations = iter(client.translate(SENTENCES, signature))
+            for title, sentences in (("Bible", BIBLE_SENTENCES), ("everyday", EVERYDAY_SENTENCES)):
+                print(f" {title}:")
+                for source, translation in zip(sentences, translations):
+                    print(f"  {source}\n    → {translation}")
         client.close()
     finally:
         server.send_signal(signal.SIGTERM)

@@ -197,6 +197,60 @@ def test_the_evaluate_cli_prints_each_corpus(mixed_run, tmp_path, capsys):
     assert out.count("30 sentences") == 1 and out.count("25 sentences") == 1
 
 
+def test_a_mixed_bundle_reports_and_shows_each_corpus_in_its_model_card(mixed_run, tmp_path):
+    """The card's evaluation has a row per corpus and decoding, the same scores as evaluating the
+    bundle; its limitations show each corpus's first test sentences with the bundle's own beam
+    translations."""
+    from training.bundle import KNOWN_EXAMPLES, bundle
+
+    bundle_dir = str(tmp_path / "mixed-es-en")
+    reports = bundle(mixed_run, bundle_dir, "make x", beam_width=2, alpha=1.0)
+    assert [(r["corpus"], r["decoding"]) for r in reports] == [
+        ("house", "greedy"),
+        ("office", "greedy"),
+        ("house", "beam 2, alpha 1.0"),
+        ("office", "beam 2, alpha 1.0"),
+    ]
+    card = (tmp_path / "mixed-es-en" / "README.md").read_text(encoding="utf-8")
+    for report in reports:
+        row = f"| {report['corpus']} | {report['decoding']} | {report['bleu']:.2f} |"
+        assert card.count(row) == 1, row
+    for section in ("Model", "Intended use", "Training data", "Evaluation", "Limitations"):
+        assert f"\n## {section}\n" in card
+    limitations = card[card.index("## Limitations") : card.index("## Use")]
+    for report in reports[2:]:
+        corpus_dir = tmp_path / "mixed-es-en" / "eval" / report["corpus"]
+        translations = (corpus_dir / "test.beam2.hyp.txt").read_text().splitlines()
+        shown = translations[:KNOWN_EXAMPLES]
+        block = limitations[limitations.index(f"`{report['corpus']}`:") :]
+        assert all(f" | {translation} |" in block for translation in shown)
+
+
+def test_the_robustness_report_of_a_mixed_run_has_each_corpus_s_rows(mixed_run, tmp_path):
+    """Each corpus's perturbed rows, its BLEU change from its own split as written; its copy
+    rates from its own test split."""
+    from benchmarks.bench_robustness import main as bench_robustness
+
+    output = tmp_path / "BENCHMARKS.md"
+    argv = ["--run_dir", mixed_run, "--limit", "6", "--perturbations", "lowercase"]
+    assert bench_robustness([*argv, "--output", str(output), "--section", "Mixed"]) == 0
+    text = output.read_text(encoding="utf-8")
+    assert "6 sentences of `house` and 6 sentences of `office` of its test splits" in text
+    for corpus in ("house", "office"):
+        directory = os.path.join(mixed_run, "eval", corpus)
+        clean, lowercase = (
+            json.load(open(os.path.join(directory, f"test.greedy{stem}.report.json")))
+            for stem in ("", ".lowercase")
+        )
+        assert f"| {corpus} | none | {clean['bleu']:.2f} |" in text
+        change = lowercase["bleu"] - clean["bleu"]
+        assert f"| {corpus} | lowercase | {lowercase['bleu']:.2f} |" in text
+        assert text.count(f"% ({lowercase['looping_sentences']}) | {change:+.2f} |") >= 1
+        copies = json.load(open(os.path.join(directory, "test.greedy.copy.report.json")))
+        rates = copies["names"]
+        assert f"| {corpus} | names | {rates['sentences']} | {100 * rates['rate']:.1f}% |" in text
+
+
 def write_bible_like(directory, pairs):
     """A corpus directory whose build records the 1909 Bible's modern spelling."""
     directory.mkdir(parents=True)

@@ -38,7 +38,13 @@ from training.corpus.loading import DEFAULT_BIBLE_DIR, DEFAULT_CATALOGS_DIR, EVE
 from training.corpus.outputs import read_corpus_stats
 from training.corpus.tsv import SPLITS, read_tsv
 from training.curves import plot_training_curves
-from training.evaluate import evaluate
+from training.evaluate import (
+    UNPERTURBED,
+    evaluate,
+    evaluate_perturbations,
+    load_for_evaluation,
+    output_stem,
+)
 
 _BUILT_CORPORA = {"bible": DEFAULT_BIBLE_DIR, "catalogs": DEFAULT_CATALOGS_DIR}
 _CORPUS_TITLES = {"bible": "Bible", "catalogs": "message catalogs"}
@@ -101,24 +107,137 @@ def corpus_row(name):
     return f"| `{name}` | {source} | {pairs} | {licence} |"
 
 
-def everyday_section(report, pairs, hypotheses):
-    """What the model knows and what it does not, shown on the everyday sentences."""
-    lines = [
-        "## What it knows and what it does not",
-        "",
-        "The test split above is the register of its training data. Everyday Spanish (home, "
-        "food, travel, work, time, weather, shopping, family, phones and computers): the "
-        f"{report['sentences']} sentences of `training/everyday/test.tsv`, written for issue 47 "
-        f"and never trained or tuned on, score BLEU {report['bleu']:.2f}, chrF "
-        f"{report['chrf']:.2f} ({report['decoding']}). Every fourth of them:",
-        "",
-        "| Spanish | reference | translation |",
-        "|---|---|---|",
-    ]
-    for (source, reference), hypothesis in list(zip(pairs, hypotheses))[::EVERYDAY_EXAMPLE_STEP]:
-        cells = (text.replace("|", chr(92) + "|") for text in (source, reference, hypothesis))
-        lines.append("| " + " | ".join(cells) + " |")
+# What each corpus teaches, for the card's intended use and limitations.
+_CORPUS_DOMAINS = {
+    "bible": "Bible verses in the language of the 1909 Reina-Valera (modern spelling)",
+    "catalogs": "the text of software and games: menus, messages, help and game dialogue",
+}
+# Test-split translations the card shows per corpus, as examples of what the model knows.
+KNOWN_EXAMPLES = 3
+
+
+def _cell(text):
+    # A pipe inside a table cell must be escaped, even within code.
+    return text.replace("|", chr(92) + "|")
+
+
+def _example_table(rows):
+    lines = ["| Spanish | reference | translation |", "|---|---|---|"]
+    lines += ["| " + " | ".join(_cell(text) for text in row) + " |" for row in rows]
     return lines + [""]
+
+
+def _model_section(config, weights, size_bytes, parameters, decoding):
+    layers = config.get("num_layers")
+    shape = (
+        f"{layers} encoder and {layers} decoder layers, d_model {config.get('d_model')}, "
+        f"{config.get('num_heads')} heads, feed-forward {config.get('dff')}, "
+        f"{'pre' if config.get('norm_first') else 'post'}-layer normalization"
+        if layers
+        else "the run's configuration (Training procedure)"
+    )
+    lines = [
+        "## Model",
+        "",
+        '- Architecture: the Transformer encoder–decoder of "Attention Is All You Need" '
+        f"(`model/`): {shape}" + (f"; {parameters:,} parameters" if parameters else "") + ".",
+    ]
+    if config.get("vocab_size"):
+        lines.append(
+            f"- Vocabulary: {config.get('tokenizer')} ({config.get('subword_model')}), "
+            f"{config['vocab_size']:,} pieces"
+            + (", shared by both languages" if config.get("shared_vocab") else "")
+            + " (`tokenizer/`)."
+        )
+    lines.append(f"- Weights: {weights}, float32; {size_bytes / 2**20:.1f} MiB on disk.")
+    if decoding:
+        lines.append(
+            "- Decoding served by its exports (`decoding.json`): "
+            + ", ".join(f"{name} {value}" for name, value in decoding.items())
+            + "."
+        )
+    return lines + [""]
+
+
+def _intended_use_section(corpora):
+    domains = [f"{_CORPUS_DOMAINS.get(name, f'the text of `{name}`')}" for name in corpora]
+    return [
+        "## Intended use",
+        "",
+        "Spanish → English translation of sentences like those it was trained on: "
+        + "; and ".join(domains)
+        + ". A small model (it trains on 2 CPU cores) to serve, study and fine-tune "
+        "(`--init_from`, docs/training.md) on a corpus of your own. Not for text whose "
+        "translation matters without a human check: it knows little outside its corpora "
+        "(Limitations).",
+        "",
+    ]
+
+
+def _evaluation_section(reports, everyday):
+    mixed = any("corpus" in report for report in reports)
+    lines = [
+        "## Evaluation",
+        "",
+        "Each corpus's test split, held out by `make data` (training/CORPUS.md) and never "
+        "trained or tuned on (sacreBLEU):",
+        "",
+        ("| corpus " if mixed else "") + "| decoding | test BLEU | test chrF | sentences |",
+        ("|---" if mixed else "") + "|---|---:|---:|---:|",
+    ]
+    for report in reports:
+        lines.append(
+            (f"| {report['corpus']} " if mixed else "")
+            + f"| {report['decoding']} | {report['bleu']:.2f} | {report['chrf']:.2f} | "
+            f"{report['sentences']} |"
+        )
+    lines += [
+        "",
+        f"Signatures: BLEU `{reports[0]['bleu_signature']}`, chrF "
+        f"`{reports[0]['chrf_signature']}`.",
+        "",
+    ]
+    if everyday:
+        report = everyday[0]
+        lines += [
+            "Everyday Spanish (home, food, travel, work, time, weather, shopping, family, phones "
+            f"and computers): the {report['sentences']} sentences of "
+            "`training/everyday/test.tsv`, written before training and never trained or tuned "
+            f"on, score BLEU {report['bleu']:.2f}, chrF {report['chrf']:.2f} "
+            f"({report['decoding']}).",
+            "",
+        ]
+    return lines
+
+
+def _limitations_section(known_examples, everyday):
+    lines = ["## Limitations", ""]
+    if known_examples:
+        lines += ["What it knows: translations of the first test sentences of each corpus.", ""]
+        for corpus, rows in known_examples.items():
+            lines += ([f"`{corpus}`:", ""] if corpus else []) + _example_table(rows)
+    if everyday:
+        _, pairs, hypotheses = everyday
+        rows = [
+            (source, reference, hypothesis)
+            for (source, reference), hypothesis in list(zip(pairs, hypotheses))[
+                ::EVERYDAY_EXAMPLE_STEP
+            ]
+        ]
+        lines += [
+            "What it does not know as well: everyday Spanish beyond its corpora; every fourth "
+            "of the everyday sentences (Evaluation):",
+            "",
+            *_example_table(rows),
+        ]
+    lines += [
+        "Words its corpora never hold are guessed from their pieces or copied; a sentence "
+        "longer than its longest training sentences is translated in part; names and numbers "
+        "it never saw are carried through as placeholders, which a sentence can only hold "
+        "as often as its source does.",
+        "",
+    ]
+    return lines
 
 
 def model_card(
@@ -130,37 +249,30 @@ def model_card(
     notes="",
     bundle_dir=artifacts.PRETRAINED_RUN,
     everyday=None,
+    known_examples=None,
+    parameters=None,
+    decoding=None,
 ):
-    """The bundle's README.md; its commands run from the repository root as written.
+    """The bundle's README.md in a model card's sections (model, intended use, training data,
+    evaluation, limitations, use, training procedure, reproduce); its commands run from the
+    repository root as written.
 
+    `reports`: test-split reports of `training.evaluate` (with a "corpus" each for a mixed run).
     `everyday`: `(report, pairs, hypotheses)` of the everyday sentences, or None.
+    `known_examples`: `{corpus name or "": [(Spanish, reference, translation), ...]}`, or None.
+    `parameters`: the model's parameter count; `decoding`: `decoding.json`'s options.
     """
     name = os.path.basename(os.path.normpath(bundle_dir))
     corpora = corpus_names(config.get("data"))
+    settings = [
+        f"- {key}: {value}" for key, value in config.items() if key not in ("data", "tfds_data_dir")
+    ]
     lines = [
-        "# Pretrained Spanish→English Transformer "
+        "# Spanish→English Transformer "
         f"({' + '.join(_CORPUS_TITLES.get(c, c) for c in corpora) or 'own'} corpus)",
         "",
-        f"Weights: {weights}. Size on disk: {size_bytes / 2**20:.1f} MiB.",
-        "",
-        "| decoding | test BLEU | test chrF | sentences | sacreBLEU signature (BLEU) |",
-        "|---|---:|---:|---:|---|",
-    ]
-    for report in reports:
-        lines.append(
-            f"| {report['decoding']} | {report['bleu']:.2f} | {report['chrf']:.2f} | "
-            # A pipe inside a table cell must be escaped, even within code.
-            f"{report['sentences']} | `{report['bleu_signature'].replace('|', chr(92) + '|')}` |"
-        )
-    settings = ", ".join(
-        f"{name}={value}" for name, value in config.items() if name not in ("data", "tfds_data_dir")
-    )
-    lines += [
-        "",
-        "The test split is the held-out chapters of `make data` (never seen in training); "
-        "chrF signature: `" + reports[0]["chrf_signature"] + "`.",
-        "",
-        *([notes, ""] if notes else []),
+        *_model_section(config, weights, size_bytes, parameters, decoding),
+        *_intended_use_section(corpora),
         "## Training data",
         "",
         "| corpus | source | train / dev / test pairs | licence |",
@@ -170,7 +282,8 @@ def model_card(
         "Built on the user's machine from Debian packages by `make data` "
         "([training/CORPUS.md](../../training/CORPUS.md)); no text of them is committed.",
         "",
-        *(everyday_section(*everyday) if everyday else []),
+        *_evaluation_section(reports, everyday),
+        *_limitations_section(known_examples, everyday),
         "## Use",
         "",
         "From the repository root, after the README's Quickstart:",
@@ -181,19 +294,39 @@ def model_card(
         f".venv/bin/python -m training.evaluate --run_dir {bundle_dir} --beam_width 4",
         "```",
         "",
-        "## Recipe",
+        "## Training procedure",
         "",
-        settings,
+        *([notes, ""] if notes else []),
+        "The run's configuration (`config.json`):",
+        "",
+        *settings,
+        "",
+        "![training curves](training_curves.png)",
         "",
         "## Reproduce",
         "",
         "```",
         reproduce,
         "```",
-        "",
-        "![training curves](training_curves.png)",
     ]
     return "\n".join(lines) + "\n"
+
+
+def known_examples(output_dir, reports, pairs_by_corpus, stem, count=KNOWN_EXAMPLES):
+    """`{corpus name or "": [(Spanish, reference, translation)] * count}` from the hypotheses
+    `evaluate` wrote to `output_dir` (a mixed run's in `<output_dir>/<corpus>/`)."""
+    examples = {}
+    for report in reports:
+        corpus = report.get("corpus", "")
+        path = os.path.join(output_dir, corpus, f"{stem}.hyp.txt")
+        with open(path, encoding="utf-8") as handle:
+            hypotheses = handle.read().splitlines()[:count]
+        pairs = pairs_by_corpus[corpus or next(iter(pairs_by_corpus))]
+        examples[corpus] = [
+            (source, reference, hypothesis)
+            for (source, reference), hypothesis in zip(pairs, hypotheses)
+        ]
+    return examples
 
 
 def evaluate_everyday(run_dir, beam_width, alpha):
@@ -203,8 +336,9 @@ def evaluate_everyday(run_dir, beam_width, alpha):
     report = evaluate(
         run_dir, "test", beam_width, alpha, output_dir=output_dir, data=str(EVERYDAY_DIR)
     )
-    stem = "test.greedy" if beam_width == 1 else f"test.beam{beam_width}"
-    with open(os.path.join(output_dir, f"{stem}.hyp.txt"), encoding="utf-8") as handle:
+    with open(
+        os.path.join(output_dir, f"{output_stem('test', beam_width)}.hyp.txt"), encoding="utf-8"
+    ) as handle:
         hypotheses = handle.read().splitlines()
     return report, read_tsv(EVERYDAY_DIR / "test.tsv"), hypotheses
 
@@ -219,19 +353,20 @@ def bundle(
     repetition_penalty=1.0,
     no_repeat_ngram_size=0,
 ):
-    """Writes the bundle of `run_dir` to `output_dir` (replacing it) and returns its reports.
+    """Writes the bundle of `run_dir` to `output_dir` (replacing it) and returns its test-split
+    reports (greedy, then `beam_width`; each corpus's apart for a mixed run).
 
     `beam_width`, `alpha` and the repetition controls (choose them on the dev split) go to
     `decoding.json`, so that exports of the bundle serve the decoding its card reports.
     """
-    decoding = DecodingOptions(
+    options = DecodingOptions(
         beam_width=beam_width,
         alpha=alpha,
         repetition_penalty=repetition_penalty,
         no_repeat_ngram_size=no_repeat_ngram_size,
     )
+    decoding = {"beam_width": beam_width, "alpha": alpha, **options.repetition_controls}
     model, _, _, config = artifacts.load_trained(run_dir)
-    weights = artifacts.select_weights(run_dir)[1]
     parent = os.path.dirname(os.path.abspath(output_dir))
     os.makedirs(parent, exist_ok=True)
     staging = os.path.join(parent, f".{os.path.basename(output_dir)}.{uuid.uuid4().hex}")
@@ -242,37 +377,24 @@ def bundle(
         for name in (artifacts.TOKENIZER_DIR, artifacts.LOG_DIR):
             shutil.copytree(os.path.join(run_dir, name), os.path.join(staging, name))
         with open(os.path.join(staging, artifacts.DECODING_FILE), "w", encoding="utf-8") as f:
-            json.dump(
-                {
-                    "beam_width": decoding.beam_width,
-                    "alpha": decoding.alpha,
-                    **decoding.repetition_controls,
-                },
-                f,
-                indent=2,
-            )
+            json.dump(decoding, f, indent=2)
         plot_training_curves(
             staging, os.path.join(staging, "training_curves.png"), os.path.basename(output_dir)
         )
-        reports = [
-            evaluate(staging, "test", width, alpha, output_dir=os.path.join(staging, "eval"))
-            for width in (1, beam_width)
-        ]
-        everyday = evaluate_everyday(staging, beam_width, alpha)
-        card = model_card(
-            config,
-            weights,
-            reports,
-            reproduce,
-            directory_bytes(staging),
-            notes,
+        reports, card = _evaluate_and_describe(
+            staging,
             output_dir,
-            everyday,
+            decoding,
+            model_card_options={
+                "config": config,
+                "weights": artifacts.select_weights(run_dir)[1],
+                "parameters": model.count_params(),
+                "notes": notes,
+                "reproduce": reproduce,
+            },
         )
-        with open(
-            os.path.join(staging, artifacts.BUNDLE_CARD_FILE), "w", encoding="utf-8"
-        ) as handle:
-            handle.write(card)
+        with open(os.path.join(staging, artifacts.BUNDLE_CARD_FILE), "w", encoding="utf-8") as f:
+            f.write(card)
         previous = None
         if os.path.exists(output_dir):
             previous = f"{staging}.old"
@@ -283,6 +405,40 @@ def bundle(
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return reports
+
+
+def _evaluate_and_describe(staging, output_dir, decoding, model_card_options):
+    """`(reports, model card)` of the bundle being written in `staging`: its test splits
+    (greedy and the bundle's beam), examples of each and the everyday sentences;
+    `model_card_options` are `model_card`'s other arguments."""
+    beam_width, alpha = decoding["beam_width"], decoding["alpha"]
+    evaluation = load_for_evaluation(staging, beam_width=beam_width)
+    eval_dir = os.path.join(staging, "eval")
+    reports = [
+        report
+        for width in sorted({1, beam_width})
+        for report in evaluate_perturbations(
+            [UNPERTURBED], staging, "test", width, alpha, output_dir=eval_dir
+        )
+    ]
+    beam_reports = [report for report in reports if report["decoding"] == reports[-1]["decoding"]]
+    examples = known_examples(
+        eval_dir,
+        beam_reports,
+        evaluation.corpus_splits("test"),
+        output_stem("test", beam_width),
+    )
+    everyday = evaluate_everyday(staging, beam_width, alpha)
+    card = model_card(
+        reports=reports,
+        size_bytes=directory_bytes(staging),
+        bundle_dir=output_dir,
+        everyday=everyday,
+        known_examples=examples,
+        decoding=decoding,
+        **model_card_options,
+    )
+    return reports, card
 
 
 def main(argv=None):

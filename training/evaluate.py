@@ -413,7 +413,7 @@ def evaluate_perturbations(
                 "perturbation": name,
                 **report,
             }
-            stem = f"{split}.{'greedy' if beam_width == 1 else f'beam{beam_width}'}"
+            stem = output_stem(split, beam_width)
             if name != UNPERTURBED:
                 stem += f".{name}"
             if changed_only:
@@ -455,19 +455,22 @@ def evaluate_copy_rates(
     data=None,
     export_dir=None,
     tfds_data_dir=None,
+    training_data=None,
     **repetition_controls,
 ):
     """How often translations copy a name or a number never seen in training
     (`training.copying`): the `split`'s pairs with a copy slot, filled with generated names
-    (none a word of the corpus) and with numbers in digits.
+    (none a word of the training corpora) and with numbers in digits.
 
-    Arguments as `evaluate`'s. Returns the report (also written as
+    Arguments as `evaluate`'s; `training_data`: the corpora whose training words the generated
+    names avoid (default: `data`, else the run's; pass the run's whole mixture when `data` is
+    one corpus of it). Returns the report (also written as
     `<split>.<decoding>.copy.report.json`): per kind ("names", "numbers") the sentences, how
     many translations hold the value, the rate and a few misses.
     """
     model = load_for_evaluation(run_dir, export_dir, beam_width, alpha, **repetition_controls)
     pairs = model.split_pairs(split, data, tfds_data_dir)
-    training_pairs = model.split_pairs("train", data, tfds_data_dir)
+    training_pairs = model.split_pairs("train", training_data or data, tfds_data_dir)
     sets = copy_rate_sets(
         pairs, proper_names(training_pairs + pairs), excluded_words=corpus_words(training_pairs)
     )
@@ -481,18 +484,27 @@ def evaluate_copy_rates(
     }
     directory = _output_dir(output_dir, run_dir, export_dir)
     os.makedirs(directory, exist_ok=True)
-    stem = f"{split}.{'greedy' if beam_width == 1 else f'beam{beam_width}'}.copy"
+    stem = f"{output_stem(split, beam_width)}.copy"
     with open(os.path.join(directory, f"{stem}.report.json"), "w", encoding="utf-8") as handle:
         json.dump(report, handle, indent=2, ensure_ascii=False)
     return report
 
 
-def copy_rate_table(report):
-    """Markdown table of an `evaluate_copy_rates` report."""
-    lines = ["| copied | sentences | copy rate |", "|---|---:|---:|"]
-    for kind in KINDS:
-        rates = report[kind]
-        lines.append(f"| {kind} | {rates['sentences']} | {100 * rates['rate']:.1f}% |")
+def copy_rate_table(*reports):
+    """Markdown table of `evaluate_copy_rates` reports; with a corpus column when they hold one
+    (each corpus's report)."""
+    mixed = any("corpus" in report for report in reports)
+    lines = [
+        ("| corpus " if mixed else "") + "| copied | sentences | copy rate |",
+        ("|---" if mixed else "") + "|---|---:|---:|",
+    ]
+    for report in reports:
+        for kind in KINDS:
+            rates = report[kind]
+            lines.append(
+                (f"| {report['corpus']} " if mixed else "")
+                + f"| {kind} | {rates['sentences']} | {100 * rates['rate']:.1f}% |"
+            )
     return "\n".join(lines)
 
 
@@ -500,6 +512,12 @@ def _output_dir(output_dir, run_dir, export_dir):
     if output_dir is None:
         output_dir = default_output_dir(run_dir, export_dir)
     return output_dir
+
+
+def output_stem(split, beam_width):
+    """The file-name stem of `split`'s outputs decoded with `beam_width`: "test.greedy",
+    "test.beam4"; `write_outputs` adds ".hyp.txt" and ".report.json"."""
+    return f"{split}.{'greedy' if beam_width == 1 else f'beam{beam_width}'}"
 
 
 def write_outputs(output_dir, stem, hypotheses, report):
@@ -526,17 +544,28 @@ def _changed_pairs(pairs, functions):
 
 def robustness_table(reports):
     """Markdown table of perturbation reports: BLEU, chrF, looping share, and the change in BLEU
-    from the unperturbed split when it is among them."""
-    clean = next((r["bleu"] for r in reports if r["perturbation"] == UNPERTURBED), None)
+    from the unperturbed split when it is among them; with a corpus column (each corpus's change
+    from its own unperturbed split) when the reports are of several corpora."""
+    mixed = any("corpus" in report for report in reports)
+    clean = {
+        report.get("corpus"): report["bleu"]
+        for report in reports
+        if report["perturbation"] == UNPERTURBED
+    }
     lines = [
-        "| perturbation | BLEU | chrF | looping outputs |"
-        + (" BLEU change |" if clean is not None else ""),
-        "|---|---:|---:|---:|" + ("---:|" if clean is not None else ""),
+        ("| corpus " if mixed else "")
+        + "| perturbation | BLEU | chrF | looping outputs |"
+        + (" BLEU change |" if clean else ""),
+        ("|---" if mixed else "") + "|---|---:|---:|---:|" + ("---:|" if clean else ""),
     ]
     for report in reports:
-        change = f" {report['bleu'] - clean:+.2f} |" if clean is not None else ""
+        corpus = report.get("corpus")
+        change = (
+            f" {report['bleu'] - clean[corpus]:+.2f} |" if corpus in clean else " |" * bool(clean)
+        )
         lines.append(
-            f"| {report['perturbation']} | {report['bleu']:.2f} | {report['chrf']:.2f} | "
+            (f"| {corpus} " if mixed else "")
+            + f"| {report['perturbation']} | {report['bleu']:.2f} | {report['chrf']:.2f} | "
             f"{100 * report['looping']:.1f}% ({report['looping_sentences']}) |{change}"
         )
     return "\n".join(lines)
