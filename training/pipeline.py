@@ -362,26 +362,15 @@ def text_example_stream(
         raise ValueError("no examples to batch: the corpus is empty after length filtering")
     sources = tf.constant([source for source, _ in pairs], tf.string)
     targets = tf.constant([target for _, target in pairs], tf.string)
-    if copy_substitution > 0:
-        source_templates, target_templates, slot_kinds = (
-            tf.constant(column) for column in template_tensors(pairs)
-        )
+    fill_slots = _copy_slot_filler(pairs, copy_substitution, copy_figure_share)
     keep, cut = _bound_in_graph(max_sequence_length, long_examples)
 
     def tokenize_chunk(position, indices):
         chunk_seed = tf.stack([tf.constant(seed, tf.int64), position])
         chunk_sources, chunk_targets = tf.gather(sources, indices), tf.gather(targets, indices)
-        if copy_substitution > 0:
-            chunk_sources, chunk_targets = fill_copy_slots(
-                chunk_sources,
-                chunk_targets,
-                tf.gather(source_templates, indices),
-                tf.gather(target_templates, indices),
-                tf.gather(slot_kinds, indices),
-                copy_substitution,
-                # A stream of draws apart from the noise's (which uses the chunk seed as is).
-                chunk_seed + tf.constant([0, 1 << 40], tf.int64),
-                copy_figure_share,
+        if fill_slots:
+            chunk_sources, chunk_targets = fill_slots(
+                chunk_sources, chunk_targets, indices, chunk_seed
             )
         chunk_sources, _ = perturb_sources(chunk_sources, source_noise, noise_kinds, chunk_seed)
         chunk_sources, chunk_targets = protect_pairs(
@@ -410,6 +399,32 @@ def text_example_stream(
     options = tf.data.Options()
     options.experimental_external_state_policy = tf.data.experimental.ExternalStatePolicy.IGNORE
     return dataset.with_options(options)
+
+
+def _copy_slot_filler(pairs, copy_substitution, copy_figure_share):
+    """None without `copy_substitution`; else `fill(sources, targets, indices, chunk_seed)`:
+    the chunk of `pairs` at `indices` with a share of their copy slots given fresh names and
+    numbers (`training.copying.fill_copy_slots`)."""
+    if copy_substitution <= 0:
+        return None
+    source_templates, target_templates, slot_kinds = (
+        tf.constant(column) for column in template_tensors(pairs)
+    )
+
+    def fill(sources, targets, indices, chunk_seed):
+        return fill_copy_slots(
+            sources,
+            targets,
+            tf.gather(source_templates, indices),
+            tf.gather(target_templates, indices),
+            tf.gather(slot_kinds, indices),
+            copy_substitution,
+            # A stream of draws apart from the noise's (which uses the chunk seed as is).
+            chunk_seed + tf.constant([0, 1 << 40], tf.int64),
+            copy_figure_share,
+        )
+
+    return fill
 
 
 def _dense(ids):

@@ -202,69 +202,99 @@ def build_tokenizers(
     Raises:
         ValueError: `out_dir` holds vocabularies built with other options, or by an older version.
     """
-    if tokenizer_type not in TOKENIZER_TYPES:
-        raise ValueError(f"tokenizer must be one of {TOKENIZER_TYPES}, got {tokenizer_type!r}.")
-    if restore_names and source_spelling != MODERN:
-        raise ValueError(
-            "restore_names reads today's spelling of names in the 1909 Bible's; this corpus "
-            f"records source spelling {source_spelling!r}, not {MODERN!r}."
-        )
-    if placeholders and tokenizer_type != "sentencepiece":
-        raise ValueError("placeholders need the sentencepiece tokenizer (its user symbols).")
-    config = dict(
-        format_version=FORMAT_VERSION,
-        type=tokenizer_type,
-        vocab_size=vocab_size,
-        shared=shared,
-        lower_case=lower_case,
-        model_type=model_type if tokenizer_type == "sentencepiece" else None,
-    )
-    if source_spelling is not None:  # absent, as in the configs written before it existed
-        config["source_spelling"] = source_spelling
-    if source_casing != "keep":
-        # Only when set: directories written before the setting existed still match.
-        config["source_casing"] = source_casing
-    if placeholders:
-        config["placeholders"] = True
-    if restore_accents:
-        config["restore_accents"] = True
-    if restore_case:
-        config["restore_case"] = True
-    if restore_names:
-        config["restore_names"] = True
+    config = _tokenizer_config(locals())  # this call's arguments, by name
     os.makedirs(out_dir, exist_ok=True)
-    existing = read_tokenizer_config(out_dir)
-    if existing is not None:
-        if existing != config:
-            differences = ", ".join(
-                f"{key}: {existing.get(key)!r} there, {config.get(key)!r} asked"
-                for key in sorted(set(existing) | set(config))
-                if existing.get(key) != config.get(key)
-            )
-            raise ValueError(
-                f"{out_dir} holds vocabularies built with other options ({differences}); use "
-                "another directory or delete them to rebuild."
-            )
+    if _holds_vocabularies_of(out_dir, config):
         logger.info("Reusing the vocabularies in %s.", out_dir)
         return load_tokenizers(out_dir)
 
-    pairs = list(pairs)
+    _learn_into(out_dir, list(pairs), config, source_casing, name_sources)
+    return load_tokenizers(out_dir)
+
+
+def _learn_into(out_dir, pairs, config, source_casing, name_sources):
+    """Learns the vocabularies, known words and restoration tables `config` names from `pairs`
+    and writes them to `out_dir`, the config last: a directory with a config always holds
+    every vocabulary it names."""
+    tokenizer_type = config["type"]
     sources = _sources_as_seen(pairs, source_casing)
     targets = [target for _, target in pairs]
-    texts_by_side = {"shared": sources + targets} if shared else {"src": sources, "tgt": targets}
+    texts_by_side = (
+        {"shared": sources + targets} if config["shared"] else {"src": sources, "tgt": targets}
+    )
     for side, texts in texts_by_side.items():
         logger.info("Learning the %s %s vocabulary...", side, tokenizer_type)
         tokenizer = _learn(tokenizer_type, texts, config)
         tokenizer.save(os.path.join(out_dir, model_file(tokenizer_type, side)))
         logger.info("Learned %d pieces.", tokenizer.vocab_size)
-    if placeholders:
+    if config.get("placeholders"):
         write_known_words(out_dir, [source for source, _ in pairs])
     write_restoration_tables(
-        out_dir, sources, restore_accents, restore_case, restore_names, name_sources
+        out_dir,
+        sources,
+        config.get("restore_accents", False),
+        config.get("restore_case", False),
+        config.get("restore_names", False),
+        name_sources,
     )
-    # The config goes last: a directory with a config always holds every vocabulary it names.
     _write_config(out_dir, config)
-    return load_tokenizers(out_dir)
+
+
+def _tokenizer_config(arguments):
+    """`tokenizer_config.json`'s content for `build_tokenizers`' `arguments` (by name); the
+    switches (`placeholders`, `restore_accents`, `restore_case`, `restore_names`) recorded only
+    when on, so directories written before a switch existed still match.
+
+    Raises:
+        ValueError: an unknown tokenizer type, or options that do not go together.
+    """
+    tokenizer_type, source_spelling = arguments["tokenizer_type"], arguments["source_spelling"]
+    if tokenizer_type not in TOKENIZER_TYPES:
+        raise ValueError(f"tokenizer must be one of {TOKENIZER_TYPES}, got {tokenizer_type!r}.")
+    if arguments["restore_names"] and source_spelling != MODERN:
+        raise ValueError(
+            "restore_names reads today's spelling of names in the 1909 Bible's; this corpus "
+            f"records source spelling {source_spelling!r}, not {MODERN!r}."
+        )
+    if arguments["placeholders"] and tokenizer_type != "sentencepiece":
+        raise ValueError("placeholders need the sentencepiece tokenizer (its user symbols).")
+    config = dict(
+        format_version=FORMAT_VERSION,
+        type=tokenizer_type,
+        vocab_size=arguments["vocab_size"],
+        shared=arguments["shared"],
+        lower_case=arguments["lower_case"],
+        model_type=arguments["model_type"] if tokenizer_type == "sentencepiece" else None,
+    )
+    if source_spelling is not None:  # absent, as in the configs written before it existed
+        config["source_spelling"] = source_spelling
+    if arguments["source_casing"] != "keep":
+        config["source_casing"] = arguments["source_casing"]
+    switches = ("placeholders", "restore_accents", "restore_case", "restore_names")
+    config.update((name, True) for name in switches if arguments[name])
+    return config
+
+
+def _holds_vocabularies_of(out_dir, config):
+    """Whether `out_dir` already holds vocabularies built with `config` (False: none yet).
+
+    Raises:
+        ValueError: it holds vocabularies built with other options.
+    """
+    existing = read_tokenizer_config(out_dir)
+    if existing is None:
+        return False
+    if existing != config:
+        differences = ", ".join(
+            f"{key}: {existing.get(key)!r} there, {config.get(key)!r} asked"
+            for key in sorted(set(existing) | set(config))
+            if existing.get(key) != config.get(key)
+        )
+        raise ValueError(
+            f"{out_dir} holds vocabularies built with other options ({differences}); use "
+            "another directory or delete them to rebuild."
+        )
+    return True
 
 
 def build_run_tokenizers(pairs_by_corpus, config, out_dir):

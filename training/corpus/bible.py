@@ -342,15 +342,7 @@ def build_bible_corpus(
         steps.set_postfix_str("pair and align")
         pairs, drops = pair_verses(source, target)
         paired = len(pairs)
-        model = LengthRatioModel.fit(pairs.values())
-        misaligned = detect_misaligned_chapters(source, target, model)
-        _drop(
-            pairs,
-            [ref for ref in pairs if ref[:2] in misaligned and misaligned[ref[:2]].covers(ref[2])],
-            "misaligned_verse_numbering",
-            drops,
-        )
-        _drop(pairs, length_ratio_outliers(pairs, model), "length_ratio_outlier", drops)
+        model, misaligned = _drop_misaligned(pairs, source, target, drops)
         # After the alignment, which therefore sees the 1909 text (the rules keep lengths).
         pairs, spelling_counts = modernize_sources(pairs)
         steps.update()
@@ -377,15 +369,7 @@ def build_bible_corpus(
         ),
         "paired_by_reference": paired,
         "dropped": {reason: count for reason, count in sorted(drops.items()) if count},
-        "misaligned_chapters": {
-            f"{book} {chapter}": {
-                "verses": ", ".join(
-                    f"{first}-{last}" if first != last else str(first) for first, last in m.spans
-                ),
-                "gain_nats": round(m.gain, 1),
-            }
-            for (book, chapter), m in misaligned.items()
-        },
+        "misaligned_chapters": _describe_misaligned(misaligned),
         "length_ratio_model": {"ratio": round(model.ratio, 4), "scale": round(model.scale, 4)},
         "spelling_rules_applied": {
             rule: count for rule, count in spelling_counts.most_common() if rule != NOT_RESTORED_KEY
@@ -402,6 +386,38 @@ def build_bible_corpus(
     write_corpus_stats(out_dir, stats)
     _log_summary(stats)
     return stats
+
+
+def _drop_misaligned(pairs: dict, source: dict, target: dict, drops: collections.Counter):
+    """Drops from `pairs` the verses of chapters whose numbering the two texts do not share and
+    the pairs whose length ratio is an outlier, counting them in `drops`.
+
+    Returns:
+      `(length-ratio model, {(book, chapter): misalignment})`.
+    """
+    model = LengthRatioModel.fit(pairs.values())
+    misaligned = detect_misaligned_chapters(source, target, model)
+    _drop(
+        pairs,
+        [ref for ref in pairs if ref[:2] in misaligned and misaligned[ref[:2]].covers(ref[2])],
+        "misaligned_verse_numbering",
+        drops,
+    )
+    _drop(pairs, length_ratio_outliers(pairs, model), "length_ratio_outlier", drops)
+    return model, misaligned
+
+
+def _describe_misaligned(misaligned: dict) -> dict:
+    """stats.json's view of the misaligned chapters: their verse spans and the gain in nats."""
+    return {
+        f"{book} {chapter}": {
+            "verses": ", ".join(
+                f"{first}-{last}" if first != last else str(first) for first, last in m.spans
+            ),
+            "gain_nats": round(m.gain, 1),
+        }
+        for (book, chapter), m in misaligned.items()
+    }
 
 
 def _drop(pairs: dict, refs: Iterable[VerseRef], reason: str, drops: collections.Counter) -> None:
