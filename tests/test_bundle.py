@@ -127,3 +127,30 @@ def test_exports_and_evaluations_of_the_bundle_use_its_decoding_options(bundled,
     report = evaluate(bundle_dir, "test", beam_width=2, output_dir=str(tmp_path / "eval"))
     assert report["decoding"] == "beam 2, alpha 1.0" and report["bleu"] == reports[1]["bleu"]
     assert evaluate(export_dir=version_dir, split="test", beam_width=2)["bleu"] == report["bleu"]
+
+
+def test_a_corpus_whose_text_is_not_committed_is_shown_by_sentences_of_its_kind(tmp_path):
+    """The catalogs' licences ask for their sources beside their text: the card translates
+    sentences written for it, and the bundle keeps the scores of its test split, not its
+    translations; a corpus that may be quoted shows its first test pairs."""
+    from training.bundle import UNQUOTED_CORPORA, drop_unquoted_translations, known_examples
+
+    for corpus in ("bible", "catalogs"):
+        (tmp_path / corpus).mkdir()
+        (tmp_path / corpus / "test.beam4.hyp.txt").write_text(f"{corpus} one\n{corpus} two\n")
+        (tmp_path / corpus / "test.beam4.report.json").write_text("{}")
+    pairs = {"bible": [("uno", "one"), ("dos", "two")], "catalogs": [("GPL", "text")]}
+    examples = known_examples(
+        str(tmp_path),
+        [{"corpus": "bible"}, {"corpus": "catalogs"}],
+        pairs,
+        "test.beam4",
+        lambda texts: [text.upper() for text in texts],
+        count=2,
+    )
+    assert examples["bible"] == [("uno", "one", "bible one"), ("dos", "two", "bible two")]
+    sentences = UNQUOTED_CORPORA["catalogs"]
+    assert examples["catalogs"] == [(text, "", text.upper()) for text in sentences]
+    drop_unquoted_translations(str(tmp_path))
+    assert sorted(os.listdir(tmp_path / "catalogs")) == ["test.beam4.report.json"]
+    assert len(os.listdir(tmp_path / "bible")) == 2

@@ -44,6 +44,7 @@ from training.evaluate import (
     evaluate_perturbations,
     load_for_evaluation,
     output_stem,
+    translate,
 )
 
 _BUILT_CORPORA = {"bible": DEFAULT_BIBLE_DIR, "catalogs": DEFAULT_CATALOGS_DIR}
@@ -114,6 +115,17 @@ _CORPUS_DOMAINS = {
 }
 # Test-split translations the card shows per corpus, as examples of what the model knows.
 KNOWN_EXAMPLES = 3
+# Corpora whose text the bundle does not hold (their licences ask for their sources beside
+# it; `make data` builds them on the user's machine): the card shows sentences of their kind
+# written for it instead of their test pairs, and their translations of the test split are
+# not kept in `eval/`, only the scores.
+UNQUOTED_CORPORA = {
+    "catalogs": [
+        "No se pudo abrir el archivo.",
+        "¿Desea guardar los cambios antes de salir?",
+        "La contraseña debe tener al menos ocho caracteres.",
+    ],
+}
 
 
 def _cell(text):
@@ -213,7 +225,11 @@ def _evaluation_section(reports, everyday):
 def _limitations_section(known_examples, everyday):
     lines = ["## Limitations", ""]
     if known_examples:
-        lines += ["What it knows: translations of the first test sentences of each corpus.", ""]
+        lines += [
+            "What it knows: translations of the first test sentences of each corpus (of "
+            "sentences of its kind, for a corpus whose text the bundle does not hold).",
+            "",
+        ]
         for corpus, rows in known_examples.items():
             lines += ([f"`{corpus}`:", ""] if corpus else []) + _example_table(rows)
     if everyday:
@@ -312,12 +328,24 @@ def model_card(
     return "\n".join(lines) + "\n"
 
 
-def known_examples(output_dir, reports, pairs_by_corpus, stem, count=KNOWN_EXAMPLES):
-    """`{corpus name or "": [(Spanish, reference, translation)] * count}` from the hypotheses
-    `evaluate` wrote to `output_dir` (a mixed run's in `<output_dir>/<corpus>/`)."""
+def known_examples(
+    output_dir, reports, pairs_by_corpus, stem, translate_texts, count=KNOWN_EXAMPLES
+):
+    """`{corpus name or "": [(Spanish, reference, translation)] * count}`: the first test pairs
+    of each corpus with the translations `evaluate` wrote to `output_dir` (a mixed run's in
+    `<output_dir>/<corpus>/`); for a corpus whose text is not committed (`UNQUOTED_CORPORA`),
+    sentences of its kind written for the card instead, translated by `translate_texts`
+    (reference "")."""
     examples = {}
     for report in reports:
         corpus = report.get("corpus", "")
+        if corpus in UNQUOTED_CORPORA:
+            sources = UNQUOTED_CORPORA[corpus]
+            examples[corpus] = [
+                (source, "", translation)
+                for source, translation in zip(sources, translate_texts(sources))
+            ]
+            continue
         path = os.path.join(output_dir, corpus, f"{stem}.hyp.txt")
         with open(path, encoding="utf-8") as handle:
             hypotheses = handle.read().splitlines()[:count]
@@ -327,6 +355,17 @@ def known_examples(output_dir, reports, pairs_by_corpus, stem, count=KNOWN_EXAMP
             for (source, reference), hypothesis in zip(pairs, hypotheses)
         ]
     return examples
+
+
+def drop_unquoted_translations(output_dir):
+    """Deletes the translations of the corpora whose text is not committed (`UNQUOTED_CORPORA`)
+    from a bundle's `eval/` directory `output_dir`, keeping their reports (the scores)."""
+    for corpus in UNQUOTED_CORPORA:
+        directory = os.path.join(output_dir, corpus)
+        if os.path.isdir(directory):
+            for name in os.listdir(directory):
+                if name.endswith(".hyp.txt"):
+                    os.remove(os.path.join(directory, name))
 
 
 def evaluate_everyday(run_dir, beam_width, alpha):
@@ -427,7 +466,9 @@ def _evaluate_and_describe(staging, output_dir, decoding, model_card_options):
         beam_reports,
         evaluation.corpus_splits("test"),
         output_stem("test", beam_width),
+        lambda texts: translate(texts, evaluation.translate_batch, show_progress=False),
     )
+    drop_unquoted_translations(eval_dir)
     everyday = evaluate_everyday(staging, beam_width, alpha)
     card = model_card(
         reports=reports,
