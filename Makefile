@@ -124,7 +124,8 @@ demo-train: $(STAMP)  ## As demo, with a model trained on the spot (the demo pre
 PRETRAINED_DIR ?= pretrained/bible-es-en
 PRETRAINED_RUN_DIR ?= runs/pretrained
 PRETRAINED_STEPS ?= 6000
-# Decoding options of the bundle, chosen on the dev split (BENCHMARKS.md, the bundle with placeholders).
+# Decoding options of the bundle, chosen on the dev split (docs/benchmark-log.md, the bundle with
+# placeholders).
 PRETRAINED_ALPHA ?= 1.0
 PRETRAINED_NO_REPEAT_NGRAM_SIZE ?= 3
 # Robust to how people type: lowercased all-caps sources, a third of the pairs noised as

@@ -367,9 +367,10 @@ class SessionWorker:
     With the four exports' Sessions in one process, their interleaved rounds timed the plain
     graph 1.2–1.4× (and in full `make bench-decode` runs 2–3×) slower than the same export
     alone in a fresh process; a raised ONEDNN_PRIMITIVE_CACHE_CAPACITY did not change that
-    (BENCHMARKS.md, "Session workers"). One process per export keeps the interleaved rounds of
-    `time_cases` and times each export as if alone. The request's round trip (the texts and
-    outputs pickled through a pipe) is timed with it, well under a millisecond.
+    (docs/benchmark-log.md, "Session workers in bench-decode"). One process per export keeps the
+    interleaved rounds of `time_cases` and times each export as if alone. The request's round
+    trip (the texts and outputs pickled through a pipe) is timed with it, well under a
+    millisecond.
 
     Args:
         export_dir, threads: as `SessionSignatures`'s; `threads` also sets the worker's
@@ -574,7 +575,7 @@ def parse_args(argv=None):
     )
     parser.add_argument(
         "--output",
-        help="write the results as the '## Decoding' section of "
+        help="write the results as the 'Decoding' section of "
         "this Markdown file (created if missing)",
     )
     parser.add_argument(

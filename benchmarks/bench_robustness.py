@@ -1,4 +1,5 @@
-"""Robustness to how people type: `make bench-robustness` (into BENCHMARKS.md).
+"""Robustness to how people type: `make bench-robustness` (into BENCHMARKS.md, its section
+"Robustness to how people type: <run name>").
 
 Scores a run (default: the bundled model) on its test split as written and with the sources
 perturbed by each `training.noise` perturbation (`training.evaluate --perturb all`): BLEU, chrF
@@ -24,7 +25,12 @@ from training.evaluate import (
 from training.mixture import parse_data
 from training.noise import PERTURBATIONS
 
-SECTION = "Robustness to how people type"
+SECTION_PREFIX = "Robustness to how people type"
+
+
+def default_section(run_dir):
+    """The section a run's report goes to without --section: one per model, as bench-everyday's."""
+    return f"{SECTION_PREFIX}: {os.path.basename(os.path.normpath(run_dir))}"
 
 
 def markdown(reports, copy_reports, command):
@@ -96,7 +102,7 @@ def main(argv=None):
         help="comma-separated perturbations, after the split as written",
     )
     parser.add_argument("--output", help="Markdown file to write the section into")
-    parser.add_argument("--section", default=SECTION)
+    parser.add_argument("--section", help=f"default: '{SECTION_PREFIX}: <run name>'")
     args = parser.parse_args(argv)
     names = [UNPERTURBED] + [name.strip() for name in args.perturbations.split(",") if name.strip()]
     reports = evaluate_perturbations(
@@ -115,7 +121,7 @@ def main(argv=None):
     text = markdown(reports, copy_reports, command)
     print(text)
     if args.output:
-        write_section(args.output, args.section, text)
+        write_section(args.output, args.section or default_section(args.run_dir), text)
     return 0
 
 

@@ -23,7 +23,7 @@ setups take turns (--rounds), so a slow spell of a shared machine does not
 land on one of them.
 The servers run as subprocesses so their memory can be measured and the client
 threads do not share their interpreter; --server_flags go to all. Output is a
-Markdown section (with --output, written as "## <--section>" into BENCHMARKS.md),
+Markdown section (with --output, written as the section <--section> of BENCHMARKS.md),
 with the goals: gRPC overhead <= 10% over in-process at concurrency 1, batching
 >= 3x the unbatched throughput at concurrency 32, soak memory growth < 10%,
 for the --jit_compile export p99 <= 2x p50 at every concurrency, REST p99 with
@@ -59,6 +59,7 @@ from serving.model_server.server import GRPC_PORT_LOG_LINE, REST_PORT_LOG_LINE
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SERVING_DIR = os.path.join(REPO_ROOT, "serving")  # the committed batching.config
+SECTION = "Serving"  # the results page's section (benchmarks/report.py)
 IN_PROCESS, NO_BATCHING, BATCHING = "in-process SavedModel", "gRPC, no batching", "gRPC, batching"
 XLA_BATCHING = "gRPC, batching, --jit_compile export"
 REST_QUIET = "REST, batching"
@@ -698,7 +699,7 @@ def main(argv=None) -> int:
         "more than the longest of benchmarks/sentences.py)",
     )
     parser.add_argument(
-        "--section", default="Serving", help="title of the section written into --output"
+        "--section", default=SECTION, help="title of the section written into --output"
     )
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32])
     parser.add_argument("--soak_requests", type=int, default=10_000)
@@ -741,7 +742,7 @@ def main(argv=None) -> int:
     )
     parser.add_argument(
         "--output",
-        help="write the results as the '## <--section>' section of "
+        help="write the results as the '<--section>' section of "
         "this Markdown file (created if missing)",
     )
     args = parser.parse_args(argv)

@@ -778,7 +778,7 @@ def main(argv=None) -> int:
     parser.add_argument("--plot", help=f"the PNG to draw (default with --output: {DEFAULT_PLOT})")
     parser.add_argument("--report_json", help="also write the report's data as JSON here")
     parser.add_argument("--section", default=SECTION)
-    parser.add_argument("--output", help="write the '## <--section>' section of this Markdown file")
+    parser.add_argument("--output", help="write the '<--section>' section of this Markdown file")
     args = parser.parse_args(argv)
     command = shlex.join(
         ["python", "-m", "benchmarks.bench_soak", *(argv if argv is not None else sys.argv[1:])]

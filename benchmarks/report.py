@@ -1,4 +1,5 @@
-"""Writes a benchmark's Markdown section into BENCHMARKS.md, replacing that section only."""
+"""Writes a benchmark's Markdown section into BENCHMARKS.md, the results page, replacing that
+section only; the page's history is docs/benchmark-log.md, which no benchmark writes."""
 
 import os
 import platform
@@ -29,24 +30,80 @@ def machine_description():
     )
 
 
+# The results page: a summary of the current figures, then one `## ` heading per area, each
+# holding its benchmarks' sections as `### ` headings. An area and the starts of the titles of the
+# sections it holds: a section not on the page yet goes at the end of its area.
+AREAS = (
+    (
+        "Translation quality",
+        (
+            "Robustness to how people type",
+            "Names in today's spelling",
+            "bfloat16 export: BLEU",
+            "Everyday sentences",
+        ),
+    ),
+    ("Decoding speed", ("Decoding", "Speed goals", "Op profile")),
+    ("Serving performance", ("Serving",)),
+    ("Training", ("Training", "Tokenization")),
+    ("Translating files", ("Translating a file offline",)),
+    ("First run and test suite", ("First run", "Test suite")),
+)
+PAGE_HEADER = "# Benchmarks\n\nEvery number here was measured by the command shown with it.\n\n"
+
+
+def area_of(title):
+    """The area whose section titles `title` starts with, or None."""
+    for area, starts in AREAS:
+        if any(title.startswith(start) for start in starts):
+            return area
+    return None
+
+
+def heading(title):
+    """A pattern for a `## ` or `### ` heading of exactly `title` (group 1: its hashes)."""
+    return re.compile(rf"^(#{{2,3}}) {re.escape(title)}[ \t]*$", re.M)
+
+
+def section_span(text, match):
+    """Where the section whose heading `match` found ends: at the next heading of its level or
+    above, or at the end of the text."""
+    level = len(match.group(1))
+    following = re.compile(rf"^#{{1,{level}}} ", re.M).search(text, match.end())
+    return match.start(), following.start() if following else len(text)
+
+
 def write_section(path, title, body):
-    """Replaces (or appends) the `## title` section of the Markdown file at `path`."""
+    """Writes `body` as the section `title` of the results page at `path`, replacing that
+    section only (its heading, at the level it has, and its text up to the next heading of that
+    level or above). A section not on the page yet goes at the end of its area (`AREAS`) as a
+    `### ` heading, the area's `## ` heading added at the end if the page has none; a title of
+    no area, at the end of the page as a `## ` heading. Raises ValueError for a title that is an
+    area's: writing it would replace the whole area."""
+    if any(title == area for area, _ in AREAS):
+        raise ValueError(f"{title!r} is an area of the results page, not a section")
     text = ""
     if os.path.exists(path):
         with open(path, encoding="utf-8") as handle:
             text = handle.read()
     if not text.startswith("# Benchmarks"):
-        text = (
-            "# Benchmarks\n\nEvery number here was measured by the command shown with it.\n\n"
-            + text
-        )
-    section = f"## {title}\n\n{body.strip()}\n\n"
-    pattern = re.compile(rf"^## {re.escape(title)}\n.*?(?=^## |\Z)", re.S | re.M)
-    text = (
-        pattern.sub(lambda _: section, text)
-        if pattern.search(text)
-        else text.rstrip() + "\n\n" + section
-    )
+        text = PAGE_HEADER + text
+    found = heading(title).search(text)
+    if found:
+        start, end = section_span(text, found)
+        section = f"{found.group(1)} {title}\n\n{body.strip()}\n\n"
+        text = text[:start] + section + text[end:]
+    else:
+        area = area_of(title)
+        area_match = area and re.compile(rf"^(##) {re.escape(area)}[ \t]*$", re.M).search(text)
+        if area_match:
+            _, end = section_span(text, area_match)
+            section = f"### {title}\n\n{body.strip()}\n\n"
+            text = text[:end].rstrip() + "\n\n" + section + text[end:]
+        elif area:
+            text = text.rstrip() + f"\n\n## {area}\n\n### {title}\n\n{body.strip()}\n\n"
+        else:
+            text = text.rstrip() + f"\n\n## {title}\n\n{body.strip()}\n\n"
     with open(path, "w", encoding="utf-8") as handle:
         handle.write(text.rstrip() + "\n")
 

@@ -6,7 +6,7 @@ and adds its bias to the reshaped product, which TensorFlow does not fuse. Writt
 into one oneDNN inner product (`_FusedMatMul`), whose weights a process started with
 `TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=1` packs once into the blocked layout oneDNN computes in and
 keeps between calls, instead of packing them at every product. At a beam of 4 rows per step that
-made served beam search faster (BENCHMARKS.md, "Weights kept packed:
+made served beam search faster (docs/benchmark-log.md, "Weights kept packed:
 TF_ONEDNN_ASSUME_FROZEN_WEIGHTS"; serving/DEPLOY.md says when to set it). Without the variable
 the fused product runs at the unfused one's speed.
 

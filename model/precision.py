@@ -3,8 +3,8 @@
 Keras's mixed_bfloat16 policy keeps every variable float32 and casts it to bfloat16 each time a
 layer reads it: inside a decoding loop, every weight matrix is read in float32, cast, and written
 again at every step. Under "bfloat16" the variables are bfloat16, rounded once when the float32
-weights are set, and a step reads half the bytes (BENCHMARKS.md, "bfloat16 weights: stored, not
-cast").
+weights are set, and a step reads half the bytes (docs/benchmark-log.md, "bfloat16 weights:
+stored, not cast").
 
 Some layers keep float32 variables (`float32_weights_policy`), as under mixed_bfloat16:
 - layer norms, which normalize in float32 with a float32 scale and offset;
@@ -21,8 +21,8 @@ under mixed_bfloat16 (training) it multiplies in float32, which the loss's gradi
 "bfloat16" (serving) it multiplies in bfloat16 by a copy of W made once per call, the step's
 largest product at half the bytes, and adds the float32 bias to the float32 result (the decoding
 step adds b rounded to bfloat16 inside the product, then the rest of b:
-`model.embedding.project_to_logits`; BENCHMARKS.md, "bfloat16 export: BLEU" and "bfloat16 output
-product").
+`model.embedding.project_to_logits`; BENCHMARKS.md, "bfloat16 export: BLEU", and
+docs/benchmark-log.md, "bfloat16 output product").
 """
 
 import keras

@@ -17,7 +17,7 @@ back before the subword model:
   too: a source with any capital was cased by its writer, and is left alone.
 
 Text written correctly is unchanged by both. What they gain on the bundled model is in
-BENCHMARKS.md, "Accents and capitals restored".
+docs/benchmark-log.md, "Accents and capitals restored".
 
 A third table, `names` (`model.spelling.name_table`), maps the forms in which people write names
 today to the forms of the training sources ("Belén" → "Bethlehem", "Betania" → "Bethania" for

@@ -183,7 +183,7 @@ class Transformer(keras.Model):
         `tie_embeddings`, W is a tensor: the transposed target embedding matrix, copied into
         that layout by this call. A decoding loop gets it once and hands it to every `decode`
         step: multiplying by E transposed inside the loop ran up to 1.8× slower on CPU than by
-        the stored copy (BENCHMARKS.md, "Decoding against issue 25's goals").
+        the stored copy (docs/benchmark-log.md, "Decoding against the speed goals").
         """
         return self.final_layer.pre_softmax_linear()
 

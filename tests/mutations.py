@@ -317,6 +317,20 @@ MUTATIONS = (
         "    return version",
         ("tests/test_server_limits.py", "-k", "as_tf_serving_reads_them"),
     ),
+    Mutation(
+        "a benchmark's section ends at any heading, leaving its own subsections on the page",
+        "benchmarks/report.py",
+        'following = re.compile(rf"^#{{1,{level}}} ", re.M)',
+        'following = re.compile(r"^#+ ", re.M)',
+        ("tests/test_benchmarks.py", "-k", "write_section"),
+    ),
+    Mutation(
+        "a benchmark's new section goes at the end of the results page, not in its area",
+        "benchmarks/report.py",
+        "        if area_match:\n",
+        "        if False:\n",
+        ("tests/test_benchmarks.py", "-k", "write_section"),
+    ),
 )
 
 

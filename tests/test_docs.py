@@ -12,7 +12,9 @@ such as `3.2×`, a percentage, a score such as `31.67`) written in BENCHMARKS.md
 doc: they link to its section instead.
 """
 
+import datetime
 import glob
+import json
 import os
 import re
 import tomllib
@@ -22,6 +24,11 @@ import pytest
 from training.bundle import model_card
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# BENCHMARKS.md, the results page, quotes each benchmark's own command line as the benchmark
+# wrote it (`python -m ...`): its links are checked, and that its modules and make targets exist.
+# Its history, docs/benchmark-log.md, quotes commands as they ran then: its links are checked.
+BENCHMARKS = "BENCHMARKS.md"
+BENCHMARK_LOG = "docs/benchmark-log.md"
 DOCS = [
     "README.md",
     "CONTRIBUTING.md",
@@ -31,12 +38,10 @@ DOCS = [
     *sorted(
         os.path.relpath(path, ROOT)
         for path in glob.glob(os.path.join(ROOT, "docs", "**", "*.md"), recursive=True)
+        if os.path.relpath(path, ROOT) != BENCHMARK_LOG
     ),
 ]
-# BENCHMARKS.md quotes each benchmark's own command line, as the benchmark wrote it; its links
-# are checked, its commands are not.
-BENCHMARKS = "BENCHMARKS.md"
-LINKED_DOCS = [*DOCS, BENCHMARKS]
+LINKED_DOCS = [*DOCS, BENCHMARKS, BENCHMARK_LOG]
 
 FENCED = re.compile(r"^ {0,3}```[^\n]*\n(.*?)^ {0,3}```", re.MULTILINE | re.DOTALL)
 INDENTED = re.compile(r"(?:(?<=\n\n)|\A)((?: {4}[^\n]*\n)+)")
@@ -49,6 +54,9 @@ BARE = {
     "translate-*": re.compile(NOT_A_PATH + r"translate-[\w-]+"),
 }
 MODULE = re.compile(r"python3?\s+-m\s+([\w.]+)")
+# `make TARGET`, after any VARIABLE=value arguments; `make -C ...` and the like are not checked.
+MAKE = re.compile(r"(?<![\w./-])make[ \t]+(?:\w+=\S*[ \t]+)*([A-Za-z][\w.-]*)(?![\w.-]|=)")
+MAKE_RULE = re.compile(r"^([A-Za-z0-9][\w.-]*)[ \t]*:(?!=)", re.MULTILINE)
 SCRIPT = re.compile(r"(?<![\w-])(translate-[\w-]+)")
 
 
@@ -66,14 +74,21 @@ def module_exists(name):
     return os.path.isfile(path + ".py") or os.path.isfile(os.path.join(path, "__main__.py"))
 
 
+def makefile_targets():
+    with open(os.path.join(ROOT, "Makefile"), encoding="utf-8") as handle:
+        return set(MAKE_RULE.findall(handle.read()))
+
+
 def declared_scripts():
     with open(os.path.join(ROOT, "pyproject.toml"), "rb") as handle:
         return set(tomllib.load(handle)["project"]["scripts"])
 
 
-def command_problems(text, name):
-    """`NAME:LINE: problem` for each command of `text` that would not run as written."""
-    scripts = declared_scripts()
+def command_problems(text, name, bare_programs=True):
+    """`NAME:LINE: problem` for each command of `text` that would not run as written: a module,
+    script or make target that does not exist and, unless `bare_programs` is false (a command
+    quoted as a benchmark wrote it), a program that a fresh shell would not find."""
+    scripts, targets = declared_scripts(), makefile_targets()
     problems = []
     for offset, code in code_spans(text):
         code = code.replace("\\\n", " ")  # continued lines: one command
@@ -82,7 +97,7 @@ def command_problems(text, name):
             line = text.count("\n", 0, offset + where) + 1
             problems.append(f"{name}:{line}: {problem}")
 
-        for kind, pattern in BARE.items():
+        for kind, pattern in BARE.items() if bare_programs else ():
             for match in pattern.finditer(code):
                 report(match.start(), f"bare {kind}: {match.group()!r} (use .venv/bin/...)")
         for match in MODULE.finditer(code):
@@ -91,6 +106,9 @@ def command_problems(text, name):
         for match in SCRIPT.finditer(code):
             if match.group(1) not in scripts:
                 report(match.start(), f"{match.group(1)!r} is not in [project.scripts]")
+        for match in MAKE.finditer(code):
+            if match.group(1) not in targets:
+                report(match.start(), f"no make target {match.group(1)!r} in the Makefile")
     return problems
 
 
@@ -99,6 +117,12 @@ def test_every_command_runs_as_written_in_a_fresh_shell(doc):
     with open(os.path.join(ROOT, doc), encoding="utf-8") as handle:
         text = handle.read()
     assert command_problems(text, doc) == []
+
+
+def test_every_command_of_the_results_page_names_a_module_and_a_make_target_that_exist():
+    with open(os.path.join(ROOT, BENCHMARKS), encoding="utf-8") as handle:
+        text = handle.read()
+    assert command_problems(text, BENCHMARKS, bare_programs=False) == []
 
 
 def test_the_model_card_template_writes_runnable_commands():
@@ -132,6 +156,10 @@ def test_the_model_card_template_writes_runnable_commands():
         ("    translate-serve --port=8500\n", "doc:3: bare translate-*"),
         ("`.venv/bin/python -m training.no_such`", "doc:3: no module 'training.no_such'"),
         ("`.venv/bin/translate-nothing --help`", "doc:3: 'translate-nothing' is not in"),
+        ("`make bench-nothing`", "doc:3: no make target 'bench-nothing'"),
+        ("`make data && make trian`", "doc:3: no make target 'trian'"),
+        ("`make translate MODEL=x < in.txt` and `make TEST_WORKERS=0 test`", None),
+        ("`PYTEST_ADDOPTS=-x make test-under-load`, `make -C docs html`", None),
         ("```\n.venv/bin/python -m serving.server \\\n  --port=0\n```", None),
         ("`.venv/bin/tensorboard --logdir runs/` and `.venv/bin/translate-train`", None),
     ],
@@ -270,10 +298,12 @@ def measured_figures(text):
 
 @pytest.mark.parametrize("doc", [doc for doc in DOCS if not doc.startswith("pretrained/")])
 def test_a_figure_of_benchmarks_md_is_written_nowhere_else(doc):
-    """The model card is the bundle's own record of its scores, which the README's table shows."""
-    repeated = measured_figures(read_doc(os.path.join(ROOT, doc))) & measured_figures(
-        read_doc(os.path.join(ROOT, BENCHMARKS))
+    """The model card is the bundle's own record of its scores, which the README's table shows.
+    The benchmark log, BENCHMARKS.md's history, counts as BENCHMARKS.md."""
+    recorded = measured_figures(read_doc(os.path.join(ROOT, BENCHMARKS))) | measured_figures(
+        read_doc(os.path.join(ROOT, BENCHMARK_LOG))
     )
+    repeated = measured_figures(read_doc(os.path.join(ROOT, doc))) & recorded
     assert sorted(repeated) == [], f"{doc} repeats BENCHMARKS.md: link its section instead"
 
 
@@ -288,3 +318,134 @@ def test_a_figure_of_benchmarks_md_is_written_nowhere_else(doc):
 )
 def test_measured_figures_are_ratios_percentages_and_scores_in_prose(snippet, figures):
     assert measured_figures("Some prose.\n\n" + snippet + "\n") == figures
+
+
+# "issue 23", "Issue #25", "issues 23 and 25", "#25": this project's tracker, which a reader of the
+# docs does not have. An upstream reference ("tensorflow/serving#2183") names its repository.
+ISSUE_REFERENCE = re.compile(r"\b[Ii]ssues?\s*#?\s*\d+|(?<![\w/#&.-])#\d+\b")
+NOTEBOOKS = sorted(glob.glob(os.path.join(ROOT, "notebooks", "*.ipynb")))
+USER_FACING_DOCS = [doc for doc in LINKED_DOCS if not doc.startswith("pretrained/")]
+
+
+def issue_references(text):
+    """Every issue reference of `text`, a link's target left out (an anchor such as `#2026-11-27`)."""
+    return [match.group() for match in ISSUE_REFERENCE.finditer(re.sub(r"\]\([^)]*\)", "]", text))]
+
+
+def notebook_markdown(path):
+    with open(path, encoding="utf-8") as handle:
+        cells = json.load(handle)["cells"]
+    return "\n\n".join("".join(cell["source"]) for cell in cells if cell["cell_type"] == "markdown")
+
+
+@pytest.mark.parametrize("doc", USER_FACING_DOCS)
+def test_no_doc_names_an_issue_number(doc):
+    """The model card is written by training/bundle.py from the Makefile's notes."""
+    assert issue_references(read_doc(os.path.join(ROOT, doc))) == []
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=os.path.basename)
+def test_no_notebook_names_an_issue_number(notebook):
+    assert issue_references(notebook_markdown(notebook)) == []
+
+
+@pytest.mark.parametrize(
+    "snippet, found",
+    [
+        ("the bundle after issue 23, Issue #25's goals", ["issue 23", "Issue #25"]),
+        ("(issues 23 and 25) and #48", ["issues 23", "#48"]),
+        ("[tensorflow/serving#2183](https://github.com/tensorflow/serving/issues/2183)", []),
+        ("a [link](#section-2), [dated](#2026-11-27-x), 3 issues, `--port=0`, C# 12, &#8212;", []),
+    ],
+)
+def test_issue_references_are_found_in_prose_and_not_in_upstream_links(snippet, found):
+    assert issue_references(snippet) == found
+
+
+# The results page's summary: one bullet a figure, each linking the page's sections that hold it.
+NUMBER = re.compile(r"(?<![\w.,])\d+(?:[.,]\d+)*(?![\w])")
+SUMMARY = "Current figures"
+
+
+def sections_by_anchor(text):
+    """Each heading's anchor of `text`: the text from that heading to the next of its level or
+    above (its subsections included)."""
+    prose = FENCED.sub(lambda match: " " * len(match.group()), text)
+    headings = [
+        (match.start(), len(match.group(0)) - len(match.group(0).lstrip("#")), match.group(1))
+        for match in HEADING.finditer(prose)
+    ]
+    sections = {}
+    for index, (start, level, title) in enumerate(headings):
+        ends = [other for other, other_level, _ in headings[index + 1 :] if other_level <= level]
+        sections.setdefault(github_anchor(title), text[start : ends[0] if ends else len(text)])
+    return sections
+
+
+def numbers(text):
+    """The numbers of `text`'s prose, code and link targets left out, signs dropped."""
+    prose = re.sub(r"\]\([^)]*\)", "]", without_code(text))
+    return set(NUMBER.findall(prose))
+
+
+def summary_problems(text):
+    """`problem` for each bullet of the summary that links no section of the page, or quotes a
+    number that none of the sections it links holds."""
+    sections = sections_by_anchor(text)
+    summary = sections[github_anchor(SUMMARY)]
+    problems = []
+    for bullet in re.findall(r"^- .*(?:\n(?!- |\n|\*\*).*)*", summary, re.MULTILINE):
+        anchors = re.findall(r"\]\(#([^)]+)\)", bullet)
+        if not anchors or any(anchor not in sections for anchor in anchors):
+            problems.append(f"links no section of the page: {bullet[:60]!r}")
+            continue
+        held = set().union(*(numbers(sections[anchor]) for anchor in anchors))
+        missing = sorted(numbers(bullet) - held)
+        if missing:
+            problems.append(f"{missing} not in {anchors}: {bullet[:60]!r}")
+    return problems
+
+
+def test_every_figure_of_the_summary_is_the_one_of_the_section_it_links():
+    text = read_doc(os.path.join(ROOT, BENCHMARKS))
+    assert re.search(rf"^## {SUMMARY}\n", text, re.MULTILINE), "the page starts with its summary"
+    assert summary_problems(text) == []
+
+
+@pytest.mark.parametrize(
+    "bullet, problem",
+    [
+        ("- BLEU 34.84, `make bench-x`. [Quality](#quality)", None),
+        ("- BLEU 34.85. [Quality](#quality)", "['34.85'] not in ['quality']"),
+        ("- BLEU 34.84, 2.0× faster.\n  [Quality](#quality), [Speed](#speed)", None),
+        ("- BLEU 34.84. [Gone](#gone)", "links no section"),
+        ("- BLEU 34.84 in the [model card](pretrained/bible-es-en/README.md).", "links no section"),
+    ],
+)
+def test_the_summary_checker_finds_figures_its_sections_do_not_hold(bullet, problem):
+    page = (
+        f"# Page\n\n## {SUMMARY}\n\n{bullet}\n\n## Quality\n\nBLEU 34.84 (`make bench-x`).\n\n"
+        "## Speed\n\n### Decoding\n\nIt is 2.0× faster.\n"
+    )
+    problems = summary_problems(page)
+    if problem is None:
+        assert problems == []
+    else:
+        assert len(problems) == 1 and problems[0].startswith(problem), problems
+
+
+LOG_ENTRY = re.compile(r"^## (\d{4}-\d{2}-\d{2}): (.+)$", re.MULTILINE)
+
+
+def test_the_benchmark_log_is_dated_entries_newest_first():
+    text = read_doc(os.path.join(ROOT, BENCHMARK_LOG))
+    headings = re.findall(r"^## .*$", text, re.MULTILINE)
+    entries = LOG_ENTRY.findall(text)
+    assert len(entries) == len(headings) > 0, "every entry's heading starts with its date"
+    dates = [date for date, _ in entries]
+    assert dates == sorted(dates, reverse=True)
+    for date in dates:
+        datetime.date.fromisoformat(date)
+    # Its contents list every entry, in order.
+    listed = re.findall(r"^- \[(\d{4}-\d{2}-\d{2}): (.+)\]\(#[^)]+\)$", text, re.MULTILINE)
+    assert listed == entries

@@ -11,7 +11,7 @@ The stronger rule of constrained decoding (Hokamp and Liu 2017; Post and Vilar 2
 forbidden while a source's placeholder is missing, was measured on the bundled model's dev split
 and is not used: where the model would end without a placeholder, it went on past its natural
 end, with run-on text ("…by the seas.’”.’s camp.’t go up to the sea.’.’ and to…"), in greedy
-search and in beam search alike (BENCHMARKS.md, "Placeholder limits").
+search and in beam search alike (docs/benchmark-log.md, "Placeholder limits").
 
 Like `min_length`, the rule acts on a step's log-probabilities after the softmax: a forbidden
 token's gets NEG_INF added, the others keep the model's, so a translation's score is still the
