@@ -146,15 +146,15 @@ PRETRAINED_NOTES := Trained to hold up on how people type: the Spanish side in m
 	words its training sources never hold are carried through translation as placeholders, and \
 	20% of the names a pair writes the same on both sides are trained as placeholders too \
 	(--placeholders true --placeholder_names 0.2, model.placeholders). Decoding options chosen \
-	on the dev split (BENCHMARKS.md, the bundle with placeholders): beam search's alpha \
+	on the dev split (docs/benchmark-log.md, the bundle with placeholders): beam search's alpha \
 	$(PRETRAINED_ALPHA) and no_repeat_ngram_size $(PRETRAINED_NO_REPEAT_NGRAM_SIZE) (CTranslate2's \
 	semantics); pass --no_repeat_ngram_size 0 to training.evaluate or serving.export to decode \
 	without it. Every decoder writes a placeholder at most as often as its source holds it \
-	(model.decoding.copies, BENCHMARKS.md, Placeholder limits; --limit_placeholders false: off). \
+	(model.decoding.copies, docs/benchmark-log.md, Placeholder limits; --limit_placeholders false: off). \
 	After training, its source tokenizer was given the restoration of accents and capitals \
 	(python -m training.vocabulary --add_restoration, model.restoration: tables learned from the \
 	training sources put back the accents of a source typed without them, and the capitals of \
-	one typed in lowercase; BENCHMARKS.md, Accents and capitals restored), and the reading of \
+	one typed in lowercase; docs/benchmark-log.md, Accents and capitals restored), and the reading of \
 	names typed in today's spelling as the 1909 text writes them (Belén as Bethlehem; \
 	BENCHMARKS.md, Names in today's spelling).
 pretrained: $(STAMP) data-bible  ## Reproduce pretrained/bible-es-en (about 2 hours on 2 cores).
