@@ -288,3 +288,17 @@ def test_a_figure_of_benchmarks_md_is_written_nowhere_else(doc):
 )
 def test_measured_figures_are_ratios_percentages_and_scores_in_prose(snippet, figures):
     assert measured_figures("Some prose.\n\n" + snippet + "\n") == figures
+
+
+SIGNATURE_TABLE = re.compile(
+    r"<!-- signature table: [^>]*-->\n(.*?)<!-- end of signature table -->", re.DOTALL
+)
+
+
+def test_the_signature_table_of_docs_serving_md_is_the_registrys():
+    """docs/serving.md tables the signatures as `common.serving_contract.SIGNATURES` holds them
+    (`signature_table()` writes the table: paste its output between the markers)."""
+    from common.serving_contract import signature_table
+
+    tables = SIGNATURE_TABLE.findall(read_doc(os.path.join(ROOT, "docs", "serving.md")))
+    assert tables == [signature_table()]
