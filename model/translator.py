@@ -51,7 +51,8 @@ class DecodingOptions:
             `beam_search_decode(jit_compile=True)`). TF Serving runs such a graph only with
             `--xla_cpu_compilation_enabled`; without it every call fails with INTERNAL "XLA
             compilation disabled". `prefix`, `alternatives`, `sample` and `score` stay plain
-            graphs.
+            graphs (the signatures' records say which: `Signature.jit_compiled` of
+            `common.serving_contract.SIGNATURES`).
         xla_max_batch: with `jit_compile`, None (every batch under XLA) or the largest batch
             that runs under XLA; larger batches decode in the plain graph, where oneDNN's matrix
             products beat XLA's (`model.decoding.xla.run_loop`), with the same outputs.
@@ -160,11 +161,11 @@ class Translator:
     """Strings in, strings out, everything in the graph: the project's one translation path.
 
     Tokenizes, cuts each source to the model's positional encodings, decodes (greedy or beam
-    search, with the output-length bound of `options`) and detokenizes. The export's signatures
-    (`common.serving_contract.SIGNATURE_NAMES`) are its methods of the same names (`greedy` for
-    `serving_default`); evaluation, the dev BLEU
-    of training and the notebooks call the same methods, so the BLEU the project reports is the
-    BLEU of what TF Serving serves.
+    search, with the output-length bound of `options`) and detokenizes. Each of the export's
+    signatures is the method its record names (`common.serving_contract.SIGNATURES`,
+    `Signature.method`: `greedy` for `serving_default`, the others' own names), called with the
+    record's inputs in order; evaluation, the dev BLEU of training and the notebooks call the
+    same methods, so the BLEU the project reports is the BLEU of what TF Serving serves.
 
     A plain Python object on purpose: an `ExportArchive` tracks the Keras model's variables and
     the tokenizers (whose SentencePiece ops hold the model as a resource), and these methods only

@@ -32,6 +32,7 @@ other status is final and reported with its gRPC code and message.
 import argparse
 import contextlib
 import dataclasses
+import json
 import random
 import sys
 import time
@@ -54,8 +55,9 @@ from common.serving_contract import (
     ALIGNMENT_OUTPUT,
     ALIGNMENTS_SIGNATURE,
     ALTERNATIVES_SIGNATURE,
-    BEAM_SIGNATURE,
     GREEDY_SIGNATURE,
+    INPUT_DTYPES,
+    INPUTS,
     N_BEST_SIGNATURE,
     PREFIX_SIGNATURE,
     SAMPLE_SIGNATURE,
@@ -63,6 +65,10 @@ from common.serving_contract import (
     SCORE_SIGNATURE,
     SCORES_OUTPUT,
     SEED_INPUT,
+    SIGNATURE_NAMES,
+    SIGNATURE_OUTPUTS,
+    SIGNATURES,
+    SIGNATURES_BY_NAME,
     SOURCE_TOKENS_OUTPUT,
     TARGET_INPUT,
     TARGET_PREFIX_INPUT,
@@ -155,6 +161,15 @@ def _int32_tensor(values: Sequence[int]) -> tensor_pb2.TensorProto:
     proto.tensor_shape.dim.append(tensor_shape_pb2.TensorShapeProto.Dim(size=len(values)))
     proto.int_val.extend(values)
     return proto
+
+
+# Each input's encoder, by its dtype in the contract (`common.serving_contract.INPUTS`).
+_ENCODERS = {"string": _string_tensor, "int32": _int32_tensor}
+
+
+def _tensor(input_name: str, values: Sequence) -> tensor_pb2.TensorProto:
+    """`values` (one per sentence) as the `[batch]` tensor of the signature input `input_name`."""
+    return _ENCODERS[INPUT_DTYPES[input_name]](values)
 
 
 def _check_texts(texts) -> None:
@@ -251,6 +266,26 @@ class TranslationClient:
         if self.version is not None:
             model_spec.version.value = self.version
 
+    def predict(self, signature_name: str, inputs: dict[str, Sequence]) -> dict[str, np.ndarray]:
+        """Runs any signature on plain values: `inputs` maps each of its input names
+        (`common.serving_contract.SIGNATURE_INPUTS`) to one value per sentence, encoded with the
+        contract's dtype.
+
+        Returns:
+            `{output name: array}`, the batch first; at least the outputs the contract lists
+            (`SIGNATURE_OUTPUTS`; a signature it does not name: `translation` and `score`).
+
+        Raises:
+            KeyError: an input name the contract does not know.
+            TranslationError: the server's status (after retries for UNAVAILABLE), or an
+                output missing.
+        """
+        return self._predict(
+            signature_name,
+            {name: _tensor(name, values) for name, values in inputs.items()},
+            SIGNATURE_OUTPUTS.get(signature_name, TRANSLATION_OUTPUTS),
+        )
+
     def _predict(
         self, signature: str, inputs: dict[str, tensor_pb2.TensorProto], outputs: Sequence[str]
     ) -> dict[str, np.ndarray]:
@@ -290,17 +325,7 @@ class TranslationClient:
             raise ValueError(f"n must be >= 1, got {n}")
         if not texts:
             return []
-        outputs = self._predict(
-            N_BEST_SIGNATURE,
-            {TEXT_INPUT: _string_tensor(texts)},
-            (TRANSLATIONS_OUTPUT, SCORES_OUTPUT),
-        )
-        exported = outputs[TRANSLATIONS_OUTPUT].shape[1]
-        if n is not None and n > exported:
-            raise ValueError(
-                f"n is {n}, but the served model returns {exported} translations per sentence: "
-                "re-export it with a larger --num_hypotheses (and --beam_width)."
-            )
+        outputs = self.predict(N_BEST_SIGNATURE, {TEXT_INPUT: texts})
         return _translation_lists(texts, outputs, n)
 
     def sample(self, texts: Sequence[str], seeds: Sequence[int]) -> list[Translation]:
@@ -319,7 +344,7 @@ class TranslationClient:
         if not all(-_INT32_LIMIT <= seed < _INT32_LIMIT for seed in seeds):
             raise ValueError(f"seeds must be int32, got {list(seeds)}")
         return self.translate_with_details(
-            texts, SAMPLE_SIGNATURE, {SEED_INPUT: _int32_tensor(seeds)}
+            texts, SAMPLE_SIGNATURE, {SEED_INPUT: _tensor(SEED_INPUT, seeds)}
         )
 
     def translate_with_prefix(
@@ -342,8 +367,8 @@ class TranslationClient:
             return []
         outputs = self._predict(
             ALTERNATIVES_SIGNATURE,
-            {TEXT_INPUT: _string_tensor(texts), **inputs},
-            (TRANSLATIONS_OUTPUT, SCORES_OUTPUT),
+            {TEXT_INPUT: _tensor(TEXT_INPUT, texts), **inputs},
+            SIGNATURE_OUTPUTS[ALTERNATIVES_SIGNATURE],
         )
         return _translation_lists(texts, outputs)
 
@@ -353,7 +378,7 @@ class TranslationClient:
         _check_texts(target_prefixes)
         if len(texts) != len(target_prefixes):
             raise ValueError(f"{len(texts)} texts but {len(target_prefixes)} target prefixes")
-        return {TARGET_PREFIX_INPUT: _string_tensor(target_prefixes)}
+        return {TARGET_PREFIX_INPUT: _tensor(TARGET_PREFIX_INPUT, target_prefixes)}
 
     def score(self, texts: Sequence[str], targets: Sequence[str]) -> list[Score]:
         """Scores `targets[i]` as the translation of `texts[i]` (the `score` signature).
@@ -369,26 +394,8 @@ class TranslationClient:
             raise ValueError(f"{len(texts)} texts but {len(targets)} targets")
         if not texts:
             return []
-        outputs = self._predict(
-            SCORE_SIGNATURE,
-            {TEXT_INPUT: _string_tensor(texts), TARGET_INPUT: _string_tensor(targets)},
-            (SCORE_OUTPUT, TARGET_TOKENS_OUTPUT, TOKEN_SCORES_OUTPUT),
-        )
-        results = []
-        for row, (source, target) in enumerate(zip(texts, targets)):
-            tokens = _strip_padding(outputs[TARGET_TOKENS_OUTPUT][row])
-            results.append(
-                Score(
-                    source=source,
-                    target=target,
-                    score=float(outputs[SCORE_OUTPUT][row]),
-                    tokens=tokens,
-                    token_scores=[
-                        float(v) for v in outputs[TOKEN_SCORES_OUTPUT][row][: len(tokens)]
-                    ],
-                )
-            )
-        return results
+        outputs = self.predict(SCORE_SIGNATURE, {TEXT_INPUT: texts, TARGET_INPUT: targets})
+        return _scores(texts, targets, outputs)
 
     def translate_with_details(
         self,
@@ -417,24 +424,10 @@ class TranslationClient:
         signature = signature_name or self.signature_name
         outputs = self._predict(
             signature,
-            {TEXT_INPUT: _string_tensor(texts), **(extra_inputs or {})},
+            {TEXT_INPUT: _tensor(TEXT_INPUT, texts), **(extra_inputs or {})},
             TRANSLATION_OUTPUTS,
         )
-        results = []
-        for row, source in enumerate(texts):
-            result = Translation(
-                source=source,
-                translation=_decode(outputs[TRANSLATION_OUTPUT][row]),
-                score=float(outputs[SCORE_OUTPUT][row]),
-            )
-            if ALIGNMENT_OUTPUT in outputs:
-                result.source_tokens = _strip_padding(outputs[SOURCE_TOKENS_OUTPUT][row])
-                result.target_tokens = _strip_padding(outputs[TARGET_TOKENS_OUTPUT][row])
-                result.alignment = outputs[ALIGNMENT_OUTPUT][row][
-                    : len(result.target_tokens), : len(result.source_tokens)
-                ]
-            results.append(result)
-        return results
+        return _translations(texts, outputs)
 
     def translate(self, texts: Sequence[str], signature_name: str | None = None) -> list[str]:
         """Translates a batch of sentences; returns [batch] translations."""
@@ -491,9 +484,56 @@ class TranslationClient:
         ]
 
 
+def _translations(texts, outputs) -> list[Translation]:
+    """[batch] Translation of `translation` and `score` outputs, with the tokens and alignment
+    of `alignments`'s outputs when they are there."""
+    results = []
+    for row, source in enumerate(texts):
+        result = Translation(
+            source=source,
+            translation=_decode(outputs[TRANSLATION_OUTPUT][row]),
+            score=float(outputs[SCORE_OUTPUT][row]),
+        )
+        if ALIGNMENT_OUTPUT in outputs:
+            result.source_tokens = _strip_padding(outputs[SOURCE_TOKENS_OUTPUT][row])
+            result.target_tokens = _strip_padding(outputs[TARGET_TOKENS_OUTPUT][row])
+            result.alignment = outputs[ALIGNMENT_OUTPUT][row][
+                : len(result.target_tokens), : len(result.source_tokens)
+            ]
+        results.append(result)
+    return results
+
+
+def _scores(texts, targets, outputs) -> list[Score]:
+    """[batch] Score of the `score` signature's outputs for `targets` of `texts`."""
+    results = []
+    for row, (source, target) in enumerate(zip(texts, targets)):
+        tokens = _strip_padding(outputs[TARGET_TOKENS_OUTPUT][row])
+        results.append(
+            Score(
+                source=source,
+                target=target,
+                score=float(outputs[SCORE_OUTPUT][row]),
+                tokens=tokens,
+                token_scores=[float(v) for v in outputs[TOKEN_SCORES_OUTPUT][row][: len(tokens)]],
+            )
+        )
+    return results
+
+
 def _translation_lists(texts, outputs, n=None) -> list[list[Translation]]:
     """[batch] lists of the first `n` (None: all) Translation of `translations` and `scores`
-    `[batch, N]` outputs."""
+    `[batch, N]` outputs.
+
+    Raises:
+        ValueError: `n` is more than the N the outputs hold.
+    """
+    exported = outputs[TRANSLATIONS_OUTPUT].shape[1]
+    if n is not None and n > exported:
+        raise ValueError(
+            f"n is {n}, but the served model returns {exported} translations per sentence: "
+            "re-export it with a larger --num_hypotheses (and --beam_width)."
+        )
     return [
         [
             Translation(source=source, translation=_decode(translation), score=float(score))
@@ -539,6 +579,132 @@ def _print_score(result: Score, out) -> None:
     print(f"{result.score:.6f}\t{pieces}", file=out)
 
 
+def _flag_given(args, flag: str) -> bool:
+    value = getattr(args, flag.removeprefix("--"))
+    return value is not None and value is not False
+
+
+def _signature_inputs(signature_name: str):
+    """The contract's inputs of `signature_name` (a signature it does not name: `text`)."""
+    record = SIGNATURES_BY_NAME.get(signature_name)
+    return record.inputs if record is not None else (INPUTS[TEXT_INPUT],)
+
+
+def _chosen_signature(args) -> str:
+    """The signature the command line calls: the one whose `client_flag`
+    (`common.serving_contract.SIGNATURES`) is given, else `--signature_name`.
+
+    A flag that supplies an input of another chosen signature chooses nothing itself
+    (`--target_prefix` with `--alternatives`).
+
+    Raises:
+        ValueError: the flags of two signatures, or an input's flag (`--seed`) given without a
+            signature that takes it.
+    """
+    given = [
+        record
+        for record in SIGNATURES
+        if record.client_flag and _flag_given(args, record.client_flag)
+    ]
+    chosen = [
+        record
+        for record in given
+        if not any(
+            record.client_flag in {item.client_flag for item in other.inputs}
+            for other in given
+            if other is not record
+        )
+    ]
+    if len(chosen) > 1:
+        raise ValueError(
+            f"{' and '.join(record.client_flag for record in chosen)} cannot go together"
+        )
+    signature = chosen[0].name if chosen else args.signature_name
+    for record in INPUTS.values():
+        if (
+            record.client_flag
+            and _flag_given(args, record.client_flag)
+            and record not in _signature_inputs(signature)
+        ):
+            takers = [
+                item.client_flag
+                for item in SIGNATURES
+                if record in item.inputs and item.client_flag
+            ]
+            raise ValueError(f"{record.client_flag} goes with {' or '.join(takers)}")
+    return signature
+
+
+class _CommandLineInputs:
+    """The values of a signature's inputs for a batch of the command line's sentences: `text`
+    the sentences, `target` the same lines of `--target_file`, `seed` each sentence's seed
+    (`--seed` + its index over the whole input), `target_prefix` `--target_prefix` ("" none)."""
+
+    def __init__(self, args, targets, first_seed: int):
+        self.args = args
+        self.targets = targets
+        self.first_seed = first_seed
+
+    def values(self, inputs, batch: list[str], index: int) -> dict[str, list]:
+        """`{input name: values}` of `inputs` (contract `Input`s) for `batch`, whose first
+        sentence is sentence `index` of the whole input.
+
+        Raises:
+            ValueError: an input the command line cannot supply, or too few target lines.
+        """
+        sources = {
+            TEXT_INPUT: lambda: batch,
+            TARGET_INPUT: lambda: self._targets(len(batch)),
+            # Wrapped into int32: sentence i's seed whatever the batches.
+            SEED_INPUT: lambda: [
+                (self.first_seed + index + row + _INT32_LIMIT) % (2 * _INT32_LIMIT) - _INT32_LIMIT
+                for row in range(len(batch))
+            ],
+            TARGET_PREFIX_INPUT: lambda: [self.args.target_prefix or ""] * len(batch),
+        }
+        missing = [record.name for record in inputs if record.name not in sources]
+        if missing:
+            raise ValueError(f"the command line cannot supply the input(s) {', '.join(missing)}")
+        return {record.name: sources[record.name]() for record in inputs}
+
+    def _targets(self, count: int) -> list[str]:
+        if self.targets is None:
+            flag = INPUTS[TARGET_INPUT].client_flag
+            raise ValueError(f"the input {TARGET_INPUT} is read from {flag}: give one")
+        lines = [self.targets.readline() for _ in range(count)]
+        if not all(lines):
+            raise ValueError(f"{self.args.target_file} has fewer lines than the input")
+        return [line.rstrip("\n") for line in lines]
+
+
+def _print_outputs(values: dict, outputs: dict, index: int, args, out) -> None:
+    """Prints a batch's outputs by what the signature returns: n-best lines for `translations`
+    (the first `--n_best`), score lines for `token_scores`, the translations for `translation`
+    (with `--alignments`, each target token's most-attended source token), else one JSON object
+    per sentence holding its row of every output."""
+    texts = values[TEXT_INPUT]
+    if TRANSLATIONS_OUTPUT in outputs:
+        for row, hypotheses in enumerate(_translation_lists(texts, outputs, args.n_best)):
+            _print_n_best(index + row, hypotheses, out)
+    elif TOKEN_SCORES_OUTPUT in outputs:
+        for result in _scores(texts, values[TARGET_INPUT], outputs):
+            _print_score(result, out)
+    elif TRANSLATION_OUTPUT in outputs:
+        for result in _translations(texts, outputs):
+            _print_translation(result, args.alignments, out)
+    else:
+        for row in range(len(texts)):
+            fields = {name: _json_value(value[row]) for name, value in outputs.items()}
+            print(json.dumps(fields, ensure_ascii=False), file=out)
+
+
+def _json_value(array: np.ndarray):
+    """One output row as JSON values: strings decoded, numbers as Python numbers."""
+    if array.dtype == object:
+        return np.vectorize(_decode, otypes=[object])(array).tolist()
+    return array.tolist()
+
+
 def build_arg_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m serving.client",
@@ -563,8 +729,8 @@ def build_arg_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--signature_name",
         default=GREEDY_SIGNATURE,
-        help=f"{GREEDY_SIGNATURE} (greedy), {BEAM_SIGNATURE} or {ALIGNMENTS_SIGNATURE} "
-        "(default %(default)s)",
+        help="the signature to call unless a flag below chooses one: "
+        f"{', '.join(SIGNATURE_NAMES)} (default %(default)s, greedy decoding)",
     )
     parser.add_argument("--version", type=int, help="model version (default: latest)")
     parser.add_argument(
@@ -574,7 +740,7 @@ def build_arg_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--alignments",
         action="store_true",
-        help="use the alignments signature and print, under each translation, "
+        help=f"use the {ALIGNMENTS_SIGNATURE} signature and print, under each translation, "
         "every target token with its most-attended source token",
     )
     parser.add_argument(
@@ -631,23 +797,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.n_best is not None and args.n_best < 1:
         print("error: --n_best must be >= 1", file=sys.stderr)
         return 2
-    modes = {
-        "--alignments": args.alignments,
-        "--n_best": args.n_best is not None,
-        "--target_file": args.target_file is not None,
-        "--sample": args.sample,
-        "--alternatives": args.alternatives,
-        "--target_prefix": args.target_prefix is not None and not args.alternatives,
-    }
-    chosen = [flag for flag, on in modes.items() if on]
-    if len(chosen) > 1:
-        print(f"error: {' and '.join(chosen)} cannot go together", file=sys.stderr)
-        return 2
-    if args.seed is not None and not args.sample:
-        print("error: --seed goes with --sample", file=sys.stderr)
+    try:
+        signature = _chosen_signature(args)
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
         return 2
     first_seed = random.randrange(_INT32_LIMIT) if args.seed is None else args.seed
-    signature = ALIGNMENTS_SIGNATURE if args.alignments else args.signature_name
     try:
         client = TranslationClient(
             args.server,
@@ -688,52 +843,24 @@ def main(argv: list[str] | None = None) -> int:
                     )
                 else:
                     batches = _batches(sys.stdin, args.batch_size)
-                # Progress goes to stderr, and only for a person watching a terminal.
-                index = 0
                 targets = (
                     stack.enter_context(open(args.target_file, encoding="utf-8"))
                     if args.target_file
                     else None
                 )
+                inputs = _CommandLineInputs(args, targets, first_seed)
+                index = 0
+                # Progress goes to stderr, and only for a person watching a terminal.
                 for batch in tqdm(
                     batches,
                     unit="batch",
                     file=sys.stderr,
                     disable=bool(args.texts) or not sys.stderr.isatty(),
                 ):
-                    if targets is not None:
-                        batch_targets = [targets.readline() for _ in batch]
-                        if not all(batch_targets):
-                            raise ValueError(f"{args.target_file} has fewer lines than the input")
-                        for result in client.score(batch, [t.rstrip("\n") for t in batch_targets]):
-                            _print_score(result, sys.stdout)
-                        continue
-                    prefixes = [args.target_prefix or ""] * len(batch)
-                    if args.n_best is not None or args.alternatives:
-                        lists = (
-                            client.alternatives(batch, prefixes)
-                            if args.alternatives
-                            else client.translate_n_best(batch, args.n_best)
-                        )
-                        for hypotheses in lists:
-                            _print_n_best(index, hypotheses, sys.stdout)
-                            index += 1
-                        continue
-                    if args.sample:
-                        # Wrapped into int32: sentence i's seed whatever the batches.
-                        seeds = [
-                            (first_seed + index + row + _INT32_LIMIT) % (2 * _INT32_LIMIT)
-                            - _INT32_LIMIT
-                            for row in range(len(batch))
-                        ]
-                        results = client.sample(batch, seeds)
-                    elif args.target_prefix is not None:
-                        results = client.translate_with_prefix(batch, prefixes)
-                    else:
-                        results = client.translate_with_details(batch)
+                    values = inputs.values(_signature_inputs(signature), batch, index)
+                    outputs = client.predict(signature, values)
+                    _print_outputs(values, outputs, index, args, sys.stdout)
                     index += len(batch)
-                    for result in results:
-                        _print_translation(result, args.alignments, sys.stdout)
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

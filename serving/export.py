@@ -13,34 +13,12 @@ with `version` one higher than the highest existing one. The version is first wr
 hidden staging directory next to it and then renamed, so a server polling `<model_name>/` never
 sees a half-written version, and no existing version is ever overwritten.
 
-Signatures (`common.serving_contract`; input `text`: tf.string `[batch]`; every output's first
-dimension is the batch):
-
-    serving_default  greedy decoding with the key/value cache (with `--jit_compile`, one XLA
-                     function, which TF Serving runs only with --xla_cpu_compilation_enabled):
-                     `translation` string [batch], `score` float32 [batch] (summed log-probability)
-    beam_search      beam search (GNMT length penalty; with `--jit_compile`, as serving_default):
-                     `translation`, `score` (length-normalized)
-    alignments       greedy, plus `source_tokens` string [batch, S] (subword pieces as the model saw
-                     them, [START]/[END] included, "" padding), `target_tokens` string [batch, T]
-                     ("" after [END]) and `alignment` float32 [batch, T, S] (last decoder layer's
-                     cross-attention averaged over heads; 0 on padding rows)
-    n_best           beam search's `--num_hypotheses` (default: the beam width) best translations,
-                     best first (with `--jit_compile`, as serving_default): `translations` string
-                     [batch, N], `scores` float32 [batch, N] (length-normalized; column 0 is
-                     `beam_search`'s output)
-    score            inputs `text` and `target` string [batch]: forced decoding of each target,
-                     `score` float32 [batch] (summed log-probability, as serving_default's),
-                     `target_tokens` string [batch, T] (pieces, [END] last, "" padding) and
-                     `token_scores` float32 [batch, T] (per piece, 0 at padding)
-    sample           inputs `text` string [batch] and `seed` int32 [batch] (one per sentence):
-                     random sampling with `--sampling_topk`, `--sampling_topp` and
-                     `--sampling_temperature`: `translation`, `score` (summed log-probability)
-    prefix           inputs `text` and `target_prefix` string [batch] ("" none): beam search
-                     continuing each prefix: `translation`, `score` (of the pieces after it)
-    alternatives     inputs `text` and `target_prefix`: CTranslate2's return_alternatives, the
-                     `--num_alternatives` most probable next pieces after each prefix, each
-                     continued by beam search: `translations` string [batch, N], `scores`
+Signatures: the records of `common.serving_contract.SIGNATURES` (docs/serving.md tables them),
+each traced from the `Translator` method its record names, with the decoding options its record
+derives from the export's (`signature_options`). Input `text`: tf.string `[batch]`; every
+output's first dimension is the batch. `serving_default` is greedy decoding, the signature of
+requests that name none. With `--jit_compile`, the records marked `jit_compiled` run as one XLA
+function each, which TF Serving runs only with --xla_cpu_compilation_enabled.
 
 `assets/export_info.json` records, under "signature_options", the decoding options each signature
 was traced with.
@@ -83,24 +61,17 @@ from tqdm.auto import tqdm
 
 from common import cpu
 from common.serving_contract import (
-    ALIGNMENTS_SIGNATURE,
     ALTERNATIVES_SIGNATURE,
-    BEAM_SIGNATURE,
     EXPORT_INFO_PATH,
     GREEDY_SIGNATURE,
     MAX_WARMUP_RECORDS,
-    N_BEST_SIGNATURE,
-    PREFIX_SIGNATURE,
     SAMPLE_SIGNATURE,
-    SCORE_SIGNATURE,
-    SEED_INPUT,
-    SIGNATURE_INPUTS,
     SIGNATURE_NAMES,
-    TARGET_INPUT,
-    TARGET_PREFIX_INPUT,
-    TEXT_INPUT,
+    SIGNATURES,
+    SIGNATURES_BY_NAME,
     WARMUP_PATH,
 )
+from common.serving_contract import INPUT_DTYPES as INPUT_DTYPE_NAMES
 from model.translator import MIN_SOURCE_TOKENS, DecodingOptions, Translator
 from training import artifacts
 
@@ -127,63 +98,22 @@ _STAGING_PREFIX = ".staging-"
 _MAX_VERSION_ATTEMPTS = 100
 
 
-# The dtype of each signature input (`common.serving_contract.SIGNATURE_INPUTS`), every one
-# `[batch]`.
-INPUT_DTYPES = {
-    TEXT_INPUT: tf.string,
-    TARGET_INPUT: tf.string,
-    SEED_INPUT: tf.int32,
-    TARGET_PREFIX_INPUT: tf.string,
-}
+# The dtype of each signature input (`common.serving_contract.INPUTS`), every one `[batch]`.
+INPUT_DTYPES = {name: tf.as_dtype(dtype) for name, dtype in INPUT_DTYPE_NAMES.items()}
 
 
 def input_signature(signature_name):
     """The `tf.TensorSpec`s of a signature's inputs, in `Translator`'s argument order."""
     return [
-        tf.TensorSpec([None], INPUT_DTYPES[name], name=name)
-        for name in SIGNATURE_INPUTS[signature_name]
+        tf.TensorSpec([None], INPUT_DTYPES[record.name], name=record.name)
+        for record in SIGNATURES_BY_NAME[signature_name].inputs
     ]
 
 
 def signature_options(options):
-    """`{signature: {option: value}}`: the decoding options each signature is traced with."""
-    greedy = {
-        "decoder": "greedy",
-        "max_length_ratio": options.max_length_ratio,
-        "max_length_offset": options.max_length_offset,
-        "jit_compile": options.jit_compile,
-        **({} if options.xla_max_batch is None else {"xla_max_batch": options.xla_max_batch}),
-        **options.repetition_controls,
-    }
-    beam = {
-        **greedy,
-        "decoder": "beam_search",
-        "beam_width": options.beam_width,
-        "alpha": options.alpha,
-    }
-    # Beam search with a prefix stays a plain graph (`Translator._beam_search_decode`).
-    beam_with_prefix = _plain(beam)
-    return {
-        GREEDY_SIGNATURE: greedy,
-        BEAM_SIGNATURE: beam,
-        ALIGNMENTS_SIGNATURE: greedy,
-        N_BEST_SIGNATURE: {**beam, "num_hypotheses": options.n_best_size},
-        # Forced decoding: no search, no repetition controls (CTranslate2's score_batch).
-        SCORE_SIGNATURE: {"decoder": "forced"},
-        SAMPLE_SIGNATURE: {
-            **_plain(greedy),
-            "decoder": "sampling",
-            "sampling_topk": options.sampling_topk,
-            "sampling_topp": options.sampling_topp,
-            "sampling_temperature": options.sampling_temperature,
-        },
-        PREFIX_SIGNATURE: {**beam_with_prefix, "decoder": "beam_search_with_prefix"},
-        ALTERNATIVES_SIGNATURE: {
-            **beam_with_prefix,
-            "decoder": "alternatives",
-            "num_alternatives": options.num_alternatives,
-        },
-    }
+    """`{signature: {option: value}}`: the decoding options each signature is traced with under
+    the export's `options` (`common.serving_contract.Signature.traced_options`)."""
+    return {record.name: record.traced_options(options) for record in SIGNATURES}
 
 
 def build_export_archive(
@@ -217,20 +147,9 @@ def build_export_archive(
     archive.track(source_tokenizer)
     if target_tokenizer is not source_tokenizer:
         archive.track(target_tokenizer)
-    functions = {
-        GREEDY_SIGNATURE: translator.greedy,
-        BEAM_SIGNATURE: translator.beam_search,
-        ALIGNMENTS_SIGNATURE: translator.alignments,
-        N_BEST_SIGNATURE: translator.n_best,
-        SCORE_SIGNATURE: translator.score,
-        SAMPLE_SIGNATURE: translator.sample,
-        PREFIX_SIGNATURE: translator.prefix,
-        ALTERNATIVES_SIGNATURE: translator.alternatives,
-    }
     for name in tqdm(signatures, desc="tracing signatures", unit=" signature"):
-        endpoint = archive.add_endpoint(
-            name, functions[name], input_signature=input_signature(name)
-        )
+        method = getattr(translator, SIGNATURES_BY_NAME[name].method)
+        endpoint = archive.add_endpoint(name, method, input_signature=input_signature(name))
         endpoint.get_concrete_function()
     return archive
 
@@ -253,31 +172,15 @@ def next_version(model_dir):
 
 
 def warmup_inputs(signature_name, texts):
-    """`{input: values}` of a signature's warmup request on `texts`."""
-    encoded = [text.encode("utf-8") for text in texts]
-    values = {
-        TEXT_INPUT: encoded,
-        TARGET_INPUT: encoded,
-        SEED_INPUT: list(range(len(texts))),
-        # No prefix, and one word: both paths of the prefix and alternatives signatures.
-        TARGET_PREFIX_INPUT: [b"The" if row % 2 else b"" for row in range(len(texts))],
-    }
-    return {name: values[name] for name in SIGNATURE_INPUTS[signature_name]}
+    """`{input: values}` of a signature's warmup request on `texts`
+    (`common.serving_contract.Signature.warmup_inputs`)."""
+    return SIGNATURES_BY_NAME[signature_name].warmup_inputs(texts)
 
 
 def compiled_signatures(options):
-    """The signatures XLA compiles under `options` (`signature_options`), in `SIGNATURE_NAMES`
-    order."""
-    traced = signature_options(options)
-    return [name for name in SIGNATURE_NAMES if traced[name].get("jit_compile")]
-
-
-def _plain(traced):
-    """`traced` signature options without XLA."""
-    return {
-        **{name: value for name, value in traced.items() if name != "xla_max_batch"},
-        "jit_compile": False,
-    }
+    """The signatures XLA compiles under `options` (those whose record is `jit_compiled`, when
+    `options.jit_compile`), in `SIGNATURE_NAMES` order."""
+    return [record.name for record in SIGNATURES if record.jit_compiled and options.jit_compile]
 
 
 def warmup_requests(
@@ -673,9 +576,10 @@ def main(argv=None):
     parser.add_argument(
         "--jit_compile",
         action="store_true",
-        help=f"compile greedy decoding ({GREEDY_SIGNATURE}, {ALIGNMENTS_SIGNATURE}) and beam "
-        f"search ({BEAM_SIGNATURE}, {N_BEST_SIGNATURE}) with XLA: served only by a server "
-        "started with --xla_cpu_compilation_enabled=true",
+        help="compile the decoding loop of the signatures "
+        f"{', '.join(record.name for record in SIGNATURES if record.jit_compiled)} (greedy "
+        "decoding and beam search) with XLA: served only by a server started with "
+        "--xla_cpu_compilation_enabled=true",
     )
     parser.add_argument(
         "--xla_max_batch",

@@ -269,6 +269,21 @@ MUTATIONS = (
         ("tests/test_export_xla.py", "-k", "compiles_nothing"),
     ),
     Mutation(
+        "the signature registry says --jit_compile compiles sample, which the Translator runs plain",
+        "common/serving_contract.py",
+        "        options=LOOP_OPTIONS + REPETITION_OPTIONS + SAMPLING_OPTIONS,\n",
+        "        options=LOOP_OPTIONS + REPETITION_OPTIONS + SAMPLING_OPTIONS,\n"
+        "        jit_compiled=True,\n",
+        ("tests/test_serving_contract.py",),
+    ),
+    Mutation(
+        "the signature registry gives the score output a dtype the export does not serve",
+        "common/serving_contract.py",
+        '            SCORE_OUTPUT,\n            "float32",\n',
+        '            SCORE_OUTPUT,\n            "float64",\n',
+        ("tests/test_export.py", "-k", "registry_records"),
+    ),
+    Mutation(
         "the catalogs corpus keeps es_AR's voseo when it comes first",
         "training/corpus/catalogs.py",
         "        if locale_rank(message.locale) < locale_rank(current.locale):",

@@ -262,3 +262,23 @@ def test_cli_errors_print_code_and_message(server, capsys, tmp_path):
     assert client_lib.main(["--server", server, "--input_file", str(tmp_path / "missing.txt")]) == 1
     assert "No such file" in capsys.readouterr().err
     assert client_lib.main(["--server", server, "--batch_size", "0"]) == 2
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--n_best", "2", "--alternatives"], "--n_best and --alternatives cannot go together"),
+        (["--sample", "--target_prefix", "a"], "--sample and --target_prefix cannot go together"),
+        (["--alignments", "--target_file", "t"], "--alignments and --target_file cannot go"),
+        (["--seed", "3"], "--seed goes with --sample"),
+        (["--seed", "3", "--alternatives"], "--seed goes with --sample"),
+        # --target_prefix is the alternatives signature's input: it chooses nothing itself.
+        (["--alternatives", "--target_prefix", "a", "--n_best", "1"], "--n_best and --altern"),
+    ],
+)
+def test_cli_flags_choose_one_signature_before_any_call(flags, message, capsys):
+    """The signatures' client flags (`common.serving_contract.SIGNATURES`) each choose one
+    signature; two, or an input's flag without its signature, are refused before connecting."""
+    with reserved_port() as port:
+        assert client_lib.main(["--server", f"127.0.0.1:{port}", *flags, "x"]) == 2
+    assert f"error: {message}" in capsys.readouterr().err

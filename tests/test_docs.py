@@ -449,3 +449,17 @@ def test_the_benchmark_log_is_dated_entries_newest_first():
     # Its contents list every entry, in order.
     listed = re.findall(r"^- \[(\d{4}-\d{2}-\d{2}): (.+)\]\(#[^)]+\)$", text, re.MULTILINE)
     assert listed == entries
+
+
+SIGNATURE_TABLE = re.compile(
+    r"<!-- signature table: [^>]*-->\n(.*?)<!-- end of signature table -->", re.DOTALL
+)
+
+
+def test_the_signature_table_of_docs_serving_md_is_the_registrys():
+    """docs/serving.md tables the signatures as `common.serving_contract.SIGNATURES` holds them
+    (`signature_table()` writes the table: paste its output between the markers)."""
+    from common.serving_contract import signature_table
+
+    tables = SIGNATURE_TABLE.findall(read_doc(os.path.join(ROOT, "docs", "serving.md")))
+    assert tables == [signature_table()]

@@ -23,6 +23,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from tensorflow.core.framework import types_pb2
 
 from common import serving_contract
 from common.serving_contract import (
@@ -687,6 +688,41 @@ def test_saved_model_cli_show_lists_the_signatures(exported):
         }
         assert served[name]["outputs"] == expected, name
         assert served[name]["method"] == "tensorflow/serving/predict"
+
+
+def _datatype(dtype):
+    """The name saved_model_cli shows for a dtype or dtype name: "DT_STRING" for "string"."""
+    return types_pb2.DataType.Name(tf.dtypes.as_dtype(dtype).as_datatype_enum)
+
+
+def test_the_registry_records_what_the_export_serves(exported, loaded):
+    """Each record of `common.serving_contract.SIGNATURES` against the export: its inputs with
+    their dtypes (each `[batch]`) and its outputs with their dtypes and ranks are what the loaded
+    SavedModel's signature and `saved_model_cli show` (the TF1 loader's) report, and there is no
+    other signature."""
+    result = exported.commands.result("show")
+    assert result.returncode == 0, result.stderr[-3000:]
+    shown = _parse_signature_defs(result.stdout)
+    assert {name for name in shown if not name.startswith("__")} == set(
+        serving_contract.SIGNATURES_BY_NAME
+    )
+    for record in serving_contract.SIGNATURES:
+        inputs = {item.name: (_datatype(item.dtype), 1) for item in record.inputs}
+        outputs = {item.name: (_datatype(item.dtype), len(item.dims)) for item in record.outputs}
+        signature = loaded.signatures[record.name]
+        for reported, declared in (
+            (signature.structured_input_signature[1], inputs),
+            (signature.structured_outputs, outputs),
+        ):
+            ranks = {
+                key: (_datatype(spec.dtype), spec.shape.rank) for key, spec in reported.items()
+            }
+            assert ranks == declared, record.name
+        for kind, declared in (("inputs", inputs), ("outputs", outputs)):
+            ranks = {
+                key: (dtype, len(dims)) for key, (dtype, dims) in shown[record.name][kind].items()
+            }
+            assert ranks == declared, (record.name, kind)
 
 
 @pytest.mark.parametrize("signature", list(EXPORTED_SIGNATURES))

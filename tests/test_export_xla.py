@@ -42,6 +42,7 @@ from common.serving_contract import (
     PREFIX_SIGNATURE,
     SIGNATURE_NAMES,
     SIGNATURE_OUTPUTS,
+    SIGNATURES,
     TARGET_PREFIX_INPUT,
     TEXT_INPUT,
     TRANSLATION_OUTPUT,
@@ -440,6 +441,18 @@ def test_the_server_finds_the_signatures_that_run_xla(versions):
 
     # The other signatures (score, sample, prefix, alternatives) stay plain graphs.
     assert xla_signatures("xla") == set(XLA_SIGNATURES)
+
+
+def test_the_registry_names_the_signatures_xla_compiles(versions):
+    """`Signature.jit_compiled` of `common.serving_contract.SIGNATURES` (which the warmup and the
+    export info follow) marks exactly the signatures whose graph in a `--jit_compile` export
+    reaches a function XLA must compile (the server's reader, checked above)."""
+    registered = {record.name for record in SIGNATURES if record.jit_compiled}
+    for kind, path in versions.items():
+        with open(os.path.join(path, EXPORT_INFO_PATH), encoding="utf-8") as handle:
+            options = export.DecodingOptions(**json.load(handle)["decoding"])
+        compiled = servable_lib.xla_signature_names(servable_lib.read_meta_graph(path, ["serve"]))
+        assert compiled == registered == set(export.compiled_signatures(options)), kind
 
 
 @pytest.mark.parametrize("signature", (GREEDY_SIGNATURE, BEAM_SIGNATURE))
