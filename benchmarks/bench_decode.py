@@ -71,6 +71,7 @@ from model.special_tokens import END_ID, RESERVED_TOKENS, START_ID
 from model.tokenizer import WordPieceTokenizer
 from serving import export
 from serving.export_ctranslate2 import TransformerConverter, decoding_options, source_pieces
+from training import decoding_flags
 from training.artifacts import COMPUTE_DTYPES
 
 SECTION_TITLE = "Decoding"
@@ -564,7 +565,7 @@ def parse_args(argv=None):
         help="words per source sentence (one token each, plus [START]/[END])",
     )
     parser.add_argument("--output_tokens", type=int, default=64, help="forced output length")
-    parser.add_argument("--beam_width", type=int, default=4)
+    decoding_flags.add_decoding_arguments(parser, ("beam_width",), decoding_flags.FIELD_DEFAULTS)
     parser.add_argument("--batch_sizes", type=int, nargs="+", default=[1, 32])
     parser.add_argument("--repeats", type=int, default=5, help="timed calls per case (median)")
     parser.add_argument("--warmup", type=int, default=2, help="untimed calls per case first")

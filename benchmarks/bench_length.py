@@ -30,6 +30,7 @@ from benchmarks.report import machine_description, write_section
 from common.serving_contract import BEAM_SIGNATURE, GREEDY_SIGNATURE
 from model.tokenizer import WordPieceTokenizer
 from serving.export_ctranslate2 import source_pieces
+from training import decoding_flags
 
 SECTION_TITLE = "Decoding cost as work grows"
 PLOT_PATH = os.path.join("docs", "decode_cost_vs_length.png")
@@ -49,7 +50,7 @@ def parse_args(argv=None):
     parser.add_argument("--source_words", type=int, default=20, help="words a source, output sweep")
     parser.add_argument("--fixed_output", type=int, default=64, help="tokens out, source sweep")
     parser.add_argument("--batch_size", type=int, default=1)
-    parser.add_argument("--beam_width", type=int, default=4)
+    decoding_flags.add_decoding_arguments(parser, ("beam_width",), decoding_flags.FIELD_DEFAULTS)
     parser.add_argument("--threads", type=int, default=1, help="TensorFlow and CTranslate2 threads")
     parser.add_argument("--repeats", type=int, default=3, help="timed calls per case (median)")
     parser.add_argument("--warmup", type=int, default=1)

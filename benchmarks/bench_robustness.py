@@ -13,7 +13,7 @@ import shlex
 import sys
 
 from benchmarks.report import machine_description, write_section
-from training import artifacts
+from training import artifacts, decoding_flags
 from training.evaluate import (
     UNPERTURBED,
     copy_rate_table,
@@ -94,7 +94,7 @@ def main(argv=None):
     )
     parser.add_argument("--run_dir", default=artifacts.PRETRAINED_RUN)
     parser.add_argument("--split", default="test", choices=("dev", "test"))
-    parser.add_argument("--beam_width", type=int, default=1)
+    decoding_flags.add_decoding_arguments(parser, ("beam_width",), greedy=True)
     parser.add_argument("--limit", type=int, help="only the first N sentences")
     parser.add_argument(
         "--perturbations",

@@ -30,6 +30,7 @@ from benchmarks import bench_decode
 from benchmarks.report import machine_description, write_section
 from common.serving_contract import BEAM_SIGNATURE
 from model.tokenizer import WordPieceTokenizer
+from training import decoding_flags
 
 # Op types and XLA instructions that multiply matrices: MatMul, BatchMatMulV2, _MklMatMul;
 # XLA's dot, and the fusions it names after one (dot_add_fusion).
@@ -133,11 +134,8 @@ def main(argv=None):
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--threads", type=int, default=1, help="Session intra/inter-op threads")
     parser.add_argument("--top", type=int, default=12, help="op types listed")
-    parser.add_argument(
-        "--jit_compile",
-        action="store_true",
-        help="profile the --jit_compile export, by XLA instruction",
-    )
+    # The profiled export's: with it, the profile lists XLA instructions (the module docstring).
+    decoding_flags.add_decoding_arguments(parser, ("jit_compile",), decoding_flags.FIELD_DEFAULTS)
     parser.add_argument("--output", help="write the section into this Markdown file")
     args = parser.parse_args(argv)
     command = shlex.join(

@@ -21,12 +21,18 @@ from common.serving_contract import (
     TRANSLATIONS_OUTPUT,
 )
 from model.decoding import (
-    alternatives_decode,
-    beam_search_decode,
-    greedy_decode,
-    sampling_decode,
+    Alternatives,
+    BeamSearch,
+    GreedySearch,
+    NextTokenRules,
+    Sampling,
+    SearchOptions,
+    decode_transformer,
+    row_seeds,
     token_log_probs,
 )
+from model.decoding.alternatives import continuation
+from model.decoding.beam import DEFAULT_ALPHA, DEFAULT_BEAM_WIDTH
 from model.decoding.common import longest_source_length, max_decoding_length_for_source
 from model.decoding.penalties import validate_repetition_controls
 from model.decoding.sampling import validate_sampling
@@ -37,7 +43,10 @@ from model.special_tokens import END_ID, PAD_ID, START_ID
 
 @dataclasses.dataclass(frozen=True)
 class DecodingOptions:
-    """Decoding settings of a `Translator` (baked into an exported graph).
+    """Decoding settings of a `Translator` (baked into an exported graph), as `decoding.json`
+    and the command lines (`training.decoding_flags`) give them. The signatures' strategies
+    (`beam_search`, `n_best`, `sampling`, `alternatives`; greedy search has no settings) and
+    the rules of each step's choice (`next_token_rules`) are built from them.
 
     Attributes:
         beam_width: hypotheses kept per sentence by the `beam_search` and `n_best` signatures.
@@ -70,8 +79,8 @@ class DecodingOptions:
             restores to nothing; False leaves them to the model.
     """
 
-    beam_width: int = 4
-    alpha: float = 0.6
+    beam_width: int = DEFAULT_BEAM_WIDTH
+    alpha: float = DEFAULT_ALPHA
     max_length_ratio: float = 1.5
     max_length_offset: int = 10
     jit_compile: bool = False
@@ -86,15 +95,8 @@ class DecodingOptions:
     limit_placeholders: bool = True
 
     def __post_init__(self):
-        if not isinstance(self.beam_width, int) or self.beam_width < 1:
-            raise ValueError(f"beam_width must be an int >= 1, got {self.beam_width!r}.")
-        if self.num_hypotheses is not None and not (
-            isinstance(self.num_hypotheses, int) and 1 <= self.num_hypotheses <= self.beam_width
-        ):
-            raise ValueError(
-                f"num_hypotheses must be an int from 1 to beam_width ({self.beam_width}), "
-                f"got {self.num_hypotheses!r}."
-            )
+        # The strategies raise ValueError, saying what is allowed, for settings they cannot use.
+        BeamSearch(self.beam_width, self.alpha, self.num_hypotheses)
         if not self.alpha >= 0:
             raise ValueError(f"alpha must be >= 0, got {self.alpha!r}.")
         if not self.max_length_ratio >= 0:
@@ -111,10 +113,7 @@ class DecodingOptions:
             raise ValueError("xla_max_batch bounds the batches XLA decodes: set jit_compile too.")
         validate_repetition_controls(self.repetition_penalty, self.no_repeat_ngram_size)
         validate_sampling(self.sampling_topk, self.sampling_topp, self.sampling_temperature)
-        if not isinstance(self.num_alternatives, int) or self.num_alternatives < 1:
-            raise ValueError(
-                f"num_alternatives must be an int >= 1, got {self.num_alternatives!r}."
-            )
+        Alternatives(GreedySearch(), self.num_alternatives)
         if not isinstance(self.limit_placeholders, bool):
             raise ValueError(
                 f"limit_placeholders must be true or false, got {self.limit_placeholders!r}."
@@ -124,6 +123,36 @@ class DecodingOptions:
     def n_best_size(self):
         """The translations per sentence of the `n_best` signature."""
         return self.beam_width if self.num_hypotheses is None else self.num_hypotheses
+
+    @property
+    def beam_search(self):
+        """The `beam_search` and `prefix` signatures' strategy."""
+        return BeamSearch(self.beam_width, self.alpha)
+
+    @property
+    def n_best(self):
+        """The `n_best` signature's strategy: beam search returning `n_best_size` hypotheses."""
+        return BeamSearch(self.beam_width, self.alpha, self.n_best_size)
+
+    def sampling(self, seeds):
+        """The `sample` signature's strategy for the row seeds `seeds` `(batch,)`."""
+        return Sampling(seeds, self.sampling_topk, self.sampling_topp, self.sampling_temperature)
+
+    @property
+    def alternatives(self):
+        """The `alternatives` signature's decoding: each alternative continued by beam search
+        (greedy search at `beam_width` 1)."""
+        return Alternatives(continuation(self.beam_width, self.alpha), self.num_alternatives)
+
+    def next_token_rules(self, placeholder_ids=()):
+        """The `NextTokenRules` of every signature: [END], the repetition controls, and
+        `placeholder_ids` (`model.decoding.copies`)."""
+        return NextTokenRules(
+            END_ID,
+            repetition_penalty=self.repetition_penalty,
+            no_repeat_ngram_size=self.no_repeat_ngram_size,
+            placeholder_ids=placeholder_ids,
+        )
 
     @property
     def repetition_controls(self):
@@ -193,6 +222,20 @@ class Translator:
         self.source_tokenizer = source_tokenizer
         self.target_tokenizer = target_tokenizer
         self.options = options
+        self.rules = options.next_token_rules(self._limited_placeholder_ids())
+
+    def _limited_placeholder_ids(self):
+        """The `(source_id, target_id)` pairs of the placeholder pieces the decoders limit
+        (`model.decoding.copies`): those of a run with placeholders, unless
+        `limit_placeholders` is off."""
+        if not self.options.limit_placeholders or self.source_tokenizer.placeholders is None:
+            return ()
+        source_vocab, target_vocab = self.source_tokenizer.vocab, self.target_tokenizer.vocab
+        return tuple(
+            (source_vocab.index(marker), target_vocab.index(marker))
+            for marker in MARKERS
+            if marker in source_vocab and marker in target_vocab
+        )
 
     def source_ids(self, text):
         """`[batch]` strings → int32 `[batch, S]` source ids, cut to the model's length."""
@@ -257,21 +300,6 @@ class Translator:
         restoration = self.source_tokenizer.restoration
         return text if restoration is None else restoration.rename(text)
 
-    @property
-    def _next_token_rules(self):
-        """The decoders' keyword arguments for the rules of each step's choice: the options'
-        repetition controls, and the placeholder pieces to limit (`model.decoding.copies`) of a
-        run with placeholders, unless `limit_placeholders` is off."""
-        placeholder_ids = ()
-        if self.options.limit_placeholders and self.source_tokenizer.placeholders is not None:
-            source_vocab, target_vocab = self.source_tokenizer.vocab, self.target_tokenizer.vocab
-            placeholder_ids = tuple(
-                (source_vocab.index(marker), target_vocab.index(marker))
-                for marker in MARKERS
-                if marker in source_vocab and marker in target_vocab
-            )
-        return {**self.options.repetition_controls, "placeholder_ids": placeholder_ids}
-
     def max_decoding_length(self, source_length):
         """Output tokens the decoders produce at most for a batch whose longest source has
         `source_length` tokens (int or scalar tensor, [START] and [END] included): `ceil(ratio *
@@ -325,18 +353,29 @@ class Translator:
             self.max_decoding_length,
         )
 
-    def _greedy_decode(self, text, with_alignment=False):
-        source_ids = self.source_ids(text)
-        decoded = greedy_decode(
+    def _decode(self, strategy, source_ids, **options):
+        """`decode_transformer` of `strategy` over `source_ids` with `rules` and the options'
+        output-length bound; `options`: the other `SearchOptions` fields."""
+        return decode_transformer(
+            strategy,
             self.model,
             source_ids,
             START_ID,
-            END_ID,
-            max_decoding_length=self._max_decoding_length_for(source_ids),
-            jit_compile=self.options.jit_compile,
-            xla_max_batch=self.options.xla_max_batch,
-            with_alignment=with_alignment,
-            **self._next_token_rules,
+            SearchOptions(self.rules, self._max_decoding_length_for(source_ids), **options),
+        )
+
+    @property
+    def _xla(self):
+        """The `SearchOptions` of the signatures XLA compiles (`DecodingOptions.jit_compile`)."""
+        return {
+            "jit_compile": self.options.jit_compile,
+            "xla_max_batch": self.options.xla_max_batch,
+        }
+
+    def _greedy_decode(self, text, with_alignment=False):
+        source_ids = self.source_ids(text)
+        decoded = self._decode(
+            GreedySearch(), source_ids, with_alignment=with_alignment, **self._xla
         )
         return source_ids, decoded
 
@@ -347,40 +386,17 @@ class Translator:
             SCORE_OUTPUT: decoded["scores"],
         }
 
-    def _beam_search_decode(self, text, num_hypotheses=None, prefix=None):
-        source_ids = self.source_ids(text)
+    def _beam_search_decode(self, text, strategy, prefix=None):
         # Not with a prefix: XLA's padded batch would need padded prefixes.
-        jit_compile = self.options.jit_compile and prefix is None
-        return beam_search_decode(
-            self.model,
-            source_ids,
-            START_ID,
-            END_ID,
-            beam_width=self.options.beam_width,
-            alpha=self.options.alpha,
-            max_decoding_length=self._max_decoding_length_for(source_ids),
-            with_alignment=False,
-            num_hypotheses=num_hypotheses,
-            prefix=prefix,
-            jit_compile=jit_compile,
-            xla_max_batch=self.options.xla_max_batch,
-            **self._next_token_rules,
+        xla = self._xla if prefix is None else {**self._xla, "jit_compile": False}
+        return self._decode(
+            strategy, self.source_ids(text), prefix=prefix, with_alignment=False, **xla
         )
 
     def _sample(self, text, seed):
         source_ids = self.source_ids(text)
-        decoded = sampling_decode(
-            self.model,
-            source_ids,
-            START_ID,
-            END_ID,
-            seed,
-            sampling_topk=self.options.sampling_topk,
-            sampling_topp=self.options.sampling_topp,
-            sampling_temperature=self.options.sampling_temperature,
-            max_decoding_length=self._max_decoding_length_for(source_ids),
-            **self._next_token_rules,
-        )
+        strategy = self.options.sampling(row_seeds(seed, tf.shape(source_ids)[0]))
+        decoded = self._decode(strategy, source_ids)
         return {
             TRANSLATION_OUTPUT: self.target_tokenizer.detokenize(decoded["tokens"]),
             SCORE_OUTPUT: decoded["scores"],
@@ -399,7 +415,9 @@ class Translator:
         return tf.cast(ids.to_tensor(default_value=PAD_ID), tf.int32)
 
     def _translate_prefix(self, text, target_prefix):
-        decoded = self._beam_search_decode(text, prefix=self.target_prefix_ids(target_prefix))
+        decoded = self._beam_search_decode(
+            text, self.options.beam_search, prefix=self.target_prefix_ids(target_prefix)
+        )
         return {
             TRANSLATION_OUTPUT: self.target_tokenizer.detokenize(decoded["tokens"]),
             SCORE_OUTPUT: decoded["scores"],
@@ -407,20 +425,13 @@ class Translator:
 
     def _alternatives(self, text, target_prefix):
         source_ids = self.source_ids(text)
-        size = self.options.num_alternatives
-        decoded = alternatives_decode(
-            self.model,
-            source_ids,
-            START_ID,
-            END_ID,
-            self.target_prefix_ids(target_prefix),
-            size,
-            beam_width=self.options.beam_width,
-            alpha=self.options.alpha,
-            max_decoding_length=self._max_decoding_length_for(source_ids),
-            **self._next_token_rules,
+        options = SearchOptions(
+            self.rules,
+            self._max_decoding_length_for(source_ids),
+            prefix=self.target_prefix_ids(target_prefix),
         )
-        return self._n_translations(decoded, size)
+        decoded = self.options.alternatives.decode(self.model, source_ids, START_ID, options)
+        return self._n_translations(decoded, self.options.num_alternatives)
 
     def _n_translations(self, decoded, size):
         """`translations` `[batch, size]` and `scores` of `decoded`'s `tokens`
@@ -436,15 +447,15 @@ class Translator:
         }
 
     def _translate_beam_search(self, text):
-        decoded = self._beam_search_decode(text)
+        decoded = self._beam_search_decode(text, self.options.beam_search)
         return {
             TRANSLATION_OUTPUT: self.target_tokenizer.detokenize(decoded["tokens"]),
             SCORE_OUTPUT: decoded["scores"],
         }
 
     def _translate_n_best(self, text):
-        size = self.options.n_best_size
-        return self._n_translations(self._beam_search_decode(text, num_hypotheses=size), size)
+        decoded = self._beam_search_decode(text, self.options.n_best)
+        return self._n_translations(decoded, self.options.n_best_size)
 
     def _translate_with_alignments(self, text):
         source_ids, decoded = self._greedy_decode(text, with_alignment=True)

@@ -61,11 +61,9 @@ from tqdm.auto import tqdm
 
 from common import cpu
 from common.serving_contract import (
-    ALTERNATIVES_SIGNATURE,
     EXPORT_INFO_PATH,
     GREEDY_SIGNATURE,
     MAX_WARMUP_RECORDS,
-    SAMPLE_SIGNATURE,
     SIGNATURE_NAMES,
     SIGNATURES,
     SIGNATURES_BY_NAME,
@@ -73,7 +71,7 @@ from common.serving_contract import (
 )
 from common.serving_contract import INPUT_DTYPES as INPUT_DTYPE_NAMES
 from model.translator import MIN_SOURCE_TOKENS, DecodingOptions, Translator
-from training import artifacts
+from training import artifacts, decoding_flags
 
 logger = logging.getLogger(__name__)
 
@@ -518,7 +516,6 @@ def export_run(
 
 
 def main(argv=None):
-    defaults = DecodingOptions()
     parser = argparse.ArgumentParser(
         description=(
             "Export a trained translator (a training run directory) as a TF Serving SavedModel "
@@ -542,53 +539,12 @@ def main(argv=None):
         default="translator",
         help="model name, i.e. folder under export_base (default: translator)",
     )
-    parser.add_argument(
-        "--beam_width",
-        type=int,
-        help="beam width of the beam_search signature (default: the run's decoding.json, "
-        f"else {defaults.beam_width})",
+    # Every decoding flag; a run's decoding.json sets those not given, except these.
+    as_given = ("max_length_ratio", "max_length_offset", "jit_compile")
+    decoding_flags.add_decoding_arguments(
+        parser, [name for name in decoding_flags.DECODING_FLAGS if name not in as_given]
     )
-    parser.add_argument(
-        "--alpha",
-        type=float,
-        help="beam search length-penalty exponent (default: the run's decoding.json, else "
-        f"{defaults.alpha})",
-    )
-    parser.add_argument(
-        "--num_hypotheses",
-        type=int,
-        help="translations per sentence of the n_best signature, 1 to the beam width "
-        "(default: the run's decoding.json, else the beam width)",
-    )
-    parser.add_argument(
-        "--max_length_ratio",
-        type=float,
-        default=defaults.max_length_ratio,
-        help="output tokens at most ratio * source tokens + offset "
-        f"(default: {defaults.max_length_ratio})",
-    )
-    parser.add_argument(
-        "--max_length_offset",
-        type=int,
-        default=defaults.max_length_offset,
-        help=f"see --max_length_ratio (default: {defaults.max_length_offset})",
-    )
-    parser.add_argument(
-        "--jit_compile",
-        action="store_true",
-        help="compile the decoding loop of the signatures "
-        f"{', '.join(record.name for record in SIGNATURES if record.jit_compiled)} (greedy "
-        "decoding and beam search) with XLA: served only by a server started with "
-        "--xla_cpu_compilation_enabled=true",
-    )
-    parser.add_argument(
-        "--xla_max_batch",
-        type=int,
-        help="with --jit_compile, only batches of at most this many sentences decode under XLA, "
-        "larger ones in the plain graph, with the same outputs (default: every batch; XLA wins "
-        "on a few sentences, the plain graph's oneDNN products on many: BENCHMARKS.md, "
-        "'Decoding'); the warmup compiles no program beyond it",
-    )
+    decoding_flags.add_decoding_arguments(parser, as_given, decoding_flags.FIELD_DEFAULTS)
     parser.add_argument(
         "--compute_dtype",
         choices=list(artifacts.COMPUTE_DTYPES),
@@ -632,31 +588,6 @@ def main(argv=None):
         f"get one request (a server whose clients call {GREEDY_SIGNATURE} only compiles one "
         "compiled signature's programs at load instead of four's)",
     )
-    artifacts.add_next_token_rule_arguments(parser, "default: the run's decoding.json, else off")
-    parser.add_argument(
-        "--sampling_topk",
-        type=int,
-        help=f"the {SAMPLE_SIGNATURE} signature draws among the k most probable tokens (0: all; "
-        f"default: the run's decoding.json, else {defaults.sampling_topk})",
-    )
-    parser.add_argument(
-        "--sampling_topp",
-        type=float,
-        help=f"the {SAMPLE_SIGNATURE} signature draws in the nucleus of this mass (1: all; "
-        f"default: the run's decoding.json, else {defaults.sampling_topp})",
-    )
-    parser.add_argument(
-        "--sampling_temperature",
-        type=float,
-        help=f"the {SAMPLE_SIGNATURE} signature divides the log-probabilities by this (0: greedy; "
-        f"default: the run's decoding.json, else {defaults.sampling_temperature})",
-    )
-    parser.add_argument(
-        "--num_alternatives",
-        type=int,
-        help=f"alternatives per sentence of the {ALTERNATIVES_SIGNATURE} signature (default: the "
-        f"run's decoding.json, else {defaults.num_alternatives})",
-    )
     args = parser.parse_args(argv)
     if args.warmup_max_batch < 1:
         parser.error(f"--warmup_max_batch must be at least 1, got {args.warmup_max_batch}")
@@ -677,19 +608,7 @@ def main(argv=None):
     artifacts.require_trained_run(args.run_dir)
     try:
         options = artifacts.decoding_options(
-            args.run_dir,
-            beam_width=args.beam_width,
-            alpha=args.alpha,
-            num_hypotheses=args.num_hypotheses,
-            max_length_ratio=args.max_length_ratio,
-            max_length_offset=args.max_length_offset,
-            jit_compile=args.jit_compile,
-            xla_max_batch=args.xla_max_batch,
-            **artifacts.next_token_rules(args),
-            sampling_topk=args.sampling_topk,
-            sampling_topp=args.sampling_topp,
-            sampling_temperature=args.sampling_temperature,
-            num_alternatives=args.num_alternatives,
+            args.run_dir, **decoding_flags.decoding_overrides(args)
         )
     except ValueError as error:
         parser.error(str(error))

@@ -33,7 +33,7 @@ from common.serving_contract import (
     TRANSLATION_OUTPUT,
     TRANSLATIONS_OUTPUT,
 )
-from training import artifacts
+from training import artifacts, decoding_flags
 from training.evaluate import export_signature, run_signature
 
 WINDOW_LINES = 10_000
@@ -211,20 +211,11 @@ def build_parser():
     )
     parser.add_argument("--input_file", help="one sentence a line, UTF-8 (default: stdin)")
     parser.add_argument("--output_file", help="default: stdout")
-    parser.add_argument(
-        "--beam_width",
-        type=int,
-        default=1,
-        help="1 = greedy; an export's beam_search signature has its own width, which must match",
-    )
-    parser.add_argument(
-        "--alpha",
-        type=float,
-        help="beam search's length penalty exponent (default: the run's decoding.json, else "
-        "0.6; an export uses its own)",
-    )
-    artifacts.add_next_token_rule_arguments(
-        parser, "default: the run's decoding.json, else off; an export uses its own"
+    decoding_flags.add_decoding_arguments(
+        parser,
+        ("beam_width", "alpha", *decoding_flags.NEXT_TOKEN_RULE_FLAGS),
+        decoding_flags.RUN_OR_EXPORT_DEFAULTS,
+        greedy=True,
     )
     parser.add_argument(
         "--with_scores",
@@ -289,7 +280,7 @@ def main(argv=None):
             args.beam_width,
             args.n_best,
             alpha=args.alpha,
-            **artifacts.next_token_rules(args),
+            **decoding_flags.next_token_rules(args),
         )
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)

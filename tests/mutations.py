@@ -94,12 +94,16 @@ MUTATIONS = (
         "model/translator.py",
         "        _, decoded = self._greedy_decode(text)\n        return {",
         "        ids = truncate_source_ids(self.source_tokenizer.tokenize(text), self.model.pe_input - 1)\n"
-        "        decoded = greedy_decode(\n"
-        "            self.model, ids, START_ID, END_ID,\n"
-        "            max_decoding_length=self._max_decoding_length_for(ids),\n"
-        "        )\n"
+        "        decoded = self._decode(GreedySearch(), ids, with_alignment=False)\n"
         "        return {",
         ("tests/test_export.py", "-k", "long_input"),
+    ),
+    Mutation(
+        "the decoding flags of a command that reads decoding.json parse the defaults in its place",
+        "training/decoding_flags.py",
+        "default = field_default(name) if defaults == FIELD_DEFAULTS else None",
+        "default = field_default(name) if defaults != RUN_OR_EXPORT_DEFAULTS else None",
+        ("tests/test_decoding_flags.py",),
     ),
     Mutation(
         "the repetition penalty multiplies positive logits (rewarding repeats)",

@@ -12,6 +12,8 @@ import tensorflow as tf
 
 from model import Transformer
 from model.decoding import (
+    BeamSearch,
+    GreedySearch,
     beam_search,
     beam_search_decode,
     greedy_decode,
@@ -272,9 +274,15 @@ def test_run_loop_compiles_the_batches_up_to_xla_max_batch_only():
         compiled_rows(1, xla_max_batch=0)
 
 
-@pytest.mark.parametrize("decode", [greedy_decode, beam_search_decode], ids=["greedy", "beam"])
-def test_eager_xla_decoding_is_traced_once_per_model(trained_reverse_model, sources, decode):
-    """Called eagerly, `jit_compile` reuses one traced function per model and decoder (no
+@pytest.mark.parametrize(
+    "decode, strategy",
+    [(greedy_decode, GreedySearch()), (beam_search_decode, BeamSearch())],
+    ids=["greedy", "beam"],
+)
+def test_eager_xla_decoding_is_traced_once_per_model(
+    trained_reverse_model, sources, decode, strategy
+):
+    """Called eagerly, `jit_compile` reuses one traced function per model and strategy (no
     compile per call) and decodes as the plain graph does."""
     model, _ = trained_reverse_model
     source = tf.constant(sources[0], tf.int32)
@@ -284,9 +292,7 @@ def test_eager_xla_decoding_is_traced_once_per_model(trained_reverse_model, sour
         np.testing.assert_array_equal(result["tokens"], graph["tokens"])
         np.testing.assert_allclose(result["scores"], graph["scores"], rtol=1e-4, atol=1e-4)
     (traced,) = (
-        function
-        for (decoder, _), function in _EAGER_XLA_DECODERS[model].items()
-        if decoder is decode
+        function for (baked, _), function in _EAGER_XLA_DECODERS[model].items() if baked == strategy
     )
     assert traced.experimental_get_tracing_count() == 1
 

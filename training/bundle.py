@@ -32,8 +32,9 @@ import shutil
 import sys
 import uuid
 
+from model.decoding.beam import DEFAULT_ALPHA, DEFAULT_BEAM_WIDTH
 from model.translator import DecodingOptions
-from training import artifacts
+from training import artifacts, decoding_flags
 from training.corpus.loading import DEFAULT_BIBLE_DIR, DEFAULT_CATALOGS_DIR, EVERYDAY_DIR
 from training.corpus.outputs import read_corpus_stats
 from training.corpus.tsv import SPLITS, read_tsv
@@ -386,8 +387,8 @@ def bundle(
     run_dir,
     output_dir,
     reproduce,
-    beam_width=4,
-    alpha=0.6,
+    beam_width=DEFAULT_BEAM_WIDTH,
+    alpha=DEFAULT_ALPHA,
     notes="",
     repetition_penalty=1.0,
     no_repeat_ngram_size=0,
@@ -493,11 +494,13 @@ def main(argv=None):
         required=True,
         help="the command(s) that reproduce the run, for the model card",
     )
-    parser.add_argument("--beam_width", type=int, default=4)
-    parser.add_argument("--alpha", type=float, default=0.6)
+    # Written into the bundle's decoding.json (choose them on the dev split).
+    decoding_flags.add_decoding_arguments(
+        parser,
+        ("beam_width", "alpha", "repetition_penalty", "no_repeat_ngram_size"),
+        decoding_flags.FIELD_DEFAULTS,
+    )
     parser.add_argument("--notes", default="", help="a paragraph for the model card")
-    parser.add_argument("--repetition_penalty", type=float, default=1.0, help="1: off")
-    parser.add_argument("--no_repeat_ngram_size", type=int, default=0, help="0: off")
     args = parser.parse_args(argv)
     try:
         reports = bundle(

@@ -42,7 +42,7 @@ from common.serving_contract import (
     TRANSLATION_OUTPUT,
 )
 from model.translator import DecodingOptions, Translator
-from training import artifacts
+from training import artifacts, decoding_flags
 from training.copying import KINDS, copy_rate_sets, copy_rates, corpus_words, proper_names
 from training.corpus import CorpusError, load_run_pairs
 from training.mixture import load_splits, parse_data
@@ -585,12 +585,11 @@ def main(argv=None):
     parser.add_argument(
         "--tfds_data_dir", help="TFDS data directory for a tfds:NAME corpus (default: the run's)"
     )
-    parser.add_argument("--beam_width", type=int, default=1, help="1 = greedy")
-    parser.add_argument(
-        "--alpha",
-        type=float,
-        help="length penalty exponent (default: the run's decoding.json, else 0.6; an export "
-        "uses its own)",
+    decoding_flags.add_decoding_arguments(
+        parser,
+        ("beam_width", "alpha", *decoding_flags.NEXT_TOKEN_RULE_FLAGS),
+        decoding_flags.RUN_OR_EXPORT_DEFAULTS,
+        greedy=True,
     )
     parser.add_argument("--batch_size", type=int, default=BATCH_SIZE)
     parser.add_argument("--limit", type=int, help="only the first N sentences")
@@ -598,9 +597,6 @@ def main(argv=None):
         "--output_dir",
         help="default <run_dir>/eval (runs/eval/<name> for a bundled model such as "
         "pretrained/bible-es-en), or <model dir>/eval/<version> for an export",
-    )
-    artifacts.add_next_token_rule_arguments(
-        parser, "default: the run's decoding.json, else off; an export uses its own"
     )
     parser.add_argument(
         "--copy_rate",
@@ -628,7 +624,7 @@ def main(argv=None):
     names = [name.strip() for name in (args.perturb or UNPERTURBED).split(",")]
     if args.perturb == "all":
         names = [UNPERTURBED, *PERTURBATIONS]
-    repetition_controls = artifacts.next_token_rules(args)
+    repetition_controls = decoding_flags.next_token_rules(args)
     try:
         if args.copy_rate:
             report = evaluate_copy_rates(

@@ -1,10 +1,12 @@
 """Beam search with the GNMT length penalty, a finished set and a per-sentence early exit.
 
-`beam_search` runs over any step function (`model.decoding.step`); `beam_search_decode` runs it
-over a `Transformer`, whose `reorder_cache` moves each hypothesis's key/value cache to its parent,
-optionally compiled with XLA (`model.decoding.xla`).
+`BeamSearch` runs over any step function (`model.decoding.step`), `decode_transformer` over a
+`Transformer`, whose `reorder_cache` moves each hypothesis's key/value cache to its parent,
+optionally compiled with XLA (`model.decoding.xla`); `beam_search` and `beam_search_decode` are
+the two as keyword arguments.
 """
 
+import dataclasses
 from typing import NamedTuple
 
 import tensorflow as tf
@@ -17,11 +19,14 @@ from model.decoding.common import (
     take_rows,
     unknown_shapes,
 )
-from model.decoding.penalties import NextTokenRules, validate_repetition_controls
-from model.decoding.prefix import forced_tokens
-from model.decoding.step import decode_transformer
-from model.decoding.xla import eager_xla_decoder
+from model.decoding.penalties import NextTokenRules
+from model.decoding.step import SearchOptions, decode_transformer
+from model.decoding.strategy import DecodingStrategy, keyword_search
 from model.masks import PAD_ID
+
+# GNMT's and the paper's beam: 4 hypotheses, length-penalty exponent 0.6.
+DEFAULT_BEAM_WIDTH = 4
+DEFAULT_ALPHA = 0.6
 
 
 class BeamState(NamedTuple):
@@ -59,89 +64,91 @@ def beam_search(
     state,
     max_decoding_length,
     alignment_width,
-    beam_width=4,
-    alpha=0.6,
-    min_length=0,
-    reorder_state=take_rows,
-    repetition_penalty=1.0,
-    no_repeat_ngram_size=0,
+    beam_width=DEFAULT_BEAM_WIDTH,
+    alpha=DEFAULT_ALPHA,
     num_hypotheses=None,
-    prefix=None,
-    fixed_shape=False,
-    compiled=False,
-    slots=None,
-    placeholders=None,
+    **options,
 ):
-    """Beam search with the GNMT length penalty.
+    """`BeamSearch(beam_width, alpha, num_hypotheses).search` as keyword arguments: `options`
+    are `keyword_search`'s (`min_length`, the repetition controls, `placeholders`, `prefix`,
+    `fixed_shape`, `compiled`, `slots`, `reorder_state`). Returns as `BeamSearch.run`."""
+    inputs = (step_fn, start_ids, end_id, state, max_decoding_length, alignment_width)
+    return keyword_search(BeamSearch(beam_width, alpha, num_hypotheses), inputs, **options)
+
+
+@dataclasses.dataclass(frozen=True)
+class BeamSearch(DecodingStrategy):
+    """Beam search with the GNMT length penalty, a finished set and a per-sentence early exit.
 
     Each step expands the `beam_width` alive hypotheses, keeps the 2·beam_width best
     continuations (so that beam_width of them are still alive even if the rest ended), and
     merges the ended ones into the finished set, scored by log P(y | x) / length_penalty(|y|).
     A sentence's search is over once no alive hypothesis can still beat its worst finished one
-    (`_search_is_over`); its best hypothesis is then stored and its beams leave the loop, which
-    runs until the last sentence's search is over, or `max_decoding_length`. With `fixed_shape` (for
-    XLA) nothing leaves the loop: a sentence whose search is over is stored and steps on,
+    (`_search_is_over`); its best hypotheses are then stored and its beams leave the loop, which
+    runs until the last sentence's search is over, or `max_decoding_length`. With `fixed_shape`
+    (for XLA) nothing leaves the loop: a sentence whose search is over is stored and steps on,
     ignored, and the hypotheses are written into buffers of `slots` positions instead of
     growing by one a step; the hypotheses and scores found are the same.
 
-    Args:
-        step_fn, reorder_state: see `model.decoding.step`.
-        start_ids: `(batch,)` int32, the first token fed to `step_fn`.
-        end_id: the [END] id.
-        state: `step_fn`'s state for the batch (one row per sentence; repeated here per beam).
-        max_decoding_length: int32 scalar, tokens output at most.
-        alignment_width: the second dimension of `step_fn`'s alignment.
+    Attributes:
         beam_width: hypotheses kept per sentence (1 = greedy when alpha = 0).
-        alpha: length-penalty exponent (0.6 in GNMT and the paper).
-        min_length: `end_id` is forbidden before this many tokens.
-        repetition_penalty, no_repeat_ngram_size: CTranslate2's repetition controls over each
-            hypothesis's own tokens (`model.decoding.penalties`); 1 and 0 disable them.
+        alpha: length-penalty exponent (0.6 in GNMT and the paper; 0 disables it), a float or
+            a float32 scalar.
         num_hypotheses: None for the best hypothesis; a Python int N (1 ≤ N ≤ beam_width) for
             the N best, best first (`_best_hypotheses`), each sentence's outputs then gaining an
             axis of N.
-        prefix: None, or the tokens each sentence's hypotheses start with: `(batch, P)` int32
-            padded with 0, or a `TargetPrefix` (`model.decoding.prefix` states the semantics).
-            The length penalty counts the prefix.
-        fixed_shape: every sentence steps until the last search is over
-            (`_beam_search_fixed_shape`, for XLA), instead of sentences leaving the loop as
-            their searches end.
-        compiled: whether XLA compiles the search (it needs `fixed_shape`): the hypotheses'
-            buffers are then written with XLA's op (`model.buffers.write_slot`).
-        slots: positions of the output buffers, ≥ max_decoding_length (default max_decoding_length).
-        placeholders: None, or the `PlaceholderLimits` of each hypothesis
-            (`model.decoding.copies`).
 
-    Returns:
-        dict: `tokens` `(batch, slots)` of each sentence's best hypothesis, `scores`
-        `(batch,)` its length-normalized log-probability (after the prefix), `alignment`
-        `(batch, slots, alignment_width)`, and `length`, the positions the loop ran; with
-        `num_hypotheses` N, `tokens` `(batch, N, slots)`, `scores` `(batch, N)` and
-        `alignment` `(batch, N, slots, alignment_width)`.
+    Raises:
+        ValueError: a `beam_width` or `num_hypotheses` the search cannot use.
     """
-    if compiled and not fixed_shape:
-        raise ValueError("a compiled beam search needs fixed_shape=True: XLA's shapes are fixed.")
-    slots = max_decoding_length if slots is None else slots
-    validate_repetition_controls(repetition_penalty, no_repeat_ngram_size)
-    hypotheses = _validate_num_hypotheses(num_hypotheses, beam_width)
-    search = _Search(
-        step_fn,
-        reorder_state,
-        beam_width,
-        NextTokenRules(end_id, min_length, repetition_penalty, no_repeat_ngram_size, placeholders),
-        alpha,
-        hypotheses,
-        forced_tokens(prefix),
-        _Positions(fixed_shape, compiled),
-    )
-    outputs = empty_outputs(tf.shape(start_ids)[0], slots, alignment_width, hypotheses)
-    beams = _initial_beams(
-        start_ids, state, beam_width, alignment_width, slots if fixed_shape else 0
-    )
-    loop = _beam_search_fixed_shape if fixed_shape else _beam_search_dropping_finished
-    outputs, steps = loop(search, beams, outputs, max_decoding_length)
-    if num_hypotheses is None:
-        outputs = tf.nest.map_structure(lambda tensor: tensor[:, 0], outputs)
-    return {**outputs, "length": steps}
+
+    beam_width: int = DEFAULT_BEAM_WIDTH
+    alpha: float = DEFAULT_ALPHA
+    num_hypotheses: int | None = None
+
+    def __post_init__(self):
+        if not isinstance(self.beam_width, int) or self.beam_width < 1:
+            raise ValueError(f"beam_width must be an int >= 1, got {self.beam_width!r}.")
+        _validate_num_hypotheses(self.num_hypotheses, self.beam_width)
+
+    @property
+    def hypotheses(self):
+        """The hypotheses the search returns per sentence."""
+        return 1 if self.num_hypotheses is None else self.num_hypotheses
+
+    def run(self, loop, rules, prefix):
+        """`DecodingStrategy.search`; the state is repeated per beam, and each hypothesis
+        continues its parent's (`reorder_state`). The repetition controls read each
+        hypothesis's own tokens, and the length penalty counts the prefix.
+
+        Returns:
+            dict: `tokens` `(batch, slots)` of each sentence's best hypothesis, `scores`
+            `(batch,)` its length-normalized log-probability (after the prefix), `alignment`
+            `(batch, slots, alignment_width)`, and `length`, the positions the loop ran; with
+            `num_hypotheses` N, `tokens` `(batch, N, slots)`, `scores` `(batch, N)` and
+            `alignment` `(batch, N, slots, alignment_width)`.
+        """
+        search = _Search(
+            loop.step_fn,
+            loop.reorder_state,
+            self.beam_width,
+            rules,
+            self.alpha,
+            self.hypotheses,
+            prefix,
+            _Positions(loop.fixed_shape, loop.compiled),
+        )
+        batch_size, width = tf.shape(loop.start_ids)[0], loop.alignment_width
+        outputs = empty_outputs(batch_size, loop.slots, width, self.hypotheses)
+        buffer_slots = loop.slots if loop.fixed_shape else 0
+        beams = _initial_beams(loop.start_ids, loop.state, self.beam_width, width, buffer_slots)
+        search_loop = (
+            _beam_search_fixed_shape if loop.fixed_shape else _beam_search_dropping_finished
+        )
+        outputs, steps = search_loop(search, beams, outputs, loop.max_decoding_length)
+        if self.num_hypotheses is None:
+            outputs = tf.nest.map_structure(lambda tensor: tensor[:, 0], outputs)
+        return {**outputs, "length": steps}
 
 
 class _Positions(NamedTuple):
@@ -166,7 +173,7 @@ class _Positions(NamedTuple):
 
 
 class _Search(NamedTuple):
-    """One beam search's settings, as `beam_search` takes them: `rules` its `NextTokenRules`,
+    """One beam search's settings, as `BeamSearch.run` takes them: `rules` its `NextTokenRules`,
     `hypotheses` the hypotheses returned per sentence, `prefix` its `ForcedTokens` or None."""
 
     step_fn: object
@@ -266,16 +273,14 @@ def _beam_search_fixed_shape(search, beams, outputs, max_decoding_length):
 
 
 def _validate_num_hypotheses(num_hypotheses, beam_width):
-    """The hypotheses a search returns per sentence (1 for None); ValueError unless
-    1 ≤ num_hypotheses ≤ beam_width."""
-    if num_hypotheses is None:
-        return 1
-    if not isinstance(num_hypotheses, int) or not 1 <= num_hypotheses <= beam_width:
+    """ValueError unless `num_hypotheses` is None or 1 ≤ num_hypotheses ≤ beam_width."""
+    if num_hypotheses is not None and (
+        not isinstance(num_hypotheses, int) or not 1 <= num_hypotheses <= beam_width
+    ):
         raise ValueError(
             f"num_hypotheses must be an int from 1 to beam_width ({beam_width}), "
             f"got {num_hypotheses!r}."
         )
-    return num_hypotheses
 
 
 def _initial_beams(start_ids, state, beam_width, alignment_width, slots=0):
@@ -491,8 +496,8 @@ def beam_search_decode(
     inp,
     start_id,
     end_id,
-    beam_width=4,
-    alpha=0.6,
+    beam_width=DEFAULT_BEAM_WIDTH,
+    alpha=DEFAULT_ALPHA,
     max_decoding_length=None,
     min_length=0,
     with_alignment=True,
@@ -504,23 +509,20 @@ def beam_search_decode(
     placeholder_ids=(),
     xla_max_batch=None,
 ):
-    """`beam_search` over a `Transformer` with its key/value cache.
+    """Beam search over a `Transformer` with its key/value cache, whose `reorder_cache` moves
+    each hypothesis's cache to its parent: `decode_transformer(BeamSearch(beam_width, alpha,
+    num_hypotheses), ...)` as keyword arguments.
 
     Args:
         model: a `Transformer`.
         inp: `(batch, inp_len)` source ids.
         start_id, end_id: the [START] and [END] ids.
-        beam_width: hypotheses kept per sentence (1 = greedy when alpha = 0).
-        alpha: length-penalty exponent (0.6 in GNMT and the paper).
-        max_decoding_length, min_length: as in `greedy_decode`.
-        with_alignment: False skips the alignments (every beam's would be gathered and
-            concatenated at each step, for nothing when only the translation is wanted).
-        repetition_penalty, no_repeat_ngram_size, num_hypotheses, prefix: as in `beam_search`.
-        jit_compile: compile the encoder and the whole search with XLA, on the bucket shapes
-            of `model.decoding.xla.run_loop` (as `greedy_decode`'s; not with `prefix`). Called
-            eagerly, it runs through one traced function per model and setting of the
-            options that shape the search (`eager_xla_decoder`).
-        placeholder_ids, xla_max_batch: as in `greedy_decode`.
+        beam_width, alpha, num_hypotheses: as `BeamSearch`.
+        max_decoding_length, with_alignment, jit_compile, xla_max_batch: as `SearchOptions`
+            (without alignment, every beam's is neither gathered nor concatenated at each step).
+        min_length, repetition_penalty, no_repeat_ngram_size, placeholder_ids: as
+            `NextTokenRules`.
+        prefix: as `DecodingStrategy.search` (not with `jit_compile`).
 
     Returns:
         dict: `tokens` `(batch, out_len)` of the best hypothesis, `scores` `(batch,)` its
@@ -528,44 +530,11 @@ def beam_search_decode(
         `(batch, out_len, 0)` without alignment); with `num_hypotheses` N, the N best
         hypotheses, best first: `(batch, N, out_len)`, `(batch, N)`, `(batch, N, out_len, ...)`.
     """
-    if jit_compile and prefix is not None:
-        raise ValueError("prefix is not supported with jit_compile: decode it without XLA.")
-    if jit_compile and tf.executing_eagerly():
-        return eager_xla_decoder(
-            beam_search_decode,
-            model,
-            beam_width=beam_width,
-            with_alignment=with_alignment,
-            repetition_penalty=repetition_penalty,
-            no_repeat_ngram_size=no_repeat_ngram_size,
-            num_hypotheses=num_hypotheses,
-            placeholder_ids=tuple(placeholder_ids),
-            xla_max_batch=xla_max_batch,
-        )(
-            inp,
-            start_id,
-            end_id,
-            alpha=alpha,
-            max_decoding_length=max_decoding_length,
-            min_length=min_length,
-        )
-    return decode_transformer(
-        beam_search,
-        model,
-        inp,
-        start_id,
-        max_decoding_length,
-        jit_compile,
-        with_alignment,
-        xla_max_batch,
-        end_id=end_id,
-        beam_width=beam_width,
-        alpha=alpha,
-        min_length=min_length,
-        reorder_state=model.reorder_cache,
-        repetition_penalty=repetition_penalty,
-        no_repeat_ngram_size=no_repeat_ngram_size,
-        num_hypotheses=num_hypotheses,
-        prefix=prefix,
-        placeholder_ids=placeholder_ids,
+    rules = NextTokenRules(
+        end_id, min_length, repetition_penalty, no_repeat_ngram_size, tuple(placeholder_ids)
     )
+    options = SearchOptions(
+        rules, max_decoding_length, prefix, with_alignment, jit_compile, xla_max_batch
+    )
+    strategy = BeamSearch(beam_width, alpha, num_hypotheses)
+    return decode_transformer(strategy, model, inp, start_id, options)

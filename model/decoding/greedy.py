@@ -1,11 +1,13 @@
 """Greedy search: each row takes its most probable next token until it produces [END].
 
-`greedy_search` runs over any step function (`model.decoding.step`); `greedy_decode` runs it over a
-`Transformer` and its key/value cache, optionally compiled with XLA (`model.decoding.xla`).
+`GreedySearch` runs over any step function (`model.decoding.step`), `decode_transformer` over a
+`Transformer` and its key/value cache, optionally compiled with XLA (`model.decoding.xla`);
+`greedy_search` and `greedy_decode` are the two as keyword arguments.
 `naive_greedy_decode` recomputes the whole prefix each step (the classic tutorial's
 `Translator`): the reference the cached decoder is tested and timed against.
 """
 
+import dataclasses
 from typing import NamedTuple
 
 import tensorflow as tf
@@ -18,10 +20,9 @@ from model.decoding.common import (
     take_rows,
     unknown_shapes,
 )
-from model.decoding.penalties import NextTokenRules, validate_repetition_controls
-from model.decoding.prefix import forced_tokens
-from model.decoding.step import decode_transformer
-from model.decoding.xla import eager_xla_decoder
+from model.decoding.penalties import NextTokenRules
+from model.decoding.step import SearchOptions, decode_transformer
+from model.decoding.strategy import DecodingStrategy, keyword_search
 from model.masks import PAD_ID
 
 
@@ -32,41 +33,12 @@ def greedy_search(
     state,
     max_decoding_length,
     alignment_width,
-    min_length=0,
-    fixed_shape=False,
-    compiled=False,
-    slots=None,
-    repetition_penalty=1.0,
-    no_repeat_ngram_size=0,
     next_token=None,
-    prefix=None,
-    placeholders=None,
+    **options,
 ):
-    """Greedy search: each row takes its most probable next token until it produces `end_id`.
-
-    Args:
-        step_fn: see `model.decoding.step`.
-        start_ids: `(batch,)` int32, the first token fed to `step_fn`.
-        end_id: the [END] id.
-        state: `step_fn`'s state for the batch.
-        max_decoding_length: int32 scalar, tokens output at most.
-        alignment_width: the second dimension of `step_fn`'s alignment.
-        min_length: `end_id` is forbidden before this many tokens.
-        fixed_shape: every row steps until the last one ends (`_greedy_fixed_shape`, for XLA),
-            instead of rows leaving the loop as they end (`_greedy_dropping_finished`).
-        compiled: whether XLA compiles the search (it needs `fixed_shape`): the output buffers
-            are then written with XLA's op (`model.buffers.write_slot`).
-        slots: positions of the output buffers, ≥ max_decoding_length (default:
-            max_decoding_length).
-        repetition_penalty, no_repeat_ngram_size: CTranslate2's repetition controls
-            (`model.decoding.penalties`); 1 and 0 disable them.
-        next_token: how a row picks its token, `next_token(log_probs, rows, step)` -> `(rows,)`
-            int32, from `log_probs` `(rows, vocab)` (the rules applied), `rows` the rows' indices
-            in the batch; default the most probable (`model.decoding.sampling` draws one).
-        prefix: None, or the tokens each row's output starts with: `(batch, P)` int32 padded
-            with 0, or a `TargetPrefix` (`model.decoding.prefix` states the semantics).
-        placeholders: None, or the `PlaceholderLimits` of each row's output
-            (`model.decoding.copies`).
+    """`GreedySearch(next_token).search` as keyword arguments: `options` are `keyword_search`'s
+    (`min_length`, the repetition controls, `placeholders`, `prefix`, `fixed_shape`,
+    `compiled`, `slots`).
 
     Returns:
         dict: `tokens` `(batch, slots)`, `scores` `(batch,)` summed log-probabilities of the
@@ -74,22 +46,38 @@ def greedy_search(
         `(batch, slots, alignment_width)`, and `length`, the positions written (the loop's
         steps).
     """
-    if compiled and not fixed_shape:
-        raise ValueError("a compiled greedy search needs fixed_shape=True: XLA's shapes are fixed.")
-    slots = max_decoding_length if slots is None else slots
-    validate_repetition_controls(repetition_penalty, no_repeat_ngram_size)
-    rules = NextTokenRules(
-        end_id, min_length, repetition_penalty, no_repeat_ngram_size, placeholders
-    )
-    choice = _Choice(rules, next_token or _most_probable, forced_tokens(prefix))
-    outputs = empty_outputs(tf.shape(start_ids)[0], slots, alignment_width)
-    if fixed_shape:
-        return _greedy_fixed_shape(
-            step_fn, start_ids, choice, state, max_decoding_length, outputs, compiled
-        )
-    return _greedy_dropping_finished(
-        step_fn, start_ids, choice, state, max_decoding_length, outputs
-    )
+    inputs = (step_fn, start_ids, end_id, state, max_decoding_length, alignment_width)
+    return keyword_search(GreedySearch(next_token), inputs, **options)
+
+
+@dataclasses.dataclass(frozen=True)
+class GreedySearch(DecodingStrategy):
+    """Each row takes its most probable next token until it produces [END].
+
+    Attributes:
+        next_token: how a row picks its token instead, `next_token(log_probs, rows, step)` ->
+            `(rows,)` int32, from `log_probs` `(rows, vocab)` (the rules applied), `rows` the
+            rows' indices in the batch; None: the most probable (`model.decoding.sampling`
+            draws one).
+    """
+
+    next_token: object = None
+
+    def run(self, loop, rules, prefix):
+        """`DecodingStrategy.search`: with `fixed_shape`, every row steps until the last one
+        ends (`_greedy_fixed_shape`), else rows leave the loop as they end
+        (`_greedy_dropping_finished`). `scores`: the summed log-probabilities of the tokens up
+        to and including [END] (after the prefix)."""
+        choice = _Choice(rules, self.next_token or _most_probable, prefix)
+        outputs = empty_outputs(tf.shape(loop.start_ids)[0], loop.slots, loop.alignment_width)
+        if loop.fixed_shape:
+            return _greedy_fixed_shape(loop, choice, outputs)
+        return _greedy_dropping_finished(loop, choice, outputs)
+
+    def baked(self):
+        if self.next_token is not None:
+            raise ValueError("next_token needs a traced caller under jit_compile (tf.function).")
+        return self
 
 
 def _most_probable(log_probs, rows, step):
@@ -122,9 +110,11 @@ def _greedy_step(step_fn, ids, step, state, choice, rows, generated):
     return next_ids, log_probs, tf.equal(next_ids, rules.end_id), alignment, state
 
 
-def _greedy_fixed_shape(step_fn, start_ids, choice, state, max_decoding_length, outputs, compiled):
+def _greedy_fixed_shape(loop, choice, outputs):
     """Greedy loop whose shapes never change (XLA compiles one program): every row steps until
-    the last one ends, and rows that have ended write padding. `compiled`: as `greedy_search`."""
+    the last one ends, and rows that have ended write padding (with XLA's op where
+    `loop.compiled`)."""
+    step_fn, compiled = loop.step_fn, loop.compiled
 
     def body(step, ids, finished, state, outputs):
         next_ids, log_probs, ended, alignment, state = _greedy_step(
@@ -146,19 +136,21 @@ def _greedy_fixed_shape(step_fn, start_ids, choice, state, max_decoding_length, 
     def cond(step, ids, finished, state, outputs):
         return tf.logical_not(tf.reduce_all(finished))
 
+    start_ids = loop.start_ids
     steps, _, _, _, outputs = tf.while_loop(
         cond,
         body,
-        (tf.constant(0), start_ids, tf.zeros(tf.shape(start_ids), tf.bool), state, outputs),
-        maximum_iterations=max_decoding_length,
+        (tf.constant(0), start_ids, tf.zeros(tf.shape(start_ids), tf.bool), loop.state, outputs),
+        maximum_iterations=loop.max_decoding_length,
     )
     return {**outputs, "length": steps}
 
 
-def _greedy_dropping_finished(step_fn, start_ids, choice, state, max_decoding_length, outputs):
+def _greedy_dropping_finished(loop, choice, outputs):
     """Greedy loop in which a row leaves once it has produced [END] (`_drop_finished_rows`), so
     a batch's short sentences do not pay the steps of its longest. Outside XLA only: the
     loop's batch dimension changes."""
+    step_fn = loop.step_fn
     # A zero-width alignment (not asked for) is not written: a scatter into it is an error.
     writes_alignment = outputs["alignment"].shape[-1] != 0
 
@@ -183,13 +175,14 @@ def _greedy_dropping_finished(step_fn, start_ids, choice, state, max_decoding_le
     def cond(step, alive, outputs):
         return tf.size(alive["rows"]) > 0
 
-    alive = {"ids": start_ids, "rows": tf.range(tf.shape(start_ids)[0]), "state": state}
+    rows = tf.range(tf.shape(loop.start_ids)[0])
+    alive = {"ids": loop.start_ids, "rows": rows, "state": loop.state}
     loop_vars = (tf.constant(0), alive, outputs)
     steps, _, outputs = tf.while_loop(
         cond,
         body,
         loop_vars,
-        maximum_iterations=max_decoding_length,
+        maximum_iterations=loop.max_decoding_length,
         shape_invariants=unknown_shapes(loop_vars),
     )
     return {**outputs, "length": steps}
@@ -225,7 +218,8 @@ def greedy_decode(
     placeholder_ids=(),
     xla_max_batch=None,
 ):
-    """Greedy decoding of a `Transformer` with its key/value cache: one decoder step per token.
+    """Greedy decoding of a `Transformer` with its key/value cache, one decoder step per token:
+    `decode_transformer(GreedySearch(next_token), ...)` as keyword arguments.
 
     A sentence leaves the loop once it has produced [END], except under XLA, whose shapes are
     fixed: there every row steps until the last one ends.
@@ -234,62 +228,26 @@ def greedy_decode(
         model: a `Transformer`.
         inp: `(batch, inp_len)` source ids.
         start_id, end_id: the [START] and [END] ids.
-        max_decoding_length: output-token bound (int32 scalar); default
-            `max_decoding_length_for(inp)` capped by the model's positional encodings.
+        max_decoding_length, with_alignment, jit_compile, xla_max_batch: as `SearchOptions`
+            (called eagerly, `jit_compile` takes no `next_token`: each call would compile anew).
         min_length: [END] is forbidden before this many tokens (= max_decoding_length forces a
             length).
-        jit_compile: compile the encoder and the whole decoding loop with XLA (see
-            `run_loop`). TF Serving runs a graph holding it only with
-            `--xla_cpu_compilation_enabled` (`serving.export --jit_compile`). Called eagerly, it
-            runs through one traced function per model (`eager_xla_decoder`), so only new
-            shapes compile again.
-        repetition_penalty, no_repeat_ngram_size, next_token: as in `greedy_search` (called
-            eagerly, `jit_compile` takes no `next_token`: each call would compile anew).
-        prefix: as in `greedy_search` (not with `jit_compile`: XLA's padded batch would need
-            padded prefixes).
-        with_alignment: False skips the alignments (not computed; a zero-width `alignment`).
-        placeholder_ids: `(source_id, target_id)` pairs of the placeholder pieces no output may
-            hold more often than its source (`model.decoding.copies`); () for none.
-        xla_max_batch: with `jit_compile`, None (every batch under XLA), or the largest batch
-            that runs under XLA, larger ones in the plain graph (`run_loop`).
+        repetition_penalty, no_repeat_ngram_size, placeholder_ids: as `NextTokenRules`.
+        next_token: as `GreedySearch`.
+        prefix: as `DecodingStrategy.search` (not with `jit_compile`).
 
     Returns:
         dict: `tokens` `(batch, out_len)`, `scores` `(batch,)` summed log-probabilities of the
         tokens up to and including [END] (after the prefix), `alignment`
         `(batch, out_len, inp_len)`.
     """
-    if jit_compile and prefix is not None:
-        raise ValueError("prefix is not supported with jit_compile: decode it without XLA.")
-    repetition_controls = {
-        "repetition_penalty": repetition_penalty,
-        "no_repeat_ngram_size": no_repeat_ngram_size,
-        "placeholder_ids": tuple(placeholder_ids),
-    }
-    if jit_compile and tf.executing_eagerly():
-        if next_token is not None:
-            raise ValueError("next_token needs a traced caller under jit_compile (tf.function).")
-        return eager_xla_decoder(
-            greedy_decode,
-            model,
-            with_alignment=with_alignment,
-            xla_max_batch=xla_max_batch,
-            **repetition_controls,
-        )(inp, start_id, end_id, max_decoding_length, min_length)
-    return decode_transformer(
-        greedy_search,
-        model,
-        inp,
-        start_id,
-        max_decoding_length,
-        jit_compile,
-        with_alignment,
-        xla_max_batch,
-        end_id=end_id,
-        min_length=min_length,
-        next_token=next_token,
-        prefix=prefix,
-        **repetition_controls,
+    rules = NextTokenRules(
+        end_id, min_length, repetition_penalty, no_repeat_ngram_size, tuple(placeholder_ids)
     )
+    options = SearchOptions(
+        rules, max_decoding_length, prefix, with_alignment, jit_compile, xla_max_batch
+    )
+    return decode_transformer(GreedySearch(next_token), model, inp, start_id, options)
 
 
 def naive_greedy_decode(model, inp, start_id, end_id, max_decoding_length=None, min_length=0):

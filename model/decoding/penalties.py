@@ -8,11 +8,12 @@ hold only the generated tokens). The pad id is never an output (`output_log_prob
 or banning it changes nothing: the functions can read whole fixed-size buffers, as XLA needs.
 """
 
-from typing import NamedTuple
+import dataclasses
 
 import tensorflow as tf
 
 from model.decoding.common import NEG_INF, next_token_log_probs
+from model.decoding.copies import PlaceholderLimits
 
 
 def penalize_repetitions(logits, generated, repetition_penalty):
@@ -88,24 +89,46 @@ def validate_repetition_controls(repetition_penalty, no_repeat_ngram_size):
         )
 
 
-class NextTokenRules(NamedTuple):
+@dataclasses.dataclass(frozen=True)
+class NextTokenRules:
     """What a search may choose at a step besides the model's distribution: [END] is forbidden
-    before `min_length` tokens, the repetition controls above apply when set, and so do
-    `placeholders`' (`model.decoding.copies`).
+    before `min_length` tokens, the repetition controls above apply when set, and so do the
+    placeholder limits (`model.decoding.copies`). Built once, from the settings, and carried
+    whole through the decoders into the searches; a decoder binds it to its sources
+    (`for_sources`).
 
     Attributes:
         end_id: the [END] id.
         min_length: int or int32 scalar.
         repetition_penalty: Python float, 1 = off.
         no_repeat_ngram_size: Python int, 0 = off.
-        placeholders: a `PlaceholderLimits`, or None (off).
+        placeholder_ids: `(source_id, target_id)` Python int pairs of the placeholder pieces no
+            output may hold more often than its source; () for none.
+        placeholders: the `PlaceholderLimits` of the sources being decoded (`for_sources`), or
+            None (off).
+
+    Raises:
+        ValueError: repetition controls the searches cannot use.
     """
 
     end_id: int
     min_length: object = 0
     repetition_penalty: float = 1.0
     no_repeat_ngram_size: int = 0
+    placeholder_ids: tuple = ()
     placeholders: object = None
+
+    def __post_init__(self):
+        validate_repetition_controls(self.repetition_penalty, self.no_repeat_ngram_size)
+
+    def for_sources(self, inp):
+        """These rules for the sources `inp` `(batch, inp_len)`: with the `PlaceholderLimits`
+        of `placeholder_ids` in them, when there are any."""
+        if not self.placeholder_ids:
+            return self
+        return dataclasses.replace(
+            self, placeholders=PlaceholderLimits.of_sources(inp, self.placeholder_ids)
+        )
 
     @property
     def reads_generated(self):

@@ -2,7 +2,7 @@
 tempered with CTranslate2's `sampling_topk`, `sampling_topp` and `sampling_temperature`
 (`src/sampling.cc`), until it draws [END].
 
-It is greedy search (`model.decoding.greedy`) with a draw in place of the argmax: the same
+`Sampling` is greedy search (`model.decoding.greedy`) with a draw in place of the argmax: the same
 loops, [END], `min_length` and repetition rules (`NextTokenRules`), and scores (the summed
 log-probabilities of the drawn tokens under the untempered distribution, as CTranslate2's).
 The draws are stateless and counter-based: each row has a seed of its own, and its Gumbel noise
@@ -18,10 +18,13 @@ with), or one scalar from which the row seeds are drawn (rows of the same source
 differently).
 """
 
+import dataclasses
+
 import tensorflow as tf
 
 from model.decoding.common import NEG_INF
-from model.decoding.greedy import greedy_decode, greedy_search
+from model.decoding.greedy import GreedySearch, greedy_decode, greedy_search
+from model.decoding.strategy import DecodingStrategy
 
 
 def validate_sampling(sampling_topk, sampling_topp, sampling_temperature):
@@ -128,14 +131,18 @@ def uniform_noise(seeds, step, vocab_size):
 
 
 def token_sampler(seed, batch_size, sampling_topk=0, sampling_topp=1.0, sampling_temperature=1.0):
-    """A `next_token` for `greedy_search` that draws from `log_probs` restricted to the
+    """A `next_token` for `GreedySearch` that draws from `log_probs` restricted to the
     `sampling_topk` most probable tokens (0: all), divided by `sampling_temperature`, then
     restricted to the `sampling_topp` nucleus (`keep_top_p`): CTranslate2's order.
 
     The draw is Gumbel-max over each row's own noise `(vocab,)`, `uniform_noise` of its seed
     (`row_seeds` of `seed`) and the step, so a row's draw does not depend on the others.
     """
-    seeds = row_seeds(seed, batch_size)
+    return _draws(row_seeds(seed, batch_size), sampling_topk, sampling_topp, sampling_temperature)
+
+
+def _draws(seeds, sampling_topk, sampling_topp, sampling_temperature):
+    """`token_sampler` over the row seeds `seeds` `(batch,)`."""
 
     def next_token(log_probs, rows, step):
         scores = log_probs
@@ -157,13 +164,47 @@ def token_sampler(seed, batch_size, sampling_topk=0, sampling_topp=1.0, sampling
     return next_token
 
 
-def _sampler_or_greedy(seed, batch_size, sampling_topk, sampling_topp, sampling_temperature):
-    """`token_sampler`, or None (the argmax) where the settings leave one choice: top-k 1 or
-    temperature 0 (CTranslate2 then searches greedily too)."""
-    validate_sampling(sampling_topk, sampling_topp, sampling_temperature)
-    if sampling_topk == 1 or sampling_temperature == 0:
-        return None
-    return token_sampler(seed, batch_size, sampling_topk, sampling_topp, sampling_temperature)
+@dataclasses.dataclass(frozen=True)
+class Sampling(DecodingStrategy):
+    """Random sampling: `GreedySearch` drawing each token (CTranslate2's `sampling_topk`,
+    `sampling_topp` and `sampling_temperature`), or taking the most probable where the settings
+    leave one choice (top-k 1 or temperature 0, as CTranslate2 then searches greedily too).
+    A prefix's tokens are forced, as CTranslate2 forces them before its sampler's draws;
+    `scores` sum the drawn tokens' untempered log-probabilities.
+
+    Attributes:
+        seeds: int32 `(batch,)`, each sentence's seed (`row_seeds` makes them from one
+            scalar); the same seeds, the same draws.
+        sampling_topk: draw among the k most probable tokens (0: all, 1: greedy).
+        sampling_topp: then among the nucleus of mass `sampling_topp` (1: all), `keep_top_p`.
+        sampling_temperature: divides the log-probabilities before the nucleus and the draw
+            (0: greedy).
+
+    Raises:
+        ValueError: settings sampling cannot use (`validate_sampling`).
+    """
+
+    seeds: tf.Tensor
+    sampling_topk: int = 0
+    sampling_topp: float = 1.0
+    sampling_temperature: float = 1.0
+
+    def __post_init__(self):
+        validate_sampling(self.sampling_topk, self.sampling_topp, self.sampling_temperature)
+
+    @property
+    def next_token(self):
+        """`GreedySearch`'s `next_token` of these settings: the draw, or None (the argmax)."""
+        if self.sampling_topk == 1 or self.sampling_temperature == 0:
+            return None
+        return _draws(self.seeds, self.sampling_topk, self.sampling_topp, self.sampling_temperature)
+
+    def run(self, loop, rules, prefix):
+        """`GreedySearch.run` with `next_token`'s choice."""
+        return GreedySearch(self.next_token).run(loop, rules, prefix)
+
+    def baked(self):
+        return GreedySearch(self.next_token).baked()
 
 
 def sampling_search(
@@ -179,26 +220,25 @@ def sampling_search(
     sampling_temperature=1.0,
     **greedy_options,
 ):
-    """Random sampling over a step function: `greedy_search` drawing each token.
+    """Random sampling over a step function, as keyword arguments: `greedy_search` with the
+    `next_token` of `Sampling`.
 
     Args:
         step_fn, start_ids, end_id, state, max_decoding_length, alignment_width: as in
             `greedy_search`.
-        seed: int32 `(batch,)`, each row's seed, or a scalar (`row_seeds`); the same seeds,
-            the same draws.
-        sampling_topk: draw among the k most probable tokens (0: all, 1: greedy).
-        sampling_topp: then among the nucleus of mass `sampling_topp` (1: all), `keep_top_p`.
-        sampling_temperature: divides the log-probabilities before the nucleus and the draw
-            (0: greedy).
+        seed: int32 `(batch,)`, each row's seed, or a scalar (`row_seeds`).
+        sampling_topk, sampling_topp, sampling_temperature: as `Sampling`.
         greedy_options: `greedy_search`'s min_length, fixed_shape, slots, repetition_penalty,
-            no_repeat_ngram_size, prefix (its tokens forced, as CTranslate2 forces them before
-            its sampler's draws).
+            no_repeat_ngram_size, prefix.
 
     Returns:
         as `greedy_search`; `scores` sum the drawn tokens' untempered log-probabilities.
     """
-    next_token = _sampler_or_greedy(
-        seed, tf.shape(start_ids)[0], sampling_topk, sampling_topp, sampling_temperature
+    sampling = Sampling(
+        row_seeds(seed, tf.shape(start_ids)[0]),
+        sampling_topk,
+        sampling_topp,
+        sampling_temperature,
     )
     return greedy_search(
         step_fn,
@@ -207,7 +247,7 @@ def sampling_search(
         state,
         max_decoding_length,
         alignment_width,
-        next_token=next_token,
+        next_token=sampling.next_token,
         **greedy_options,
     )
 
@@ -223,7 +263,8 @@ def sampling_decode(
     sampling_temperature=1.0,
     **greedy_options,
 ):
-    """`sampling_search` over a `Transformer`: `greedy_decode` drawing each token.
+    """`Sampling` over a `Transformer`, as keyword arguments: `greedy_decode` drawing each
+    token.
 
     Args:
         model, inp, start_id, end_id: as in `greedy_decode`.
@@ -234,7 +275,9 @@ def sampling_decode(
     Returns:
         as `greedy_decode`.
     """
-    next_token = _sampler_or_greedy(
-        seed, tf.shape(inp)[0], sampling_topk, sampling_topp, sampling_temperature
+    sampling = Sampling(
+        row_seeds(seed, tf.shape(inp)[0]), sampling_topk, sampling_topp, sampling_temperature
     )
-    return greedy_decode(model, inp, start_id, end_id, next_token=next_token, **greedy_options)
+    return greedy_decode(
+        model, inp, start_id, end_id, next_token=sampling.next_token, **greedy_options
+    )

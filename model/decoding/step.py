@@ -12,13 +12,18 @@ The contract (the searches know nothing else of the model):
 and, in beam search, `reorder_state(state, indices)`: the rows `indices` of `state`, each among
 the rows of its own sentence (default: every tensor gathered; a `Transformer`'s is
 `reorder_cache`).
+
+`decode_transformer` runs a strategy (`model.decoding.strategy`) over a `Transformer`'s step
+function, as one `SearchOptions` says.
 """
+
+import dataclasses
 
 import tensorflow as tf
 
 from model.decoding.common import max_decoding_length_for, trim
-from model.decoding.copies import PlaceholderLimits
-from model.decoding.xla import run_loop
+from model.decoding.penalties import NextTokenRules
+from model.decoding.xla import eager_xla_decoder, run_loop
 
 
 def transformer_step_fn(model, with_alignment=True, compiled=False):
@@ -48,58 +53,107 @@ def transformer_step_fn(model, with_alignment=True, compiled=False):
     return step_fn
 
 
-def decode_transformer(
-    search,
-    model,
-    inp,
-    start_id,
-    max_decoding_length,
-    jit_compile,
-    with_alignment,
-    xla_max_batch=None,
-    **options,
-):
-    """Runs `search` (`greedy_search`, `beam_search`) over a `Transformer`: encodes `inp`, starts
-    its cache and every row at `start_id`, and decodes through `model.decoding.xla.run_loop`
-    (on XLA's bucket shapes when `jit_compile`, for batches of at most `xla_max_batch` rows when
-    given), trimmed to the longest output.
+@dataclasses.dataclass(frozen=True)
+class SearchOptions:
+    """How one search runs over a `Transformer`, besides its strategy.
 
-    Args:
-        search: called as `search(step_fn, start_ids, end_id, cache, max_decoding_length,
-            alignment_width=, fixed_shape=, compiled=, slots=, **options)`; `options` holds
-            `end_id` and the search's own settings.
-        max_decoding_length: output-token bound, or None for `max_decoding_length_for(inp)`
-            capped by the model's positional encodings.
+    Attributes:
+        rules: the `NextTokenRules` of each step's choice ([END], `min_length`, the repetition
+            controls, the placeholder pieces), carried whole into the search.
+        max_decoding_length: output-token bound (int or int32 scalar), or None for
+            `max_decoding_length_for(inp)` capped by the model's positional encodings.
+        prefix: None, or the tokens each output starts with (`DecodingStrategy.search`).
         with_alignment: False: no alignment computed, a zero-width one returned.
-        options: besides `search`'s own, `placeholder_ids` (`greedy_decode`'s), given to
-            `search` as the `placeholders` of the sources.
+        jit_compile: compile the encoder and the whole search with XLA, on the bucket shapes of
+            `model.decoding.xla.run_loop`. TF Serving runs a graph holding it only with
+            `--xla_cpu_compilation_enabled` (`serving.export --jit_compile`). Called eagerly,
+            it runs through one traced function per model, strategy and options
+            (`eager_xla_decoder`), so only new shapes compile again.
+        xla_max_batch: with `jit_compile`, None (every batch under XLA), or the largest batch
+            that runs under XLA, larger ones in the plain graph (`run_loop`).
+
+    Raises:
+        ValueError: a prefix with `jit_compile` (XLA's padded batch would need padded prefixes).
+    """
+
+    rules: NextTokenRules
+    max_decoding_length: object = None
+    prefix: object = None
+    with_alignment: bool = True
+    jit_compile: bool = False
+    xla_max_batch: int | None = None
+
+    def __post_init__(self):
+        if self.jit_compile and self.prefix is not None:
+            raise ValueError("prefix is not supported with jit_compile: decode it without XLA.")
+
+    def with_lengths(self, max_decoding_length, min_length):
+        """These options with the output-length bounds `max_decoding_length` and
+        `rules.min_length` replaced."""
+        return dataclasses.replace(
+            self,
+            max_decoding_length=max_decoding_length,
+            rules=dataclasses.replace(self.rules, min_length=min_length),
+        )
+
+
+def decode_transformer(strategy, model, inp, start_id, options):
+    """Runs `strategy` (a `DecodingStrategy`) over a `Transformer`: encodes `inp` `(batch,
+    inp_len)`, starts its cache and every row at `start_id`, and decodes through
+    `model.decoding.xla.run_loop` as `options` (`SearchOptions`) say, trimmed to the longest
+    output. The rules are bound to the sources (`NextTokenRules.for_sources`); beam search
+    moves rows with the model's `reorder_cache`.
 
     Returns:
-        `search`'s outputs, trimmed (`model.decoding.common.trim`).
+        the strategy's outputs, trimmed (`model.decoding.common.trim`): `tokens`
+        `(batch, out_len)`, `scores` `(batch,)` and `alignment` `(batch, out_len, inp_len)`,
+        with an axis of hypotheses after the batch's for a strategy that returns several.
     """
+    if options.jit_compile and tf.executing_eagerly():
+        return _eager_xla_decode(strategy, model, inp, start_id, options)
+    max_decoding_length = options.max_decoding_length
     if max_decoding_length is None:
         max_decoding_length = max_decoding_length_for(inp, limit=model.pe_target - 1)
-    end_id = options.pop("end_id")
-    placeholder_ids = options.pop("placeholder_ids", ())
 
     def run(inp, max_decoding_length, slots, compiled):
         cache = model.init_cache(*model.encode(inp, training=False), slots, compiled=compiled)
-        start_ids = tf.fill([tf.shape(inp)[0]], tf.cast(start_id, tf.int32))
-        placeholders = (
-            PlaceholderLimits.of_sources(inp, placeholder_ids) if placeholder_ids else None
-        )
-        return search(
-            transformer_step_fn(model, with_alignment, compiled=compiled),
-            start_ids,
-            end_id,
+        return strategy.search(
+            transformer_step_fn(model, options.with_alignment, compiled=compiled),
+            tf.fill([tf.shape(inp)[0]], tf.cast(start_id, tf.int32)),
             cache,
             max_decoding_length,
-            alignment_width=tf.shape(inp)[1] if with_alignment else 0,
+            options.rules.for_sources(inp),
+            alignment_width=tf.shape(inp)[1] if options.with_alignment else 0,
+            prefix=options.prefix,
             fixed_shape=compiled,
             compiled=compiled,
             slots=slots,
-            placeholders=placeholders,
-            **options,
+            reorder_state=model.reorder_cache,
         )
 
-    return trim(run_loop(run, inp, max_decoding_length, jit_compile, model.pe_input, xla_max_batch))
+    return trim(
+        run_loop(
+            run,
+            inp,
+            max_decoding_length,
+            options.jit_compile,
+            model.pe_input,
+            options.xla_max_batch,
+        )
+    )
+
+
+def _eager_xla_decode(strategy, model, inp, start_id, options):
+    """`decode_transformer` called eagerly with `jit_compile`: through the model's traced
+    function for this strategy and these options (`eager_xla_decoder`), the length bounds
+    given as arguments so that they do not trace it anew."""
+    strategy, baked = strategy.baked(), options.with_lengths(None, 0)
+
+    def decode(model, inp, start_id, max_decoding_length, min_length):
+        return decode_transformer(
+            strategy, model, inp, start_id, baked.with_lengths(max_decoding_length, min_length)
+        )
+
+    return eager_xla_decoder(model, (strategy, baked), decode)(
+        inp, start_id, options.max_decoding_length, options.rules.min_length
+    )

@@ -140,29 +140,24 @@ def xla_buckets(max_batch, source_lengths, max_source_length, max_decoding_lengt
     }
 
 
-# model -> {(decoder, baked options): its traced XLA decoder}. Weak keys: a model that is gone
-# takes its entries along.
+# model -> {key: its traced XLA decoder}. Weak keys: a model that is gone takes its entries along.
 _EAGER_XLA_DECODERS = weakref.WeakKeyDictionary()
 
 
-def eager_xla_decoder(decode, model, **baked_options):
-    """`decode(model, ..., jit_compile=True, **baked_options)` as one `tf.function` per model,
-    decoder and setting of `baked_options` (the options that shape the search, baked into the
-    trace); call it with the remaining arguments.
+def eager_xla_decoder(model, key, decode):
+    """`decode(model, *arguments)`, which decodes with XLA (`jit_compile`), as one `tf.function`
+    per model and `key` (hashable: the settings `decode` bakes into the trace); call it with
+    the remaining arguments.
 
     Eagerly, `run_loop` would wrap a fresh closure in a fresh XLA function at each call and
     compile it again (seconds). Traced once, the inner XLA function persists, and XLA's cache
     compiles only shapes it has not seen. The function reaches the model through a weak
-    reference, or the cache entry would keep its own key alive.
+    reference, or the cache entry would keep its own key alive; `decode` must not hold it.
     """
     decoders = _EAGER_XLA_DECODERS.setdefault(model, {})
-    key = (decode, tuple(sorted(baked_options.items())))
     if key not in decoders:
         model_ref = weakref.ref(model)
         decoders[key] = tf.function(
-            lambda *arguments, **options: decode(
-                model_ref(), *arguments, jit_compile=True, **options, **baked_options
-            ),
-            reduce_retracing=True,
+            lambda *arguments: decode(model_ref(), *arguments), reduce_retracing=True
         )
     return decoders[key]
