@@ -392,10 +392,16 @@ def text_example_stream(
     dataset = dataset.map(tokenize_chunk, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     # Unbatched rows of a ragged chunk are rank-1 ragged values: plain tensors from here on.
     dataset = dataset.unbatch().map(lambda source, target: (_dense(source), _dense(target)))
-    dataset = dataset.filter(keep) if keep else dataset.map(cut)
-    # The iterator is checkpointed (resume), and the tokenizers' ops read a resource, the
-    # SentencePiece model, which tf.data counts as state it cannot save. The model never changes
-    # and the noise draws are stateless (seeded by position), so the position alone is the state.
+    return _position_is_the_state(dataset.filter(keep) if keep else dataset.map(cut))
+
+
+def _position_is_the_state(dataset):
+    """`dataset` checkpointed by its position alone.
+
+    The iterator is checkpointed (resume), and the tokenizers' ops read a resource, the
+    SentencePiece model, which tf.data counts as state it cannot save. The model never changes
+    and the noise draws are stateless (seeded by position), so the position alone is the state.
+    """
     options = tf.data.Options()
     options.experimental_external_state_policy = tf.data.experimental.ExternalStatePolicy.IGNORE
     return dataset.with_options(options)

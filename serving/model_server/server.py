@@ -259,28 +259,7 @@ class ModelServer:
         )
         batcher = self._batch_scheduler()
         configure_tensorflow_threads(options)
-        manager = ServableManager(
-            ManagerOptions(
-                file_system_poll_wait_seconds=options.file_system_poll_wait_seconds,
-                max_num_load_retries=options.max_num_load_retries,
-                load_retry_interval_seconds=options.load_retry_interval_micros / 1e6,
-                saved_model_tags=tuple(t for t in options.saved_model_tags.split(",") if t),
-                allow_version_labels_for_unavailable_models=(
-                    options.allow_version_labels_for_unavailable_models
-                ),
-            ),
-            warmup_fn=(
-                lambda servable: run_warmup(servable, options.num_request_iterations_for_warmup)
-            )
-            if options.enable_model_warmup
-            else None,
-            on_availability_change=self._set_health,
-            load_fn=functools.partial(
-                load_servable,
-                xla_compilation_enabled=options.xla_cpu_compilation_enabled,
-                metrics=self.metrics,
-            ),
-        )
+        manager = self._servable_manager()
         self.metrics.version_states = manager.version_states
         self.core = ServingCore(
             manager,
@@ -295,29 +274,7 @@ class ModelServer:
             self._stop_core()
             raise
 
-        self._grpc_server = grpc.server(
-            futures.ThreadPoolExecutor(
-                max_workers=options.grpc_max_threads, thread_name_prefix="grpc"
-            ),
-            options=grpc_options,
-        )
-        add_services(self._grpc_server, self.core)
-        health_pb2_grpc.add_HealthServicer_to_server(self._health, self._grpc_server)
-        address = f"{options.grpc_bind_address}:{options.port}"
-        try:
-            self.grpc_port = self._grpc_server.add_insecure_port(address)
-        except RuntimeError:  # grpcio raises where older versions returned 0.
-            self.grpc_port = 0
-        if not self.grpc_port:
-            self._stop_core()
-            raise config_lib.ConfigError(
-                f"Failed to BuildAndStart gRPC server: cannot bind {address} (is another "
-                "server listening on that port?)"
-            )
-        self._grpc_server.start()
-        logger.info(
-            "Running gRPC ModelServer at %s:%d ...", options.grpc_bind_address, self.grpc_port
-        )
+        self._start_grpc(grpc_options)
 
         if options.rest_api_port is not None:
             if options.rest_api_port and options.rest_api_port == self.grpc_port:
@@ -342,6 +299,60 @@ class ModelServer:
             )
             self._config_poll_thread.start()
         return self
+
+    def _servable_manager(self) -> ServableManager:
+        """The manager that loads, warms up and unloads the versions as the flags say."""
+        options = self.options
+        return ServableManager(
+            ManagerOptions(
+                file_system_poll_wait_seconds=options.file_system_poll_wait_seconds,
+                max_num_load_retries=options.max_num_load_retries,
+                load_retry_interval_seconds=options.load_retry_interval_micros / 1e6,
+                saved_model_tags=tuple(t for t in options.saved_model_tags.split(",") if t),
+                allow_version_labels_for_unavailable_models=(
+                    options.allow_version_labels_for_unavailable_models
+                ),
+            ),
+            warmup_fn=(
+                lambda servable: run_warmup(servable, options.num_request_iterations_for_warmup)
+            )
+            if options.enable_model_warmup
+            else None,
+            on_availability_change=self._set_health,
+            load_fn=functools.partial(
+                load_servable,
+                xla_compilation_enabled=options.xla_cpu_compilation_enabled,
+                metrics=self.metrics,
+            ),
+        )
+
+    def _start_grpc(self, grpc_options) -> None:
+        """Binds and starts the gRPC server on `--grpc_bind_address:--port` (0: a free port,
+        `self.grpc_port`), stopping the core if it cannot bind."""
+        options = self.options
+        self._grpc_server = grpc.server(
+            futures.ThreadPoolExecutor(
+                max_workers=options.grpc_max_threads, thread_name_prefix="grpc"
+            ),
+            options=grpc_options,
+        )
+        add_services(self._grpc_server, self.core)
+        health_pb2_grpc.add_HealthServicer_to_server(self._health, self._grpc_server)
+        address = f"{options.grpc_bind_address}:{options.port}"
+        try:
+            self.grpc_port = self._grpc_server.add_insecure_port(address)
+        except RuntimeError:  # grpcio raises where older versions returned 0.
+            self.grpc_port = 0
+        if not self.grpc_port:
+            self._stop_core()
+            raise config_lib.ConfigError(
+                f"Failed to BuildAndStart gRPC server: cannot bind {address} (is another "
+                "server listening on that port?)"
+            )
+        self._grpc_server.start()
+        logger.info(
+            "Running gRPC ModelServer at %s:%d ...", options.grpc_bind_address, self.grpc_port
+        )
 
     def _start_rest(self, max_body_bytes: int, metrics_path: str | None) -> None:
         options = self.options

@@ -353,20 +353,13 @@ def build_bible_corpus(
             write_tsv(out_dir / f"{split}.tsv", split_pairs[split], overwrite=True)
         steps.update()
 
-    shared_books = {book for book, _, _ in source} & {book for book, _, _ in target}
     stats = {
         "format_version": CORPUS_FORMAT_VERSION,
         "source_spelling": MODERN,
         "source": {"package": SOURCE_PACKAGE, "module": SOURCE_MODULE, "language": "es"},
         "target": {"package": TARGET_PACKAGE, "module": TARGET_MODULE, "language": "en"},
         "package_versions": package_versions(cache_dir),
-        "verses_read": {
-            SOURCE_MODULE: sum(1 for text in source.values() if text),
-            TARGET_MODULE: sum(1 for text in target.values() if text),
-        },
-        "target_verses_in_books_without_source": sum(
-            1 for (book, _, _), text in target.items() if text and book not in shared_books
-        ),
+        **_verses_read(source, target),
         "paired_by_reference": paired,
         "dropped": {reason: count for reason, count in sorted(drops.items()) if count},
         "misaligned_chapters": _describe_misaligned(misaligned),
@@ -386,6 +379,21 @@ def build_bible_corpus(
     write_corpus_stats(out_dir, stats)
     _log_summary(stats)
     return stats
+
+
+def _verses_read(source: dict, target: dict) -> dict:
+    """stats.json's counts of the verses each module holds, and of the target's verses in books
+    the source does not hold."""
+    shared_books = {book for book, _, _ in source} & {book for book, _, _ in target}
+    return {
+        "verses_read": {
+            SOURCE_MODULE: sum(1 for text in source.values() if text),
+            TARGET_MODULE: sum(1 for text in target.values() if text),
+        },
+        "target_verses_in_books_without_source": sum(
+            1 for (book, _, _), text in target.items() if text and book not in shared_books
+        ),
+    }
 
 
 def _drop_misaligned(pairs: dict, source: dict, target: dict, drops: collections.Counter):
