@@ -62,6 +62,10 @@ SERVING_DIR = os.path.join(REPO_ROOT, "serving")  # the committed batching.confi
 IN_PROCESS, NO_BATCHING, BATCHING = "in-process SavedModel", "gRPC, no batching", "gRPC, batching"
 XLA_BATCHING = "gRPC, batching, --jit_compile export"
 REST_QUIET = "REST, batching"
+# A gRPC channel option: the channel connects on its own, sharing no subchannel (nor its
+# reconnect backoff) with the process's other channels to the same address.
+LOCAL_SUBCHANNEL_POOL = ("grpc.use_local_subchannel_pool", 1)
+CHANNEL_READY_SECONDS = 60
 
 
 def percentile_ms(latencies: Sequence[float], q: float) -> float:
@@ -163,8 +167,9 @@ def start_server(
     one too when `rest`, the last line before it serves) and its gRPC channel is ready.
 
     Raises:
-        RuntimeError: the server exited or logged no port within `startup_timeout` seconds;
-            with its log.
+        RuntimeError: the server exited, logged no port within `startup_timeout` seconds or
+            did not accept a gRPC connection within `CHANNEL_READY_SECONDS` after; with its log
+            (the process is killed).
     """
     process = subprocess.Popen(
         [sys.executable, "-m", "serving.server", *flags],
@@ -187,9 +192,23 @@ def start_server(
                 process.kill()
                 raise RuntimeError("server did not start:\n" + text)
             time.sleep(0.1)
-    channel = grpc.insecure_channel(f"127.0.0.1:{ports[GRPC_PORT_LOG_LINE]}")
-    grpc.channel_ready_future(channel).result(timeout=60)
-    channel.close()
+    # A connection of its own: a channel of this process to the same address (a client of a
+    # server killed and restarted on its ports) shares gRPC's subchannel, whose reconnect
+    # backoff had grown to a minute while the server was down.
+    channel = grpc.insecure_channel(
+        f"127.0.0.1:{ports[GRPC_PORT_LOG_LINE]}", options=[LOCAL_SUBCHANNEL_POOL]
+    )
+    try:
+        grpc.channel_ready_future(channel).result(timeout=CHANNEL_READY_SECONDS)
+    except grpc.FutureTimeoutError:
+        process.kill()
+        log.seek(0)
+        raise RuntimeError(
+            f"server accepted no gRPC connection within {CHANNEL_READY_SECONDS} s:\n"
+            + log.read().decode(errors="replace")
+        ) from None
+    finally:
+        channel.close()
     return process, ports[GRPC_PORT_LOG_LINE], ports[REST_PORT_LOG_LINE]
 
 

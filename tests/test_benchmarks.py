@@ -5,6 +5,7 @@ import json
 import os
 import re
 import shutil
+import time
 
 import numpy as np
 import pytest
@@ -657,6 +658,7 @@ def test_bench_soak_counts_wrong_and_unanswered_good_requests_as_lost(exports, t
         GRPC_GOOD,
         REST_GOOD,
         Outcome,
+        RetryPolicy,
         lost_good_requests,
         translate_over_grpc,
         translate_over_rest,
@@ -667,20 +669,21 @@ def test_bench_soak_counts_wrong_and_unanswered_good_requests_as_lost(exports, t
     texts = ["Gracias.", "Buenas noches."]
     right = {text: expected_greedy(text, 1) for text in texts}
     wrong = {**right, "Gracias.": "Thanks."}
+    retry = RetryPolicy(seconds=0.05, backoff=0.01, max_backoff=0.01)
     base_path = make_model_base(exports, str(tmp_path))
     with ServerProcess(
         [f"--model_base_path={base_path}", "--model_name=translator"], rest=True
     ) as server:
         address, rest = f"127.0.0.1:{server.grpc_port}", ("127.0.0.1", server.rest_port)
-        with TranslationClient(address, retries=1, backoff=0.01) as client:
-            grpc_codes = [translate_over_grpc(client, texts, right),
-                          translate_over_grpc(client, texts, wrong)]  # fmt: skip
-        rest_codes = [translate_over_rest(rest, "translator", texts, references, 1, 0.01, 30)
+        with TranslationClient(address, retries=0, backoff=0.01) as client:
+            grpc_codes = [translate_over_grpc(client, texts, right, retry),
+                          translate_over_grpc(client, texts, wrong, retry)]  # fmt: skip
+        rest_codes = [translate_over_rest(rest, "translator", texts, references, retry, 30)
                       for references in (right, wrong)]  # fmt: skip
     # The server is gone: its ports refuse connections, after the retries.
-    with TranslationClient(address, retries=1, backoff=0.01) as client:
-        grpc_codes.append(translate_over_grpc(client, texts, right))
-    rest_codes.append(translate_over_rest(rest, "translator", texts, right, 1, 0.01, 30))
+    with TranslationClient(address, retries=0, backoff=0.01) as client:
+        grpc_codes.append(translate_over_grpc(client, texts, right, retry))
+    rest_codes.append(translate_over_rest(rest, "translator", texts, right, retry, 30))
     assert grpc_codes == ["OK", "WRONG ANSWER", "UNAVAILABLE"]
     assert rest_codes == ["OK", "WRONG ANSWER", "ConnectionRefusedError"]
     outcomes = [Outcome(GRPC_GOOD, code, 0.0, 0.0) for code in grpc_codes] + [
@@ -688,6 +691,33 @@ def test_bench_soak_counts_wrong_and_unanswered_good_requests_as_lost(exports, t
     ]
     expected = {"sent": 3, "answered": 1, "lost": 2}
     assert lost_good_requests(outcomes) == {GRPC_GOOD: expected, REST_GOOD: expected}
+
+
+def test_bench_soak_retries_for_its_time_budget_with_a_capped_backoff():
+    from benchmarks.bench_soak import RetryPolicy
+
+    def attempts(codes):
+        sent = []
+
+        def attempt():
+            sent.append(time.monotonic())
+            code = codes[min(len(sent), len(codes)) - 1]
+            return code, code == "UNAVAILABLE"
+
+        return sent, attempt
+
+    policy = RetryPolicy(seconds=60, backoff=0.001, max_backoff=0.004)
+    sent, attempt = attempts(["UNAVAILABLE"] * 12 + ["OK"])
+    assert policy.run(attempt) == "OK" and len(sent) == 13
+    # Doubling from 1 ms, the 12 delays would add up to 2 s at least: the cap keeps each at
+    # 4 ms (a busy machine's scheduler may add some).
+    assert sent[-1] - sent[0] < 1.0
+    sent, attempt = attempts(["INVALID_ARGUMENT"])
+    assert policy.run(attempt) == "INVALID_ARGUMENT" and len(sent) == 1
+    # A spent budget returns the last code: the request is lost.
+    sent, attempt = attempts(["UNAVAILABLE"])
+    assert RetryPolicy(0.05, 0.001, 0.004).run(attempt) == "UNAVAILABLE"
+    assert len(sent) > 1 and sent[-1] - sent[0] < 1.0
 
 
 def test_bench_soak_answers_every_good_request_through_roll_out_reloads_and_kill(exports, tmp_path):
