@@ -197,6 +197,12 @@ def test_bench_serve_reports_the_adversarial_rows_against_the_quiet_p99_and_base
     )
     assert "p99 **1.80×** the quiet p99 (90 vs 50 ms; goal ≤ 2×: met)" in met
     assert "threads (gRPC's own pool apart) 20 → 22 → 20, file descriptors 30 → 1230 → 30" in met
+    assert "Each round's first call" not in met
+    arrived = adversarial(50, 90, (20, 30), (20, 30))
+    arrived.arrivals = [0.3, 0.45]
+    with_arrivals = bench_serve.report(args, "c", table, bench_serve.Load(), (1, 1), (0, 0, 0),
+                                       adversarial=arrived)  # fmt: skip
+    assert "held every connection: 300–450 ms (it waits behind their arrival)." in with_arrivals
     assert "1,000 → 1,020 → 1,010 MiB (+1.0%)" in met
     assert "back to baseline: met" in met
     missed = bench_serve.report(args, "c", table, bench_serve.Load(), (1, 1), (0, 0, 0),
@@ -242,13 +248,32 @@ def test_bench_serve_holds_every_hostile_kind_of_connection_and_sees_the_server_
             0.0,
             ("127.0.0.1", server.rest_port),
         )
-        call = bench_serve.rest_caller(running.rest_address, "translator", [["Gracias."]])
+        rest_call = bench_serve.rest_caller(running.rest_address, "translator", [["Gracias."]])
+        descriptors_at_calls = []
+
+        def call(index):
+            descriptors_at_calls.append(running.process.num_fds())
+            rest_call(index)
+
         result = bench_serve.measure_adversarial(
             call, running, 4, 2, idle=40, slowloris=10, slow_body=10, crlf_flood=2
         )
         threads_after = bench_serve.thread_names(running.process)
     assert result.quiet.errors == 0 and result.held.errors == 0
     assert len(result.quiet.latencies) == len(result.held.latencies) == 4
+    # The calls: a warm-up, then each round 2 quiet, the untimed first call while held, 2 held.
+    # A held turn begins once the server has taken in every connection (CRLF floods apart), a
+    # quiet one once it has let the last turn's go (the last quiet call's connection may still
+    # be open): no change of phase lands in the timings.
+    assert len(descriptors_at_calls) == 1 + 2 * (2 + 1 + 2) and len(result.arrivals) == 2
+    baseline = result.before["fds"]
+    for round_start in (1, 6):
+        quiet, held = (
+            descriptors_at_calls[round_start : round_start + 2],
+            descriptors_at_calls[round_start + 2 : round_start + 5],
+        )
+        assert all(fds <= baseline + 1 for fds in quiet), descriptors_at_calls
+        assert all(fds >= baseline + 60 for fds in held), descriptors_at_calls
     # The server held a descriptor for each connection (the baseline may still count the warm-up
     # call's; a CRLF flood may be refused between samples), and let every one go.
     assert result.during["fds"] >= result.before["fds"] + 60 - 1
