@@ -17,7 +17,8 @@ growth of its resident memory, and the greedy output length of each sentence
 REST client of the batching server, one request at a time, timed without and
 with --adversarial_idle idle, --adversarial_slowloris slowloris and
 --adversarial_slow_body slow-body connections and --adversarial_crlf_flood CRLF
-floods held against the same port (benchmarks/held_connections.py), and the server's threads, file
+floods held against the same port (benchmarks/held_connections.py; a held turn is timed once the
+server has taken them all in, a quiet one once it has let them go), and the server's threads, file
 descriptors and memory before, during and after. At each concurrency the
 setups take turns (--rounds), so a slow spell of a shared machine does not
 land on one of them.
@@ -63,6 +64,10 @@ SECTION = "Serving"  # the results page's section (benchmarks/report.py)
 IN_PROCESS, NO_BATCHING, BATCHING = "in-process SavedModel", "gRPC, no batching", "gRPC, batching"
 XLA_BATCHING = "gRPC, batching, --jit_compile export"
 REST_QUIET = "REST, batching"
+# A gRPC channel option: the channel connects on its own, sharing no subchannel (nor its
+# reconnect backoff) with the process's other channels to the same address.
+LOCAL_SUBCHANNEL_POOL = ("grpc.use_local_subchannel_pool", 1)
+CHANNEL_READY_SECONDS = 60
 
 
 def percentile_ms(latencies: Sequence[float], q: float) -> float:
@@ -164,8 +169,9 @@ def start_server(
     one too when `rest`, the last line before it serves) and its gRPC channel is ready.
 
     Raises:
-        RuntimeError: the server exited or logged no port within `startup_timeout` seconds;
-            with its log.
+        RuntimeError: the server exited, logged no port within `startup_timeout` seconds or
+            did not accept a gRPC connection within `CHANNEL_READY_SECONDS` after; with its log
+            (the process is killed).
     """
     process = subprocess.Popen(
         [sys.executable, "-m", "serving.server", *flags],
@@ -188,9 +194,23 @@ def start_server(
                 process.kill()
                 raise RuntimeError("server did not start:\n" + text)
             time.sleep(0.1)
-    channel = grpc.insecure_channel(f"127.0.0.1:{ports[GRPC_PORT_LOG_LINE]}")
-    grpc.channel_ready_future(channel).result(timeout=60)
-    channel.close()
+    # A connection of its own: a channel of this process to the same address (a client of a
+    # server killed and restarted on its ports) shares gRPC's subchannel, whose reconnect
+    # backoff had grown to a minute while the server was down.
+    channel = grpc.insecure_channel(
+        f"127.0.0.1:{ports[GRPC_PORT_LOG_LINE]}", options=[LOCAL_SUBCHANNEL_POOL]
+    )
+    try:
+        grpc.channel_ready_future(channel).result(timeout=CHANNEL_READY_SECONDS)
+    except grpc.FutureTimeoutError:
+        process.kill()
+        log.seek(0)
+        raise RuntimeError(
+            f"server accepted no gRPC connection within {CHANNEL_READY_SECONDS} s:\n"
+            + log.read().decode(errors="replace")
+        ) from None
+    finally:
+        channel.close()
     return process, ports[GRPC_PORT_LOG_LINE], ports[REST_PORT_LOG_LINE]
 
 
@@ -382,7 +402,8 @@ def resources(process: psutil.Process) -> dict[str, float]:
 @dataclasses.dataclass
 class Adversarial:
     """What a REST client saw without and with idle and slowloris connections held, and the
-    server's resources before, while held and after they were let go."""
+    server's resources before, while held and after they were let go; `arrivals`: the seconds
+    of each round's first, untimed call, made as soon as the server had every connection."""
 
     quiet: Load
     held: Load
@@ -391,6 +412,19 @@ class Adversarial:
     after: dict[str, float]
     settle_seconds: float
     replaced: int
+    arrivals: list[float] = dataclasses.field(default_factory=list)
+
+
+def wait_for_descriptors(
+    process: psutil.Process, enough: Callable[[int], bool], timeout: float
+) -> bool:
+    """Polls the process's open descriptors until `enough(count)`; False after `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while not enough(process.num_fds()):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
 
 
 def measure_adversarial(
@@ -408,11 +442,20 @@ def measure_adversarial(
     `slowloris` slowloris, `slow_body` slow-body connections and `crlf_flood` CRLF floods held
     against the server's REST port (each it closes is replaced), then waits (at most
     `settle_timeout` s) for its threads and file descriptors to come back to what they were
-    before the first hostile connection."""
+    before the first hostile connection.
+
+    Each held turn is timed once the server holds a descriptor for every connection and has
+    answered one untimed call behind them (its seconds are `arrivals`), and each quiet turn
+    once the server has closed the last turn's: the REST front end takes in and lets go of
+    connections in turn, so the first request after well over a thousand arrive or leave at once
+    waits for them (0.1-0.4 s with the transport alone), which would put each round's change of
+    phase, not the held connections, into both p99s."""
     call(0)
     before = resources(server.process)
-    quiet, held, during = [], [], []
+    quiet, held, during, arrivals = [], [], [], []
     replaced = 0
+    # CRLF floods are refused and replaced every few seconds: the count leaves them out.
+    steady = before["fds"] + idle + slowloris + slow_body
 
     def count_closed(*outcome) -> None:
         nonlocal replaced
@@ -429,13 +472,19 @@ def measure_adversarial(
             crlf_flood=crlf_flood,
         )
         with holder:
-            if not holder.wait_until_held(timeout=120):
+            if not holder.wait_until_held(timeout=120) or not wait_for_descriptors(
+                server.process, lambda fds: fds >= steady, timeout=120
+            ):
                 raise RuntimeError(
                     f"could not hold {idle} idle, {slowloris} slowloris, {slow_body} slow-body "
                     f"connections and {crlf_flood} CRLF floods"
                 )
+            first = run_load(call, 1, 1, "REST, first call while held")
+            arrivals.extend(first.latencies)
+            held.append(Load(errors=first.errors))
             held.append(run_load(call, requests // rounds, 1, "REST, connections held"))
             during.append(resources(server.process))
+        wait_for_descriptors(server.process, lambda fds: fds <= before["fds"], settle_timeout)
     let_go = time.monotonic()
     after = resources(server.process)
     while time.monotonic() - let_go < settle_timeout and not back_to_baseline(before, after):
@@ -450,6 +499,7 @@ def measure_adversarial(
         after,
         time.monotonic() - let_go,
         replaced,
+        arrivals,
     )
 
 
@@ -490,7 +540,8 @@ def adversarial_goal(args, adversarial: Adversarial) -> str:
         f"- REST under {held_connections_text(args)} (batching server, one request at a time, "
         f"a new connection each): p99 **{ratio:.2f}×** the quiet p99 ({held['p99_ms']:.0f} vs "
         f"{quiet['p99_ms']:.0f} ms; goal ≤ 2×: {'met' if ratio <= 2 else 'not met'}); "
-        f"{adversarial.replaced:,} held connections closed by the server and replaced.\n"
+        f"{adversarial.replaced:,} held connections closed by the server and replaced."
+        f"{arrival_text(adversarial.arrivals)}\n"
         f"- Server resources before → while held (peak) → after: threads (gRPC's own pool apart) "
         f"{before['threads']:.0f} → {during['threads']:.0f} → {after['threads']:.0f}, file "
         f"descriptors {before['fds']:.0f} → {during['fds']:.0f} → {after['fds']:.0f}, resident "
@@ -499,6 +550,17 @@ def adversarial_goal(args, adversarial: Adversarial) -> str:
         f"after the last was let go (goal: threads, within {THREAD_MARGIN}, and descriptors back to "
         f"baseline: "
         f"{'met' if back else 'not met'})."
+    )
+
+
+def arrival_text(arrivals: Sequence[float]) -> str:
+    """The report's words on each round's first call, made as the held connections arrived."""
+    if not arrivals:
+        return ""
+    low, high = min(arrivals) * 1000, max(arrivals) * 1000
+    return (
+        f" Each round's first call, untimed above, made as soon as the server held every "
+        f"connection: {low:.0f}–{high:.0f} ms (it waits behind their arrival)."
     )
 
 

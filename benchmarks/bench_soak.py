@@ -8,9 +8,11 @@ The server (`python -m serving.server`, batching as `make serve` has it, request
 exported once into exports/soak/translator) from a base path of its own, on ports it picks.
 For --duration seconds:
   * good traffic: --grpc_clients threads translating with `serving.client.TranslationClient`
-    (retrying UNAVAILABLE --client_retries times) and --rest_clients threads POSTing :predict
-    (retrying refused and reset connections on the same schedule); every answer is checked
-    against the translations the server gave before the load began;
+    and --rest_clients threads POSTing :predict, each retrying what a server down or restarting
+    gives (UNAVAILABLE; a refused or reset connection, 503) with a backoff doubling from
+    --client_backoff up to --client_max_backoff seconds, for at most --client_retry_seconds from
+    the request's first attempt (`RetryPolicy`); every answer is checked against the
+    translations the server gave before the load began;
   * hostile traffic: --hostile_clients threads sending, in turn, malformed JSON, a REST body and a
     gRPC message above the limit, a gRPC call cancelled while it runs, a REST call abandoned
     before its answer, a gRPC call with a deadline too short to meet, a malformed request line,
@@ -37,6 +39,7 @@ import argparse
 import collections
 import dataclasses
 import http.client
+import itertools
 import json
 import os
 import random
@@ -63,11 +66,11 @@ from tensorflow_serving.apis import (
     prediction_service_pb2_grpc,
 )
 
-from benchmarks.bench_serve import REPO_ROOT, SERVING_DIR, start_server
+from benchmarks.bench_serve import LOCAL_SUBCHANNEL_POOL, REPO_ROOT, SERVING_DIR, start_server
 from benchmarks.held_connections import HeldConnections
 from benchmarks.sentences import SPANISH_SENTENCES
 from common.serving_contract import TEXT_INPUT, TRANSLATION_OUTPUT
-from serving.client import TranslationClient, TranslationError, backoff_delay
+from serving.client import TranslationClient, TranslationError, backoff_delay, reconnect_options
 from serving.model_server.server import ServerOptions
 from serving.model_server.tensors import MAX_FEED_RANK
 
@@ -84,6 +87,9 @@ AVAILABLE = get_model_status_pb2.ModelVersionStatus.AVAILABLE
 # When the roll-out, the reload storm and the kill come, as shares of --duration.
 ROLLOUT_AT, STORM_AT, KILL_AT = 0.3, 0.5, 0.7
 PROBE_INTERVAL_SECONDS = 0.05
+# The longest the server may take to start or restart: on a busy machine, replaying its warmup
+# requests alone takes minutes.
+STARTUP_TIMEOUT_SECONDS = 900
 
 
 @dataclasses.dataclass(frozen=True)
@@ -139,15 +145,46 @@ def latency_windows(outcomes: Sequence[Outcome], end: float, window: float) -> l
 # ------------------------------------------------------------------------ the requests
 
 
+@dataclasses.dataclass(frozen=True)
+class RetryPolicy:
+    """How a good client retries an attempt that found the server down or restarting: after
+    a delay doubling from `backoff` seconds (serving.client's jitter) up to `max_backoff`, for as
+    long as the next attempt starts within `seconds` of the first. A budget in time, not in
+    attempts, so that a restart is ridden through however long it takes up to `seconds`, and
+    a client whose backoff has grown does not sleep through the minutes after it."""
+
+    seconds: float
+    backoff: float
+    max_backoff: float
+
+    def run(self, attempt: Callable[[], tuple[str, bool]]) -> str:
+        """Calls `attempt` (which returns a code and whether to retry it) until a code is
+        not to be retried or the budget is spent; the last code."""
+        give_up = time.monotonic() + self.seconds
+        for number in itertools.count():
+            code, retry = attempt()
+            delay = min(backoff_delay(self.backoff, number), self.max_backoff)
+            if not retry or time.monotonic() + delay > give_up:
+                return code
+            time.sleep(delay)
+        raise AssertionError("unreachable")
+
+
 def translate_over_grpc(
-    client: TranslationClient, texts: list[str], references: dict[str, str]
+    client: TranslationClient, texts: list[str], references: dict[str, str], retry: RetryPolicy
 ) -> str:
-    """One good gRPC request's code: OK when the translations are the references."""
-    try:
-        translations = client.translate(texts)
-    except TranslationError as error:
-        return error.code.name
-    return OK if translations == [references[text] for text in texts] else WRONG_ANSWER
+    """One good gRPC request's code: OK when the translations are the references. UNAVAILABLE
+    is retried by `retry` (give `client` no retries of its own)."""
+
+    def attempt() -> tuple[str, bool]:
+        try:
+            translations = client.translate(texts)
+        except TranslationError as error:
+            return error.code.name, error.code == grpc.StatusCode.UNAVAILABLE
+        correct = translations == [references[text] for text in texts]
+        return (OK if correct else WRONG_ANSWER), False
+
+    return retry.run(attempt)
 
 
 def translate_over_rest(
@@ -155,14 +192,14 @@ def translate_over_rest(
     model_name: str,
     texts: list[str],
     references: dict[str, str],
-    retries: int,
-    backoff: float,
+    retry: RetryPolicy,
     timeout: float,
 ) -> str:
     """One good REST request's code: OK when the translations are the references. A refused or
-    reset connection, or a 503, is retried as serving.client retries UNAVAILABLE."""
+    reset connection, or a 503, is retried by `retry`, as UNAVAILABLE over gRPC."""
     body = json.dumps({"instances": texts}).encode()
-    for attempt in range(retries + 1):
+
+    def attempt() -> tuple[str, bool]:
         connection = http.client.HTTPConnection(*address, timeout=timeout)
         try:
             connection.request(
@@ -174,22 +211,17 @@ def translate_over_rest(
             response = connection.getresponse()
             status, answer = response.status, response.read()
         except (ConnectionError, http.client.HTTPException) as error:
-            code = type(error).__name__
+            return type(error).__name__, True
         except TimeoutError:
-            return "timeout"
-        else:
-            if status == 200:
-                predictions = json.loads(answer)["predictions"]
-                translations = [row[TRANSLATION_OUTPUT] for row in predictions]
-                return OK if translations == [references[t] for t in texts] else WRONG_ANSWER
-            code = str(status)
-            if status != 503:
-                return code
+            return "timeout", False
         finally:
             connection.close()
-        if attempt < retries:
-            time.sleep(backoff_delay(backoff, attempt))
-    return code
+        if status != 200:
+            return str(status), status == 503
+        translations = [row[TRANSLATION_OUTPUT] for row in json.loads(answer)["predictions"]]
+        return (OK if translations == [references[t] for t in texts] else WRONG_ANSWER), False
+
+    return retry.run(attempt)
 
 
 def raw_http(address: tuple[str, int], data: bytes, read_answer: bool = True) -> str:
@@ -321,6 +353,8 @@ class Soak:
             *args.server_flags,
         ]
         self.channel = None
+        self.retry = RetryPolicy(args.client_retry_seconds, args.client_backoff,
+                                 args.client_max_backoff)  # fmt: skip
 
     def now(self) -> float:
         return time.monotonic() - self.start
@@ -348,9 +382,11 @@ class Soak:
         return code
 
     def start_server(self, port_flags: list[str]) -> None:
-        log = open(os.path.join(self.workdir, f"server-{len(self.events)}.log"), "w+b")
+        log_dir = self.args.log_dir or self.workdir
+        os.makedirs(log_dir, exist_ok=True)
+        log = open(os.path.join(log_dir, f"server-{len(self.events)}.log"), "w+b")
         self.process, self.grpc_port, self.rest_port = start_server(
-            [*port_flags, *self.flags], log, rest=True
+            [*port_flags, *self.flags], log, rest=True, startup_timeout=STARTUP_TIMEOUT_SECONDS
         )
 
     @property
@@ -388,12 +424,12 @@ class Soak:
             self.grpc_address,
             args.model_name,
             timeout=args.request_timeout,
-            retries=args.client_retries,
+            retries=0,
             backoff=args.client_backoff,
         ) as client:
             while not self.stop.is_set():
                 texts = rng.sample(SPANISH_SENTENCES, rng.randint(1, 3))
-                self.record(GRPC_GOOD, translate_over_grpc, client, texts, references)
+                self.record(GRPC_GOOD, translate_over_grpc, client, texts, references, self.retry)
 
     def good_rest_traffic(self, references: dict[str, str], seed: int) -> None:
         rng = random.Random(seed)
@@ -407,8 +443,7 @@ class Soak:
                 args.model_name,
                 texts,
                 references,
-                args.client_retries,
-                args.client_backoff,
+                self.retry,
                 args.request_timeout,
             )
 
@@ -557,7 +592,13 @@ def run_soak(args) -> dict:
         install_copy(args.export_dir, base_path, 1)
         soak = Soak(args, base_path, workdir)
         soak.start_server(["--port=0", "--rest_api_free_port"])
-        soak.channel = grpc.insecure_channel(soak.grpc_address)
+        # The probe's and the operations' channel reconnects as often as the probe asks, on a
+        # connection of its own: gRPC's default backoff (up to 120 s) would have it measure
+        # its own wait to reconnect after the restart, not the server's.
+        soak.channel = grpc.insecure_channel(
+            soak.grpc_address,
+            options=[*reconnect_options(PROBE_INTERVAL_SECONDS), LOCAL_SUBCHANNEL_POOL],
+        )
         with TranslationClient(soak.grpc_address, args.model_name, timeout=600) as client:
             references = dict(zip(SPANISH_SENTENCES, client.translate(list(SPANISH_SENTENCES))))
         soak.start = time.monotonic()
@@ -722,7 +763,7 @@ def markdown(args, data: dict, command: str, plot_link: str, load_before) -> str
     rollout, storm, restart = (data["chaos"][k] for k in ("rollout", "reload_storm", "restart"))
     return f"""Command: `{command}`
 Machine: {machine_description()}; load average {load_before[0]:.2f} before, {os.getloadavg()[0]:.2f} after; clients and server share the cores.
-Model: a copy of `{shown_path(args.export_dir)}` (version 1); server flags `{" ".join(args.server_flags) or "defaults"}` plus batching (serving/batching.config) and a {args.message_limit_bytes:,}-byte request limit. Traffic: {args.grpc_clients} gRPC and {args.rest_clients} REST good clients (retries {args.client_retries}, backoff {args.client_backoff} s), {args.hostile_clients} hostile clients, {args.idle_connections} idle, {args.slowloris_connections} slowloris, {args.slow_body_connections} slow-body and {args.crlf_flood_connections} CRLF-flood connections held; {data["duration"]:.0f} s.
+Model: a copy of `{shown_path(args.export_dir)}` (version 1); server flags `{" ".join(args.server_flags) or "defaults"}` plus batching (serving/batching.config) and a {args.message_limit_bytes:,}-byte request limit. Traffic: {args.grpc_clients} gRPC and {args.rest_clients} REST good clients (retrying for up to {args.client_retry_seconds:g} s, backoff {args.client_backoff:g} s doubling up to {args.client_max_backoff:g} s), {args.hostile_clients} hostile clients, {args.idle_connections} idle, {args.slowloris_connections} slowloris, {args.slow_body_connections} slow-body and {args.crlf_flood_connections} CRLF-flood connections held; {data["duration"]:.0f} s.
 
 **Lost good requests: {lost}** of {sent:,} (goal 0: {"met" if lost == 0 else "not met"}).
 
@@ -765,18 +806,29 @@ def main(argv=None) -> int:
     parser.add_argument("--crlf_flood_connections", type=int, default=5)
     parser.add_argument("--reloads", type=int, default=6)
     parser.add_argument(
-        "--client_retries",
-        type=int,
-        default=10,
-        help="retries of a good request after UNAVAILABLE (the backoff doubles each time)",
+        "--client_retry_seconds",
+        type=float,
+        default=600.0,
+        help="how long a good request is retried while the server is down or restarting, "
+        "from its first attempt",
     )
-    parser.add_argument("--client_backoff", type=float, default=0.1)
+    parser.add_argument(
+        "--client_backoff", type=float, default=0.1, help="first retry delay (s), doubling"
+    )
+    parser.add_argument(
+        "--client_max_backoff", type=float, default=2.0, help="longest retry delay (s)"
+    )
     parser.add_argument("--request_timeout", type=float, default=60.0)
     parser.add_argument("--message_limit_bytes", type=int, default=4 * 2**20)
     parser.add_argument("--sample_seconds", type=float, default=1.0)
     parser.add_argument("--server_flags", nargs="*", action="extend", default=[])
     parser.add_argument("--plot", help=f"the PNG to draw (default with --output: {DEFAULT_PLOT})")
     parser.add_argument("--report_json", help="also write the report's data as JSON here")
+    parser.add_argument(
+        "--log_dir",
+        help="keep the servers' logs here (server-N.log, N the events before its start); "
+        "default: a temporary directory, removed at the end",
+    )
     parser.add_argument("--section", default=SECTION)
     parser.add_argument("--output", help="write the '<--section>' section of this Markdown file")
     args = parser.parse_args(argv)

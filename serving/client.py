@@ -90,6 +90,18 @@ def backoff_delay(backoff: float, attempt: int) -> float:
     return backoff * (2**attempt) * random.uniform(0.5, 1.5)
 
 
+def reconnect_options(backoff: float) -> list[tuple[str, int]]:
+    """gRPC channel options that reconnect to a server gone down every `backoff` to
+    16 × `backoff` seconds. gRPC's own reconnect backoff starts at 1 s and grows to 120 s: a
+    call after a server restart would find the channel still waiting to reconnect."""
+    milliseconds = max(int(backoff * 1000), 1)
+    return [
+        ("grpc.initial_reconnect_backoff_ms", milliseconds),
+        ("grpc.min_reconnect_backoff_ms", milliseconds),
+        ("grpc.max_reconnect_backoff_ms", milliseconds * 16),
+    ]
+
+
 class TranslationError(RuntimeError):
     """A request failed; `code` is the grpc.StatusCode and `details` the server's message."""
 
@@ -229,11 +241,7 @@ class TranslationClient:
             options=[
                 ("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES),
                 ("grpc.max_send_message_length", _MAX_MESSAGE_BYTES),
-                # gRPC's own reconnect backoff starts at 1 s; keep it at the scale of our
-                # retry backoff so a retry after a server restart finds the channel reconnected.
-                ("grpc.initial_reconnect_backoff_ms", max(int(backoff * 1000), 1)),
-                ("grpc.min_reconnect_backoff_ms", max(int(backoff * 1000), 1)),
-                ("grpc.max_reconnect_backoff_ms", max(int(backoff * 1000), 1) * 16),
+                *reconnect_options(backoff),
             ],
         )
         self._predict_stub = prediction_service_pb2_grpc.PredictionServiceStub(self._channel)

@@ -5,6 +5,7 @@ import json
 import os
 import re
 import shutil
+import time
 
 import numpy as np
 import pytest
@@ -196,6 +197,12 @@ def test_bench_serve_reports_the_adversarial_rows_against_the_quiet_p99_and_base
     )
     assert "p99 **1.80×** the quiet p99 (90 vs 50 ms; goal ≤ 2×: met)" in met
     assert "threads (gRPC's own pool apart) 20 → 22 → 20, file descriptors 30 → 1230 → 30" in met
+    assert "Each round's first call" not in met
+    arrived = adversarial(50, 90, (20, 30), (20, 30))
+    arrived.arrivals = [0.3, 0.45]
+    with_arrivals = bench_serve.report(args, "c", table, bench_serve.Load(), (1, 1), (0, 0, 0),
+                                       adversarial=arrived)  # fmt: skip
+    assert "held every connection: 300–450 ms (it waits behind their arrival)." in with_arrivals
     assert "1,000 → 1,020 → 1,010 MiB (+1.0%)" in met
     assert "back to baseline: met" in met
     missed = bench_serve.report(args, "c", table, bench_serve.Load(), (1, 1), (0, 0, 0),
@@ -241,13 +248,32 @@ def test_bench_serve_holds_every_hostile_kind_of_connection_and_sees_the_server_
             0.0,
             ("127.0.0.1", server.rest_port),
         )
-        call = bench_serve.rest_caller(running.rest_address, "translator", [["Gracias."]])
+        rest_call = bench_serve.rest_caller(running.rest_address, "translator", [["Gracias."]])
+        descriptors_at_calls = []
+
+        def call(index):
+            descriptors_at_calls.append(running.process.num_fds())
+            rest_call(index)
+
         result = bench_serve.measure_adversarial(
             call, running, 4, 2, idle=40, slowloris=10, slow_body=10, crlf_flood=2
         )
         threads_after = bench_serve.thread_names(running.process)
     assert result.quiet.errors == 0 and result.held.errors == 0
     assert len(result.quiet.latencies) == len(result.held.latencies) == 4
+    # The calls: a warm-up, then each round 2 quiet, the untimed first call while held, 2 held.
+    # A held turn begins once the server has taken in every connection (CRLF floods apart), a
+    # quiet one once it has let the last turn's go (the last quiet call's connection may still
+    # be open): no change of phase lands in the timings.
+    assert len(descriptors_at_calls) == 1 + 2 * (2 + 1 + 2) and len(result.arrivals) == 2
+    baseline = result.before["fds"]
+    for round_start in (1, 6):
+        quiet, held = (
+            descriptors_at_calls[round_start : round_start + 2],
+            descriptors_at_calls[round_start + 2 : round_start + 5],
+        )
+        assert all(fds <= baseline + 1 for fds in quiet), descriptors_at_calls
+        assert all(fds >= baseline + 60 for fds in held), descriptors_at_calls
     # The server held a descriptor for each connection (the baseline may still count the warm-up
     # call's; a CRLF flood may be refused between samples), and let every one go.
     assert result.during["fds"] >= result.before["fds"] + 60 - 1
@@ -796,6 +822,7 @@ def test_bench_soak_counts_wrong_and_unanswered_good_requests_as_lost(exports, t
         GRPC_GOOD,
         REST_GOOD,
         Outcome,
+        RetryPolicy,
         lost_good_requests,
         translate_over_grpc,
         translate_over_rest,
@@ -806,20 +833,21 @@ def test_bench_soak_counts_wrong_and_unanswered_good_requests_as_lost(exports, t
     texts = ["Gracias.", "Buenas noches."]
     right = {text: expected_greedy(text, 1) for text in texts}
     wrong = {**right, "Gracias.": "Thanks."}
+    retry = RetryPolicy(seconds=0.05, backoff=0.01, max_backoff=0.01)
     base_path = make_model_base(exports, str(tmp_path))
     with ServerProcess(
         [f"--model_base_path={base_path}", "--model_name=translator"], rest=True
     ) as server:
         address, rest = f"127.0.0.1:{server.grpc_port}", ("127.0.0.1", server.rest_port)
-        with TranslationClient(address, retries=1, backoff=0.01) as client:
-            grpc_codes = [translate_over_grpc(client, texts, right),
-                          translate_over_grpc(client, texts, wrong)]  # fmt: skip
-        rest_codes = [translate_over_rest(rest, "translator", texts, references, 1, 0.01, 30)
+        with TranslationClient(address, retries=0, backoff=0.01) as client:
+            grpc_codes = [translate_over_grpc(client, texts, right, retry),
+                          translate_over_grpc(client, texts, wrong, retry)]  # fmt: skip
+        rest_codes = [translate_over_rest(rest, "translator", texts, references, retry, 30)
                       for references in (right, wrong)]  # fmt: skip
     # The server is gone: its ports refuse connections, after the retries.
-    with TranslationClient(address, retries=1, backoff=0.01) as client:
-        grpc_codes.append(translate_over_grpc(client, texts, right))
-    rest_codes.append(translate_over_rest(rest, "translator", texts, right, 1, 0.01, 30))
+    with TranslationClient(address, retries=0, backoff=0.01) as client:
+        grpc_codes.append(translate_over_grpc(client, texts, right, retry))
+    rest_codes.append(translate_over_rest(rest, "translator", texts, right, retry, 30))
     assert grpc_codes == ["OK", "WRONG ANSWER", "UNAVAILABLE"]
     assert rest_codes == ["OK", "WRONG ANSWER", "ConnectionRefusedError"]
     outcomes = [Outcome(GRPC_GOOD, code, 0.0, 0.0) for code in grpc_codes] + [
@@ -827,6 +855,33 @@ def test_bench_soak_counts_wrong_and_unanswered_good_requests_as_lost(exports, t
     ]
     expected = {"sent": 3, "answered": 1, "lost": 2}
     assert lost_good_requests(outcomes) == {GRPC_GOOD: expected, REST_GOOD: expected}
+
+
+def test_bench_soak_retries_for_its_time_budget_with_a_capped_backoff():
+    from benchmarks.bench_soak import RetryPolicy
+
+    def attempts(codes):
+        sent = []
+
+        def attempt():
+            sent.append(time.monotonic())
+            code = codes[min(len(sent), len(codes)) - 1]
+            return code, code == "UNAVAILABLE"
+
+        return sent, attempt
+
+    policy = RetryPolicy(seconds=60, backoff=0.001, max_backoff=0.004)
+    sent, attempt = attempts(["UNAVAILABLE"] * 12 + ["OK"])
+    assert policy.run(attempt) == "OK" and len(sent) == 13
+    # Doubling from 1 ms, the 12 delays would add up to 2 s at least: the cap keeps each at
+    # 4 ms (a busy machine's scheduler may add some).
+    assert sent[-1] - sent[0] < 1.0
+    sent, attempt = attempts(["INVALID_ARGUMENT"])
+    assert policy.run(attempt) == "INVALID_ARGUMENT" and len(sent) == 1
+    # A spent budget returns the last code: the request is lost.
+    sent, attempt = attempts(["UNAVAILABLE"])
+    assert RetryPolicy(0.05, 0.001, 0.004).run(attempt) == "UNAVAILABLE"
+    assert len(sent) > 1 and sent[-1] - sent[0] < 1.0
 
 
 def test_bench_soak_answers_every_good_request_through_roll_out_reloads_and_kill(exports, tmp_path):
