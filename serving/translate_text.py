@@ -1,9 +1,9 @@
-"""Translate a file, offline: `translate-text --model pretrained/bible-es-en < in.txt > out.txt`.
+"""Translate a file, offline: `translate-text --model pretrained/bible-catalogs-es-en < in.txt > out.txt`.
 
 Reads one sentence a line (stdin or `--input_file`, UTF-8) and writes one line per input line,
 in order (stdout or `--output_file`); a blank line gives an empty line and is not translated. The
 model runs in this process, no server: a training run directory or a bundle such as
-`pretrained/bible-es-en` (through `model.translator.Translator`, with its `decoding.json` and the
+`pretrained/bible-catalogs-es-en` (through `model.translator.Translator`, with its `decoding.json` and the
 flags in its place), or an exported SavedModel version (through its own signatures, whose
 decoding the flags must match), as `training.evaluate` loads them.
 
@@ -206,7 +206,7 @@ def build_parser():
     parser.add_argument(
         "--model",
         required=True,
-        help="a training run directory, a bundle such as pretrained/bible-es-en, or an "
+        help="a training run directory, a bundle such as pretrained/bible-catalogs-es-en, or an "
         "exported SavedModel version (exports/translator/N)",
     )
     parser.add_argument("--input_file", help="one sentence a line, UTF-8 (default: stdin)")
@@ -265,7 +265,7 @@ def main(argv=None):
     if not os.path.isdir(args.model):
         print(
             f"error: {args.model} not found: give a training run directory, a bundle such as "
-            "pretrained/bible-es-en, or an exported SavedModel version.",
+            "pretrained/bible-catalogs-es-en, or an exported SavedModel version.",
             file=sys.stderr,
         )
         return 2

@@ -304,7 +304,7 @@ def test_the_bible_tables_come_from_the_bible_side_only(tmp_path):
     accents = (tmp_path / "tokenizer" / "accents.tsv").read_text()
     assert "configuracion\tconfiguración" in accents
 
-    # Tables added after training (`make pretrained-mixed`) follow the same rule.
+    # Tables added after training (`make pretrained`) follow the same rule.
     plain = resolve_config("tiny", overrides={"data": config.data})
     build_run_tokenizers(splits, plain, str(tmp_path / "added"))
     vocabulary_main(

@@ -25,7 +25,7 @@ from training.corpus.tsv import read_tsv
 
 DATA = os.path.join(os.path.dirname(__file__), "..", "data", "bible")
 PRETRAINED_TOKENIZER = os.path.join(
-    os.path.dirname(__file__), "..", "pretrained", "bible-es-en", "tokenizer"
+    os.path.dirname(__file__), "..", "pretrained", "bible-catalogs-es-en", "tokenizer"
 )
 WORD = re.compile(r"[^\W\d_]+")
 

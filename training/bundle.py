@@ -1,6 +1,6 @@
 """Package a trained run as a self-contained pretrained model directory, with its evaluation.
 
-`.venv/bin/python -m training.bundle --run_dir runs/bundle --output_dir pretrained/bible-es-en
+`.venv/bin/python -m training.bundle --run_dir runs/bundle --output_dir pretrained/bible-catalogs-es-en
 --reproduce "make pretrained"` writes:
 
     <output_dir>/
@@ -488,7 +488,7 @@ def main(argv=None):
         prog="python -m training.bundle", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("--run_dir", required=True)
-    parser.add_argument("--output_dir", default=os.path.join("pretrained", "bible-es-en"))
+    parser.add_argument("--output_dir", default=os.path.join("pretrained", "bible-catalogs-es-en"))
     parser.add_argument(
         "--reproduce",
         required=True,

@@ -2,7 +2,7 @@
 
 Reports sacreBLEU's BLEU and chrF on detokenized text, with their signatures so the numbers can
 be compared with other systems, and writes the hypotheses and a JSON report to
-`<run_dir>/eval/` (or `--output_dir`); for a bundled model such as `pretrained/bible-es-en`,
+`<run_dir>/eval/` (or `--output_dir`); for a bundled model such as `pretrained/bible-catalogs-es-en`,
 whose `eval/` is committed, to `runs/eval/<name>/` instead.
 
 A run directory is translated by `model.translator.Translator`, the same code (tokenization,
@@ -596,7 +596,7 @@ def main(argv=None):
     parser.add_argument(
         "--output_dir",
         help="default <run_dir>/eval (runs/eval/<name> for a bundled model such as "
-        "pretrained/bible-es-en), or <model dir>/eval/<version> for an export",
+        "pretrained/bible-catalogs-es-en), or <model dir>/eval/<version> for an export",
     )
     parser.add_argument(
         "--copy_rate",

@@ -249,10 +249,9 @@ def load_run_pairs(
 
     A run records the spelling of the corpus it learned its vocabulary from (its tokenizer
     config's "source_spelling"). A run that recorded none (trained before the Bible corpus was
-    modernized, such as the bundled pretrained/bible-es-en) was trained and evaluated on the
-    1909 spelling, so a modern-spelled corpus is shown to it with `model.spelling.old_spelling`
-    applied to the sources: the same sources it was evaluated on, but for the few 1909
-    irregularities listed in training/CORPUS.md. Targets are never changed.
+    modernized) was trained and evaluated on the 1909 spelling, so a modern-spelled corpus is
+    shown to it with `model.spelling.old_spelling` applied to the sources: the same sources it
+    was evaluated on, but for the few 1909 irregularities listed in training/CORPUS.md. Targets are never changed.
     """
     pairs = load_pairs(source_spec, split, bible_dir=bible_dir, tfds_data_dir=tfds_data_dir)
     if run_source_spelling != MODERN and corpus_source_spelling(source_spec, bible_dir) == MODERN:
