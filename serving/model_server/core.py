@@ -21,6 +21,7 @@ from serving.model_server import config as config_lib
 from serving.model_server import errors
 from serving.model_server.batching import BatchScheduler, WhenCallerGone
 from serving.model_server.manager import ServableManager
+from serving.model_server.memory_budget import RequestMemoryBudget, request_bytes
 from serving.model_server.metrics import ServerMetrics
 from serving.model_server.predict import (
     check_deadline,
@@ -46,6 +47,9 @@ class ServingCore:
             rows (`predict.run_in_pieces`); <= 0 runs it whole.
         max_input_string_bytes: a request holding a longer string is refused before any run
             (`predict.check_string_sizes`); <= 0 accepts any.
+        request_memory_budget_bytes: the most the decoded inputs of the requests in flight
+            may hold together; a request that does not fit is refused before any run
+            (`memory_budget.RequestMemoryBudget`); <= 0: no budget.
     """
 
     def __init__(
@@ -55,12 +59,14 @@ class ServingCore:
         metrics: ServerMetrics | None = None,
         max_rows_per_run: int = 0,
         max_input_string_bytes: int = 0,
+        request_memory_budget_bytes: int = 0,
     ):
         self.manager = manager
         self.batcher = batcher
         self.metrics = metrics if metrics is not None else ServerMetrics()
         self.max_rows_per_run = max_rows_per_run
         self.max_input_string_bytes = max_input_string_bytes
+        self.memory_budget = RequestMemoryBudget(request_memory_budget_bytes)
 
     def predict(
         self,
@@ -85,35 +91,38 @@ class ServingCore:
         with self.manager.servable(request.model_spec) as servable:
             prepared = prepare_predict(servable, request)
             check_string_sizes(prepared.inputs, self.max_input_string_bytes)
-            check_deadline(deadline)
-            start = time.monotonic()
-            if self.batcher is None:
-                caller_gone = threading.Event()
-                if when_caller_gone is not None and not when_caller_gone(caller_gone.set):
-                    caller_gone.set()
-                outputs = run_in_pieces(
-                    servable, prepared, self.max_rows_per_run, deadline, caller_gone
-                )
-            else:
-                outputs = self.batcher.run(
-                    queue_key=(
-                        servable.model_name,
-                        servable.version,
-                        prepared.signature_name,
-                        tuple(prepared.output_aliases),
-                    ),
-                    run_fn=lambda inputs, run_deadline: servable.run(
-                        prepared.signature_name, inputs, prepared.output_aliases, run_deadline
-                    ),
-                    inputs=prepared.inputs,
-                    deadline=deadline,
-                    when_caller_gone=when_caller_gone,
-                )
-            # TF Serving times Session::Run, which with batching includes the batch queue.
-            self.metrics.record_runtime(
-                request.model_spec.name, "Predict", time.monotonic() - start
+            with self.memory_budget.reserve(request_bytes(prepared.inputs)):
+                return self._run(request, servable, prepared, deadline, when_caller_gone)
+
+    def _run(self, request, servable, prepared, deadline, when_caller_gone):
+        """Runs a validated request (without batching, in pieces) and answers it."""
+        check_deadline(deadline)
+        start = time.monotonic()
+        if self.batcher is None:
+            caller_gone = threading.Event()
+            if when_caller_gone is not None and not when_caller_gone(caller_gone.set):
+                caller_gone.set()
+            outputs = run_in_pieces(
+                servable, prepared, self.max_rows_per_run, deadline, caller_gone
             )
-            return make_predict_response(request, servable, prepared, outputs)
+        else:
+            outputs = self.batcher.run(
+                queue_key=(
+                    servable.model_name,
+                    servable.version,
+                    prepared.signature_name,
+                    tuple(prepared.output_aliases),
+                ),
+                run_fn=lambda inputs, run_deadline: servable.run(
+                    prepared.signature_name, inputs, prepared.output_aliases, run_deadline
+                ),
+                inputs=prepared.inputs,
+                deadline=deadline,
+                when_caller_gone=when_caller_gone,
+            )
+        # TF Serving times Session::Run, which with batching includes the batch queue.
+        self.metrics.record_runtime(request.model_spec.name, "Predict", time.monotonic() - start)
+        return make_predict_response(request, servable, prepared, outputs)
 
     def get_model_metadata(
         self, request: get_model_metadata_pb2.GetModelMetadataRequest
