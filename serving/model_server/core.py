@@ -10,6 +10,7 @@ import logging
 import threading
 import time
 
+from google.protobuf import text_format
 from tensorflow_serving.apis import (
     get_model_metadata_pb2,
     get_model_status_pb2,
@@ -24,6 +25,7 @@ from serving.model_server.manager import ServableManager
 from serving.model_server.memory_budget import RequestMemoryBudget, request_bytes
 from serving.model_server.metrics import ServerMetrics
 from serving.model_server.predict import (
+    DEFAULT_SERVING_SIGNATURE_DEF_KEY,
     check_deadline,
     check_string_sizes,
     make_predict_response,
@@ -34,6 +36,9 @@ from serving.model_server.predict import (
 logger = logging.getLogger("serving.core")
 
 SIGNATURE_DEF_FIELD = "signature_def"
+# The signature keys classifier.cc and regressor.cc look for (signature_constants.h).
+_CLASSIFY_INPUTS, _CLASSIFY_OUTPUTS = "inputs", ("classes", "scores")
+_REGRESS_INPUTS, _REGRESS_OUTPUTS = "inputs", "outputs"
 
 
 class ServingCore:
@@ -123,6 +128,52 @@ class ServingCore:
         # TF Serving times Session::Run, which with batching includes the batch queue.
         self.metrics.record_runtime(request.model_spec.name, "Predict", time.monotonic() - start)
         return make_predict_response(request, servable, prepared, outputs)
+
+    def check_classify_or_regress(self, model_spec, signature_name: str | None, api: str) -> None:
+        """Refuses Classify or Regress (`api`: "classify" or "regress"), over gRPC and REST, as
+        TF Serving does for a signature that is not a classification (regression) one:
+        INVALID_ARGUMENT, with classifier.cc's (regressor.cc's) message. A signature that
+        passes those checks gets UNIMPLEMENTED: this server runs Predict only.
+
+        Raises:
+            ServingError: always.
+        """
+        key = signature_name or DEFAULT_SERVING_SIGNATURE_DEF_KEY
+        with self.manager.servable(model_spec) as servable:
+            signature = servable.signature_defs.get(key)
+        if signature is None:
+            raise errors.invalid_argument(f"No signature was found with the name: {key}")
+        described = text_format.MessageToString(signature)  # SignatureDef::DebugString.
+        if len(signature.inputs) != 1:
+            raise errors.invalid_argument("Expected one input Tensor.")
+        if api == "classify":
+            if len(signature.outputs) not in (1, 2):
+                raise errors.invalid_argument(
+                    f"Expected one or two output Tensors, found {len(signature.outputs)}"
+                )
+            if _CLASSIFY_INPUTS not in signature.inputs:
+                raise errors.invalid_argument(
+                    f"No classification inputs found in SignatureDef: {described}"
+                )
+            if not any(name in signature.outputs for name in _CLASSIFY_OUTPUTS):
+                raise errors.invalid_argument(
+                    'Expected classification signature outputs to contain at least one of "'
+                    f'classes" or "scores". Signature was: {described}'
+                )
+        else:
+            if len(signature.outputs) != 1:
+                raise errors.invalid_argument("Expected one output Tensor.")
+            for kind, names, name in (
+                ("inputs", signature.inputs, _REGRESS_INPUTS),
+                ("outputs", signature.outputs, _REGRESS_OUTPUTS),
+            ):
+                if name not in names:
+                    raise errors.invalid_argument(
+                        f"No regression {kind} found in SignatureDef: {described}"
+                    )
+        raise errors.unimplemented(
+            f"The {api} API is not implemented by this model server; use Predict (REST :predict)"
+        )
 
     def get_model_metadata(
         self, request: get_model_metadata_pb2.GetModelMetadataRequest
