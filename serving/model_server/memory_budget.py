@@ -4,7 +4,8 @@ TF Serving bounds one request's size (`grpc.max_receive_message_length`) but not
 large requests a process holds at once: a few concurrent calls of 100,000 strings each took
 the local server from 3.8 GB to 13.5 GB. The local server charges each Predict the memory of
 its decoded inputs (`request_bytes`) against one process-wide budget before any model run,
-and gives it back when the request ends, answered or not. A request that does not fit is
+and gives it back when the request ends, answered or not; the REST transport charges a body's
+bytes too, announced or as its chunks arrive, before it reads them. A request that does not fit is
 refused with RESOURCE_EXHAUSTED (REST 429) and nothing runs for it: one larger than the whole
 budget for good (the message says to split it), one that finds the budget held by others until
 they end (the message says to retry). A run's own memory is bounded apart: by its rows
@@ -22,6 +23,9 @@ import numpy as np
 from serving.model_server import errors
 
 FLAG = "--request_memory_budget_bytes"
+# What a reservation holds, as its refusal names it.
+INPUTS = "inputs"
+BODY = "body bytes"
 
 
 def request_bytes(inputs: dict[str, np.ndarray]) -> int:
@@ -54,8 +58,12 @@ class RequestMemoryBudget:
             return self._held
 
     @contextlib.contextmanager
-    def reserve(self, size: int) -> Iterator[None]:
+    def reserve(self, size: int, what: str = INPUTS) -> Iterator[None]:
         """Holds `size` bytes of the budget for the `with` block.
+
+        Args:
+            size: bytes to hold.
+            what: what holds them, for the refusal's message (`INPUTS`, `BODY`).
 
         Raises:
             ServingError: RESOURCE_EXHAUSTED, before the block runs, when `size` does not fit
@@ -63,7 +71,7 @@ class RequestMemoryBudget:
         """
         with self._lock:
             if self.limit_bytes > 0 and self._held + size > self.limit_bytes:
-                raise self._refusal(size, self._held)
+                raise self._refusal(size, self._held, what)
             self._held += size
         try:
             yield
@@ -71,14 +79,14 @@ class RequestMemoryBudget:
             with self._lock:
                 self._held -= size
 
-    def _refusal(self, size: int, held: int) -> errors.ServingError:
+    def _refusal(self, size: int, held: int, what: str) -> errors.ServingError:
         if size > self.limit_bytes:
             return errors.resource_exhausted(
-                f"the request's inputs take {size} bytes in memory, more than this server's "
+                f"the request's {what} take {size} bytes in memory, more than this server's "
                 f"budget of {self.limit_bytes} bytes for the requests in flight ({FLAG}): "
                 "send them in smaller requests"
             )
         return errors.resource_exhausted(
             f"the requests in flight hold {held} of this server's {self.limit_bytes} bytes "
-            f"({FLAG}) and this one's inputs take {size} more: retry later"
+            f"({FLAG}) and this one's {what} take {size} more: retry later"
         )

@@ -375,6 +375,7 @@ class ModelServer:
             max_body_bytes=max_body_bytes,
             enable_cors=options.rest_api_enable_cors_support,
             read_timeout_seconds=options.rest_api_read_timeout_seconds,
+            memory_budget=self.core.memory_budget,
         )
         self.rest_port = self._rest_server.server_address[1]
         self._rest_thread = threading.Thread(
