@@ -1474,7 +1474,7 @@ class _ElementwiseUpper(tf.Module):
 
 def test_inputs_of_any_shape_reach_a_model_whose_signature_accepts_any_shape(tmp_path):
     """A signature of unknown rank takes a [2, 2] input and an element-wise model answers it
-    (a [-1] signature refuses it: tests/test_server_limits.py)."""
+    (a [-1] signature refuses it: tests/serving/model_server/test_server_limits.py)."""
     module = _ElementwiseUpper()
     tf.saved_model.save(
         module, str(tmp_path / "upper" / "1"), signatures={"serving_default": module.upper}

@@ -21,12 +21,11 @@ from model.restoration import (
     strip_accents,
 )
 from model.spelling import MODERN
+from tests.paths import REPO_ROOT
 from training.corpus.tsv import read_tsv
 
-DATA = os.path.join(os.path.dirname(__file__), "..", "data", "bible")
-PRETRAINED_TOKENIZER = os.path.join(
-    os.path.dirname(__file__), "..", "pretrained", "bible-es-en", "tokenizer"
-)
+DATA = os.path.join(str(REPO_ROOT), "data", "bible")
+PRETRAINED_TOKENIZER = os.path.join(str(REPO_ROOT), "pretrained", "bible-es-en", "tokenizer")
 WORD = re.compile(r"[^\W\d_]+")
 
 
