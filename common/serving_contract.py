@@ -15,8 +15,8 @@ nothing of the project (standard library only, so the model server reads it with
 code), so a record names its `Translator` method (a string `serving.export` looks up) and its
 dtypes (TensorFlow dtype names, `tf.as_dtype(name)`), and its options are `DecodingOptions` field
 names read from whatever options object the export passes. Nothing here checks those names against
-the model: tests/test_serving_contract.py does (every method exists and takes the record's inputs,
-every option is a field), and tests/test_export.py and tests/test_export_xla.py compare the
+the model: tests/common/test_serving_contract.py does (every method exists and takes the record's inputs,
+every option is a field), and tests/serving/test_export.py and tests/serving/test_export_xla.py compare the
 records with what an export really serves and what XLA really compiles.
 
 Every input and output has the batch as its first dimension (so TF Serving's request batching can
@@ -206,7 +206,7 @@ class Signature:
         options: the `DecodingOptions` fields it reads, recorded in `export_info.json`
             (`traced_options`).
         jit_compiled: whether `serving.export --jit_compile` compiles its decoding loop with XLA
-            (the `Translator` decides; tests/test_export_xla.py checks that it agrees).
+            (the `Translator` decides; tests/serving/test_export_xla.py checks that it agrees).
         client_flag: the `serving.client` option that calls it (None: `--signature_name`).
     """
 

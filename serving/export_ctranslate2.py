@@ -6,7 +6,7 @@
 writes CTranslate2's layout (`model.bin`, `config.json`, `source_vocabulary.json` and
 `target_vocabulary.json`, or one `shared_vocabulary.json`), which `ctranslate2.Translator(D)`
 loads. The mapping, checked token for token against the project's decoders and the functions
-the SavedModel's signatures are traced from (tests/test_export_ctranslate2.py):
+the SavedModel's signatures are traced from (tests/serving/test_export_ctranslate2.py):
 
 - `ctranslate2.specs.TransformerSpec`, post-LN or pre-LN as trained (`pre_norm`; pre-LN with
   the final LayerNorm of each stack); ReLU feed-forward; the model's LayerNorm epsilon.

@@ -1,4 +1,4 @@
-"""Hand-checked verse texts for tests/test_corpus.py.
+"""Hand-checked verse texts for tests/training/corpus/test_corpus.py.
 
 Taken from the cleaned RV1909 (Spanish) and WEB (English) texts, both public
 domain, with the verse numbers each module gives them. Jonah 2 is one of the

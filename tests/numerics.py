@@ -2,7 +2,7 @@
 tests that check bfloat16 arithmetic: the property every CPU gives, and the stronger one that
 only oneDNN's kernel gives, tested where it runs and skipped, with the reason, elsewhere.
 
-Measured (tests/test_transformer.py's bfloat16 test, under `TF_ENABLE_ONEDNN_OPTS=0`, which runs
+Measured (tests/model/test_transformer.py's bfloat16 test, under `TF_ENABLE_ONEDNN_OPTS=0`, which runs
 TensorFlow's Eigen kernel as an AVX2-only CPU does): every logit of the Eigen kernel's bfloat16
 product is the float32 sum truncated to bfloat16, where oneDNN's rounds it to nearest.
 """

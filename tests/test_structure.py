@@ -140,7 +140,7 @@ def test_no_package_imports_one_to_its_left(graph):
 
 def test_the_model_server_imports_only_itself_and_common(graph):
     """serving/model_server/ serves any SavedModel: it needs no model, training or export code
-    (tests/test_server_imports.py checks the running server's modules)."""
+    (tests/serving/model_server/test_server_imports.py checks the running server's modules)."""
     foreign = sorted(
         (module, target)
         for module, targets in graph.items()

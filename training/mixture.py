@@ -16,7 +16,7 @@ corpus_source_spelling`: the 1909 text rewritten in today's spelling): the names
 (`model.spelling.name_table`: today's spelling of a name to the 1909 one) is learned from their
 sources only, and a run holding one records that spelling, so its source tokenizer modernizes
 1909 spellings ("fué", "á") in any input; text already in today's spelling goes through
-unchanged (tests/test_mixture.py).
+unchanged (tests/training/test_mixture.py).
 """
 
 import dataclasses

@@ -10,6 +10,7 @@ import logging
 import threading
 import time
 
+from google.protobuf import text_format
 from tensorflow_serving.apis import (
     get_model_metadata_pb2,
     get_model_status_pb2,
@@ -21,8 +22,10 @@ from serving.model_server import config as config_lib
 from serving.model_server import errors
 from serving.model_server.batching import BatchScheduler, WhenCallerGone
 from serving.model_server.manager import ServableManager
+from serving.model_server.memory_budget import RequestMemoryBudget, request_bytes
 from serving.model_server.metrics import ServerMetrics
 from serving.model_server.predict import (
+    DEFAULT_SERVING_SIGNATURE_DEF_KEY,
     check_deadline,
     check_string_sizes,
     make_predict_response,
@@ -33,6 +36,9 @@ from serving.model_server.predict import (
 logger = logging.getLogger("serving.core")
 
 SIGNATURE_DEF_FIELD = "signature_def"
+# The signature keys classifier.cc and regressor.cc look for (signature_constants.h).
+_CLASSIFY_INPUTS, _CLASSIFY_OUTPUTS = "inputs", ("classes", "scores")
+_REGRESS_INPUTS, _REGRESS_OUTPUTS = "inputs", "outputs"
 
 
 class ServingCore:
@@ -46,6 +52,9 @@ class ServingCore:
             rows (`predict.run_in_pieces`); <= 0 runs it whole.
         max_input_string_bytes: a request holding a longer string is refused before any run
             (`predict.check_string_sizes`); <= 0 accepts any.
+        request_memory_budget_bytes: the most the decoded inputs of the requests in flight
+            may hold together; a request that does not fit is refused before any run
+            (`memory_budget.RequestMemoryBudget`); <= 0: no budget.
     """
 
     def __init__(
@@ -55,12 +64,14 @@ class ServingCore:
         metrics: ServerMetrics | None = None,
         max_rows_per_run: int = 0,
         max_input_string_bytes: int = 0,
+        request_memory_budget_bytes: int = 0,
     ):
         self.manager = manager
         self.batcher = batcher
         self.metrics = metrics if metrics is not None else ServerMetrics()
         self.max_rows_per_run = max_rows_per_run
         self.max_input_string_bytes = max_input_string_bytes
+        self.memory_budget = RequestMemoryBudget(request_memory_budget_bytes)
 
     def predict(
         self,
@@ -85,35 +96,84 @@ class ServingCore:
         with self.manager.servable(request.model_spec) as servable:
             prepared = prepare_predict(servable, request)
             check_string_sizes(prepared.inputs, self.max_input_string_bytes)
-            check_deadline(deadline)
-            start = time.monotonic()
-            if self.batcher is None:
-                caller_gone = threading.Event()
-                if when_caller_gone is not None and not when_caller_gone(caller_gone.set):
-                    caller_gone.set()
-                outputs = run_in_pieces(
-                    servable, prepared, self.max_rows_per_run, deadline, caller_gone
-                )
-            else:
-                outputs = self.batcher.run(
-                    queue_key=(
-                        servable.model_name,
-                        servable.version,
-                        prepared.signature_name,
-                        tuple(prepared.output_aliases),
-                    ),
-                    run_fn=lambda inputs, run_deadline: servable.run(
-                        prepared.signature_name, inputs, prepared.output_aliases, run_deadline
-                    ),
-                    inputs=prepared.inputs,
-                    deadline=deadline,
-                    when_caller_gone=when_caller_gone,
-                )
-            # TF Serving times Session::Run, which with batching includes the batch queue.
-            self.metrics.record_runtime(
-                request.model_spec.name, "Predict", time.monotonic() - start
+            with self.memory_budget.reserve(request_bytes(prepared.inputs)):
+                return self._run(request, servable, prepared, deadline, when_caller_gone)
+
+    def _run(self, request, servable, prepared, deadline, when_caller_gone):
+        """Runs a validated request (without batching, in pieces) and answers it."""
+        check_deadline(deadline)
+        start = time.monotonic()
+        if self.batcher is None:
+            caller_gone = threading.Event()
+            if when_caller_gone is not None and not when_caller_gone(caller_gone.set):
+                caller_gone.set()
+            outputs = run_in_pieces(
+                servable, prepared, self.max_rows_per_run, deadline, caller_gone
             )
-            return make_predict_response(request, servable, prepared, outputs)
+        else:
+            outputs = self.batcher.run(
+                queue_key=(
+                    servable.model_name,
+                    servable.version,
+                    prepared.signature_name,
+                    tuple(prepared.output_aliases),
+                ),
+                run_fn=lambda inputs, run_deadline: servable.run(
+                    prepared.signature_name, inputs, prepared.output_aliases, run_deadline
+                ),
+                inputs=prepared.inputs,
+                deadline=deadline,
+                when_caller_gone=when_caller_gone,
+            )
+        # TF Serving times Session::Run, which with batching includes the batch queue.
+        self.metrics.record_runtime(request.model_spec.name, "Predict", time.monotonic() - start)
+        return make_predict_response(request, servable, prepared, outputs)
+
+    def check_classify_or_regress(self, model_spec, signature_name: str | None, api: str) -> None:
+        """Refuses Classify or Regress (`api`: "classify" or "regress"), over gRPC and REST, as
+        TF Serving does for a signature that is not a classification (regression) one:
+        INVALID_ARGUMENT, with classifier.cc's (regressor.cc's) message. A signature that
+        passes those checks gets UNIMPLEMENTED: this server runs Predict only.
+
+        Raises:
+            ServingError: always.
+        """
+        key = signature_name or DEFAULT_SERVING_SIGNATURE_DEF_KEY
+        with self.manager.servable(model_spec) as servable:
+            signature = servable.signature_defs.get(key)
+        if signature is None:
+            raise errors.invalid_argument(f"No signature was found with the name: {key}")
+        described = text_format.MessageToString(signature)  # SignatureDef::DebugString.
+        if len(signature.inputs) != 1:
+            raise errors.invalid_argument("Expected one input Tensor.")
+        if api == "classify":
+            if len(signature.outputs) not in (1, 2):
+                raise errors.invalid_argument(
+                    f"Expected one or two output Tensors, found {len(signature.outputs)}"
+                )
+            if _CLASSIFY_INPUTS not in signature.inputs:
+                raise errors.invalid_argument(
+                    f"No classification inputs found in SignatureDef: {described}"
+                )
+            if not any(name in signature.outputs for name in _CLASSIFY_OUTPUTS):
+                raise errors.invalid_argument(
+                    'Expected classification signature outputs to contain at least one of "'
+                    f'classes" or "scores". Signature was: {described}'
+                )
+        else:
+            if len(signature.outputs) != 1:
+                raise errors.invalid_argument("Expected one output Tensor.")
+            for kind, names, name in (
+                ("inputs", signature.inputs, _REGRESS_INPUTS),
+                ("outputs", signature.outputs, _REGRESS_OUTPUTS),
+            ):
+                if name not in names:
+                    raise errors.invalid_argument(
+                        f"No regression {kind} found in SignatureDef: {described}"
+                    )
+        raise errors.unimplemented(
+            f"The {api} API is not implemented by this model server; use Predict (REST :predict)"
+        )
 
     def get_model_metadata(
         self, request: get_model_metadata_pb2.GetModelMetadataRequest

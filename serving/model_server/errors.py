@@ -102,3 +102,7 @@ def unimplemented(message: str) -> ServingError:
 
 def internal(message: str) -> ServingError:
     return ServingError(grpc.StatusCode.INTERNAL, message)
+
+
+def resource_exhausted(message: str) -> ServingError:
+    return ServingError(grpc.StatusCode.RESOURCE_EXHAUSTED, message)

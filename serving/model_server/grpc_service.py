@@ -95,12 +95,19 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
     @_handles_errors
     @_counted("Classify")
     def Classify(self, request, context):
-        raise _unimplemented("Classify")
+        self._check_classify_or_regress(request, "classify")
 
     @_handles_errors
     @_counted("Regress")
     def Regress(self, request, context):
-        raise _unimplemented("Regress")
+        self._check_classify_or_regress(request, "regress")
+
+    def _check_classify_or_regress(self, request, api: str) -> None:
+        if not request.HasField("model_spec"):
+            raise errors.invalid_argument("Missing ModelSpec")
+        self._core.check_classify_or_regress(
+            request.model_spec, request.model_spec.signature_name or None, api
+        )
 
     @_handles_errors
     def MultiInference(self, request, context):

@@ -16,6 +16,7 @@ client sends:
 | an HTTP version other than 1.0 and 1.1 (the HTTP/2 preface too) | 505 |
 | a Transfer-Encoding other than chunked | 501 |
 | a body larger than `max_body_bytes` (announced, or as chunks arrive) | 429, before any of it is read and instead of `100 Continue` |
+| a body whose bytes do not fit in the memory budget of the requests in flight (`memory_budget.RequestMemoryBudget`), announced or as chunks arrive | 429, before any of it is read |
 | no body byte for `read_timeout_seconds`, or a body slower than MIN_BODY_BYTES_PER_SECOND after its first `read_timeout_seconds` | 408 |
 | chunked trailers over MAX_REQUEST_HEAD_BYTES; a chunk-size line over MAX_CHUNK_LINE_BYTES | 431; 400 |
 | a gzip body (Content-Encoding containing "gzip", as TF Serving) over MAX_GZIP_BODY_BYTES once decompressed, or not gzip | 400 |
@@ -41,6 +42,7 @@ from typing import Protocol
 import h11
 
 from serving.model_server import errors
+from serving.model_server.memory_budget import BODY, RequestMemoryBudget
 
 logger = logging.getLogger("serving.http")
 
@@ -273,7 +275,13 @@ class _Connection:
         """Reads the body of `head`, answers it; returns whether the connection stays open."""
         if not self._server.handler.accepts(head.path):
             raise _Refusal(404, "Not Found")
-        body = await _BodyReader(self, head).read()
+        # The body's bytes are held in the memory budget until the answer is written.
+        with contextlib.ExitStack() as reservations:
+            body = await _BodyReader(self, head, reservations).read()
+            return await self._answer(head, body)
+
+    async def _answer(self, head: _Head, body: bytes) -> bool:
+        """Answers a request read whole; returns whether the connection stays open."""
         self.handling = True  # Until the answer is written: a stop lets it go out.
         try:
             status, payload, content_type = await self._loop.run_in_executor(
@@ -331,10 +339,12 @@ class _Connection:
 
 
 class _BodyReader:
-    """Reads the body `head` announces from `connection`, within its limits."""
+    """Reads the body `head` announces from `connection`, within its limits; the bytes it is
+    about to read are first held in the server's memory budget, in `reservations`."""
 
-    def __init__(self, connection: _Connection, head: _Head):
+    def __init__(self, connection: _Connection, head: _Head, reservations: contextlib.ExitStack):
         self._connection, self._head = connection, head
+        self._reservations = reservations
         self._server = connection._server
         self._buffer = connection._buffer
         self._received = 0
@@ -351,9 +361,19 @@ class _BodyReader:
         length = int(length_header)  # h11 accepts digits only.
         if length > limit:
             raise _too_large(limit, str(length))
+        self._reserve(length)
         if length:
             self._continue()
         return await self._read_exactly(length)
+
+    def _reserve(self, size: int) -> None:
+        budget = self._server.memory_budget
+        if budget is None or not size:
+            return
+        try:
+            self._reservations.enter_context(budget.reserve(size, BODY))
+        except errors.ServingError as error:
+            raise _Refusal(error.http_status, error.message) from None
 
     def _continue(self) -> None:
         """Sends `100 Continue` when the client waits for it (after the checks that could
@@ -434,6 +454,7 @@ class _BodyReader:
                 return b"".join(pieces)
             if size + chunk_size > limit:
                 raise _too_large(limit, f"more than {limit}")
+            self._reserve(chunk_size)
             pieces.append(await self._read_exactly(chunk_size))
             size += chunk_size
             if await self._read_exactly(2) != b"\r\n":
@@ -470,6 +491,8 @@ class HttpServer:
         enable_cors: add CORS headers to every answer (`--rest_api_enable_cors_support`).
         read_timeout_seconds: longest wait for a client's next bytes, longest time a request
             head may take to arrive, and a body's time before the minimum rate applies.
+        memory_budget: where the bodies' bytes are held while their requests are read and
+            answered (the one the model runs' inputs are held in); None: not held.
     """
 
     def __init__(
@@ -480,8 +503,10 @@ class HttpServer:
         max_body_bytes: int,
         enable_cors: bool = False,
         read_timeout_seconds: float = 30.0,
+        memory_budget: RequestMemoryBudget | None = None,
     ):
         self.handler = handler
+        self.memory_budget = memory_budget
         self.max_body_bytes = max_body_bytes
         self.enable_cors = enable_cors
         self.read_timeout_seconds = read_timeout_seconds

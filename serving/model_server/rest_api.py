@@ -19,7 +19,7 @@ import urllib.parse
 from collections.abc import Callable
 
 import grpc
-from google.protobuf import json_format, text_format
+from google.protobuf import json_format
 from tensorflow.core.framework import types_pb2
 from tensorflow_serving.apis import (
     get_model_metadata_pb2,
@@ -51,9 +51,6 @@ _STATUS_PATH = re.compile(
     r"/v1/models(?:/([^/:]+))?(?:(?:/versions/(\d+))|(?:/labels/([^/:]+)))?(?:/(metadata))?",
     re.IGNORECASE,
 )
-# The signature keys classifier.cc and regressor.cc look for (signature_constants.h).
-_CLASSIFY_INPUTS, _CLASSIFY_OUTPUTS = "inputs", ("classes", "scores")
-_REGRESS_INPUTS, _REGRESS_OUTPUTS = "inputs", "outputs"
 
 
 class RestApi:
@@ -140,7 +137,8 @@ class RestApi:
         if method == "POST":
             action = action.lower()
             if action != "predict":
-                self._check_classify_or_regress(model_spec, body, action)
+                _, signature_name = parse_predict_body(body)
+                self._core.check_classify_or_regress(model_spec, signature_name, action)
             return self._predict(model_spec, body)
         if not model_spec.name:
             raise errors.invalid_argument("Missing model name in request.")
@@ -159,53 +157,6 @@ class RestApi:
         if label is not None:
             spec.version_label = urllib.parse.unquote(label)
         return spec
-
-    def _check_classify_or_regress(self, model_spec, body: bytes, action: str) -> None:
-        """Refuses :classify or :regress as TF Serving does for a signature that is not a
-        classification (regression) one: INVALID_ARGUMENT, with classifier.cc's (regressor.cc's)
-        message. A signature that passes those checks gets UNIMPLEMENTED: this server runs
-        Predict only.
-
-        Raises:
-            ServingError: always.
-        """
-        _, signature_name = parse_predict_body(body)
-        key = signature_name or DEFAULT_SERVING_SIGNATURE_DEF_KEY
-        with self._core.manager.servable(model_spec) as servable:
-            signature = servable.signature_defs.get(key)
-        if signature is None:
-            raise errors.invalid_argument(f"No signature was found with the name: {key}")
-        described = text_format.MessageToString(signature)  # SignatureDef::DebugString.
-        if len(signature.inputs) != 1:
-            raise errors.invalid_argument("Expected one input Tensor.")
-        if action == "classify":
-            if len(signature.outputs) not in (1, 2):
-                raise errors.invalid_argument(
-                    f"Expected one or two output Tensors, found {len(signature.outputs)}"
-                )
-            if _CLASSIFY_INPUTS not in signature.inputs:
-                raise errors.invalid_argument(
-                    f"No classification inputs found in SignatureDef: {described}"
-                )
-            if not any(name in signature.outputs for name in _CLASSIFY_OUTPUTS):
-                raise errors.invalid_argument(
-                    'Expected classification signature outputs to contain at least one of "'
-                    f'classes" or "scores". Signature was: {described}'
-                )
-        else:
-            if len(signature.outputs) != 1:
-                raise errors.invalid_argument("Expected one output Tensor.")
-            for kind, names, key in (
-                ("inputs", signature.inputs, _REGRESS_INPUTS),
-                ("outputs", signature.outputs, _REGRESS_OUTPUTS),
-            ):
-                if key not in names:
-                    raise errors.invalid_argument(
-                        f"No regression {kind} found in SignatureDef: {described}"
-                    )
-        raise errors.unimplemented(
-            f"The {action} API is not implemented by this model server; use :predict"
-        )
 
     def _predict(self, model_spec, body: bytes) -> dict:
         request = predict_pb2.PredictRequest()

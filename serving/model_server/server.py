@@ -15,6 +15,8 @@ open are closed, stalled clients included; the process exits at the latest
 EXIT_MARGIN_SECONDS later), `--max_rows_per_run` (without batching, a request runs in
 pieces of at most this many rows, and none starts past its deadline),
 `--max_input_string_bytes` (longer strings are refused before any run),
+`--request_memory_budget_bytes` (a request whose decoded inputs would take those of the
+requests in flight past it is refused before any run),
 `--rest_api_read_timeout_seconds` (a REST client silent this long, or whose request
 head takes longer to arrive, is disconnected)
 and `--rest_api_free_port` (REST on a free port: `--rest_api_port=0` disables REST,
@@ -139,6 +141,7 @@ class ServerOptions:
     xla_cpu_compilation_enabled: bool = False
     max_rows_per_run: int = 64
     max_input_string_bytes: int = 16384
+    request_memory_budget_bytes: int = 2**30
 
 
 def parse_grpc_channel_arguments(text: str) -> list[tuple[str, object]]:
@@ -267,6 +270,7 @@ class ModelServer:
             self.metrics,
             max_rows_per_run=options.max_rows_per_run,
             max_input_string_bytes=options.max_input_string_bytes,
+            request_memory_budget_bytes=options.request_memory_budget_bytes,
         )
         try:
             manager.set_config(model_server_config)
@@ -371,6 +375,7 @@ class ModelServer:
             max_body_bytes=max_body_bytes,
             enable_cors=options.rest_api_enable_cors_support,
             read_timeout_seconds=options.rest_api_read_timeout_seconds,
+            memory_budget=self.core.memory_budget,
         )
         self.rest_port = self._rest_server.server_address[1]
         self._rest_thread = threading.Thread(
@@ -570,6 +575,13 @@ def build_arg_parser() -> argparse.ArgumentParser:
         "[local] a request holding a longer string is refused (INVALID_ARGUMENT, REST 400) "
         "before any run: a model's memory can grow with the square of a string's length; 0 "
         "accepts any",
+    )
+    flag(
+        "request_memory_budget_bytes",
+        int,
+        "[local] the most the decoded inputs of the requests in flight may hold together; a "
+        "request that does not fit is refused (RESOURCE_EXHAUSTED, REST 429) before any run; 0: "
+        "no budget",
     )
     flag(
         "shutdown_grace_seconds",

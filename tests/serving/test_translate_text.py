@@ -16,6 +16,7 @@ from common.serving_contract import SCORE_OUTPUT, SCORES_OUTPUT, TRANSLATIONS_OU
 from serving.export import export_run
 from serving.translate_text import format_record, main, translate_lines, translate_window
 from tests.export_fixtures import PAIRS
+from tests.paths import REPO_ROOT
 from training.evaluate import (
     export_signature,
     export_translate_function,
@@ -24,7 +25,7 @@ from training.evaluate import (
     translate,
 )
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = str(REPO_ROOT)
 TRAINED = [source for source, _ in PAIRS]
 # The training sources, blank lines between them (kept, not translated), variations of them, and
 # one line longer than the model's positional encodings (cut, as the export cuts it).

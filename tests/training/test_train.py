@@ -15,6 +15,7 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from model import Transformer
+from tests.paths import REPO_ROOT
 from tests.training_cli import run_training_cli
 from training import artifacts
 from training.config import TrainConfig, add_config_arguments, resolve_config
@@ -22,7 +23,7 @@ from training.losses import masked_token_losses
 from training.toy_corpus import word_for_word_pairs
 from training.train import Trainer, TrainingError, main, train
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = str(REPO_ROOT)
 
 
 @pytest.fixture

@@ -504,6 +504,36 @@ def test_expect_100_continue_is_refused_before_a_body_over_the_limit(main_server
     )
 
 
+def test_a_body_is_held_in_the_memory_budget_before_it_is_read(main_server):
+    """A body's bytes count against the budget of the requests in flight before any of them
+    is read: one larger than the budget is refused alone (before `100 Continue`), one that
+    finds the budget held by others is refused until they end, announced or chunked."""
+    port = main_server.server.rest_port
+    budget = main_server.server.core.memory_budget
+    over = budget.limit_bytes + 1  # Within the 2 GiB body limit.
+    with open_post(port, b"Content-Length: %d\r\nExpect: 100-continue\r\n" % over) as client:
+        response = read_until_closed(client)
+    assert status_and_error(response) == (
+        b"HTTP/1.1 429 Too Many Requests",
+        f"the request's body bytes take {over} bytes in memory, more than this server's budget "
+        f"of {budget.limit_bytes} bytes for the requests in flight "
+        "(--request_memory_budget_bytes): send them in smaller requests",
+    )
+    framings = (
+        (GOOD_BODY, b"Content-Length: %d" % len(GOOD_BODY)),
+        (chunked(GOOD_BODY, len(GOOD_BODY)), b"Transfer-Encoding: chunked"),
+    )
+    with budget.reserve(budget.limit_bytes - len(GOOD_BODY) + 1):
+        for body, framing in framings:
+            status, payload = raw_predict(port, body, framing)
+            assert status == 429 and json_error(payload).endswith("retry later"), payload
+    assert budget.held_bytes == 0
+    for body, framing in framings:
+        status, payload = raw_predict(port, body, framing)
+        assert status == 200, payload
+    assert budget.held_bytes == 0
+
+
 def test_chunked_trailers_are_bounded_by_the_head_limit(main_server):
     """Trailers were read without a bound (200,000 lines, 2.4 MB, answered 200); a few are
     still accepted."""

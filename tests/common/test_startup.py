@@ -5,9 +5,10 @@ import subprocess
 import sys
 
 from common.startup import START_UP_NOTICES, filter_start_up_notices
+from tests.paths import REPO_ROOT
 from tests.training_cli import run_training_cli
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = str(REPO_ROOT)
 RAW_IMPORT = "import tensorflow as tf; tf.config.list_physical_devices()"
 
 

@@ -6,7 +6,7 @@ model's source length), and its tokens and scores must equal those of `model.dec
 same weights: greedy, and beam 4 with the length penalty off on both sides and on (where the
 two normalize differently; see the export's docstring). Beam search may find a better-scored
 hypothesis than CTranslate2's, which registers fewer of those that end
-(`_assert_equal_or_ours_better`). tests/test_export.py shows that those
+(`_assert_equal_or_ours_better`). tests/serving/test_export.py shows that those
 decoders give what the SavedModel gives, and the text comparison here goes through the same
 `model.translator.Translator` methods the SavedModel's signatures are traced from.
 """
@@ -45,6 +45,7 @@ from serving.export_ctranslate2 import (
     transformer_spec_of,
 )
 from tests.export_fixtures import build_tiny_run
+from tests.paths import REPO_ROOT
 from training.artifacts import load_trained
 
 BEAM_WIDTH = 4
@@ -243,7 +244,7 @@ def test_greedy_translations_equal_the_saved_model_functions(run):
 
 def readme_recipe():
     """The Python block of docs/serving.md's CTranslate2 section."""
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = str(REPO_ROOT)
     with open(os.path.join(root, "docs", "serving.md"), encoding="utf-8") as doc:
         section = doc.read().split("\n## CTranslate2\n", 1)[1].split("\n## ", 1)[0]
     (recipe,) = re.findall(r"```python\n(.*?)```", section, flags=re.DOTALL)
@@ -388,7 +389,7 @@ def test_n_best_without_length_penalty_equals_ctranslate2(run):
     it search as ours does, until no alive hypothesis can enter the n best. With a length
     penalty the two normalizations rank the lower hypotheses differently (the 1-best comparison
     above); ours's ranking under GNMT's is checked against an exhaustive search in
-    tests/test_decoding.py.
+    tests/model/decoding/test_decoding.py.
     """
     source_ids = _source_ids(run, TEXTS)
     max_decoding_length = _max_decoding_length(run, source_ids)

@@ -85,7 +85,7 @@ EXPORTED_SIGNATURES = {
         ALIGNMENT_OUTPUT: ("DT_FLOAT", 3),
     },
 }
-# Signatures beyond translating `text` (tests/test_export_decoding.py compares their outputs).
+# Signatures beyond translating `text` (tests/serving/test_export_decoding.py compares their outputs).
 OTHER_SIGNATURES = {
     N_BEST_SIGNATURE: {TRANSLATIONS_OUTPUT: ("DT_STRING", 2), SCORES_OUTPUT: ("DT_FLOAT", 2)},
     SCORE_SIGNATURE: {
@@ -864,7 +864,7 @@ def test_bfloat16_export_multiplies_in_bfloat16_and_translates_as_float32(
         np.testing.assert_allclose(got[SCORE_OUTPUT], want[SCORE_OUTPUT], atol=0.05, rtol=0.05)
     # serving/DEPLOY.md recommends TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=1 for bfloat16 exports: each
     # decoding loop multiplies by its weights fused, as the float32 export's does
-    # (tests/test_export_decoding.py), and a process with the variable answers alike.
+    # (tests/serving/test_export_decoding.py), and a process with the variable answers alike.
     per_function = products_with_bias(_graph_def(os.path.join(path, "saved_model.pb")))
     assert set(per_function.values()) == {8 * config["num_layers"] + 1}, per_function
     assert_frozen_weights_change_nothing(

@@ -7,11 +7,11 @@ import argparse
 import ast
 import dataclasses
 import importlib
-import pathlib
 
 import pytest
 
 from model.translator import DecodingOptions
+from tests.paths import REPO_ROOT
 from training.decoding_flags import (
     DECODING_FLAGS,
     GREEDY_BEAM_WIDTH,
@@ -19,7 +19,7 @@ from training.decoding_flags import (
     field_default,
 )
 
-REPO = pathlib.Path(__file__).resolve().parent.parent
+REPO = REPO_ROOT
 FLAGS_MODULE = REPO / "training" / "decoding_flags.py"
 
 # The commands that decode, and how each builds its parser (`main` or `parse_args` with no

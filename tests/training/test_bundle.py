@@ -7,6 +7,7 @@ import shutil
 import numpy as np
 import pytest
 
+from tests.paths import REPO_ROOT
 from training import artifacts
 from training.average import average_run
 from training.bundle import bundle, main
@@ -106,7 +107,7 @@ def test_a_failed_bundle_leaves_the_previous_one_as_it_was(bundled, tmp_path):
 def test_the_notebooks_fall_back_on_the_pretrained_model_last():
     import importlib.util
 
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = str(REPO_ROOT)
     spec = importlib.util.spec_from_file_location(
         "notebook_support", os.path.join(root, "notebooks", "_support.py")
     )

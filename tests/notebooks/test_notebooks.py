@@ -8,7 +8,6 @@ their own numbers with asserts: a failing cell fails the test. Outputs are kept 
 committed .ipynb files are never written.
 """
 
-import pathlib
 import sys
 
 import nbclient
@@ -18,7 +17,9 @@ from ipykernel.kernelspec import write_kernel_spec
 from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_client.manager import KernelManager
 
-NOTEBOOK_DIR = pathlib.Path(__file__).resolve().parent.parent / "notebooks"
+from tests.paths import REPO_ROOT
+
+NOTEBOOK_DIR = REPO_ROOT / "notebooks"
 NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("[0-9][0-9]_*.ipynb"))
 KERNEL_NAME = "transformer-notebook-test"
 # Per cell; fast mode's slowest cells (tiny training, tracing the export) take well under a minute.

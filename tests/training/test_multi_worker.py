@@ -8,10 +8,11 @@ import sys
 
 import numpy as np
 
+from tests.paths import REPO_ROOT
 from tests.training_cli import run_training_cli
 from training import artifacts
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = str(REPO_ROOT)
 
 
 def model_weights(path):

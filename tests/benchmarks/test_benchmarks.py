@@ -14,6 +14,7 @@ import tensorflow as tf
 from benchmarks import bench_decode, bench_serve
 from benchmarks.bench_decode import matmul_floor, step_kernels
 from model import Transformer
+from tests.paths import REPO_ROOT
 
 
 def small_model():
@@ -570,7 +571,7 @@ def test_profile_decode_sums_a_traced_xla_program_by_instruction():
         capture_output=True,
         text=True,
         env=environment,
-        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+        cwd=str(REPO_ROOT),
         check=True,
     )
     times = json.loads(completed.stdout.strip().splitlines()[-1])
@@ -620,9 +621,7 @@ def test_bench_robustness_writes_a_section_with_a_row_per_perturbation(tiny_run,
         assert f"| {kind} | {rates['sentences']} | {100 * rates['rate']:.1f}% |" in text
 
 
-RESULTS_PAGE = os.path.join(
-    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "BENCHMARKS.md"
-)
+RESULTS_PAGE = os.path.join(str(REPO_ROOT), "BENCHMARKS.md")
 SECTION_HEADING = re.compile(r"^(#{2,3}) (.+?)[ \t]*$", re.M)
 
 

@@ -5,7 +5,7 @@ The tiny trained run is exported (`python -m serving.export`) with greedy decodi
 compiled by XLA, and once more with XLA for single sentences only (`--xla_max_batch 1`). Each
 must translate exactly as the plain graph (the same translations, the same scores to a float
 tolerance): the run's `Translator` with its own options, traced as the plain export's signatures
-are (tests/test_export.py checks the plain export against the decoders), through
+are (tests/serving/test_export.py checks the plain export against the decoders), through
 `tf.saved_model.load`, the TF1 Session loader (`saved_model_cli run`, as TF Serving loads it) and
 the local server; and the server must refuse its XLA signatures unless started with the flag, as
 TF Serving does (INTERNAL "XLA compilation disabled", which also fails the version's warmup).

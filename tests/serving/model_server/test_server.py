@@ -480,13 +480,37 @@ def test_inputs_that_strain_the_model_get_clear_answers(main_server):
 
 
 def test_unimplemented_apis_say_so(main_server):
-    for call, request in (
-        (main_server.predict.Classify, classification_pb2.ClassificationRequest()),
-        (main_server.predict.Regress, regression_pb2.RegressionRequest()),
-        (main_server.predict.MultiInference, inference_pb2.MultiInferenceRequest()),
-    ):
-        error = rpc_error(call, request)
-        assert error.code() == grpc.StatusCode.UNIMPLEMENTED and "use Predict" in error.details()
+    error = rpc_error(main_server.predict.MultiInference, inference_pb2.MultiInferenceRequest())
+    assert error.code() == grpc.StatusCode.UNIMPLEMENTED and "use Predict" in error.details()
+
+
+@pytest.mark.parametrize(
+    "api, request_class",
+    [
+        ("classify", classification_pb2.ClassificationRequest),
+        ("regress", regression_pb2.RegressionRequest),
+    ],
+)
+def test_grpc_classify_and_regress_refuse_a_predict_signature_as_rest_does(
+    main_server, api, request_class
+):
+    """TF Serving checks the signature and answers INVALID_ARGUMENT for a predict-only one, over
+    gRPC as over REST (this server answered UNIMPLEMENTED over gRPC): the same message."""
+    call = getattr(main_server.predict, "Classify" if api == "classify" else "Regress")
+    error = rpc_error(call, request_class())
+    assert (error.code(), error.details()) == (
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "Missing ModelSpec",
+    )
+    request = request_class()
+    request.model_spec.name = MODEL_NAME
+    error = rpc_error(call, request)
+    _, body = http("POST", f"{main_server.rest}/v1/models/{MODEL_NAME}:{api}", {"examples": []})
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert error.details() == body["error"]
+    request.model_spec.signature_name = "nope"
+    error = rpc_error(call, request)
+    assert error.details() == "No signature was found with the name: nope"
 
 
 # ------------------------------------------------------------------ metadata/status
@@ -1450,7 +1474,7 @@ class _ElementwiseUpper(tf.Module):
 
 def test_inputs_of_any_shape_reach_a_model_whose_signature_accepts_any_shape(tmp_path):
     """A signature of unknown rank takes a [2, 2] input and an element-wise model answers it
-    (a [-1] signature refuses it: tests/test_server_limits.py)."""
+    (a [-1] signature refuses it: tests/serving/model_server/test_server_limits.py)."""
     module = _ElementwiseUpper()
     tf.saved_model.save(
         module, str(tmp_path / "upper" / "1"), signatures={"serving_default": module.upper}

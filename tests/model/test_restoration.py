@@ -21,11 +21,13 @@ from model.restoration import (
     strip_accents,
 )
 from model.spelling import MODERN
+from tests.paths import REPO_ROOT
+from training import artifacts
 from training.corpus.tsv import read_tsv
 
-DATA = os.path.join(os.path.dirname(__file__), "..", "data", "bible")
+DATA = os.path.join(str(REPO_ROOT), "data", "bible")
 PRETRAINED_TOKENIZER = os.path.join(
-    os.path.dirname(__file__), "..", "pretrained", "bible-catalogs-es-en", "tokenizer"
+    str(REPO_ROOT), artifacts.PRETRAINED_RUN, artifacts.TOKENIZER_DIR
 )
 WORD = re.compile(r"[^\W\d_]+")
 

@@ -294,7 +294,7 @@ def test_the_ctranslate2_recipe_protects_as_the_translator_does(placeholder_run,
     import re
 
     from serving.export_ctranslate2 import main as convert
-    from tests.test_export_ctranslate2 import readme_recipe
+    from tests.serving.test_export_ctranslate2 import readme_recipe
     from training.evaluate import run_translate_function, translate
 
     output_dir = str(tmp_path / "ct2")

@@ -180,7 +180,7 @@ def test_a_bad_decoding_json_is_named(tiny_run, tmp_path, capsys):
 
 
 def test_copy_rate_report_counts_the_unseen_names_and_numbers_translated(tiny_run, tmp_path):
-    from tests.test_copying import VERSES
+    from tests.training.test_copying import VERSES
     from training.copying import NAMES, NUMBERS, copied, copy_rate_sets, corpus_words, proper_names
     from training.evaluate import evaluate_copy_rates, run_translate_function, translate
 

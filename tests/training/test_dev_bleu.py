@@ -18,7 +18,7 @@ from training.train import train
 
 def test_dev_bleu_is_the_bleu_that_evaluate_reports(tiny_run, tmp_path):
     """One translation path: the training-time score equals `training.evaluate` on the same
-    sentences (which equals the export's, tests/test_evaluate.py)."""
+    sentences (which equals the export's, tests/training/test_evaluate.py)."""
     run_dir = tiny_run["run_dir"]
     model, source_tokenizer, target_tokenizer, config = artifacts.load_trained(run_dir)
     dev_bleu = DevBleu(

@@ -12,7 +12,6 @@ import logging
 import random
 import re
 import threading
-from pathlib import Path
 
 import pytest
 import tensorflow_datasets as tfds
@@ -26,6 +25,7 @@ from tests.corpus_fixtures import (
     JONAH,
     ORDINARY_PAIR,
 )
+from tests.paths import REPO_ROOT
 from training import prepare_data
 from training.corpus import alignment, bible, loading, splitting, tsv
 from training.corpus.osis import (
@@ -663,7 +663,7 @@ def test_bible_build_end_to_end_on_three_books(tmp_path, caplog):
     """The real pipeline (cached Debian packages, pysword, cleaning, alignment, split) on Jonah
     (whose chapter 2 is numbered differently in the two Bibles), Haggai (chapter 1 is a dev
     chapter) and Malachi (chapter 2 is a test chapter); the pairs are those of the full build."""
-    full_dir = Path(__file__).resolve().parent.parent / "data" / "bible"
+    full_dir = REPO_ROOT / "data" / "bible"
     if not (full_dir / "stats.json").exists() or not any(bible.DEFAULT_CACHE_DIR.glob("*.deb")):
         pytest.skip("needs `make data` (the full corpus and its cached packages)")
     out = tmp_path / "three-books"

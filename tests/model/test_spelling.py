@@ -189,7 +189,7 @@ def test_modern_names_graph_rewrites_capitalized_names_only():
 def test_a_modern_spelling_run_translates_1909_spelling_like_modern_through_its_export(tmp_path):
     """A tiny run trained on a corpus that records modern spelling: its tokenizer config says
     so, and its SavedModel turns each 1909-spelled sentence into the translation of its modern
-    form (a run without the record does not modernize: see tests/test_tokenizer.py)."""
+    form (a run without the record does not modernize: see tests/model/test_tokenizer.py)."""
     import tensorflow_text  # noqa: F401  (the exported tokenizer's ops)
 
     from serving.export import export_run

@@ -4,7 +4,7 @@ and through the local model server (the gRPC client and REST).
 
 The tiny trained run (tests/export_fixtures.py) is exported once with the command line, beam 4
 without length penalty, where CTranslate2's beam search ranks hypotheses as ours does
-(tests/test_export_ctranslate2.py compares the decoders themselves), with sampling restricted
+(tests/serving/test_export_ctranslate2.py compares the decoders themselves), with sampling restricted
 by top-k, top-p and temperature and 3 alternatives.
 """
 
@@ -53,7 +53,7 @@ from serving.export_ctranslate2 import decoding_options, source_pieces, target_i
 from tests.export_fixtures import PAIRS
 from tests.frozen_weights import assert_frozen_weights_change_nothing
 from tests.graphs import products_with_bias
-from tests.test_export_ctranslate2 import (
+from tests.serving.test_export_ctranslate2 import (
     TEXTS,
     _max_decoding_length,
     _n_best_ct2,
@@ -77,7 +77,7 @@ def _decoded(strings):
 def run(tiny_export_run, tmp_path_factory):
     """The tiny run loaded, exported (beam 4, alpha 0, 3 hypotheses, `SAMPLING`, 3
     alternatives) and converted to
-    CTranslate2: the keys of tests/test_export_ctranslate2.py's `run`, plus `export_dir` and
+    CTranslate2: the keys of tests/serving/test_export_ctranslate2.py's `run`, plus `export_dir` and
     `loaded` (the SavedModel)."""
     import tensorflow_text  # noqa: F401  (registers the tokenizer's ops before loading)
 
@@ -192,7 +192,7 @@ def test_n_best_signature_equals_beam_search_decode(run):
 
 def test_n_best_signature_equals_ctranslate2s_num_hypotheses(run):
     """The same hypotheses in the same order with the same scores as CTranslate2's
-    `num_hypotheses` (searching as ours: see tests/test_export_ctranslate2.py)."""
+    `num_hypotheses` (searching as ours: see tests/serving/test_export_ctranslate2.py)."""
     served = _signature(run, N_BEST_SIGNATURE, text=TEXTS)
     max_decoding_length = _max_decoding_length(run, _source_ids(run, TEXTS))
     ct2_ids, ct2_scores = _n_best_ct2(
@@ -485,7 +485,7 @@ def test_alternatives_signature_equals_ctranslate2s_return_alternatives(run):
     assert served[TRANSLATIONS_OUTPUT].shape == (len(TEXTS), NUM_ALTERNATIVES)
     # Each alternative is continued by beam search, whose ended hypotheses ours takes among the
     # 2 x beam best candidates and CTranslate2 among the beam best: where an alternative differs,
-    # ours must score at least as high (tests/test_export_ctranslate2.py's
+    # ours must score at least as high (tests/serving/test_export_ctranslate2.py's
     # `_assert_equal_or_ours_better` checks such scores teacher-forced). Which model the tiny run
     # trains to varies with the machine's load, so whether any differs does too.
     differing = 0

@@ -2,8 +2,8 @@
 it names: each record's `Translator` method, options, client flags and warmup inputs.
 
 What an export really serves is compared with the records where an export already exists:
-tests/test_export.py (inputs, outputs and dtypes against the loaded SavedModel and
-`saved_model_cli show`) and tests/test_export_xla.py (the compiled signatures against what XLA
+tests/serving/test_export.py (inputs, outputs and dtypes against the loaded SavedModel and
+`saved_model_cli show`) and tests/serving/test_export_xla.py (the compiled signatures against what XLA
 compiles in a `--jit_compile` export).
 """
 
