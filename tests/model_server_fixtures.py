@@ -21,7 +21,16 @@ from tensorflow_serving.apis import model_service_pb2_grpc, prediction_service_p
 
 from serving.model_server import config as config_lib
 from serving.model_server.server import ModelServer, ServerOptions
-from tests.serving_fixtures import MODEL_NAME, REPO_ROOT, make_model_base
+from serving.model_server.session_bundle_config_pb2 import BatchingParameters
+from tests.serving_fixtures import (
+    ENDLESS_STEPS,
+    MODEL_NAME,
+    REPO_ROOT,
+    cpu_seconds_during,
+    loop_request,
+    make_model_base,
+    wait_for,
+)
 
 SERVING_DIR = os.path.join(REPO_ROOT, "serving")
 SENTENCES = ["hello big world", "the cat sat on the mat", "x", "Ça va bien merci"]
@@ -176,3 +185,30 @@ def start_rest_server(exports, root) -> Connection:
         rest_api_read_timeout_seconds=1,
         grpc_channel_arguments="grpc.max_receive_message_length=65536",
     )
+
+
+def write_batching_file(path, **values) -> str:
+    """A batching parameters file (text BatchingParameters) at `path` with `values`; its path."""
+    parameters = BatchingParameters()
+    for name, value in values.items():
+        getattr(parameters, name).value = value
+    path.write_text(text_format.MessageToString(parameters))
+    return str(path)
+
+
+def expire_an_endless_call(server):
+    """An endless Predict with a 1 s deadline: DEADLINE_EXCEEDED, then the server stops working
+    on it (its CPU use settles) and answers the next request. Returns the stub."""
+    stub = prediction_service_pb2_grpc.PredictionServiceStub(
+        grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}")
+    )
+    with pytest.raises(grpc.RpcError) as error:
+        stub.Predict(loop_request(ENDLESS_STEPS), timeout=1)
+    assert error.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    wait_for(
+        lambda: cpu_seconds_during(server.process.pid, 0.5) < 0.1,
+        "the server to stop working on the expired call",
+        timeout=30,
+    )
+    assert stub.Predict(loop_request(100), timeout=30).outputs["y"].float_val
+    return stub

@@ -389,7 +389,7 @@ def test_n_best_without_length_penalty_equals_ctranslate2(run):
     it search as ours does, until no alive hypothesis can enter the n best. With a length
     penalty the two normalizations rank the lower hypotheses differently (the 1-best comparison
     above); ours's ranking under GNMT's is checked against an exhaustive search in
-    tests/model/decoding/test_decoding.py.
+    tests/model/decoding/test_beam.py.
     """
     source_ids = _source_ids(run, TEXTS)
     max_decoding_length = _max_decoding_length(run, source_ids)
