@@ -233,7 +233,7 @@ MUTATIONS = (
         "training/corpus/tsv.py",
         "if len(fields) > 2:",
         "if len(fields) > 3:",
-        ("tests/training/corpus/test_corpus.py",),
+        ("tests/training/corpus/test_tsv.py",),
     ),
     Mutation(
         "a placeholder allowed once more than its source holds it",
