@@ -1,4 +1,4 @@
-"""Hand-checked verse texts for tests/training/corpus/test_corpus.py.
+"""Hand-checked verse texts and pairs for the corpus tests (tests/training/corpus/).
 
 Taken from the cleaned RV1909 (Spanish) and WEB (English) texts, both public
 domain, with the verse numbers each module gives them. Jonah 2 is one of the
@@ -129,3 +129,10 @@ ORDINARY_PAIR = (
     "Este es Jesucristo, que vino por agua y sangre: no por agua solamente, sino por agua y sangre. Y el Espíritu es el que da testimonio: porque el Espíritu es la verdad.",
     "This is he who came by water and blood, Jesus Christ; not with the water only, but with the water and the blood. It is the Spirit who testifies, because the Spirit is the truth.",
 )
+
+# Pairs any TSV reader must read back as written: accents, ñ, ü, inverted marks.
+GOOD_PAIRS = [
+    ("¿Dónde está la estación?", "Where is the station?"),
+    ("El niño comió una manzana.", "The boy ate an apple."),
+    ("Mañana iré a Córdoba con mi pingüino.", "Tomorrow I will go to Córdoba with my penguin."),
+]

@@ -233,7 +233,7 @@ MUTATIONS = (
         "training/corpus/tsv.py",
         "if len(fields) > 2:",
         "if len(fields) > 3:",
-        ("tests/training/corpus/test_corpus.py",),
+        ("tests/training/corpus/test_tsv.py",),
     ),
     Mutation(
         "a placeholder allowed once more than its source holds it",
@@ -346,14 +346,14 @@ MUTATIONS = (
         "benchmarks/report.py",
         'following = re.compile(rf"^#{{1,{level}}} ", re.M)',
         'following = re.compile(r"^#+ ", re.M)',
-        ("tests/benchmarks/test_benchmarks.py", "-k", "write_section"),
+        ("tests/benchmarks/test_report.py", "-k", "write_section"),
     ),
     Mutation(
         "a benchmark's new section goes at the end of the results page, not in its area",
         "benchmarks/report.py",
         "        if area_match:\n",
         "        if False:\n",
-        ("tests/benchmarks/test_benchmarks.py", "-k", "write_section"),
+        ("tests/benchmarks/test_report.py", "-k", "write_section"),
     ),
 )
 

@@ -1,0 +1,46 @@
+"""benchmarks/bench_translate.py: the files it translates, throughput and peak memory, lines
+counted."""
+
+import os
+
+
+def test_bench_translate_repeats_the_sources_with_each_variation_in_turn():
+    from benchmarks.bench_translate import generated_lines
+
+    sources = ["Hola, amigo.", "¿Dónde?"]
+    assert generated_lines(sources, 9) == [
+        "Hola, amigo.",
+        "¿Dónde?",
+        "hola, amigo.",
+        "¿dónde?",
+        "Hola, amigo",
+        "¿Dónde",
+        "Hola",
+        "¿Dónde?",
+        "Hola, amigo.",
+    ]
+
+
+def test_bench_translate_reports_throughput_past_start_up_and_the_growth_of_peak_memory():
+    from benchmarks.bench_translate import markdown
+
+    mib = 2**20
+    body = markdown("pretrained/bible-es-en", [(500, 35.0, 1200 * mib), (2000, 65.0, 1210 * mib)],
+                    500, "cmd")  # fmt: skip
+    assert "| 500 | 35.0 | 14.3 | 1200 |" in body and "| 2,000 | 65.0 | 30.8 | 1210 |" in body
+    assert "Past start-up (the difference of the two runs): 50.0 sentences/s" in body
+    assert "Peak RSS from 500 to 2,000 lines: +10 MiB." in body
+
+
+def test_bench_translate_counts_written_lines_incrementally_across_appends(tmp_path):
+    from benchmarks.bench_translate import ProgressSampler
+
+    output = tmp_path / "out.txt"
+    sampler = ProgressSampler(os.getpid(), str(output), seconds=60)
+    assert sampler.lines_written() == 0  # not created yet
+    output.write_bytes(b"one\ntwo\nhalf")
+    assert sampler.lines_written() == 2
+    with open(output, "ab") as handle:
+        handle.write(b" a line\n\nfour\n")
+    assert sampler.lines_written() == 5
+    assert sampler.lines_written() == 5
