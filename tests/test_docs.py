@@ -137,7 +137,9 @@ def test_the_model_card_template_writes_runnable_commands():
     card = model_card({"preset": "small"}, "model.keras", [report], "make pretrained", 2**20)
     assert command_problems(card, "model card") == []
     # The committed card's commands are the template's.
-    with open(os.path.join(ROOT, "pretrained/bible-catalogs-es-en/README.md"), encoding="utf-8") as handle:
+    with open(
+        os.path.join(ROOT, "pretrained/bible-catalogs-es-en/README.md"), encoding="utf-8"
+    ) as handle:
         committed = handle.read()
 
     def use_section(text):
@@ -419,7 +421,10 @@ def test_every_figure_of_the_summary_is_the_one_of_the_section_it_links():
         ("- BLEU 34.85. [Quality](#quality)", "['34.85'] not in ['quality']"),
         ("- BLEU 34.84, 2.0× faster.\n  [Quality](#quality), [Speed](#speed)", None),
         ("- BLEU 34.84. [Gone](#gone)", "links no section"),
-        ("- BLEU 34.84 in the [model card](pretrained/bible-catalogs-es-en/README.md).", "links no section"),
+        (
+            "- BLEU 34.84 in the [model card](pretrained/bible-catalogs-es-en/README.md).",
+            "links no section",
+        ),
     ],
 )
 def test_the_summary_checker_finds_figures_its_sections_do_not_hold(bullet, problem):

@@ -323,7 +323,8 @@ def model_card(
         "## Reproduce",
         "",
         "```",
-        reproduce,
+        # One command a line, its words single-spaced (a Makefile's continuations leave tabs).
+        *(" ".join(line.split()) for line in reproduce.splitlines()),
         "```",
     ]
     return "\n".join(lines) + "\n"
