@@ -122,8 +122,13 @@ def main(argv=None):
         help="where to export (default: exports/demo/<the run directory's name>)",
     )
     parser.add_argument("--model_name", default="translator")
-    parser.add_argument("--port", type=int, default=8500)
+    parser.add_argument("--port", type=int, default=8500, help="the server's gRPC port")
     args = parser.parse_args(argv)
+    if not 0 < args.port < 65536:
+        # The demo's client must know the port before the server binds it.
+        parser.error(
+            f"--port {args.port}: give the server a port from 1 to 65535 (make demo PORT=...)"
+        )
     python = sys.executable
 
     if os.path.exists(os.path.join(args.run_dir, artifacts.MODEL_FILE)):
