@@ -606,6 +606,15 @@ def parse_args(argv=None):
         "since the first call decides how the weights stay packed (without this flag they "
         "replay none)",
     )
+    parser.add_argument(
+        "--compute_dtypes",
+        nargs="+",
+        choices=COMPUTE_DTYPES,
+        default=list(COMPUTE_DTYPES),
+        help="which exports to time besides the float32 plain one (default: all): "
+        "`--compute_dtypes float32` skips the bfloat16 exports, which a process with "
+        "ONEDNN_MAX_CPU_ISA=AVX2 (an AVX2-only CPU's kernels on a newer CPU) cannot run",
+    )
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     if args.max_positions <= args.output_tokens:
@@ -671,19 +680,25 @@ def main(argv=None):
         served_texts = [served_texts[i % len(served_texts)] for i in range(max_batch)]
         if not args.export_dir:
             # What TF Serving runs with --xla_cpu_compilation_enabled, and the bfloat16 exports.
-            bfloat16_model = bfloat16_copy(model, args)
-            for exported_model, jit_compile, xla_max_batch, labels in (
-                (model, True, None, (SAVED_XLA_GREEDY, SAVED_XLA_BEAM)),
-                (model, True, HYBRID_MAX_BATCH, (SAVED_HYBRID_GREEDY, SAVED_HYBRID_BEAM)),
-                (bfloat16_model, False, None, (SAVED_BF16_GREEDY, SAVED_BF16_BEAM)),
-                (bfloat16_model, True, None, (SAVED_BF16_XLA_GREEDY, SAVED_BF16_XLA_BEAM)),
-                (
-                    bfloat16_model,
-                    True,
-                    HYBRID_MAX_BATCH,
-                    (SAVED_BF16_HYBRID_GREEDY, SAVED_BF16_HYBRID_BEAM),
-                ),
-            ):
+            other_exports = []
+            if "float32" in args.compute_dtypes:
+                other_exports += [
+                    (model, True, None, (SAVED_XLA_GREEDY, SAVED_XLA_BEAM)),
+                    (model, True, HYBRID_MAX_BATCH, (SAVED_HYBRID_GREEDY, SAVED_HYBRID_BEAM)),
+                ]
+            if "bfloat16" in args.compute_dtypes:
+                bfloat16_model = bfloat16_copy(model, args)
+                other_exports += [
+                    (bfloat16_model, False, None, (SAVED_BF16_GREEDY, SAVED_BF16_BEAM)),
+                    (bfloat16_model, True, None, (SAVED_BF16_XLA_GREEDY, SAVED_BF16_XLA_BEAM)),
+                    (
+                        bfloat16_model,
+                        True,
+                        HYBRID_MAX_BATCH,
+                        (SAVED_BF16_HYBRID_GREEDY, SAVED_BF16_HYBRID_BEAM),
+                    ),
+                ]
+            for exported_model, jit_compile, xla_max_batch, labels in other_exports:
                 other_signatures = workers.enter_context(
                     bench_session_worker(
                         export_benchmark_model(
@@ -799,7 +814,10 @@ def side_by_side(args, results):
         + " |",
         "| --- |" + " ---: |" * len(columns),
     ]
+    timed = {name for name, _ in results}
     for label, names in rows:
+        if not set(names.values()) <= timed:
+            continue  # an export left out by --compute_dtypes
         cells = []
         for kind, batch in columns:
             if kind not in names:
@@ -816,10 +834,10 @@ def side_by_side(args, results):
                 cells.append(f"{ours:,.0f} ms ({multiples})")
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
 
-    return "\n".join(lines), "\n".join(served_goals(args, milliseconds))
+    return "\n".join(lines), "\n".join(served_goals(args, milliseconds, timed))
 
 
-def served_goals(args, milliseconds):
+def served_goals(args, milliseconds, timed):
     """Markdown lines: issue #25's goals, each served time as a multiple of CTranslate2's.
 
     A goal is judged on the medians; the multiple of the fastest calls follows it, since at
@@ -828,6 +846,7 @@ def served_goals(args, milliseconds):
     Args:
         milliseconds: `(case name, batch, statistic=MEDIAN) -> ms per batch`, `statistic`
             `MEDIAN` or `FASTEST` (a KeyError for a case not timed).
+        timed: the names of the cases timed; a goal of an export not among them is left out.
     """
     beam = args.beam_width
     small, large = min(args.batch_sizes), max(args.batch_sizes)
@@ -845,6 +864,8 @@ def served_goals(args, milliseconds):
         )
 
     def goal(name, kind, limits):
+        if name not in timed:
+            return None  # an export left out by --compute_dtypes
         parts = []
         for batch, limit in zip((small, large), limits):
             ratio = multiple(name, batch, kind)
@@ -870,6 +891,7 @@ def served_goals(args, milliseconds):
         goal(SAVED_BF16_BEAM.format(beam=beam), "beam", SERVED_BEAM_GOAL),
         goal(SAVED_BF16_HYBRID_GREEDY, "greedy", COMPILED_GREEDY_GOAL),
     ]
+    lines = [line for line in lines if line]
     served = {
         "greedy": {
             SAVED_GREEDY: "plain",
@@ -891,7 +913,10 @@ def served_goals(args, milliseconds):
     best = []
     for kind, names in served.items():
         for batch in (small, large):
-            name = min(names, key=lambda name: milliseconds(name, batch))
+            name = min(
+                (name for name in names if name in timed),
+                key=lambda name: milliseconds(name, batch),
+            )
             best.append(
                 f"{kind} batch {batch} **{multiple(name, batch, kind, 'int8'):.2f}×** "
                 f"({names[name]})"

@@ -63,9 +63,12 @@ def test_matmul_floor_reads_the_step_kernels_and_stays_finite():
     assert id(model.decoder.dec_layers[0].mha2.wk.kernel.value) not in captured
 
 
-def test_bench_decode_side_by_side_gives_each_decoder_as_a_multiple_of_ctranslate2():
-    args = argparse.Namespace(beam_width=4, batch_sizes=[1, 32])
-    beam = 4
+BEAM = 4
+
+
+def _side_by_side_results():
+    """`{(case, batch): (median s, fastest s)}` for every case of `side_by_side`'s table."""
+    beam = BEAM
     # Milliseconds per batch: (batch 1, batch 32) of each case.
     times = {
         bench_decode.CT2_GREEDY.format(precision="float32"): (200, 500),
@@ -98,11 +101,17 @@ def test_bench_decode_side_by_side_gives_each_decoder_as_a_multiple_of_ctranslat
     def fastest_share(name, batch):
         return 0.5 if name in (ct2_greedy, ct2_beam) and batch == 1 else 0.8
 
-    results = {
+    return {
         (name, batch): (ms / 1000, ms / 1000 * fastest_share(name, batch))
         for name, pair in times.items()
         for batch, ms in zip((1, 32), pair)
     }
+
+
+def test_bench_decode_side_by_side_gives_each_decoder_as_a_multiple_of_ctranslate2():
+    args = argparse.Namespace(beam_width=BEAM, batch_sizes=[1, 32])
+    beam = BEAM
+    results = _side_by_side_results()
     table, goals = bench_decode.side_by_side(args, results)
     lines = table.splitlines()
     assert lines[0] == "| decoder | greedy b=1 | greedy b=32 | beam 4 b=1 | beam 4 b=32 |"
@@ -175,6 +184,22 @@ def test_bench_decode_side_by_side_gives_each_decoder_as_a_multiple_of_ctranslat
         "(--jit_compile); greedy batch 32 **0.75×** (bfloat16); beam batch 1 **0.73×** "
         "(bfloat16 --jit_compile); beam batch 32 **1.30×** (--jit_compile --xla_max_batch 1)."
     )
+
+
+def test_bench_decode_side_by_side_leaves_out_the_exports_not_timed():
+    # `--compute_dtypes float32`: no bfloat16 export was timed.
+    args = argparse.Namespace(beam_width=BEAM, batch_sizes=[1, 32])
+    results = {
+        key: value for key, value in _side_by_side_results().items() if "bfloat16" not in key[0]
+    }
+    table, goals = bench_decode.side_by_side(args, results)
+    assert "bfloat16" not in table and "bfloat16" not in goals
+    assert any(line.startswith("| exported with --jit_compile --") for line in table.splitlines())
+    goal_lines = goals.splitlines()
+    # The plain, compiled, compiled greedy and hybrid goals, the fastest served, the floors.
+    assert len(goal_lines) == 6
+    # Without bfloat16, greedy batch 32's fastest served graph is the compiled one: 380 / 400.
+    assert "greedy batch 32 **0.95×** (--jit_compile)" in goal_lines[4]
 
 
 def test_bench_decode_session_worker_answers_as_a_session_in_this_process_and_raises_its_errors(
