@@ -25,7 +25,7 @@ SERVER_FLAGS := --port=$(PORT) --rest_api_port=$(REST_PORT) --model_name=$(MODEL
 	--batching_parameters_file=serving/batching.config \
 	--monitoring_config_file=serving/monitoring.config $(SERVE_ARGS)
 
-.PHONY: help setup translate test test-under-load check-mutations lint data data-bible data-catalogs data-test bench-everyday train average evaluate export serve query demo demo-train pretrained notebooks \
+.PHONY: help setup translate test test-large test-under-load check-mutations lint data data-bible data-catalogs data-test bench-everyday train average evaluate export serve query demo demo-train pretrained notebooks \
 	bench-train bench-decode bench-profile bench-serve bench-sweep bench-tokenizer bench-robustness \
 	bench-translate bench-soak check-prometheus \
 	export-ctranslate2 clean-venv
@@ -52,9 +52,14 @@ $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 # Then the CPU-dependent tests (pytest.ini's cpu_dependent marker) again with oneDNN's rewrite
 # off: the Eigen kernels an AVX2-only CPU multiplies bfloat16 with (common/cpu.py), so every
 # machine checks both kinds of CPU.
-test: $(STAMP) data-bible data-test lint
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup tests
+test: $(STAMP) data-bible data-test lint  ## ruff, then the suite but its large tests (make test-large runs those).
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup -m "not large" tests
 	TF_ENABLE_ONEDNN_OPTS=0 $(PY) -m pytest -q -m cpu_dependent tests
+
+# The tests marked large (tests/collection.py): end-to-end training runs, command-line exports,
+# notebooks, CLIs' processes. CI runs them after `make test`.
+test-large: $(STAMP) data-bible data-test  ## The large tests make test leaves out: trained runs, exports, notebooks, CLIs end to end (CI runs both).
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup -m large tests
 
 # `make test` beside BUSY_PROCESSES processes that keep a core each busy, as a shared CI
 # machine or a developer's other work does: the suite must not depend on an idle machine.

@@ -16,7 +16,7 @@ import model  # noqa: E402, F401  (the first TensorFlow import: no start-up noti
 import keras  # noqa: E402
 import pytest  # noqa: E402
 
-from tests.xdist_groups import pytest_collection_modifyitems  # noqa: E402, F401
+from tests.collection import pytest_collection_modifyitems  # noqa: E402, F401
 
 
 @pytest.fixture(autouse=True)

@@ -35,6 +35,7 @@ def test_every_console_command_loads_a_main_function():
         assert callable(entry.load()), entry.name
 
 
+@pytest.mark.large
 @pytest.mark.parametrize("command", ["translate-train", "translate-serve", "translate-client"])
 def test_console_commands_run_outside_the_repository(command, tmp_path):
     result = subprocess.run(
@@ -48,6 +49,7 @@ def test_console_commands_run_outside_the_repository(command, tmp_path):
     assert result.stdout.startswith("usage:") and result.stderr == ""
 
 
+@pytest.mark.large
 @pytest.mark.parametrize(
     "target, status", [("export", 2), ("export-ctranslate2", 2), ("evaluate", 1)]
 )

@@ -240,6 +240,7 @@ def test_bench_decode_session_worker_runs_with_the_preloaded_library(exports):
     assert UNUSED_GLIBC_LIBRARY not in _mapped_libraries(os.getpid())
 
 
+@pytest.mark.large
 def test_bench_decode_workers_set_the_variable_and_replay_the_warmup_only_when_asked(exports):
     from model.dense import FROZEN_WEIGHTS_VARIABLE
     from serving.model_server.servable import read_warmup_requests
@@ -254,6 +255,7 @@ def test_bench_decode_workers_set_the_variable_and_replay_the_warmup_only_when_a
             assert (setting in process_environment(worker.pid), worker.warmup_records) == expected
 
 
+@pytest.mark.large
 def test_bench_decode_worker_runs_every_warmup_record_and_raises_its_error(exports, tmp_path):
     from tensorflow_serving.apis import prediction_log_pb2
 

@@ -4,6 +4,8 @@ end."""
 import json
 import time
 
+import pytest
+
 
 def test_bench_soak_counts_wrong_and_unanswered_good_requests_as_lost(exports, tmp_path):
     from benchmarks.bench_soak import (
@@ -72,6 +74,7 @@ def test_bench_soak_retries_for_its_time_budget_with_a_capped_backoff():
     assert len(sent) > 1 and sent[-1] - sent[0] < 1.0
 
 
+@pytest.mark.large
 def test_bench_soak_answers_every_good_request_through_roll_out_reloads_and_kill(exports, tmp_path):
     from benchmarks import bench_soak
     from benchmarks.sentences import SPANISH_SENTENCES

@@ -4,6 +4,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from common.startup import START_UP_NOTICES, filter_start_up_notices
 from tests.paths import REPO_ROOT
 from tests.training_cli import run_training_cli
@@ -23,6 +25,7 @@ def stderr_of(*args, **env):
     return result.stderr
 
 
+@pytest.mark.large
 def test_tensorflow_prints_start_up_notices_that_the_cli_filters_out():
     raw = stderr_of("-c", RAW_IMPORT).splitlines(keepends=True)
     assert any(START_UP_NOTICES.match(line) for line in raw), "TensorFlow printed no notice here"
@@ -60,6 +63,7 @@ def test_the_filter_keeps_real_warnings_and_errors():
     assert filter_start_up_notices(notices) == b""
 
 
+@pytest.mark.large
 def test_a_training_run_logs_no_tensorflow_internals(tiny_corpus, tmp_path):
     result = run_training_cli(
         "--preset", "tiny", "--data", tiny_corpus, "--run_dir", str(tmp_path / "run"),

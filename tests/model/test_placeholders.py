@@ -261,6 +261,7 @@ UNSEEN = [
 ]
 
 
+@pytest.mark.large
 def test_a_run_with_placeholders_copies_unseen_names_and_numbers(placeholder_run, tmp_path):
     import tensorflow_text  # noqa: F401  (the export's ops)
 
@@ -335,6 +336,7 @@ def _repeated_words(text, translation):
     return [word for word in UNSEEN_WORDS if translation.count(word) > text.count(word)]
 
 
+@pytest.mark.large
 def test_no_signature_writes_a_placeholder_more_often_than_the_source(placeholder_run):
     """With `limit_placeholders` (the default) no decoder's output holds a protected word more
     often than its source, nor a marker; without it, the tiny run repeats some."""

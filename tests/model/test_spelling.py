@@ -186,6 +186,7 @@ def test_modern_names_graph_rewrites_capitalized_names_only():
     ) == ["Belén y Jerusalén, Nazaret; THEOS, Efraín kathos"]
 
 
+@pytest.mark.large
 def test_a_modern_spelling_run_translates_1909_spelling_like_modern_through_its_export(tmp_path):
     """A tiny run trained on a corpus that records modern spelling: its tokenizer config says
     so, and its SavedModel turns each 1909-spelled sentence into the translation of its modern

@@ -119,6 +119,7 @@ def test_ids_equal_the_sentencepiece_library(small, small_proto):
     assert [row[1:-1] for row in ids] == [processor.encode(text) for text in texts]
 
 
+@pytest.mark.large
 def test_lossless_on_every_sentence_of_the_bible_corpus(bible, bible_texts):
     assert len(bible_texts) > 50_000
     assert bible.vocab_size == 8000

@@ -59,6 +59,7 @@ def _image_outputs(notebook):
     ]
 
 
+@pytest.mark.large
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[path.stem for path in NOTEBOOKS])
 def test_notebook_runs_in_fast_mode(path, tmp_path, monkeypatch):
     monkeypatch.setenv("NOTEBOOK_FAST", "1")

@@ -77,6 +77,7 @@ def file_contents(directory):
     return contents
 
 
+@pytest.mark.large
 @pytest.mark.parametrize("last", [1, 2, 3])
 def test_average_is_the_numpy_mean_of_the_last_checkpoints(run_dir, last):
     averaged_path = average_run(run_dir, last)
@@ -103,6 +104,7 @@ def test_average_is_the_numpy_mean_of_the_last_checkpoints(run_dir, last):
         )
 
 
+@pytest.mark.large
 def test_evaluate_and_export_load_the_averaged_weights(run_dir, tmp_path, caplog):
     from serving.export import export_run
 

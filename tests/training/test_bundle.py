@@ -116,6 +116,7 @@ def test_the_notebooks_fall_back_on_the_pretrained_model_last():
     assert support.TRAINED_RUN_DIRS[-1] == support.REPO_ROOT / artifacts.PRETRAINED_RUN
 
 
+@pytest.mark.large
 def test_exports_and_evaluations_of_the_bundle_use_its_decoding_options(bundled, tmp_path):
     from common.serving_contract import EXPORT_INFO_PATH
     from serving.export import export_run

@@ -56,6 +56,7 @@ def test_best_checkpoint_keeps_the_weights_of_the_best_bleu_and_counts_patience(
     np.testing.assert_array_equal(fresh.layers[0].kernel.numpy(), kernels[20])
 
 
+@pytest.mark.large
 def test_training_logs_dev_bleu_and_stops_early_without_progress(tiny_corpus, tmp_path):
     # A learning rate of ~0 keeps the weights, so the second evaluation cannot beat the first.
     config = resolve_config(
@@ -78,6 +79,7 @@ def test_training_logs_dev_bleu_and_stops_early_without_progress(tiny_corpus, tm
     assert best_info["evaluations_without_improvement"] == 1
 
 
+@pytest.mark.large
 def test_a_learning_run_loads_its_best_weights(tiny_corpus, tmp_path):
     config = resolve_config(
         "tiny",

@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 from tests.paths import REPO_ROOT
 from tests.training_cli import run_training_cli
@@ -81,6 +82,7 @@ def run_workers(corpus, run_dir, ports):
     return outputs, processes
 
 
+@pytest.mark.large
 def test_two_workers_train_in_lockstep_and_end_with_identical_weights(tiny_corpus, tmp_path):
     run_dir = str(tmp_path / "run")
     outputs, processes = run_workers(tiny_corpus, run_dir, free_ports(2))

@@ -74,6 +74,7 @@ def test_a_run_without_model_file_loads_from_its_last_checkpoint(tiny_run, tmp_p
     np.testing.assert_array_equal(from_checkpoint(inputs), from_file(inputs))
 
 
+@pytest.mark.large
 def test_resume_continues_exactly(corpus, tmp_path):
     """20 steps + resume to 40 = 40 uninterrupted steps: weights, optimizer and data position."""
     straight, interrupted = str(tmp_path / "straight"), str(tmp_path / "interrupted")
@@ -107,6 +108,7 @@ def test_refuses_to_overwrite_or_resume_with_another_model(corpus, tmp_path):
     assert os.path.getmtime(os.path.join(run_dir, "model.keras")) == before
 
 
+@pytest.mark.large
 def test_nan_guard_stops_and_keeps_the_last_good_checkpoint(corpus, tmp_path):
     """20 good steps, then a resume with a learning rate that overflows float32: the first
     update makes the weights non-finite, the run stops at that step, and the last checkpoint
@@ -134,6 +136,7 @@ def test_nan_guard_stops_and_keeps_the_last_good_checkpoint(corpus, tmp_path):
     assert not os.path.exists(os.path.join(run_dir, "model.keras"))
 
 
+@pytest.mark.large
 def test_kill_9_then_resume_loses_at_most_one_interval(corpus, tmp_path):
     """SIGKILL between checkpoints keeps every checkpoint written; the resumed run redoes only
     the steps after the last one, and ends with the weights of a run never interrupted."""
@@ -198,6 +201,7 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
+@pytest.mark.large
 def test_mirrored_strategy_on_two_devices_matches_one_device(corpus, tmp_path):
     """Each replica takes part of every batch and normalizes by the global token count, so two
     replicas make the same updates as one device (tiny has no dropout)."""
@@ -242,6 +246,7 @@ def test_mirrored_strategy_on_two_devices_matches_one_device(corpus, tmp_path):
         )
 
 
+@pytest.mark.large
 def test_mixed_precision_with_xla_trains_like_float32(corpus, tiny_run, tmp_path):
     """mixed_float16 (loss-scaled) with the XLA-compiled step: the run completes, saves a
     float16-compute model, and learns as far as the float32 run of the same 60 steps."""
@@ -372,6 +377,7 @@ def test_dev_evaluation_is_one_graph_for_every_bucket_shape():
     assert accuracy == pytest.approx(total_correct / total_tokens)
 
 
+@pytest.mark.large
 def test_shared_vocab_ties_all_three_embeddings_and_resumes_exactly(corpus, tmp_path):
     """--shared_vocab with the default tying: one matrix embeds both languages and projects to
     the logits, through checkpoints, resume and model.keras."""
@@ -389,6 +395,7 @@ def test_shared_vocab_ties_all_three_embeddings_and_resumes_exactly(corpus, tmp_
         np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.large
 def test_a_run_from_before_tying_stays_untied(corpus, tmp_path):
     """A run directory written before --tie_embeddings existed (untied, no such key in its
     config) loads as the untied model and resumes only as one."""
@@ -534,6 +541,7 @@ def test_separate_lower_cased_vocabularies_through_train(corpus, tmp_path):
     assert model.get_config()["input_vocab_size"] == source.vocab_size
 
 
+@pytest.mark.large
 def test_a_noised_run_checkpoints_its_pipeline_and_resumes(corpus, tmp_path):
     """Source noise and copy substitution tokenize in tf.data with the tokenizers' traced functions, whose
     SentencePiece resource tf.data cannot serialize: the iterator must still be checkpointed
@@ -546,6 +554,7 @@ def test_a_noised_run_checkpoints_its_pipeline_and_resumes(corpus, tmp_path):
     assert artifacts.kept_checkpoints(os.path.join(run_dir, "checkpoints"))[-1][0] == 45
 
 
+@pytest.mark.large
 def test_a_run_with_source_noise_sampling_and_source_lowercasing(corpus, tmp_path):
     """Noise and subword sampling switch training to the in-pipeline tokenization; the run
     learns, records its source casing in its tokenizer config (so evaluation and exports
@@ -623,6 +632,7 @@ class TrainTestToyTranslate(tfds.core.GeneratorBasedBuilder):
             yield index, {"es": es, "en": en}
 
 
+@pytest.mark.large
 def test_a_prepared_tfds_directory_trains_and_evaluates_offline(tmp_path):
     tfds_dir = tmp_path / "tensorflow_datasets"
     TrainTestToyTranslate(data_dir=str(tfds_dir)).download_and_prepare()

@@ -579,6 +579,7 @@ def test_gzip_bodies_are_decompressed_within_tf_servings_limit(main_server):
     assert json_error(payload).startswith("Content-Encoding: gzip, but the body is not gzip")
 
 
+@pytest.mark.large
 def test_a_model_run_in_progress_blocks_neither_the_transport_nor_its_deadline(tmp_path):
     """Requests run in the thread pool, off the event loop: while the only request thread runs
     an endless model call, the transport still reads and answers other clients (here it

@@ -362,6 +362,7 @@ def write_endless_warmup(version_dir: str) -> None:
         writer.write(log.SerializeToString())
 
 
+@pytest.mark.large
 @pytest.mark.parametrize("busy_with", ["nothing", "an endless call", "an endless load"])
 def test_sigterm_ends_the_process_within_its_grace_period(tmp_path, busy_with):
     """With --shutdown_grace_seconds=3 the server exited 30 to 58 s after SIGTERM with a long
