@@ -7,9 +7,9 @@ end. `make test` leaves them out and stays within ten minutes on two cores; `mak
 them, and CI runs both. A test is large if it is marked so, or if it uses one of LARGE_FIXTURES
 (trained runs that take a minute to build: a test that needs one is end to end).
 
-**Workers:** every test file runs on one worker, so its module fixtures are built once; the files
+**Workers:** every test file runs on one worker, so its module fixtures are built once; the tests
 that use one of SHARED_FIXTURES (session fixtures that take long to build) run on the same
-worker, so each of those is built once per test run. Other session fixtures (`tiny_run`,
+worker, so each of those is built once per test run (a file's other tests stay with the file). Other session fixtures (`tiny_run`,
 `exports`) build in seconds and are used by the heaviest files, so each worker builds its own
 rather than putting those files on one worker.
 
@@ -30,13 +30,10 @@ LARGE = "large"
 # building the file's fixtures.
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    files = {}
     for item in items:
         if any(name in item.fixturenames for name in LARGE_FIXTURES):
             item.add_marker(getattr(pytest.mark, LARGE))
-        files.setdefault(item.nodeid.split("::")[0], []).append(item)
-    for path, file_items in files.items():
-        used = set().union(*(item.fixturenames for item in file_items))
-        group = next((name for name in SHARED_FIXTURES if name in used), path)
-        for item in file_items:
-            item.add_marker(pytest.mark.xdist_group(group))
+        # Per test, not per file: the tests of a file that need no shared fixture (those that
+        # `make test` keeps, as every user of one is large) stay free to run beside other files.
+        shared = (name for name in SHARED_FIXTURES if name in item.fixturenames)
+        item.add_marker(pytest.mark.xdist_group(next(shared, item.nodeid.split("::")[0])))
