@@ -486,6 +486,7 @@ def _prefixes(run, source_ids, max_decoding_length):
     return prefixes, padded
 
 
+@pytest.mark.large
 @pytest.mark.parametrize("beam_size", [1, BEAM_WIDTH])
 def test_target_prefix_equals_ctranslate2(run, beam_size):
     """Prefixes of 0 to 4 tokens in one batch, one holding [END]: the same outputs as
@@ -531,6 +532,7 @@ def test_target_prefix_equals_ctranslate2(run, beam_size):
 ALTERNATIVES = 4
 
 
+@pytest.mark.large
 @pytest.mark.parametrize("beam_size", [1, BEAM_WIDTH])
 def test_return_alternatives_equals_ctranslate2(run, beam_size):
     """`return_alternatives` with 4 alternatives after the prefixes above (some none, one
@@ -610,6 +612,7 @@ REPETITION_CONTROLS = {
 }
 
 
+@pytest.mark.large
 @pytest.mark.parametrize(
     "beam_size, controls",
     [(1, name) for name in REPETITION_CONTROLS]

@@ -17,6 +17,9 @@ from training.average import AveragingError, average_run, main
 from training.config import resolve_config
 from training.train import train
 
+# End to end over trained runs: `make test-large` (tests/collection.py).
+pytestmark = pytest.mark.large
+
 STEPS = (10, 20, 30)
 
 
@@ -77,7 +80,6 @@ def file_contents(directory):
     return contents
 
 
-@pytest.mark.large
 @pytest.mark.parametrize("last", [1, 2, 3])
 def test_average_is_the_numpy_mean_of_the_last_checkpoints(run_dir, last):
     averaged_path = average_run(run_dir, last)
@@ -104,7 +106,6 @@ def test_average_is_the_numpy_mean_of_the_last_checkpoints(run_dir, last):
         )
 
 
-@pytest.mark.large
 def test_evaluate_and_export_load_the_averaged_weights(run_dir, tmp_path, caplog):
     from serving.export import export_run
 

@@ -13,6 +13,9 @@ from training.average import average_run
 from training.bundle import bundle, main
 from training.evaluate import evaluate
 
+# End to end over trained runs: `make test-large` (tests/collection.py).
+pytestmark = pytest.mark.large
+
 REPRODUCE = "make pretrained PRETRAINED_STEPS=60"
 
 
@@ -116,7 +119,6 @@ def test_the_notebooks_fall_back_on_the_pretrained_model_last():
     assert support.TRAINED_RUN_DIRS[-1] == support.REPO_ROOT / artifacts.PRETRAINED_RUN
 
 
-@pytest.mark.large
 def test_exports_and_evaluations_of_the_bundle_use_its_decoding_options(bundled, tmp_path):
     from common.serving_contract import EXPORT_INFO_PATH
     from serving.export import export_run

@@ -16,6 +16,9 @@ from training.corpus import load_pairs
 from training.evaluate import evaluate, is_looping, main
 from training.noise import PERTURBATIONS
 
+# End to end over trained runs: `make test-large` (tests/collection.py).
+pytestmark = pytest.mark.large
+
 
 def test_report_matches_sacrebleu_on_the_written_hypotheses(tiny_run, tmp_path):
     run_dir = tiny_run["run_dir"]
@@ -98,7 +101,6 @@ def exported_version(tiny_run, tmp_path_factory):
     return export_run(tiny_run["run_dir"], export_base=str(tmp_path_factory.mktemp("exports")))
 
 
-@pytest.mark.large
 @pytest.mark.parametrize("beam_width", [1, 4], ids=["greedy", "beam4"])
 def test_an_export_and_its_run_translate_the_test_split_identically(
     tiny_run, exported_version, tmp_path, beam_width
@@ -143,7 +145,6 @@ def test_repetition_controls_from_the_cli_decode_as_the_decoder_does(tiny_run, t
         assert len(set(pieces)) == len(pieces)
 
 
-@pytest.mark.large
 def test_exports_bake_the_repetition_controls_that_evaluation_checks(tiny_run, tmp_path, capsys):
     from common.serving_contract import EXPORT_INFO_PATH
     from serving.export import main as export_main

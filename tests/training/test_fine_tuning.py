@@ -17,6 +17,9 @@ from training.evaluate import evaluate
 from training.toy_corpus import ES_EN_OFFICE, write_corpus
 from training.train import TrainingError, inherited_settings, main, train
 
+# End to end over trained runs: `make test-large` (tests/collection.py).
+pytestmark = pytest.mark.large
+
 
 @pytest.fixture(scope="module")
 def domains(tmp_path_factory):
@@ -49,7 +52,6 @@ def fine_tune_config(run_dir, **overrides):
     return resolve_config("tiny", overrides=overrides, inherited=inherited_settings(run_dir))
 
 
-@pytest.mark.large
 def test_fine_tuning_raises_dev_bleu_on_the_new_domain(house_run, domains, tmp_path):
     _, _, office = domains
     before = evaluate(house_run, "dev", data=office, output_dir=str(tmp_path / "before"))
@@ -100,7 +102,6 @@ def test_fine_tuning_starts_from_the_runs_weights_with_a_fresh_optimizer(
     assert artifacts.checkpoint_step(latest) == 1
 
 
-@pytest.mark.large
 def test_resume_continues_the_fine_tuning_run_itself(house_run, domains, tmp_path):
     _, _, office = domains
     run_dir = str(tmp_path / "resumed")
@@ -150,7 +151,6 @@ def test_init_from_must_be_a_trained_run_other_than_this_one(house_run, domains,
         train(fine_tune_config(house_run, data=office, init_from=house_run), house_run)
 
 
-@pytest.mark.large
 def test_resuming_a_fine_tuning_run_without_init_from_is_refused(house_run, domains, tmp_path):
     _, _, office = domains
     run_dir = str(tmp_path / "run")

@@ -21,6 +21,9 @@ from training.train import TrainingError, main, make_train_dataset, prepare_exam
 from training.vocabulary import build_run_tokenizers
 from training.vocabulary import main as vocabulary_main
 
+# End to end over trained runs: `make test-large` (tests/collection.py).
+pytestmark = pytest.mark.large
+
 
 @pytest.fixture(scope="module")
 def two_corpora(tmp_path_factory):
@@ -150,7 +153,6 @@ def mixed_run(two_corpora, tmp_path_factory):
     )
 
 
-@pytest.mark.large
 def test_dev_bleu_is_written_per_corpus_and_the_best_follows_their_mean(mixed_run, tmp_path):
     scalars = read_scalars(os.path.join(mixed_run, "logs", "dev"))
     for tag in ("bleu/house", "bleu/office", "chrf/house", "chrf/office", "loss/house"):
@@ -198,7 +200,6 @@ def test_the_evaluate_cli_prints_each_corpus(mixed_run, tmp_path, capsys):
     assert out.count("30 sentences") == 1 and out.count("25 sentences") == 1
 
 
-@pytest.mark.large
 def test_a_mixed_bundle_reports_and_shows_each_corpus_in_its_model_card(mixed_run, tmp_path):
     """The card's evaluation has a row per corpus and decoding, the same scores as evaluating the
     bundle; its limitations show each corpus's first test sentences with the bundle's own beam
@@ -339,7 +340,6 @@ def test_a_spec_with_names_and_no_bible_is_refused(two_corpora, tmp_path):
         train(config, str(tmp_path / "run"))
 
 
-@pytest.mark.large
 def test_a_mixed_noised_run_resumes_exactly(two_corpora, tmp_path):
     """20 steps + resume to 40 = 40 uninterrupted steps on two corpora tokenized in tf.data:
     the weighted draws are part of the checkpointed data position."""

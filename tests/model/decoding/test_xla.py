@@ -137,6 +137,7 @@ BEAM_XLA_OPTIONS = {
 ONE_SHORT, THREE_IN_ONE_BUCKET, FIVE_LONG = (1, 3), (3, 12), (5, 20)
 
 
+@pytest.mark.large
 @pytest.mark.parametrize(
     "options, batch, width",
     [
@@ -202,6 +203,7 @@ def test_run_loop_compiles_the_batches_up_to_xla_max_batch_only():
         compiled_rows(1, xla_max_batch=0)
 
 
+@pytest.mark.large
 @pytest.mark.parametrize(
     "decode, strategy",
     [(greedy_decode, GreedySearch()), (beam_search_decode, BeamSearch())],
