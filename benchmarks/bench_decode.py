@@ -69,10 +69,10 @@ from model.decoding import beam_search_decode, greedy_decode, naive_greedy_decod
 from model.dense import FROZEN_WEIGHTS_VARIABLE
 from model.special_tokens import END_ID, RESERVED_TOKENS, START_ID
 from model.tokenizer import WordPieceTokenizer
+from run_directory.artifacts import COMPUTE_DTYPES
 from serving import export
 from serving.export_ctranslate2 import TransformerConverter, decoding_options, source_pieces
 from training import decoding_flags
-from training.artifacts import COMPUTE_DTYPES
 
 SECTION_TITLE = "Decoding"
 NAIVE, CACHED, BEAM = "naive greedy (no cache)", "cached greedy", "beam search (beam {beam})"

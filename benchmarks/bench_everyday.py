@@ -18,7 +18,7 @@ import sys
 import tempfile
 
 from benchmarks.report import machine_description, shown_path, write_section
-from training import artifacts
+from run_directory import artifacts
 from training.corpus import load_pairs
 from training.corpus.loading import DEFAULT_CATALOGS_DIR, EVERYDAY_DIR
 from training.corpus.tsv import read_tsv

@@ -13,7 +13,8 @@ import shlex
 import sys
 
 from benchmarks.report import machine_description, write_section
-from training import artifacts, decoding_flags
+from run_directory import artifacts
+from training import decoding_flags
 from training.evaluate import (
     UNPERTURBED,
     copy_rate_table,

@@ -24,7 +24,7 @@ import keras
 import tensorflow as tf
 
 from benchmarks.report import machine_description, write_section
-from training import artifacts
+from run_directory import artifacts
 from training.config import resolve_config
 from training.corpus import load_pairs
 from training.pipeline import bound_lengths, make_dataset, tokenize_pairs

@@ -21,7 +21,7 @@ import time
 import psutil
 
 from benchmarks.report import machine_description, shown_path, write_section
-from training import artifacts
+from run_directory import artifacts
 from training.corpus import load_run_pairs
 
 SECTION = "Translating a file offline (translate-text)"

@@ -20,7 +20,7 @@ REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 FAST_ENV = "NOTEBOOK_FAST"
 # Looked for in this order: the user's own runs (the CPU default preset, then the quick demo),
-# then the pretrained model committed to the repository (training.artifacts.PRETRAINED_RUN).
+# then the pretrained model committed to the repository (run_directory.artifacts.PRETRAINED_RUN).
 TRAINED_RUN_DIRS = (
     REPO_ROOT / "runs" / "small",
     REPO_ROOT / "runs" / "demo",
@@ -49,11 +49,11 @@ def display_path(path):
 
 
 def is_trained_run(run_dir):
-    """True when `run_dir` holds a run that `training.artifacts.load_trained` can load: its config
+    """True when `run_dir` holds a run that `run_directory.artifacts.load_trained` can load: its config
     and either the final `model.keras` or a checkpoint (a run still training counts)."""
     import tensorflow as tf
 
-    from training import artifacts
+    from run_directory import artifacts
 
     run_dir = pathlib.Path(run_dir)
     if not (run_dir / artifacts.CONFIG_FILE).is_file():

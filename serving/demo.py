@@ -25,8 +25,8 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from common.serving_contract import BEAM_SIGNATURE, EXPORT_INFO_PATH, GREEDY_SIGNATURE
+from run_directory import artifacts
 from serving.client import TranslationClient
-from training import artifacts
 
 # Written as people type: modern spelling (of a name too), then lowercase and without accents, in
 # capitals, and with a name and a figure the corpus never holds.

@@ -71,7 +71,8 @@ from common.serving_contract import (
 )
 from common.serving_contract import INPUT_DTYPES as INPUT_DTYPE_NAMES
 from model.translator import MIN_SOURCE_TOKENS, DecodingOptions, Translator
-from training import artifacts, decoding_flags
+from run_directory import artifacts
+from training import decoding_flags
 
 logger = logging.getLogger(__name__)
 
@@ -490,9 +491,9 @@ def export_run(
     compute_dtype=None,
     **warmup_bounds,
 ):
-    """Loads a training run (`training.artifacts.load_trained`, computing in `compute_dtype`, or
+    """Loads a training run (`run_directory.artifacts.load_trained`, computing in `compute_dtype`, or
     as trained when None) and exports it, decoding with `options` (default: the run's own,
-    `training.artifacts.decoding_options`); `warmup_bounds` are `export_translator`'s
+    `run_directory.artifacts.decoding_options`); `warmup_bounds` are `export_translator`'s
     `warmup_max_batch`, `warmup_max_source_tokens`, `warmup_signatures` and `signatures`.
 
     Returns:

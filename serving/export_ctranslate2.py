@@ -59,7 +59,7 @@ from ctranslate2.specs import common_spec, transformer_spec
 from model.decoding import max_decoding_length_for
 from model.placeholders import restore
 from model.special_tokens import END_ID, PAD_ID, START_ID, UNK_ID
-from training import artifacts
+from run_directory import artifacts
 
 
 def decoding_options(target_vocab):

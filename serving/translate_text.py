@@ -33,7 +33,8 @@ from common.serving_contract import (
     TRANSLATION_OUTPUT,
     TRANSLATIONS_OUTPUT,
 )
-from training import artifacts, decoding_flags
+from run_directory import artifacts
+from training import decoding_flags
 from training.evaluate import export_signature, run_signature
 
 WINDOW_LINES = 10_000

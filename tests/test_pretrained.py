@@ -9,7 +9,7 @@ import pytest
 import sacrebleu
 
 from model.tokenizer import read_tokenizer_config
-from training import artifacts
+from run_directory import artifacts
 from training.bundle import UNQUOTED_CORPORA, directory_bytes
 from training.corpus import load_run_pairs
 from training.evaluate import BATCH_SIZE, output_stem, run_translate_function, translate

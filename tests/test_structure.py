@@ -1,4 +1,5 @@
-"""The packages import one way, benchmarks -> serving -> training -> model -> common, no cycles.
+"""The packages import one way, benchmarks -> serving -> training -> run_directory -> model ->
+common, no cycles.
 
 Read from the source with `ast`, nothing is imported: every `import` statement counts, at
 module level or inside a function (a lazy import is still a dependency).
@@ -11,7 +12,7 @@ import pytest
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
 # Each package may import those after it, never those before it.
-LAYERS = ("benchmarks", "serving", "training", "model", "common")
+LAYERS = ("benchmarks", "serving", "training", "run_directory", "model", "common")
 
 
 def module_name(path, root=REPO_ROOT):

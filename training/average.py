@@ -4,7 +4,7 @@ Checkpoint averaging (as OpenNMT-tf, fairseq and Sockeye do it): the mean of the
 the last N checkpoints, usually a better translator than the last checkpoint alone. It is written
 to `<run_dir>/averaged/` (`ckpt-<newest step>` and `average.json`, which lists the steps), and
 `training.evaluate`, `serving.export` and the notebooks then use it instead of `model.keras`
-(see `training.artifacts.load_trained`) until training goes on past those steps. Only model
+(see `run_directory.artifacts.load_trained`) until training goes on past those steps. Only model
 weights are averaged, in float64 and stored as float32 whatever the run's mixed precision; the
 optimizer state and the training checkpoints are left untouched, so `--resume` is unaffected.
 Averaging again replaces the previous average.
@@ -22,7 +22,7 @@ import tensorflow as tf
 from tqdm import tqdm
 
 from model.tokenizer import load_tokenizers
-from training import artifacts
+from run_directory import artifacts
 
 
 class AveragingError(ValueError):

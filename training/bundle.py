@@ -7,7 +7,7 @@
         config.json            the run's configuration
         decoding.json          the beam width and length penalty chosen for it (export uses them)
         tokenizer/             its vocabulary
-        model.keras            the weights `training.artifacts.load_trained` picks (averaged >
+        model.keras            the weights `run_directory.artifacts.load_trained` picks (averaged >
                                best dev BLEU > final), float32
         logs/                  the run's TensorBoard logs (training curves, dev BLEU)
         training_curves.png
@@ -34,7 +34,8 @@ import uuid
 
 from model.decoding.beam import DEFAULT_ALPHA, DEFAULT_BEAM_WIDTH
 from model.translator import DecodingOptions
-from training import artifacts, decoding_flags
+from run_directory import artifacts
+from training import decoding_flags
 from training.corpus.loading import DEFAULT_BIBLE_DIR, DEFAULT_CATALOGS_DIR, EVERYDAY_DIR
 from training.corpus.outputs import read_corpus_stats
 from training.corpus.tsv import SPLITS, read_tsv

@@ -6,15 +6,11 @@ import json
 import logging
 
 from common.flags import parse_bool
+from run_directory.settings import RENAMED_SETTINGS, upgrade_renamed_settings
 from training.mixture import parse_data
 from training.noise import DEFAULT_NOISE_KINDS, parse_kinds
 
 logger = logging.getLogger(__name__)
-
-# Settings renamed since runs were first saved: `{old name: new name}`. A config.json or
-# --config file with an old name still loads (with a deprecation line in the log), and the old
-# command-line flag still works.
-RENAMED_SETTINGS = {"max_length": "max_sequence_length"}
 
 
 @dataclasses.dataclass
@@ -79,7 +75,7 @@ class TrainConfig:
     # source embedding is that matrix too); false gives each its own matrix.
     tie_embeddings: bool = True
     # Fine-tuning: a trained run directory whose weights (those training.evaluate would use,
-    # `training.artifacts.select_weights`), tokenizer and vocabulary this run starts from, with a
+    # `run_directory.artifacts.select_weights`), tokenizer and vocabulary this run starts from, with a
     # fresh optimizer and schedule. "": from scratch.
     init_from: str = ""
     # Optimization.
@@ -194,29 +190,6 @@ CHOICES = {
     "mixed_precision": ("none", "mixed_float16", "mixed_bfloat16"),
     "distribution": ("default", "mirrored", "multi_worker"),
 }
-
-
-def upgrade_renamed_settings(values, source):
-    """`values` (a dict of settings read from `source`) with every old name of
-    `RENAMED_SETTINGS` replaced by its new one, each logged as deprecated.
-
-    Raises:
-        ValueError: `values` holds both a setting's old and its new name.
-    """
-    upgraded = dict(values)
-    for old_name, new_name in RENAMED_SETTINGS.items():
-        if old_name not in upgraded:
-            continue
-        if new_name in upgraded:
-            raise ValueError(f"{source}: both {old_name} and its new name {new_name} are set")
-        logger.warning(
-            "%s: the setting %s is deprecated; it is read as %s (rename it there).",
-            source,
-            old_name,
-            new_name,
-        )
-        upgraded[new_name] = upgraded.pop(old_name)
-    return upgraded
 
 
 class _RenamedFlag(argparse.Action):

@@ -4,7 +4,7 @@ import argparse
 import glob
 import os
 
-from training import artifacts
+from run_directory import artifacts
 
 
 def read_scalars(log_dir, wall_time=False):

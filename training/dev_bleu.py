@@ -19,7 +19,7 @@ import tensorflow as tf
 from common.serving_contract import TRANSLATION_OUTPUT
 from model.files import write_atomically
 from model.translator import Translator
-from training.artifacts import BEST_INFO_FILE
+from run_directory.artifacts import BEST_INFO_FILE
 from training.evaluate import BATCH_SIZE, score, translate
 
 

@@ -42,7 +42,8 @@ from common.serving_contract import (
     TRANSLATION_OUTPUT,
 )
 from model.translator import DecodingOptions, Translator
-from training import artifacts, decoding_flags
+from run_directory import artifacts
+from training import decoding_flags
 from training.copying import KINDS, copy_rate_sets, copy_rates, corpus_words, proper_names
 from training.corpus import CorpusError, load_run_pairs
 from training.mixture import load_splits, parse_data
@@ -62,7 +63,7 @@ def run_signature(run_dir, beam_width=1, **overrides):
     sets `num_hypotheses`: `common.serving_contract.SIGNATURE_OUTPUTS`), as the export's
     signature of that name does.
 
-    The decoding options are the run's (`training.artifacts.decoding_options`: its
+    The decoding options are the run's (`run_directory.artifacts.decoding_options`: its
     `decoding.json`, or the defaults), with `overrides` (`DecodingOptions` fields, None: the
     run's) in their place.
     """
@@ -145,7 +146,7 @@ class EvaluatedModel:
     Attributes:
         translate_batch: `[batch]` tf.string → `[batch]` tf.string translations.
         config: the run's config dict (an export's `run_config`, or {}).
-        source_spelling: the spelling its source tokenizer reads (`training.artifacts`).
+        source_spelling: the spelling its source tokenizer reads (`run_directory.artifacts`).
         source: the run or export directory.
         decoding: how it decodes, for reports ("greedy", "beam 4, alpha 0.6", and the
             repetition controls when on).
@@ -321,7 +322,7 @@ def evaluate(
     Args:
         run_dir: a training run directory; or None with `export_dir`.
         alpha: beam search's length-penalty exponent (default: the run's own,
-            `training.artifacts.decoding_options`; an export always uses its own).
+            `run_directory.artifacts.decoding_options`; an export always uses its own).
         export_dir: an exported SavedModel version (`<export_base>/<model>/<version>`), scored
             through its signatures instead of a run directory.
         perturb: a `training.noise` perturbation name (or "+"-composition) applied to the

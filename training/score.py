@@ -26,7 +26,7 @@ from common.serving_contract import (
     TOKEN_SCORES_OUTPUT,
 )
 from model.translator import Translator
-from training import artifacts
+from run_directory import artifacts
 from training.evaluate import BATCH_SIZE, TEXT_SPEC, load_export
 
 

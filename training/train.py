@@ -3,7 +3,7 @@
 Builds (or reuses) the subword vocabularies, batches the corpus by length, and trains with the
 paper's schedule and Adam settings in a custom `tf.distribute` loop: one device, several local
 devices (`--distribution mirrored`), or several hosts (`--distribution multi_worker`, reading
-`TF_CONFIG`). The run directory (see `training/artifacts.py`) receives the config, the
+`TF_CONFIG`). The run directory (see `run_directory/artifacts.py`) receives the config, the
 vocabularies, TensorBoard logs, checkpoints every `--checkpoint_every` steps, and `model.keras`.
 
 `--resume` continues from the last checkpoint: same step counter, optimizer state and data
@@ -27,7 +27,7 @@ import keras
 import tensorflow as tf
 
 from model.tokenizer import load_tokenizers, read_tokenizer_config
-from training import artifacts
+from run_directory import artifacts
 from training.config import TrainConfig, add_config_arguments, resolve_config, subword_sampling
 from training.corpus import CorpusError
 from training.dev_bleu import BestCheckpoint, DevBleu
@@ -199,7 +199,7 @@ def check_init_from(config, run_dir):
 
 def load_initial_weights(model, init_from):
     """Gives the built `model` the weights of the run `init_from` that `training.evaluate` would
-    use (`training.artifacts.select_weights`: averaged, else best dev BLEU, else model.keras,
+    use (`run_directory.artifacts.select_weights`: averaged, else best dev BLEU, else model.keras,
     else the latest checkpoint); returns their description."""
     checkpoint_path, description = artifacts.select_weights(init_from)
     if checkpoint_path is None:

@@ -341,7 +341,7 @@ def test_no_signature_writes_a_placeholder_more_often_than_the_source(placeholde
     """With `limit_placeholders` (the default) no decoder's output holds a protected word more
     often than its source, nor a marker; without it, the tiny run repeats some."""
     from model.translator import DecodingOptions, Translator
-    from training.artifacts import load_trained
+    from run_directory.artifacts import load_trained
 
     model, source_tokenizer, target_tokenizer = load_trained(placeholder_run)[:3]
     texts = tf.constant(CROWDED)
@@ -384,8 +384,8 @@ def test_warmup_texts_are_as_long_as_asked_after_the_placeholders(placeholder_ru
     that leave out the capitals of `WARMUP_TEXTS` ("Hola", "Dónde", "El"), each of those is one
     marker piece, as `alignments` shows them (the words put back in its `source_tokens`)."""
     from model.translator import MIN_SOURCE_TOKENS, Translator
+    from run_directory.artifacts import load_trained
     from serving.export import texts_of_lengths
-    from training.artifacts import load_trained
 
     model, source_tokenizer, target_tokenizer, _ = load_trained(placeholder_run)
     source_tokenizer.placeholders = Placeholders(corpus_word_keys(KNOWN_TEXTS))

@@ -21,8 +21,8 @@ from model.restoration import (
     strip_accents,
 )
 from model.spelling import MODERN
+from run_directory import artifacts
 from tests.paths import REPO_ROOT
-from training import artifacts
 from training.corpus.tsv import read_tsv
 
 DATA = os.path.join(str(REPO_ROOT), "data", "bible")

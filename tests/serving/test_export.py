@@ -52,11 +52,11 @@ from common.serving_contract import (
 from model import translator
 from model.decoding import beam_search_decode, greedy_decode
 from model.special_tokens import END_ID, START_ID
+from run_directory.artifacts import CONFIG_FILE, load_trained, read_config
 from serving import export
 from tests.export_fixtures import PAIRS, saved_model_cli, saved_model_cli_path, text_literal
 from tests.frozen_weights import assert_frozen_weights_change_nothing
 from tests.graphs import products_with_bias
-from training.artifacts import CONFIG_FILE, load_trained, read_config
 
 MODEL_NAME = "translator"
 # Different lengths, accents, a sentence outside the training pairs and an empty string.

@@ -36,6 +36,7 @@ from model.decoding import (
 )
 from model.special_tokens import END_ID, START_ID
 from model.translator import Translator
+from run_directory.artifacts import load_trained
 from serving import export
 from serving.export_ctranslate2 import (
     decoding_options,
@@ -46,7 +47,6 @@ from serving.export_ctranslate2 import (
 )
 from tests.export_fixtures import build_tiny_run
 from tests.paths import REPO_ROOT
-from training.artifacts import load_trained
 
 BEAM_WIDTH = 4
 ALPHA = 0.6

@@ -47,6 +47,7 @@ from model.decoding import (
 )
 from model.special_tokens import END_ID, PAD_ID, START_ID
 from model.translator import DecodingOptions, Translator
+from run_directory.artifacts import load_trained
 from serving import client as client_module
 from serving import export, export_ctranslate2
 from serving.export_ctranslate2 import decoding_options, source_pieces, target_ids
@@ -61,7 +62,6 @@ from tests.serving.test_export_ctranslate2 import (
     _translate_ct2,
 )
 from training import score as score_cli
-from training.artifacts import load_trained
 
 MODEL_NAME = "translator"
 BEAM_WIDTH, NUM_HYPOTHESES = 4, 3

@@ -50,6 +50,7 @@ from common.serving_contract import (
 )
 from model.decoding.xla import pad_to_xla_buckets, xla_batch_size, xla_slots
 from model.translator import MIN_SOURCE_TOKENS, Translator
+from run_directory import artifacts
 from serving import export
 from serving.model_server import servable as servable_lib
 from serving.model_server.errors import ServingError
@@ -57,7 +58,6 @@ from serving.model_server.predict import run_warmup
 from serving.model_server.server import ModelServer, ServerOptions
 from tests.export_fixtures import PAIRS, saved_model_cli, text_literal
 from tests.serving_fixtures import ServerProcess, texts_request
-from training import artifacts
 
 MODEL_NAME = "translator"
 # Five sentences: XLA decodes them in a batch of 8, three rows of padding.

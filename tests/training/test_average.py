@@ -12,7 +12,7 @@ import pytest
 import tensorflow as tf
 
 from model.tokenizer import load_tokenizers
-from training import artifacts
+from run_directory import artifacts
 from training.average import AveragingError, average_run, main
 from training.config import resolve_config
 from training.train import train
@@ -110,7 +110,7 @@ def test_evaluate_and_export_load_the_averaged_weights(run_dir, tmp_path, caplog
     from serving.export import export_run
 
     averaged = checkpoint_weights(run_dir, average_run(run_dir, 2))
-    with caplog.at_level(logging.INFO, logger="training.artifacts"):
+    with caplog.at_level(logging.INFO, logger="run_directory.artifacts"):
         model, *_ = artifacts.load_trained(run_dir)  # what training.evaluate translates with
     assert "average of the checkpoints of steps 20, 30" in caplog.text
     for weight, value in zip(model.weights, averaged, strict=True):
@@ -129,7 +129,7 @@ def test_training_past_the_average_makes_it_stale(trained_run, run_dir, caplog):
     average_run(run_dir, 2)
     config = resolve_config("tiny", overrides={**vars(trained_run[1]), "train_steps": 40})
     train(config, run_dir, resume=True)
-    with caplog.at_level(logging.INFO, logger="training.artifacts"):
+    with caplog.at_level(logging.INFO, logger="run_directory.artifacts"):
         artifacts.load_trained(run_dir)
     assert "training went on to step 40" in caplog.text
     assert "using the weights of model.keras" in caplog.text

@@ -7,8 +7,8 @@ import shutil
 import numpy as np
 import pytest
 
+from run_directory import artifacts
 from tests.paths import REPO_ROOT
-from training import artifacts
 from training.average import average_run
 from training.bundle import bundle, main
 from training.evaluate import evaluate

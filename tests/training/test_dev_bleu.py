@@ -7,7 +7,7 @@ import keras
 import numpy as np
 import pytest
 
-from training import artifacts
+from run_directory import artifacts
 from training.config import resolve_config
 from training.corpus import load_pairs
 from training.curves import read_scalars

@@ -10,8 +10,8 @@ import tensorflow as tf
 
 from model.decoding import beam_search_decode, greedy_decode
 from model.special_tokens import END_ID, START_ID
+from run_directory import artifacts
 from serving.export import export_run
-from training import artifacts
 from training.corpus import load_pairs
 from training.evaluate import evaluate, is_looping, main
 from training.noise import PERTURBATIONS

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from run_directory import artifacts
 from tests.training_cli import train_tiny
-from training import artifacts
 from training.config import resolve_config
 from training.evaluate import evaluate
 from training.toy_corpus import ES_EN_OFFICE, write_corpus

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from model.spelling import MODERN, modernize, modernize_graph
+from run_directory import artifacts
 from tests.training_cli import train_tiny
-from training import artifacts
 from training.config import resolve_config
 from training.curves import read_scalars
 from training.evaluate import evaluate, evaluate_perturbations

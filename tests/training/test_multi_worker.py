@@ -9,9 +9,9 @@ import sys
 import numpy as np
 import pytest
 
+from run_directory import artifacts
 from tests.paths import REPO_ROOT
 from tests.training_cli import run_training_cli
-from training import artifacts
 
 ROOT = str(REPO_ROOT)
 

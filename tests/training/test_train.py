@@ -15,9 +15,9 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from model import Transformer
+from run_directory import artifacts
 from tests.paths import REPO_ROOT
 from tests.training_cli import run_training_cli
-from training import artifacts
 from training.config import TrainConfig, add_config_arguments, resolve_config
 from training.losses import masked_token_losses
 from training.toy_corpus import word_for_word_pairs
@@ -456,14 +456,9 @@ def test_config_file_sits_between_the_preset_and_the_flags(corpus, tmp_path, cap
 def test_a_config_saved_with_max_length_still_loads_as_max_sequence_length(tmp_path, caplog):
     config_file = tmp_path / "settings.json"
     config_file.write_text(json.dumps({"max_length": 40}))
-    with caplog.at_level("WARNING", logger="training.config"):
+    with caplog.at_level("WARNING", logger="run_directory.settings"):
         assert resolve_config("tiny", str(config_file)).max_sequence_length == 40
     assert f"{config_file}: the setting max_length is deprecated" in caplog.text
-    run_dir = tmp_path / "run"
-    run_dir.mkdir()
-    (run_dir / artifacts.CONFIG_FILE).write_text(json.dumps({"max_length": 40, "d_model": 8}))
-    saved = artifacts.read_config(str(run_dir))
-    assert saved["max_sequence_length"] == 40 and "max_length" not in saved
     config_file.write_text(json.dumps({"max_length": 40, "max_sequence_length": 48}))
     with pytest.raises(ValueError, match="both max_length and its new name max_sequence_length"):
         resolve_config("tiny", str(config_file))

@@ -27,7 +27,7 @@ from tests.serving_fixtures import (
 IMPORT_TIME_LINE = re.compile(r"^import time:\s+\d+ \|\s+\d+ \|\s*([\w.]+)\s*$", re.MULTILINE)
 PROFILE_IMPORTS = {"PYTHONPROFILEIMPORTTIME": "1"}
 # Project packages and libraries that only the model code and training need.
-FORBIDDEN_PACKAGES = ("model", "training", "benchmarks", "keras_hub")
+FORBIDDEN_PACKAGES = ("model", "run_directory", "training", "benchmarks", "keras_hub")
 
 
 def imported_modules(log):

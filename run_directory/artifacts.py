@@ -26,7 +26,7 @@ from model import Transformer
 from model.precision import BFLOAT16_WEIGHTS
 from model.tokenizer import load_tokenizers, read_tokenizer_config
 from model.translator import DecodingOptions
-from training.config import upgrade_renamed_settings
+from run_directory.settings import upgrade_renamed_settings
 
 CONFIG_FILE = "config.json"
 TOKENIZER_DIR = "tokenizer"
