@@ -19,8 +19,8 @@ tests/test_collection.py checks it in pytest-xdist workers that start in a secon
 
 import pytest
 
-SHARED_FIXTURES = ("trained_reverse_model", "tiny_export_run")
-LARGE_FIXTURES = SHARED_FIXTURES
+LARGE_FIXTURES = ("trained_reverse_model", "tiny_export_run")
+SHARED_FIXTURES = (*LARGE_FIXTURES, "half_trained_model")
 LARGE = "large"
 
 

@@ -21,7 +21,7 @@ def untrained_model():
     return model
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def half_trained_model():
     """The reverse task after 60 training steps: every output ends with [END], but the model is
     unsure enough that beam search and greedy decoding often disagree (an untrained model never
