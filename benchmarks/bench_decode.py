@@ -14,7 +14,7 @@ matter), times for a batch of 1 and of 32 sentences:
 each compiled with `tf.function`, warmed up, then timed `--repeats` rounds (median reported), for
 exactly `--output_tokens` output tokens (min_length = max_decoding_length). Then the same model
 exported by `serving.export` (text in, text out, tokenizer and detokenizer in the graph) is loaded
-as TF Serving loads it, by the TF1 SavedModel loader into a `Session` (`SessionSignatures`), and its
+as the model server loads it, into a TF1 `Session` as TF Serving does (`SessionSignatures`), and its
 `serving_default` and `beam_search` signatures are timed the same way; its output length is
 forced by a -1e4 bias on the [END] logit and `max_length_ratio=0`,
 `max_length_offset=output_tokens`, and checked through the `alignments` signature. With
@@ -307,8 +307,9 @@ def export_benchmark_model(
 
 
 class SessionSignatures:
-    """An exported version loaded as TF Serving loads it: the TF1 SavedModel loader restores the
-    graph and variables into a `tf.compat.v1.Session`, and a call is one `Session.run` of a
+    """An exported version loaded as the model server loads it (`serving.model_server.servable`:
+    its MetaGraphDef imported into a `tf.compat.v1.Session`, the variables restored and the init
+    op run, as TF's SavedModel loader and so TF Serving do); a call is one `Session.run` of a
     signature's tensors.
 
     Args:
@@ -319,15 +320,14 @@ class SessionSignatures:
     def __init__(self, export_dir, threads=0):
         import tensorflow_text  # noqa: F401  (the exported tokenizer's ops)
 
-        self._graph = tf.Graph()
+        # Imported here: the server's modules bring gRPC, which only the SavedModel rows need.
+        from serving.model_server.servable import load_session, read_meta_graph
+
         config = tf.compat.v1.ConfigProto(
             intra_op_parallelism_threads=threads, inter_op_parallelism_threads=threads
         )
-        self._session = tf.compat.v1.Session(graph=self._graph, config=config)
-        with self._graph.as_default():
-            meta_graph = tf.compat.v1.saved_model.loader.load(
-                self._session, [tf.saved_model.SERVING], export_dir
-            )
+        meta_graph = read_meta_graph(export_dir, [tf.saved_model.SERVING])
+        self._session = load_session(export_dir, meta_graph, config=config)
         self._signatures = meta_graph.signature_def
         self._export_dir = export_dir
 
@@ -1019,7 +1019,7 @@ float32's / int8's, so below 1× is faster):
         )
     return f"""Command: `{command}`
 Machine: {machine_description()}; CTranslate2 {ctranslate2.__version__}; load average {load_before[0]:.2f} before, {load_after[0]:.2f} after (other processes share the cores).
-Model: {args.num_layers}+{args.num_layers} layers, d_model {args.d_model}, {args.num_heads} heads, dff {args.dff}, vocab {args.vocab_size}, random weights; sources of {args.source_words + 2} tokens; exactly {args.output_tokens} output tokens per sentence (min_length = max_decoding_length). TensorFlow threads (intra-op, inter-op): {args.threads or "default (one per core)"}; CTranslate2: {threads} intra-op threads, one batch at a time. Every decoder is warmed up {args.warmup}×, then timed {args.repeats}× in interleaved rounds (median; fastest in parentheses). SavedModel rows: {exported}, loaded by the TF1 SavedModel loader into a Session, as TF Serving loads it{worker_note}. CTranslate2 rows: the same weights converted by `serving.export_ctranslate2` (float32, and int8 weights), `translate_batch` on the same subword pieces, length penalty {export.DecodingOptions().alpha} (no effect on forced lengths).
+Model: {args.num_layers}+{args.num_layers} layers, d_model {args.d_model}, {args.num_heads} heads, dff {args.dff}, vocab {args.vocab_size}, random weights; sources of {args.source_words + 2} tokens; exactly {args.output_tokens} output tokens per sentence (min_length = max_decoding_length). TensorFlow threads (intra-op, inter-op): {args.threads or "default (one per core)"}; CTranslate2: {threads} intra-op threads, one batch at a time. Every decoder is warmed up {args.warmup}×, then timed {args.repeats}× in interleaved rounds (median; fastest in parentheses). SavedModel rows: {exported}, loaded into a TF1 Session by the model server's loader, as TF Serving loads it{worker_note}. CTranslate2 rows: the same weights converted by `serving.export_ctranslate2` (float32, and int8 weights), `translate_batch` on the same subword pieces, length penalty {export.DecodingOptions().alpha} (no effect on forced lengths).
 
 | decoder | batch | sentences/s | ms/sentence | output tokens/s | ms/batch |
 | --- | ---: | ---: | ---: | ---: | ---: |

@@ -272,6 +272,7 @@ def load_session(
     export_dir: str,
     meta_graph: meta_graph_pb2.MetaGraphDef,
     record_stage: Callable[[str, float], None] | None = None,
+    config: tf.compat.v1.ConfigProto | None = None,
 ) -> tf.compat.v1.Session:
     """Imports a MetaGraphDef into a new Session, restores its variables and runs its init op,
     as TF's SavedModel loader (and so TF Serving) does; signature inputs take any shape.
@@ -279,12 +280,14 @@ def load_session(
     Args:
         record_stage: called with TF's stage names and their seconds: "restore_graph"
             (import and variables), then "init_graph" (the init op).
+        config: the Session's `ConfigProto` (its thread pools, say); None: TensorFlow's
+            defaults, as the server runs.
     """
     start = time.monotonic()
     graph = tf.Graph()
     with graph.as_default():
         saver = tf.compat.v1.train.import_meta_graph(_feedable_at_any_shape(meta_graph))
-    session = tf.compat.v1.Session(graph=graph)
+    session = tf.compat.v1.Session(graph=graph, config=config)
     variables = os.path.join(
         export_dir, tf.saved_model.VARIABLES_DIRECTORY, tf.saved_model.VARIABLES_FILENAME
     )
