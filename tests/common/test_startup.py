@@ -116,6 +116,7 @@ def thread_count_after_one_thread_matmul(first_import):
     return int(result.stdout)
 
 
+@pytest.mark.large
 def test_the_start_up_session_leaves_thread_settings_to_the_process():
     # TensorFlow sizes its shared thread pools from the first session that asks; the start-up
     # Session once did, and `--threads 1` or `--tensorflow_intra_op_parallelism=1` then ran on

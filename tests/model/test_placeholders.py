@@ -287,6 +287,7 @@ def test_a_run_with_placeholders_copies_unseen_names_and_numbers(placeholder_run
     assert "Zorblat" in pieces and not any(marker in "".join(pieces) for marker in MARKERS)
 
 
+@pytest.mark.large
 def test_the_ctranslate2_recipe_protects_as_the_translator_does(placeholder_run, tmp_path):
     """docs/serving.md's CTranslate2 recipe on the placeholder run, with unseen words: the same
     translations as the project's greedy signature (CTranslate2 runs the same weights)."""
@@ -379,6 +380,7 @@ def test_no_signature_writes_a_placeholder_more_often_than_the_source(placeholde
     ), "the tiny run repeats no placeholder on its own: the test tests nothing"
 
 
+@pytest.mark.large
 def test_warmup_texts_are_as_long_as_asked_after_the_placeholders(placeholder_run):
     """`serving.export`'s warmup texts, counted as the signatures decode them: with known words
     that leave out the capitals of `WARMUP_TEXTS` ("Hola", "Dónde", "El"), each of those is one

@@ -85,6 +85,7 @@ def test_resume_continues_exactly(corpus, tmp_path):
         np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.large
 def test_time_budget_ends_the_run_with_a_checkpoint_and_the_model(corpus, tmp_path, capsys):
     """`train_minutes` ends the run at the first step past the budget, saved like a finished run
     (a budget of 0.6 s: the first step alone, tracing included, takes longer)."""
@@ -351,6 +352,7 @@ def as_dataset(batches):
     )
 
 
+@pytest.mark.large
 def test_dev_evaluation_is_one_graph_for_every_bucket_shape():
     """Dev batches come in one shape per length bucket: once the evaluation graph has gone
     shape-generic, new buckets do not trace it again. Its loss and accuracy are per real
@@ -518,6 +520,7 @@ def test_long_examples_truncate_keeps_what_drop_would_discard(corpus, tmp_path):
     assert os.path.exists(os.path.join(run_dir, "model.keras"))
 
 
+@pytest.mark.large
 def test_separate_lower_cased_vocabularies_through_train(corpus, tmp_path):
     from model.tokenizer import load_tokenizers
 
