@@ -138,12 +138,14 @@ MUTATIONS = (
         "serving/model_server/http_server.py",
         "        if length > limit:\n"
         "            raise _too_large(limit, str(length))\n"
+        "        self._reserve(length)\n"
         "        if length:\n"
         "            self._continue()\n",
         "        if length:\n"
         "            self._continue()\n"
         "        if length > limit:\n"
-        "            raise _too_large(limit, str(length))\n",
+        "            raise _too_large(limit, str(length))\n"
+        "        self._reserve(length)\n",
         ("tests/serving/model_server/test_http_server.py", "-k", "expect_100"),
     ),
     Mutation(
