@@ -72,6 +72,7 @@ from model.tokenizer import WordPieceTokenizer
 from run_directory.artifacts import COMPUTE_DTYPES
 from serving import export
 from serving.export_ctranslate2 import TransformerConverter, decoding_options, source_pieces
+from serving.model_server.servable import load_session, read_meta_graph, read_warmup_requests
 from training import decoding_flags
 
 SECTION_TITLE = "Decoding"
@@ -320,9 +321,6 @@ class SessionSignatures:
     def __init__(self, export_dir, threads=0):
         import tensorflow_text  # noqa: F401  (the exported tokenizer's ops)
 
-        # Imported here: the server's modules bring gRPC, which only the SavedModel rows need.
-        from serving.model_server.servable import load_session, read_meta_graph
-
         config = tf.compat.v1.ConfigProto(
             intra_op_parallelism_threads=threads, inter_op_parallelism_threads=threads
         )
@@ -343,9 +341,6 @@ class SessionSignatures:
         first call decides how its weights stay packed (`TF_ONEDNN_ASSUME_FROZEN_WEIGHTS`),
         a server's first calls are these. (The local server's `run_warmup` replays them on its
         own servable, through its request checks; this is the plain Session the bench times.)"""
-        # Imported here: the server's modules bring gRPC, which the bench needs for this only.
-        from serving.model_server.servable import read_warmup_requests
-
         requests = read_warmup_requests(self._export_dir)
         for request in requests:
             inputs = {alias: tf.make_ndarray(proto) for alias, proto in request.inputs.items()}
