@@ -95,18 +95,18 @@ evaluate: $(STAMP)  ## BLEU/chrF of RUN_DIR (or of EXPORT_DIR=exports/translator
 	$(PY) -m training.evaluate $(if $(EXPORT_DIR),--export_dir $(EXPORT_DIR),--run_dir $(RUN_DIR)) $(EVAL_ARGS)
 
 export: $(STAMP)  ## exports/translator/<next version>/ from RUN_DIR (EXPORT_ARGS="--jit_compile": XLA greedy).
-	$(PY) -m serving.export --run_dir $(RUN_DIR) --export_base $(EXPORT_BASE) --model_name $(MODEL_NAME) \
+	$(PY) -m inference.export --run_dir $(RUN_DIR) --export_base $(EXPORT_BASE) --model_name $(MODEL_NAME) \
 		$(EXPORT_ARGS)
 
 # A run directory, a bundle or an export version; stdin and stdout unless INPUT=/OUTPUT= are given.
 MODEL ?= $(PRETRAINED_DIR)
 translate: $(STAMP)  ## make translate MODEL=pretrained/bible-catalogs-es-en < in.txt > out.txt (or INPUT=in.txt OUTPUT=out.txt; TRANSLATE_ARGS="--beam_width 4 --with_scores").
-	@$(PY) -m serving.translate_text --model $(MODEL) $(if $(INPUT),--input_file $(INPUT)) \
+	@$(PY) -m inference.translate_text --model $(MODEL) $(if $(INPUT),--input_file $(INPUT)) \
 		$(if $(OUTPUT),--output_file $(OUTPUT)) $(TRANSLATE_ARGS)
 
 CT2_DIR ?= exports/ctranslate2
 export-ctranslate2: $(STAMP)  ## RUN_DIR as a CTranslate2 model in CT2_DIR (CT2_ARGS="--quantization int8 --force").
-	$(PY) -m serving.export_ctranslate2 --run_dir $(RUN_DIR) --output_dir $(CT2_DIR) $(CT2_ARGS)
+	$(PY) -m inference.export_ctranslate2 --run_dir $(RUN_DIR) --output_dir $(CT2_DIR) $(CT2_ARGS)
 
 serve: $(STAMP)  ## The real tensorflow_model_server when installed, else the local one; same flags (SERVE_ARGS="--xla_cpu_compilation_enabled=true" for --jit_compile exports).
 	@if command -v tensorflow_model_server >/dev/null 2>&1; then \
@@ -120,10 +120,10 @@ query: $(STAMP)  ## make query TEXT="..."
 	$(PY) -m serving.client --server 127.0.0.1:$(PORT) --model_name $(MODEL_NAME) "$(TEXT)"
 
 demo: $(STAMP)  ## The bundled pretrained model: export, server in the background, translations over gRPC.
-	$(PY) -m serving.demo --port $(PORT)
+	$(PY) -m inference.demo --port $(PORT)
 
 demo-train: $(STAMP)  ## As demo, with a model trained on the spot (the demo preset, a few minutes).
-	$(PY) -m serving.demo --port $(PORT) --train demo --run_dir runs/demo
+	$(PY) -m inference.demo --port $(PORT) --train demo --run_dir runs/demo
 
 # The bundled model (pretrained/bible-catalogs-es-en): its recipe, trained from scratch, averaged,
 # packaged. The Bible and Debian's message catalogs (data/catalogs) mixed half and half, one
@@ -166,7 +166,7 @@ PRETRAINED_NOTES := Trained on the Bible corpus and Debian's translated message 
 	on the Bible's dev split for the Bible-only bundle (docs/benchmark-log.md, the bundle with \
 	placeholders) and kept: beam search's alpha \
 	$(PRETRAINED_ALPHA) and no_repeat_ngram_size $(PRETRAINED_NO_REPEAT_NGRAM_SIZE) (CTranslate2's \
-	semantics); pass --no_repeat_ngram_size 0 to training.evaluate or serving.export to decode \
+	semantics); pass --no_repeat_ngram_size 0 to training.evaluate or inference.export to decode \
 	without it. Every decoder writes a placeholder at most as often as its source holds it \
 	(model.decoding.copies, docs/benchmark-log.md, Placeholder limits; --limit_placeholders false: off). \
 	After training, its source tokenizer was given the restoration of accents and capitals \

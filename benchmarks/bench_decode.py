@@ -13,7 +13,7 @@ matter), times for a batch of 1 and of 32 sentences:
 
 each compiled with `tf.function`, warmed up, then timed `--repeats` rounds (median reported), for
 exactly `--output_tokens` output tokens (min_length = max_decoding_length). Then the same model
-exported by `serving.export` (text in, text out, tokenizer and detokenizer in the graph) is loaded
+exported by `inference.export` (text in, text out, tokenizer and detokenizer in the graph) is loaded
 as the model server loads it, into a TF1 `Session` as TF Serving does (`SessionSignatures`), and its
 `serving_default` and `beam_search` signatures are timed the same way; its output length is
 forced by a -1e4 bias on the [END] logit and `max_length_ratio=0`,
@@ -23,7 +23,7 @@ export's Session runs in a worker process of its own (`SessionWorker`), which th
 call in turn: Sessions of several exports in one process slowed each other's plain graph
 (`SessionWorker`).
 
-The anchor: the same weights converted by `serving.export_ctranslate2` and run by CTranslate2
+The anchor: the same weights converted by `inference.export_ctranslate2` and run by CTranslate2
 (float32, and int8 weights), greedy and beam 4, on the same number of threads
 (`intra_threads`; one batch at a time), `min_decoding_length = max_decoding_length =
 output_tokens`, timed in the same interleaved rounds. The report gives every project decoder's
@@ -64,14 +64,14 @@ from common.serving_contract import (
     TARGET_TOKENS_OUTPUT,
     TEXT_INPUT,
 )
+from inference import export
+from inference.export_ctranslate2 import TransformerConverter, decoding_options, source_pieces
 from model import Transformer
 from model.decoding import beam_search_decode, greedy_decode, naive_greedy_decode
 from model.dense import FROZEN_WEIGHTS_VARIABLE
 from model.special_tokens import END_ID, RESERVED_TOKENS, START_ID
 from model.tokenizer import WordPieceTokenizer
 from run_directory.artifacts import COMPUTE_DTYPES
-from serving import export
-from serving.export_ctranslate2 import TransformerConverter, decoding_options, source_pieces
 from serving.model_server.servable import load_session, read_meta_graph, read_warmup_requests
 from training import decoding_flags
 
@@ -96,7 +96,7 @@ SAVED_BF16_XLA_BEAM = (
     "SavedModel beam_search (beam {beam}), bfloat16 --jit_compile export, TF1 Session"
 )
 # The hybrid exports: `--jit_compile --xla_max_batch 1`, so batch 1 runs XLA and batch 32 the
-# plain graph (serving.export --xla_max_batch).
+# plain graph (inference.export --xla_max_batch).
 HYBRID_MAX_BATCH = 1
 # The statistics of a case's calls in `time_cases`' results, by position.
 MEDIAN, FASTEST = 0, 1
@@ -143,7 +143,7 @@ def synthetic_vocab(size):
 
 def build_model(args, dtype=None):
     """The benchmarked Transformer, built, with [END] made (practically) impossible. `dtype`:
-    a Keras dtype policy (`bfloat16_copy`'s is what `serving.export --compute_dtype bfloat16`
+    a Keras dtype policy (`bfloat16_copy`'s is what `inference.export --compute_dtype bfloat16`
     exports)."""
     model = Transformer(
         num_layers=args.num_layers,
@@ -285,7 +285,7 @@ def matmul_floor(model, steps, rows_per_sentence=1, jit_compile=True):
 
 
 def bfloat16_copy(model, args):
-    """`model` computing in bfloat16 as `serving.export --compute_dtype bfloat16` exports it
+    """`model` computing in bfloat16 as `inference.export --compute_dtype bfloat16` exports it
     (weights stored in bfloat16, `model.precision`), with the same weights."""
     copy = build_model(args, dtype=COMPUTE_DTYPES["bfloat16"])
     copy.set_weights(model.get_weights())
@@ -314,7 +314,7 @@ class SessionSignatures:
     signature's tensors.
 
     Args:
-        export_dir: a version directory written by `serving.export`.
+        export_dir: a version directory written by `inference.export`.
         threads: the Session's intra-op and inter-op threads (0: TensorFlow's choice).
     """
 
@@ -504,7 +504,7 @@ def mean_output_tokens(signatures, texts):
 
 
 def ctranslate2_decoders(model, vocab, args, directory):
-    """The model converted by `serving.export_ctranslate2` into `directory`, float32 and int8.
+    """The model converted by `inference.export_ctranslate2` into `directory`, float32 and int8.
 
     Returns:
         `{name: function(pieces) -> list of TranslationResult}`, greedy and beam search for each
@@ -998,7 +998,7 @@ float32's / int8's, so below 1× is faster):
         )
         if args.export_dir
         else (
-            f"the same weights exported by `serving.export` (tokenization and detokenization in the "
+            f"the same weights exported by `inference.export` (tokenization and detokenization in the "
             f"graph; {served_tokens:.0f} tokens forced through the [END] bias and "
             "max_decoding_length)"
         )
@@ -1014,7 +1014,7 @@ float32's / int8's, so below 1× is faster):
         )
     return f"""Command: `{command}`
 Machine: {machine_description()}; CTranslate2 {ctranslate2.__version__}; load average {load_before[0]:.2f} before, {load_after[0]:.2f} after (other processes share the cores).
-Model: {args.num_layers}+{args.num_layers} layers, d_model {args.d_model}, {args.num_heads} heads, dff {args.dff}, vocab {args.vocab_size}, random weights; sources of {args.source_words + 2} tokens; exactly {args.output_tokens} output tokens per sentence (min_length = max_decoding_length). TensorFlow threads (intra-op, inter-op): {args.threads or "default (one per core)"}; CTranslate2: {threads} intra-op threads, one batch at a time. Every decoder is warmed up {args.warmup}×, then timed {args.repeats}× in interleaved rounds (median; fastest in parentheses). SavedModel rows: {exported}, loaded into a TF1 Session by the model server's loader, as TF Serving loads it{worker_note}. CTranslate2 rows: the same weights converted by `serving.export_ctranslate2` (float32, and int8 weights), `translate_batch` on the same subword pieces, length penalty {export.DecodingOptions().alpha} (no effect on forced lengths).
+Model: {args.num_layers}+{args.num_layers} layers, d_model {args.d_model}, {args.num_heads} heads, dff {args.dff}, vocab {args.vocab_size}, random weights; sources of {args.source_words + 2} tokens; exactly {args.output_tokens} output tokens per sentence (min_length = max_decoding_length). TensorFlow threads (intra-op, inter-op): {args.threads or "default (one per core)"}; CTranslate2: {threads} intra-op threads, one batch at a time. Every decoder is warmed up {args.warmup}×, then timed {args.repeats}× in interleaved rounds (median; fastest in parentheses). SavedModel rows: {exported}, loaded into a TF1 Session by the model server's loader, as TF Serving loads it{worker_note}. CTranslate2 rows: the same weights converted by `inference.export_ctranslate2` (float32, and int8 weights), `translate_batch` on the same subword pieces, length penalty {export.DecodingOptions().alpha} (no effect on forced lengths).
 
 | decoder | batch | sentences/s | ms/sentence | output tokens/s | ms/batch |
 | --- | ---: | ---: | ---: | ---: | ---: |

@@ -28,8 +28,8 @@ import tensorflow as tf
 from benchmarks import bench_decode
 from benchmarks.report import machine_description, write_section
 from common.serving_contract import BEAM_SIGNATURE, GREEDY_SIGNATURE
+from inference.export_ctranslate2 import source_pieces
 from model.tokenizer import WordPieceTokenizer
-from serving.export_ctranslate2 import source_pieces
 from training import decoding_flags
 
 SECTION_TITLE = "Decoding cost as work grows"

@@ -280,7 +280,7 @@ class XlaLoad:
 def xla_export(
     run_dir: str, model_name: str, warmup_flags: Sequence[str] = ()
 ) -> Iterator[tuple[str, int]]:
-    """Exports `run_dir` with `python -m serving.export --jit_compile` and `warmup_flags` (its
+    """Exports `run_dir` with `python -m inference.export --jit_compile` and `warmup_flags` (its
     --warmup_* flags) into a temporary model base; yields (its path, its warmup records).
 
     Raises:
@@ -289,7 +289,7 @@ def xla_export(
     from serving.model_server.servable import read_warmup_requests
 
     with tempfile.TemporaryDirectory(prefix="bench-serve-xla-") as export_base:
-        command = [sys.executable, "-m", "serving.export", "--run_dir", run_dir]
+        command = [sys.executable, "-m", "inference.export", "--run_dir", run_dir]
         command += ["--export_base", export_base, "--model_name", model_name, "--jit_compile"]
         command += warmup_flags
         subprocess.run(

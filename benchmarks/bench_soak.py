@@ -570,12 +570,12 @@ def install_copy(export_dir: str, base_path: str, version: int) -> None:
 
 def bundled_export() -> str:
     """The latest version in exports/soak/translator, exported from the bundled model first if
-    there is none (`python -m serving.export`)."""
+    there is none (`python -m inference.export`)."""
     base = os.path.join(DEFAULT_EXPORT_BASE, "translator")
     versions = [int(n) for n in os.listdir(base) if n.isdigit()] if os.path.isdir(base) else []
     if not versions:
         subprocess.run(
-            [sys.executable, "-m", "serving.export", "--run_dir", BUNDLED_RUN,
+            [sys.executable, "-m", "inference.export", "--run_dir", BUNDLED_RUN,
              "--export_base", DEFAULT_EXPORT_BASE, "--model_name", "translator"],
             cwd=REPO_ROOT,
             check=True,

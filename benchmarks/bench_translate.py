@@ -1,6 +1,6 @@
 """Translating a large file offline: `make bench-translate` (into BENCHMARKS.md).
 
-Runs `translate-text` (`serving.translate_text`, greedy, its default batching) as a child
+Runs `translate-text` (`inference.translate_text`, greedy, its default batching) as a child
 process on two generated files, the test split's sources of the model's corpus repeated with
 variations (as written, lower-cased, without the final mark, cut at the first comma), and reports
 for each the wall time, the sentences per second and the child's peak resident memory
@@ -88,7 +88,7 @@ def translate_file(model_dir, input_path, output_path, window_lines, sample_seco
     command = [
         sys.executable,
         "-m",
-        "serving.translate_text",
+        "inference.translate_text",
         "--model",
         model_dir,
         "--input_file",

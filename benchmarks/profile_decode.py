@@ -1,7 +1,7 @@
 """Op profile of an exported decoding signature, as TF Serving runs it: `make bench-profile`.
 
 The benchmark model of `benchmarks.bench_decode` (same sizes, forced output length) is exported
-by `serving.export`, loaded into a TF1 Session as the model server loads it (`SessionSignatures`),
+by `inference.export`, loaded into a TF1 Session as the model server loads it (`SessionSignatures`),
 warmed up, then one call of the signature is traced (`RunOptions.FULL_TRACE`). The step stats
 give each op's time (function bodies and while-loop iterations included), summed here by op
 type: where a decoding step spends its time, to compare with CTranslate2's total for the same

@@ -15,7 +15,7 @@ Two things depend on the CPU, and they are not the same test:
   dies with a segmentation fault.
 - **Whether bfloat16 is fast.** Only AVX-512 BF16 or AMX-BF16 instructions make bfloat16
   products cheaper than float32 ones; converted in software they are slower (BENCHMARKS.md,
-  "Decoding speed by CPU kind"), which is why `serving.export --compute_dtype bfloat16` and the
+  "Decoding speed by CPU kind"), which is why `inference.export --compute_dtype bfloat16` and the
   server warn on such CPUs.
 
 Standard library only: the server (which imports only `common`) warns with it too.

@@ -3,7 +3,7 @@ serving signatures.
 
 Each signature is one `Signature` record of `SIGNATURES`: its name, its inputs and outputs (with
 their dtypes), the `model.translator.Translator` method that computes it, the decoding options it
-reads and how they derive from the export's, whether `serving.export --jit_compile` compiles it,
+reads and how they derive from the export's, whether `inference.export --jit_compile` compiles it,
 its warmup inputs and the `serving.client` flag that calls it. The export (archive, options,
 warmup, export info), the client's command line and the signature table of docs/serving.md
 iterate over it; `SIGNATURE_NAMES`, `SIGNATURE_INPUTS` and `SIGNATURE_OUTPUTS` and the name
@@ -12,17 +12,17 @@ constants are read from it. Adding a signature is one record here and one `Trans
 
 Why here, and why names: `common` is below every other package in the import order and imports
 nothing of the project (standard library only, so the model server reads it without the model
-code), so a record names its `Translator` method (a string `serving.export` looks up) and its
+code), so a record names its `Translator` method (a string `inference.export` looks up) and its
 dtypes (TensorFlow dtype names, `tf.as_dtype(name)`), and its options are `DecodingOptions` field
 names read from whatever options object the export passes. Nothing here checks those names against
 the model: tests/common/test_serving_contract.py does (every method exists and takes the record's inputs,
-every option is a field), and tests/serving/test_export.py and tests/serving/test_export_xla.py compare the
+every option is a field), and tests/inference/test_export.py and tests/inference/test_export_xla.py compare the
 records with what an export really serves and what XLA really compiles.
 
 Every input and output has the batch as its first dimension (so TF Serving's request batching can
 merge requests of any signature). TF Serving signatures have no optional inputs, so every
 decoding option except the sampling seed and the target prefix is fixed when the model is
-exported (`serving.export` flags such as `--num_hypotheses`, `--sampling_topk` and
+exported (`inference.export` flags such as `--num_hypotheses`, `--sampling_topk` and
 `--num_alternatives`), and recorded per signature in `EXPORT_INFO_PATH` (`"signature_options"`,
 `Signature.traced_options`): a deployment that wants other settings exports another version or
 model. The `sample` signature takes the seed as an input, as a request must be able to draw anew
@@ -205,8 +205,8 @@ class Signature:
         decoder: the search it runs, as `export_info.json` records it (`"decoder"`).
         options: the `DecodingOptions` fields it reads, recorded in `export_info.json`
             (`traced_options`).
-        jit_compiled: whether `serving.export --jit_compile` compiles its decoding loop with XLA
-            (the `Translator` decides; tests/serving/test_export_xla.py checks that it agrees).
+        jit_compiled: whether `inference.export --jit_compile` compiles its decoding loop with XLA
+            (the `Translator` decides; tests/inference/test_export_xla.py checks that it agrees).
         client_flag: the `serving.client` option that calls it (None: `--signature_name`).
     """
 
@@ -259,7 +259,7 @@ _TRANSLATION = _outputs(TRANSLATION_OUTPUT, SCORE_OUTPUT)
 _N_TRANSLATIONS = _outputs(TRANSLATIONS_OUTPUT, SCORES_OUTPUT)
 _BEAM_SEARCH = LOOP_OPTIONS + REPETITION_OPTIONS + BEAM_OPTIONS
 
-# In export order; `serving.export --signatures` exports a subset, in this order.
+# In export order; `inference.export --signatures` exports a subset, in this order.
 SIGNATURES = (
     Signature(
         GREEDY_SIGNATURE,
@@ -383,7 +383,7 @@ def signature_table():
 
 
 # Relative to an export version: the run config and decoding options the signatures were traced
-# with (`serving.export.make_export_info`).
+# with (`inference.export.make_export_info`).
 EXPORT_INFO_PATH = "assets/export_info.json"
 
 # Relative to an export version: the PredictionLog records TF Serving replays when it loads the

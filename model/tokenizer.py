@@ -34,7 +34,7 @@ markers as pieces (`model.placeholders`).
 In an exported SavedModel the graph holds tensorflow-text ops (`SentencepieceOp`,
 `SentencepieceTokenizeOp`, `SentencepieceDetokenizeOp`, `FastWordpieceTokenizeWithOffsets`, ...):
 TF Serving's model server links them; a plain Python process must `import tensorflow_text` before
-loading the SavedModel (the stock `saved_model_cli run` does not, see `tests/serving/test_export.py`). The
+loading the SavedModel (the stock `saved_model_cli run` does not, see `tests/inference/test_export.py`). The
 SentencePiece op holds the model as a resource: export it with `archive.track(tokenizer)`.
 """
 

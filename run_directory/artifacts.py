@@ -38,7 +38,7 @@ AVERAGE_INFO_FILE = "average.json"
 BEST_DIR = "best"
 BEST_INFO_FILE = "best.json"
 # Decoding options chosen for the run (on the dev split; `training.bundle` writes it): the
-# defaults of `serving.export` and `training.evaluate` for this run, so that what is served is
+# defaults of `inference.export` and `training.evaluate` for this run, so that what is served is
 # what was scored.
 DECODING_FILE = "decoding.json"
 # The trained model committed to the repository (`training.bundle`, `make pretrained`), relative

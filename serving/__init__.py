@@ -1,4 +1,4 @@
-"""Serving: export to SavedModel and CTranslate2, the TF-Serving-compatible server, the client."""
+"""Serving: the TF-Serving-compatible model server (`serving/model_server/`) and the gRPC client."""
 
 from common.startup import import_tensorflow_quietly
 

@@ -96,7 +96,7 @@ MUTATIONS = (
         "        ids = truncate_source_ids(self.source_tokenizer.tokenize(text), self.model.pe_input - 1)\n"
         "        decoded = self._decode(GreedySearch(), ids, with_alignment=False)\n"
         "        return {",
-        ("tests/serving/test_export.py", "-k", "long_input"),
+        ("tests/inference/test_export.py", "-k", "long_input"),
     ),
     Mutation(
         "the decoding flags of a command that reads decoding.json parse the defaults in its place",
@@ -267,17 +267,17 @@ MUTATIONS = (
     ),
     Mutation(
         "a --jit_compile export warms every bucket with one sentence, not the bucket's batch",
-        "serving/export.py",
+        "inference/export.py",
         "requests.extend((name, [texts[length]] * batch_size) for batch_size, length in buckets)",
         "requests.extend((name, [texts[length]]) for batch_size, length in buckets)",
-        ("tests/serving/test_export_xla.py", "-k", "other_bounds"),
+        ("tests/inference/test_export_xla.py", "-k", "other_bounds"),
     ),
     Mutation(
         "a --jit_compile export's warmup leaves out a bucket (the first: batch 1, shortest sources)",
-        "serving/export.py",
+        "inference/export.py",
         "sorted(translator.xla_buckets(max_batch, max_source_tokens).values()) if compiled else []",
         "sorted(translator.xla_buckets(max_batch, max_source_tokens).values())[1:] if compiled else []",
-        ("tests/serving/test_export_xla.py", "-k", "compiles_nothing"),
+        ("tests/inference/test_export_xla.py", "-k", "compiles_nothing"),
     ),
     Mutation(
         "the signature registry says --jit_compile compiles sample, which the Translator runs plain",
@@ -292,7 +292,7 @@ MUTATIONS = (
         "common/serving_contract.py",
         '            SCORE_OUTPUT,\n            "float32",\n',
         '            SCORE_OUTPUT,\n            "float64",\n',
-        ("tests/serving/test_export.py", "-k", "registry_records"),
+        ("tests/inference/test_export.py", "-k", "registry_records"),
     ),
     Mutation(
         "the catalogs corpus keeps es_AR's voseo when it comes first",

@@ -1,5 +1,5 @@
-"""The packages import one way, benchmarks -> serving -> training -> run_directory -> model ->
-common, no cycles.
+"""The packages import one way, benchmarks -> inference -> serving -> training -> run_directory ->
+model -> common, no cycles.
 
 Read from the source with `ast`, nothing is imported: every `import` statement counts, at
 module level or inside a function (a lazy import is still a dependency).
@@ -12,7 +12,7 @@ import pytest
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
 # Each package may import those after it, never those before it.
-LAYERS = ("benchmarks", "serving", "training", "run_directory", "model", "common")
+LAYERS = ("benchmarks", "inference", "serving", "training", "run_directory", "model", "common")
 
 
 def module_name(path, root=REPO_ROOT):
@@ -139,15 +139,16 @@ def test_no_package_imports_one_to_its_left(graph):
     )
 
 
-def test_the_model_server_imports_only_itself_and_common(graph):
-    """serving/model_server/ serves any SavedModel: it needs no model, training or export code
-    (tests/serving/model_server/test_server_imports.py checks the running server's modules)."""
+def test_serving_imports_only_itself_and_common(graph):
+    """serving/ (the model server and the client) serves and queries any SavedModel: it needs no
+    model, training or export code (tests/serving/model_server/test_server_imports.py checks the
+    running server's modules)."""
     foreign = sorted(
         (module, target)
         for module, targets in graph.items()
-        if module.startswith("serving.model_server")
+        if module == "serving" or module.startswith("serving.")
         for target in targets
-        if not target.startswith(("serving.model_server", "common")) and target != "serving"
+        if not (target == "serving" or target.startswith(("serving.", "common")))
     )
     assert not foreign, "\n".join(f"  {module} imports {target}" for module, target in foreign)
 
@@ -169,3 +170,57 @@ def test_the_checks_see_imports_inside_functions_and_relative_ones():
     graph.update({"serving.client": {"training.corpus.tsv"}, "training.corpus": set()})
     assert layer_violations(graph) == [("training.corpus.tsv", "serving.client")]
     assert cycles(graph) == [["serving.client", "training.corpus.tsv"]]
+
+
+# A function a maintainer reads in one screen; a command's `main` and argument parser are lists
+# of steps and flags, read one at a time.
+MAX_FUNCTION_LINES = 80
+COMMAND_FUNCTIONS = ("main", "build_arg_parser")
+# A file of the server a reviewer reads whole (TF Serving's front-end files are of this order).
+MAX_SERVING_FILE_BYTES = 40_000
+
+
+def long_functions(source, limit=MAX_FUNCTION_LINES):
+    """`(name, lines)` of every function or method in `source` longer than `limit` lines
+    (from `def` to the last line: the docstring counts, decorators do not), commands' `main` and argument parsers left out."""
+    return [
+        (node.name, node.end_lineno - node.lineno + 1)
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.name not in COMMAND_FUNCTIONS
+        and node.end_lineno - node.lineno + 1 > limit
+    ]
+
+
+def test_no_function_of_the_product_is_longer_than_a_screen():
+    found = [
+        f"  {module}.{name}: {lines} lines"
+        for module, path in project_modules().items()
+        if not module.startswith("benchmarks") and not module.endswith("_pb2")
+        for name, lines in long_functions(path.read_text(encoding="utf-8"))
+    ]
+    assert not found, f"longer than {MAX_FUNCTION_LINES} lines:\n" + "\n".join(found)
+
+
+def test_the_length_check_counts_whole_functions_and_spares_commands():
+    source = (
+        "def short():\n"
+        "    pass\n"
+        "def main():\n" + "    x = 1\n" * 9 + "class A:\n"
+        "    @staticmethod\n"
+        "    def method():\n"
+        '        """Doc."""\n'
+        "        x = 1\n"
+        "        return x\n"
+    )
+    assert long_functions(source, limit=3) == [("method", 4)]
+    assert long_functions(source, limit=4) == []
+
+
+def test_no_file_of_serving_is_larger_than_a_reviewer_reads_whole():
+    large = [
+        f"  {path.relative_to(REPO_ROOT)}: {path.stat().st_size:,} bytes"
+        for path in sorted((REPO_ROOT / "serving").rglob("*.py"))
+        if not path.name.endswith("_pb2.py") and path.stat().st_size > MAX_SERVING_FILE_BYTES
+    ]
+    assert not large, f"over {MAX_SERVING_FILE_BYTES:,} bytes:\n" + "\n".join(large)

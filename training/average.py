@@ -3,7 +3,7 @@
 Checkpoint averaging (as OpenNMT-tf, fairseq and Sockeye do it): the mean of the model weights of
 the last N checkpoints, usually a better translator than the last checkpoint alone. It is written
 to `<run_dir>/averaged/` (`ckpt-<newest step>` and `average.json`, which lists the steps), and
-`training.evaluate`, `serving.export` and the notebooks then use it instead of `model.keras`
+`training.evaluate`, `inference.export` and the notebooks then use it instead of `model.keras`
 (see `run_directory.artifacts.load_trained`) until training goes on past those steps. Only model
 weights are averaged, in float64 and stored as float32 whatever the run's mixed precision; the
 optimizer state and the training checkpoints are left untouched, so `--resume` is unaffected.
@@ -135,7 +135,7 @@ def main(argv=None):
         return 1
     print(
         f"wrote {path}, the average of the last {args.last} checkpoint(s); "
-        "training.evaluate and serving.export now use it"
+        "training.evaluate and inference.export now use it"
     )
     return 0
 

@@ -7,13 +7,13 @@ What a flag that is not given means depends on the command, and its help says wh
 
     RUN_DEFAULTS            the run's decoding.json (`training.bundle` writes it), else the
                             field's default: parsed as None, which `artifacts.decoding_options`
-                            resolves (`serving.export`);
+                            resolves (`inference.export`);
     RUN_OR_EXPORT_DEFAULTS  the same for a run, and an export decodes with the settings it was
-                            exported with (`training.evaluate`, `serving.translate_text`);
+                            exported with (`training.evaluate`, `inference.translate_text`);
     FIELD_DEFAULTS          the field's default itself (`training.bundle`, which writes
                             decoding.json, and the benchmarks, which time a setting).
 
-Where the beam width picks the signature (`training.evaluate`, `serving.translate_text`,
+Where the beam width picks the signature (`training.evaluate`, `inference.translate_text`,
 `benchmarks.bench_robustness`), `--beam_width` defaults to 1 instead, greedy search, whatever
 decoding.json holds (`greedy=True`).
 """

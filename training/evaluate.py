@@ -85,7 +85,7 @@ def run_translate_function(run_dir, beam_width=1, **overrides):
 
 
 def read_export_info(export_dir):
-    """An export's `export_info.json` (`serving.export.make_export_info`)."""
+    """An export's `export_info.json` (`inference.export.make_export_info`)."""
     with open(os.path.join(export_dir, EXPORT_INFO_PATH), encoding="utf-8") as info_file:
         return json.load(info_file)
 

@@ -66,7 +66,7 @@ class SearchOptions:
         with_alignment: False: no alignment computed, a zero-width one returned.
         jit_compile: compile the encoder and the whole search with XLA, on the bucket shapes of
             `model.decoding.xla.run_loop`. TF Serving runs a graph holding it only with
-            `--xla_cpu_compilation_enabled` (`serving.export --jit_compile`). Called eagerly,
+            `--xla_cpu_compilation_enabled` (`inference.export --jit_compile`). Called eagerly,
             it runs through one traced function per model, strategy and options
             (`eager_xla_decoder`), so only new shapes compile again.
         xla_max_batch: with `jit_compile`, None (every batch under XLA), or the largest batch

@@ -197,7 +197,7 @@ def xla_signature_names(meta_graph: meta_graph_pb2.MetaGraphDef) -> set[str]:
 
 
 def holds_bfloat16_variables(meta_graph: meta_graph_pb2.MetaGraphDef) -> bool:
-    """Whether the graph stores any variable in bfloat16 (`serving.export --compute_dtype
+    """Whether the graph stores any variable in bfloat16 (`inference.export --compute_dtype
     bfloat16`), whose products are slow on CPUs without bfloat16 instructions."""
     return any(
         node.op == "VarHandleOp" and node.attr["dtype"].type == types_pb2.DT_BFLOAT16

@@ -2,8 +2,8 @@
 it names: each record's `Translator` method, options, client flags and warmup inputs.
 
 What an export really serves is compared with the records where an export already exists:
-tests/serving/test_export.py (inputs, outputs and dtypes against the loaded SavedModel and
-`saved_model_cli show`) and tests/serving/test_export_xla.py (the compiled signatures against what XLA
+tests/inference/test_export.py (inputs, outputs and dtypes against the loaded SavedModel and
+`saved_model_cli show`) and tests/inference/test_export_xla.py (the compiled signatures against what XLA
 compiles in a `--jit_compile` export).
 """
 
@@ -28,8 +28,9 @@ from common.serving_contract import (
     TEXT_INPUT,
     Signature,
 )
+from inference import export
 from model.translator import DecodingOptions, Translator
-from serving import client, export
+from serving import client
 
 # Every option away from its default, and what export_info.json recorded for them before the
 # registry (written out by hand).

@@ -1,5 +1,5 @@
 """model.dense: the decoding step's Dense arithmetic against Keras's own Dense layer and NumPy,
-in the form TensorFlow fuses (tests/serving/test_export_decoding.py serves an export with
+in the form TensorFlow fuses (tests/inference/test_export_decoding.py serves an export with
 TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=1)."""
 
 import keras

@@ -265,7 +265,7 @@ UNSEEN = [
 def test_a_run_with_placeholders_copies_unseen_names_and_numbers(placeholder_run, tmp_path):
     import tensorflow_text  # noqa: F401  (the export's ops)
 
-    from serving.export import export_run
+    from inference.export import export_run
     from training.evaluate import run_translate_function, translate
 
     translate_batch, _ = run_translate_function(placeholder_run)
@@ -295,8 +295,8 @@ def test_the_ctranslate2_recipe_protects_as_the_translator_does(placeholder_run,
     import io
     import re
 
-    from serving.export_ctranslate2 import main as convert
-    from tests.serving.test_export_ctranslate2 import readme_recipe
+    from inference.export_ctranslate2 import main as convert
+    from tests.inference.test_export_ctranslate2 import readme_recipe
     from training.evaluate import run_translate_function, translate
 
     output_dir = str(tmp_path / "ct2")
@@ -382,12 +382,12 @@ def test_no_signature_writes_a_placeholder_more_often_than_the_source(placeholde
 
 @pytest.mark.large
 def test_warmup_texts_are_as_long_as_asked_after_the_placeholders(placeholder_run):
-    """`serving.export`'s warmup texts, counted as the signatures decode them: with known words
+    """`inference.export`'s warmup texts, counted as the signatures decode them: with known words
     that leave out the capitals of `WARMUP_TEXTS` ("Hola", "Dónde", "El"), each of those is one
     marker piece, as `alignments` shows them (the words put back in its `source_tokens`)."""
+    from inference.export import texts_of_lengths
     from model.translator import MIN_SOURCE_TOKENS, Translator
     from run_directory.artifacts import load_trained
-    from serving.export import texts_of_lengths
 
     model, source_tokenizer, target_tokenizer, _ = load_trained(placeholder_run)
     source_tokenizer.placeholders = Placeholders(corpus_word_keys(KNOWN_TEXTS))

@@ -193,7 +193,7 @@ def test_a_modern_spelling_run_translates_1909_spelling_like_modern_through_its_
     form (a run without the record does not modernize: see tests/model/test_tokenizer.py)."""
     import tensorflow_text  # noqa: F401  (the exported tokenizer's ops)
 
-    from serving.export import export_run
+    from inference.export import export_run
     from tests.export_fixtures import PAIRS, build_tiny_run
 
     modern_pairs = [(modernize(source), target) for source, target in PAIRS]

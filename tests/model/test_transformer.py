@@ -404,7 +404,7 @@ def test_named_weights_of_a_tied_model_give_the_transposed_target_embedding():
 @pytest.mark.cpu_dependent
 @pytest.mark.parametrize("tie", [False, True], ids=["untied", "tied"])
 def test_bfloat16_weights_decode_as_mixed_bfloat16_but_for_a_bfloat16_output_product(batch, tie):
-    """Under the "bfloat16" policy (`model.precision`, what `serving.export --compute_dtype
+    """Under the "bfloat16" policy (`model.precision`, what `inference.export --compute_dtype
     bfloat16` exports) the weight matrices are stored in bfloat16, and layer norms, token
     embeddings and the float32 output layer keep float32 variables: up to the logits, a decoding
     step computes exactly what the same weights compute under mixed_bfloat16, which stores every

@@ -107,7 +107,7 @@ def test_average_is_the_numpy_mean_of_the_last_checkpoints(run_dir, last):
 
 
 def test_evaluate_and_export_load_the_averaged_weights(run_dir, tmp_path, caplog):
-    from serving.export import export_run
+    from inference.export import export_run
 
     averaged = checkpoint_weights(run_dir, average_run(run_dir, 2))
     with caplog.at_level(logging.INFO, logger="run_directory.artifacts"):

@@ -121,7 +121,7 @@ def test_the_notebooks_fall_back_on_the_pretrained_model_last():
 
 def test_exports_and_evaluations_of_the_bundle_use_its_decoding_options(bundled, tmp_path):
     from common.serving_contract import EXPORT_INFO_PATH
-    from serving.export import export_run
+    from inference.export import export_run
 
     _, bundle_dir, reports = bundled
     assert artifacts.decoding_options(bundle_dir).alpha == 1.0

@@ -12,6 +12,7 @@ import pytest
 
 from model.translator import DecodingOptions
 from tests.paths import REPO_ROOT
+from tests.test_structure import LAYERS
 from training.decoding_flags import (
     DECODING_FLAGS,
     GREEDY_BEAM_WIDTH,
@@ -27,8 +28,8 @@ FLAGS_MODULE = REPO / "training" / "decoding_flags.py"
 COMMANDS = {
     "training.evaluate": "main",
     "training.bundle": "main",
-    "serving.export": "main",
-    "serving.translate_text": "main",
+    "inference.export": "main",
+    "inference.translate_text": "main",
     "benchmarks.bench_robustness": "main",
     "benchmarks.bench_length": "parse_args",
     "benchmarks.bench_decode": "parse_args",
@@ -80,7 +81,7 @@ def test_no_command_declares_a_decoding_flag_of_its_own():
     """A decoding flag is declared only in `training.decoding_flags`, and every command that
     declares one through it is among `COMMANDS` (whose defaults the next test checks)."""
     own, users = [], set()
-    for package in ("training", "serving", "benchmarks"):
+    for package in LAYERS:
         for path in sorted((REPO / package).rglob("*.py")):
             if path == FLAGS_MODULE:
                 continue

@@ -8,10 +8,10 @@ import pytest
 import sacrebleu
 import tensorflow as tf
 
+from inference.export import export_run
 from model.decoding import beam_search_decode, greedy_decode
 from model.special_tokens import END_ID, START_ID
 from run_directory import artifacts
-from serving.export import export_run
 from training.corpus import load_pairs
 from training.evaluate import evaluate, is_looping, main
 from training.noise import PERTURBATIONS
@@ -147,7 +147,7 @@ def test_repetition_controls_from_the_cli_decode_as_the_decoder_does(tiny_run, t
 
 def test_exports_bake_the_repetition_controls_that_evaluation_checks(tiny_run, tmp_path, capsys):
     from common.serving_contract import EXPORT_INFO_PATH
-    from serving.export import main as export_main
+    from inference.export import main as export_main
 
     run_dir = tiny_run["run_dir"]
     rules = {"no_repeat_ngram_size": 2, "limit_placeholders": False}

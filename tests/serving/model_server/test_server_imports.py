@@ -26,8 +26,9 @@ from tests.serving_fixtures import (
 
 IMPORT_TIME_LINE = re.compile(r"^import time:\s+\d+ \|\s+\d+ \|\s*([\w.]+)\s*$", re.MULTILINE)
 PROFILE_IMPORTS = {"PYTHONPROFILEIMPORTTIME": "1"}
-# Project packages and libraries that only the model code and training need.
-FORBIDDEN_PACKAGES = ("model", "run_directory", "training", "benchmarks", "keras_hub")
+# Project packages and libraries the model server needs none of (the model code, training, the
+# offline tools, benchmarks).
+FORBIDDEN_PACKAGES = ("model", "run_directory", "training", "inference", "benchmarks", "keras_hub")
 
 
 def imported_modules(log):

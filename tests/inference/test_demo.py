@@ -1,8 +1,8 @@
-"""serving/demo.py: what it refuses before any work (the whole demo runs in `make demo`)."""
+"""inference/demo.py: what it refuses before any work (the whole demo runs in `make demo`)."""
 
 import pytest
 
-from serving.demo import main
+from inference.demo import main
 
 
 @pytest.mark.parametrize("port", ["0", "-1", "65536"])

@@ -1,7 +1,7 @@
 """The exported translator SavedModel: TF1 loader (saved_model_cli), ops, outputs, warmup, versions.
 
 One tiny trained run (tests/export_fixtures.py) is exported once per module, with the command
-line (`serving.export.main`). The exported signatures are compared with the in-memory model
+line (`inference.export.main`). The exported signatures are compared with the in-memory model
 driven from Python (tokenizers + the decoding functions of model/decoding/), and the
 command-line checks run in parallel subprocesses, as TF Serving loads the model: a fresh process
 with only TensorFlow and tensorflow-text.
@@ -49,11 +49,11 @@ from common.serving_contract import (
     TRANSLATION_OUTPUT,
     TRANSLATIONS_OUTPUT,
 )
+from inference import export
 from model import translator
 from model.decoding import beam_search_decode, greedy_decode
 from model.special_tokens import END_ID, START_ID
 from run_directory.artifacts import CONFIG_FILE, load_trained, read_config
-from serving import export
 from tests.export_fixtures import PAIRS, saved_model_cli, saved_model_cli_path, text_literal
 from tests.frozen_weights import assert_frozen_weights_change_nothing
 from tests.graphs import products_with_bias
@@ -85,7 +85,7 @@ EXPORTED_SIGNATURES = {
         ALIGNMENT_OUTPUT: ("DT_FLOAT", 3),
     },
 }
-# Signatures beyond translating `text` (tests/serving/test_export_decoding.py compares their outputs).
+# Signatures beyond translating `text` (tests/inference/test_export_decoding.py compares their outputs).
 OTHER_SIGNATURES = {
     N_BEST_SIGNATURE: {TRANSLATIONS_OUTPUT: ("DT_STRING", 2), SCORES_OUTPUT: ("DT_FLOAT", 2)},
     SCORE_SIGNATURE: {
@@ -227,7 +227,7 @@ class Export:
 
 
 def _export_with_cli(run_dir, export_base, *flags):
-    """`serving.export`'s command line on the tiny run, with the tests' beam options and
+    """`inference.export`'s command line on the tiny run, with the tests' beam options and
     `flags`, in this process; returns the version directory it prints."""
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
@@ -766,8 +766,8 @@ def test_local_server_serves_the_export_to_the_grpc_client(exported, loaded):
     """The real export through `python -m serving.server` (a fresh process, as `make serve`
     starts it) and `TranslationClient`: the server must register tensorflow-text's ops as
     tensorflow_model_server does, or loading the translator fails."""
+    from inference.demo import wait_until_serving
     from serving.client import TranslationClient
-    from serving.demo import wait_until_serving
     from tests.serving_fixtures import ServerProcess
 
     flags = [f"--model_name={MODEL_NAME}", f"--model_base_path={os.path.dirname(exported.path)}"]
@@ -864,7 +864,7 @@ def test_bfloat16_export_multiplies_in_bfloat16_and_translates_as_float32(
         np.testing.assert_allclose(got[SCORE_OUTPUT], want[SCORE_OUTPUT], atol=0.05, rtol=0.05)
     # serving/DEPLOY.md recommends TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=1 for bfloat16 exports: each
     # decoding loop multiplies by its weights fused, as the float32 export's does
-    # (tests/serving/test_export_decoding.py), and a process with the variable answers alike.
+    # (tests/inference/test_export_decoding.py), and a process with the variable answers alike.
     per_function = products_with_bias(_graph_def(os.path.join(path, "saved_model.pb")))
     assert set(per_function.values()) == {8 * config["num_layers"] + 1}, per_function
     assert_frozen_weights_change_nothing(

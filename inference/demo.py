@@ -105,7 +105,7 @@ def wait_until_serving(address, model_name, process, timeout=180):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(
-        prog="python -m serving.demo", description=__doc__.split("\n")[0]
+        prog="python -m inference.demo", description=__doc__.split("\n")[0]
     )
     parser.add_argument(
         "--run_dir",
@@ -171,7 +171,7 @@ def main(argv=None):
             [
                 python,
                 "-m",
-                "serving.export",
+                "inference.export",
                 "--run_dir",
                 args.run_dir,
                 "--export_base",

@@ -1,12 +1,12 @@
 """Converts a trained run into a CTranslate2 model directory: the same weights, run by CTranslate2.
 
-    python -m serving.export_ctranslate2 --run_dir runs/NAME --output_dir ct2/NAME \
+    python -m inference.export_ctranslate2 --run_dir runs/NAME --output_dir ct2/NAME \
         [--quantization int8] [--force]
 
 writes CTranslate2's layout (`model.bin`, `config.json`, `source_vocabulary.json` and
 `target_vocabulary.json`, or one `shared_vocabulary.json`), which `ctranslate2.Translator(D)`
 loads. The mapping, checked token for token against the project's decoders and the functions
-the SavedModel's signatures are traced from (tests/serving/test_export_ctranslate2.py):
+the SavedModel's signatures are traced from (tests/inference/test_export_ctranslate2.py):
 
 - `ctranslate2.specs.TransformerSpec`, post-LN or pre-LN as trained (`pre_norm`; pre-LN with
   the final LayerNorm of each stack); ReLU feed-forward; the model's LayerNorm epsilon.
@@ -25,7 +25,7 @@ the SavedModel's signatures are traced from (tests/serving/test_export_ctranslat
   `translate_batch` (`decoding_options`) for the same outputs.
 - The source gets `[START]` and `[END]` around it from CTranslate2 (`add_source_bos`/`_eos`),
   as our tokenizer adds them, so callers pass the subword pieces alone (`source_pieces`); a
-  source cut by `max_input_length` keeps its `[END]`, as `serving.export` cuts one.
+  source cut by `max_input_length` keeps its `[END]`, as `inference.export` cuts one.
 
 CTranslate2 tokenizes nothing: pieces in, pieces out. `source_pieces` and `target_ids` turn the
 run's tokenizer's ids into pieces and back; `tokenizer.detokenize` gives the text.
@@ -256,7 +256,7 @@ def target_ids(target_vocab, pieces):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(
-        prog="python -m serving.export_ctranslate2",
+        prog="python -m inference.export_ctranslate2",
         description="Convert a trained run into a CTranslate2 model directory (see the module "
         "docstring for the mapping and how to call it).",
     )
@@ -277,7 +277,7 @@ def main(argv=None):
         f"{args.run_dir!r}, target_tokenizer.vocab, pieces))\n"
         "  translates as the project's greedy decoding (beam_size=1: CTranslate2's default is a "
         "beam of 2),\n"
-        "  with pieces = source_pieces(source_tokenizer, texts) (serving.export_ctranslate2) and\n"
+        "  with pieces = source_pieces(source_tokenizer, texts) (inference.export_ctranslate2) and\n"
         "  source_tokenizer, target_tokenizer = model.tokenizer.load_tokenizers("
         f"{os.path.join(args.run_dir, artifacts.TOKENIZER_DIR)!r});\n"
         "  back to text: target_tokenizer.detokenize(tf.ragged.constant(target_ids("

@@ -1,4 +1,4 @@
-"""translate-text (serving.translate_text): a file translated offline, line for line, as
+"""translate-text (inference.translate_text): a file translated offline, line for line, as
 `training.evaluate` translates it, from a run directory or an export."""
 
 import functools
@@ -13,8 +13,8 @@ import pytest
 import tensorflow as tf
 
 from common.serving_contract import SCORE_OUTPUT, SCORES_OUTPUT, TRANSLATIONS_OUTPUT
-from serving.export import export_run
-from serving.translate_text import format_record, main, translate_lines, translate_window
+from inference.export import export_run
+from inference.translate_text import format_record, main, translate_lines, translate_window
 from tests.export_fixtures import PAIRS
 from tests.paths import REPO_ROOT
 from training.evaluate import (
@@ -189,7 +189,7 @@ def test_the_module_reads_stdin_and_writes_only_the_progress_bar_on_stderr(tiny_
     environment = {**os.environ, "PYTHONPATH": ROOT}
     environment.pop("TF_CPP_MIN_LOG_LEVEL", None)  # start-up notices silenced by the CLI itself
     result = subprocess.run(
-        [sys.executable, "-m", "serving.translate_text", "--model", str(tiny_export_run)],
+        [sys.executable, "-m", "inference.translate_text", "--model", str(tiny_export_run)],
         input="".join(line + "\n" for line in LINES[:8]).encode("utf-8"),
         capture_output=True,
         env=environment,

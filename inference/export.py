@@ -1,6 +1,6 @@
 """Exports a trained translator as a SavedModel that TF Serving serves, text in and text out.
 
-    python -m serving.export --run_dir runs/NAME [--export_base exports] [--model_name translator]
+    python -m inference.export --run_dir runs/NAME [--export_base exports] [--model_name translator]
 
 writes TF Serving's layout
 

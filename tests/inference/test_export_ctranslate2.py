@@ -1,4 +1,4 @@
-"""The CTranslate2 export (serving/export_ctranslate2.py) against the project's own decoders.
+"""The CTranslate2 export (inference/export_ctranslate2.py) against the project's own decoders.
 
 A tiny trained run (tests/export_fixtures.py), post-LN and pre-LN, is converted with the command
 line; CTranslate2 then translates a batch of sentences of different lengths (one cut to the
@@ -6,7 +6,7 @@ model's source length), and its tokens and scores must equal those of `model.dec
 same weights: greedy, and beam 4 with the length penalty off on both sides and on (where the
 two normalize differently; see the export's docstring). Beam search may find a better-scored
 hypothesis than CTranslate2's, which registers fewer of those that end
-(`_assert_equal_or_ours_better`). tests/serving/test_export.py shows that those
+(`_assert_equal_or_ours_better`). tests/inference/test_export.py shows that those
 decoders give what the SavedModel gives, and the text comparison here goes through the same
 `model.translator.Translator` methods the SavedModel's signatures are traced from.
 """
@@ -26,6 +26,14 @@ from common.serving_contract import (
     SCORE_OUTPUT,
     TRANSLATION_OUTPUT,
 )
+from inference import export
+from inference.export_ctranslate2 import (
+    decoding_options,
+    main,
+    source_pieces,
+    target_ids,
+    transformer_spec_of,
+)
 from model.decoding import (
     alternatives_decode,
     beam_search_decode,
@@ -37,14 +45,6 @@ from model.decoding import (
 from model.special_tokens import END_ID, START_ID
 from model.translator import Translator
 from run_directory.artifacts import load_trained
-from serving import export
-from serving.export_ctranslate2 import (
-    decoding_options,
-    main,
-    source_pieces,
-    target_ids,
-    transformer_spec_of,
-)
 from tests.export_fixtures import build_tiny_run
 from tests.paths import REPO_ROOT
 

@@ -4,7 +4,7 @@ and through the local model server (the gRPC client and REST).
 
 The tiny trained run (tests/export_fixtures.py) is exported once with the command line, beam 4
 without length penalty, where CTranslate2's beam search ranks hypotheses as ours does
-(tests/serving/test_export_ctranslate2.py compares the decoders themselves), with sampling restricted
+(tests/inference/test_export_ctranslate2.py compares the decoders themselves), with sampling restricted
 by top-k, top-p and temperature and 3 alternatives.
 """
 
@@ -38,6 +38,8 @@ from common.serving_contract import (
     TRANSLATION_OUTPUT,
     TRANSLATIONS_OUTPUT,
 )
+from inference import export, export_ctranslate2
+from inference.export_ctranslate2 import decoding_options, source_pieces, target_ids
 from model.decoding import (
     beam_search_decode,
     sampling_decode,
@@ -49,12 +51,10 @@ from model.special_tokens import END_ID, PAD_ID, START_ID
 from model.translator import DecodingOptions, Translator
 from run_directory.artifacts import load_trained
 from serving import client as client_module
-from serving import export, export_ctranslate2
-from serving.export_ctranslate2 import decoding_options, source_pieces, target_ids
 from tests.export_fixtures import PAIRS
 from tests.frozen_weights import assert_frozen_weights_change_nothing
 from tests.graphs import products_with_bias
-from tests.serving.test_export_ctranslate2 import (
+from tests.inference.test_export_ctranslate2 import (
     TEXTS,
     _max_decoding_length,
     _n_best_ct2,
@@ -77,7 +77,7 @@ def _decoded(strings):
 def run(tiny_export_run, tmp_path_factory):
     """The tiny run loaded, exported (beam 4, alpha 0, 3 hypotheses, `SAMPLING`, 3
     alternatives) and converted to
-    CTranslate2: the keys of tests/serving/test_export_ctranslate2.py's `run`, plus `export_dir` and
+    CTranslate2: the keys of tests/inference/test_export_ctranslate2.py's `run`, plus `export_dir` and
     `loaded` (the SavedModel)."""
     import tensorflow_text  # noqa: F401  (registers the tokenizer's ops before loading)
 
@@ -124,7 +124,7 @@ def run(tiny_export_run, tmp_path_factory):
 def served(run):
     """The export behind `python -m serving.server` (gRPC and REST): `(grpc address, REST
     predict URL)`."""
-    from serving.demo import wait_until_serving
+    from inference.demo import wait_until_serving
     from tests.serving_fixtures import ServerProcess
 
     flags = [
@@ -192,7 +192,7 @@ def test_n_best_signature_equals_beam_search_decode(run):
 
 def test_n_best_signature_equals_ctranslate2s_num_hypotheses(run):
     """The same hypotheses in the same order with the same scores as CTranslate2's
-    `num_hypotheses` (searching as ours: see tests/serving/test_export_ctranslate2.py)."""
+    `num_hypotheses` (searching as ours: see tests/inference/test_export_ctranslate2.py)."""
     served = _signature(run, N_BEST_SIGNATURE, text=TEXTS)
     max_decoding_length = _max_decoding_length(run, _source_ids(run, TEXTS))
     ct2_ids, ct2_scores = _n_best_ct2(
@@ -485,7 +485,7 @@ def test_alternatives_signature_equals_ctranslate2s_return_alternatives(run):
     assert served[TRANSLATIONS_OUTPUT].shape == (len(TEXTS), NUM_ALTERNATIVES)
     # Each alternative is continued by beam search, whose ended hypotheses ours takes among the
     # 2 x beam best candidates and CTranslate2 among the beam best: where an alternative differs,
-    # ours must score at least as high (tests/serving/test_export_ctranslate2.py's
+    # ours must score at least as high (tests/inference/test_export_ctranslate2.py's
     # `_assert_equal_or_ours_better` checks such scores teacher-forced). Which model the tiny run
     # trains to varies with the machine's load, so whether any differs does too.
     differing = 0

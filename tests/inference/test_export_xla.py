@@ -1,11 +1,11 @@
-"""The XLA export variant (`serving.export --jit_compile`) and the server's
+"""The XLA export variant (`inference.export --jit_compile`) and the server's
 `--xla_cpu_compilation_enabled`.
 
-The tiny trained run is exported (`python -m serving.export`) with greedy decoding and beam search
+The tiny trained run is exported (`python -m inference.export`) with greedy decoding and beam search
 compiled by XLA, and once more with XLA for single sentences only (`--xla_max_batch 1`). Each
 must translate exactly as the plain graph (the same translations, the same scores to a float
 tolerance): the run's `Translator` with its own options, traced as the plain export's signatures
-are (tests/serving/test_export.py checks the plain export against the decoders), through
+are (tests/inference/test_export.py checks the plain export against the decoders), through
 `tf.saved_model.load`, the TF1 Session loader (`saved_model_cli run`, as TF Serving loads it) and
 the local server; and the server must refuse its XLA signatures unless started with the flag, as
 TF Serving does (INTERNAL "XLA compilation disabled", which also fails the version's warmup).
@@ -48,10 +48,10 @@ from common.serving_contract import (
     TRANSLATION_OUTPUT,
     TRANSLATIONS_OUTPUT,
 )
+from inference import export
 from model.decoding.xla import pad_to_xla_buckets, xla_batch_size, xla_slots
 from model.translator import MIN_SOURCE_TOKENS, Translator
 from run_directory import artifacts
-from serving import export
 from serving.model_server import servable as servable_lib
 from serving.model_server.errors import ServingError
 from serving.model_server.predict import run_warmup
@@ -96,7 +96,7 @@ EXPORT_FLAGS = {
 
 
 def _export(run_dir, export_base, flags):
-    """`python -m serving.export` of `run_dir` into `export_base`; returns the version dir."""
+    """`python -m inference.export` of `run_dir` into `export_base`; returns the version dir."""
     base = os.fspath(export_base)
     export.main(
         ["--run_dir", os.fspath(run_dir), "--export_base", base, "--model_name", MODEL_NAME, *flags]
