@@ -51,6 +51,9 @@ from training.mixture import load_splits, mixture_source_spelling, names_corpora
 logger = logging.getLogger(__name__)
 
 SENTENCEPIECE_MODEL_TYPES = ("unigram", "bpe")
+# The tokenizer config's switches of the source tokenizer's restoration (`model.restoration`),
+# given when the vocabularies are learned or added after training (`add_restoration`).
+RESTORATION_SWITCHES = ("restore_accents", "restore_case", "restore_names")
 # Sentences longer than this many bytes are skipped by the SentencePiece trainer (its default is
 # 4192): long enough for any verse or ordinary sentence.
 MAX_SENTENCE_BYTES = 16384
@@ -270,7 +273,7 @@ def _tokenizer_config(arguments):
         config["source_spelling"] = source_spelling
     if arguments["source_casing"] != "keep":
         config["source_casing"] = arguments["source_casing"]
-    switches = ("placeholders", "restore_accents", "restore_case", "restore_names")
+    switches = ("placeholders", *RESTORATION_SWITCHES)
     config.update((name, True) for name in switches if arguments[name])
     return config
 
@@ -278,12 +281,22 @@ def _tokenizer_config(arguments):
 def _holds_vocabularies_of(out_dir, config):
     """Whether `out_dir` already holds vocabularies built with `config` (False: none yet).
 
+    Restoration tables given to the directory after training (`add_restoration`) do not count
+    as other options: they leave the vocabularies as they were, so a run resumed there (`make
+    pretrained` run again) trains on with the tokenizer its exports and fine-tuned runs use.
+
     Raises:
         ValueError: it holds vocabularies built with other options.
     """
     existing = read_tokenizer_config(out_dir)
     if existing is None:
         return False
+    added = [name for name in RESTORATION_SWITCHES if existing.get(name) and name not in config]
+    if added:
+        logger.info(
+            "%s: the source tokenizer's restoration (%s) is kept.", out_dir, ", ".join(added)
+        )
+        existing = {key: value for key, value in existing.items() if key not in added}
     if existing != config:
         differences = ", ".join(
             f"{key}: {existing.get(key)!r} there, {config.get(key)!r} asked"

@@ -110,6 +110,29 @@ def test_refuses_to_overwrite_or_resume_with_another_model(corpus, tmp_path):
 
 
 @pytest.mark.large
+def test_a_run_given_restoration_after_training_resumes_with_it(corpus, tmp_path):
+    """`make pretrained` gives the trained run's source tokenizer the restoration tables
+    (`training.vocabulary --add_restoration`) and is run again to train further: the resumed
+    run keeps that tokenizer, tables included; other options than the run's are still refused."""
+    from training.vocabulary import build_tokenizers
+    from training.vocabulary import main as vocabulary_main
+
+    run_dir = str(tmp_path / "run")
+    tokenizer_dir = os.path.join(run_dir, artifacts.TOKENIZER_DIR)
+    train(tiny(corpus, train_steps=5, checkpoint_every=5), run_dir)
+    vocabulary_main(["--data", corpus, "--out_dir", tokenizer_dir, "--add_restoration"])
+    restored = json.loads(open(os.path.join(tokenizer_dir, "tokenizer_config.json")).read())
+    assert restored["restore_accents"] and restored["restore_case"]
+
+    train(tiny(corpus, train_steps=10, checkpoint_every=5), run_dir, resume=True)
+    latest = tf.train.latest_checkpoint(os.path.join(run_dir, "checkpoints"))
+    assert artifacts.checkpoint_step(latest) == 10
+    assert json.loads(open(os.path.join(tokenizer_dir, "tokenizer_config.json")).read()) == restored
+    with pytest.raises(ValueError, match=r"vocab_size: 400 there, 77 asked"):
+        build_tokenizers([("uno", "one")], 77, tokenizer_dir)
+
+
+@pytest.mark.large
 def test_nan_guard_stops_and_keeps_the_last_good_checkpoint(corpus, tmp_path):
     """20 good steps, then a resume with a learning rate that overflows float32: the first
     update makes the weights non-finite, the run stops at that step, and the last checkpoint
