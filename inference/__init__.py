@@ -1,8 +1,8 @@
 """From a trained run to translations outside the model server: the SavedModel export that TF
 Serving serves, the CTranslate2 export, file translation and the demo.
 
-These tools read a run directory (`run_directory`) and the model code; the model server
-(`serving/model_server/`) imports none of them and none of it.
+These tools read a run directory (`run_directory`) and use the model code; `serving/`, the model
+server and the client, imports nothing of this package (tests/test_structure.py).
 """
 
 from common.startup import import_tensorflow_quietly

@@ -181,8 +181,9 @@ MAX_SERVING_FILE_BYTES = 40_000
 
 
 def long_functions(source, limit=MAX_FUNCTION_LINES):
-    """`(name, lines)` of every function or method in `source` longer than `limit` lines
-    (from `def` to the last line: the docstring counts, decorators do not), commands' `main` and argument parsers left out."""
+    """`(name, lines)` of every function or method in `source` longer than `limit` lines (from
+    `def` to the last line: the docstring counts, decorators do not), commands' `main` and
+    argument parsers left out."""
     return [
         (node.name, node.end_lineno - node.lineno + 1)
         for node in ast.walk(ast.parse(source))
