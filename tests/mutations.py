@@ -295,6 +295,13 @@ MUTATIONS = (
         ("tests/inference/test_export.py", "-k", "registry_records"),
     ),
     Mutation(
+        "a run given restoration after training cannot resume (make pretrained run again)",
+        "training/vocabulary.py",
+        "    added = [name for name in RESTORATION_SWITCHES if existing.get(name) and name not in config]",
+        "    added = []",
+        ("tests/training/test_train.py", "-k", "restoration_after"),
+    ),
+    Mutation(
         "the catalogs corpus keeps es_AR's voseo when it comes first",
         "training/corpus/catalogs.py",
         "        if locale_rank(message.locale) < locale_rank(current.locale):",
