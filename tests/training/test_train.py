@@ -15,6 +15,7 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from model import Transformer
+from model.tokenizer import read_tokenizer_config
 from run_directory import artifacts
 from tests.paths import REPO_ROOT
 from tests.training_cli import run_training_cli
@@ -121,13 +122,13 @@ def test_a_run_given_restoration_after_training_resumes_with_it(corpus, tmp_path
     tokenizer_dir = os.path.join(run_dir, artifacts.TOKENIZER_DIR)
     train(tiny(corpus, train_steps=5, checkpoint_every=5), run_dir)
     vocabulary_main(["--data", corpus, "--out_dir", tokenizer_dir, "--add_restoration"])
-    restored = json.loads(open(os.path.join(tokenizer_dir, "tokenizer_config.json")).read())
+    restored = read_tokenizer_config(tokenizer_dir)
     assert restored["restore_accents"] and restored["restore_case"]
 
     train(tiny(corpus, train_steps=10, checkpoint_every=5), run_dir, resume=True)
     latest = tf.train.latest_checkpoint(os.path.join(run_dir, "checkpoints"))
     assert artifacts.checkpoint_step(latest) == 10
-    assert json.loads(open(os.path.join(tokenizer_dir, "tokenizer_config.json")).read()) == restored
+    assert read_tokenizer_config(tokenizer_dir) == restored
     with pytest.raises(ValueError, match=r"vocab_size: 400 there, 77 asked"):
         build_tokenizers([("uno", "one")], 77, tokenizer_dir)
 
