@@ -25,7 +25,7 @@ SERVER_FLAGS := --port=$(PORT) --rest_api_port=$(REST_PORT) --model_name=$(MODEL
 	--batching_parameters_file=serving/batching.config \
 	--monitoring_config_file=serving/monitoring.config $(SERVE_ARGS)
 
-.PHONY: help setup translate test test-large test-under-load check-mutations lint data data-bible data-catalogs data-test bench-everyday train average evaluate export serve query demo demo-train pretrained notebooks \
+.PHONY: help setup translate test test-large test-under-load check-mutations lint data data-bible data-catalogs data-wordnet-bt data-lexicon data-test bench-everyday train average evaluate export serve query demo demo-train pretrained notebooks \
 	bench-train bench-decode bench-profile bench-serve bench-sweep bench-tokenizer bench-robustness \
 	bench-translate bench-soak check-prometheus \
 	export-ctranslate2 clean-venv
@@ -48,7 +48,9 @@ $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	touch $(STAMP)
 
 # The tokenizer tests read every sentence of the embedded corpus, the catalog tests a few MB of
-# real catalogs: `data-bible` and `data-test` build them when missing (not the 1.2 GB of `data`).
+# real catalogs, the back-translation, lexicon and made-up-word tests WordNet, FreeDict, the
+# English word lists and Apertium: `data-bible` and `data-test` fetch them when missing (not
+# the 1.2 GB of `data`).
 # Then the CPU-dependent tests (pytest.ini's cpu_dependent marker) again with oneDNN's rewrite
 # off: the Eigen kernels an AVX2-only CPU multiplies bfloat16 with (common/cpu.py), so every
 # machine checks both kinds of CPU.
@@ -74,7 +76,7 @@ lint: $(STAMP)  ## The house style: ruff's lint and format checks (`ruff format 
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-data: data-bible data-catalogs  ## Both Spanish→English corpora, data/bible and data/catalogs (rebuilt only when missing).
+data: data-bible data-catalogs data-wordnet-bt data-lexicon  ## Every Spanish→English corpus: data/bible, data/catalogs, data/wordnet-bt, data/lexicon (rebuilt only when missing).
 
 data-bible: $(STAMP)  ## The embedded Bible corpus alone, data/bible.
 	$(PY) -m training.prepare_data --out data/bible
@@ -82,8 +84,18 @@ data-bible: $(STAMP)  ## The embedded Bible corpus alone, data/bible.
 data-catalogs: $(STAMP)  ## Debian's translated message catalogs, data/catalogs (downloads 1.2 GB into .debs/catalogs once).
 	$(PY) -m training.prepare_data --corpus catalogs --out data/catalogs
 
-data-test: $(STAMP)  ## The few MB of real catalogs the tests read (training.corpus.catalogs.TEST_PACKAGES).
+data-wordnet-bt: $(STAMP)  ## WordNet's usage examples back-translated by Apertium (installs apertium-en-es), data/wordnet-bt.
+	$(PY) -m training.prepare_data --corpus wordnet-bt --out data/wordnet-bt
+
+data-lexicon: $(STAMP)  ## FreeDict's and Apertium's word pairs, data/lexicon.
+	$(PY) -m training.prepare_data --corpus lexicon --out data/lexicon
+
+# The lexicon is small (a few seconds, 3 MB of packages): the tests' build is the real one.
+data-test: $(STAMP)  ## What the tests read: a few MB of real catalogs (TEST_PACKAGES), WordNet, FreeDict, word lists, Apertium.
 	$(PY) -m training.prepare_data --corpus catalogs --test_set --out data/catalogs-test
+	$(PY) -m training.prepare_data --corpus wordnet-bt --limit 300 --out data/wordnet-bt-test
+	$(PY) -m training.prepare_data --corpus lexicon --out data/lexicon
+	$(PY) -m training.made_up_words
 
 train: $(STAMP)  ## make train PRESET=small DATA=bible (or DATA=path/to/pairs.tsv, DATA=tfds:NAME, DATA=bible:1,catalogs:3)
 	$(PY) -m training.train --preset $(PRESET) --data $(DATA) --run_dir $(RUN_DIR) $(TRAIN_ARGS)
@@ -206,7 +218,7 @@ bench-robustness: $(STAMP) data  ## Test BLEU, chrF, looping share under each ty
 	$(PY) -m benchmarks.bench_robustness --run_dir $(ROBUSTNESS_RUN_DIR) --output BENCHMARKS.md $(ROBUSTNESS_ARGS)
 
 EVERYDAY_RUN_DIR ?= $(PRETRAINED_DIR)
-bench-everyday: $(STAMP) data  ## BLEU and every output on 40 everyday sentences (training/everyday), greedy and beam 4; EVERYDAY_RUN_DIR=runs/x.
+bench-everyday: $(STAMP) data  ## Everyday sentences (training/everyday, EVERYDAY_ARGS="--split dev" to choose): BLEU, chrF, made-up words, time, greedy and beam 4 beside Apertium; EVERYDAY_RUN_DIR=runs/x.
 	$(PY) -m benchmarks.bench_everyday --run_dir $(EVERYDAY_RUN_DIR) --output BENCHMARKS.md $(EVERYDAY_ARGS)
 
 # A quick size by default; the million-line file (hours):

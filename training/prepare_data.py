@@ -2,6 +2,9 @@
 
 `--corpus bible` (the default): the Spanish->English Bible, `training.corpus.bible`.
 `--corpus catalogs`: Debian's translated message catalogs, `training.corpus.catalogs`.
+`--corpus wordnet-bt`: WordNet's usage examples back-translated by Apertium,
+`training.corpus.backtranslation`.
+`--corpus lexicon`: FreeDict's and Apertium's word pairs, `training.corpus.lexicon`.
 See training/CORPUS.md.
 
 Usage:
@@ -16,13 +19,15 @@ import logging
 import sys
 from pathlib import Path
 
+from training.corpus.backtranslation import build_backtranslation_corpus
 from training.corpus.bible import build_bible_corpus
 from training.corpus.catalogs import CATALOG_PACKAGES, TEST_PACKAGES, build_catalogs_corpus
+from training.corpus.lexicon import build_lexicon_corpus
 from training.corpus.tsv import CorpusError
 
 logger = logging.getLogger(__name__)
 
-CORPORA = ("bible", "catalogs")
+CORPORA = ("bible", "catalogs", "wordnet-bt", "lexicon")
 
 
 def _names(text: str | None) -> list[str] | None:
@@ -32,8 +37,9 @@ def _names(text: str | None) -> list[str] | None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description="Build a Spanish->English corpus from Debian packages: the Bible "
-        "(RV1909 -> WEB, sword-text-sparv and sword-text-web) or the translated message "
-        "catalogs of games and applications.",
+        "(RV1909 -> WEB, sword-text-sparv and sword-text-web), the translated message "
+        "catalogs of games and applications, WordNet's usage examples back-translated by "
+        "Apertium, or a lexicon of FreeDict's and Apertium's word pairs.",
     )
     parser.add_argument(
         "--corpus", choices=CORPORA, default="bible", help="which corpus (default: %(default)s)"
@@ -47,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
         "--cache",
         type=Path,
         help="directory for the downloaded and unpacked .deb packages "
-        "(default: .debs for the Bible, .debs/catalogs for the catalogs)",
+        "(default: .debs for the Bible, .debs/CORPUS for the others)",
     )
     parser.add_argument(
         "--force",
@@ -64,6 +70,11 @@ def main(argv: list[str] | None = None) -> int:
         "chosen ones (training/corpus/catalogs.py)",
     )
     parser.add_argument(
+        "--limit",
+        type=int,
+        help="wordnet-bt: back-translate only the first N usage examples (a quick build)",
+    )
+    parser.add_argument(
         "--test_set",
         action="store_true",
         help=f"catalogs: only the few MB the tests read ({', '.join(TEST_PACKAGES)})",
@@ -73,6 +84,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--books is for --corpus bible")
     if (args.packages or args.test_set) and args.corpus != "catalogs":
         parser.error("--packages and --test_set are for --corpus catalogs")
+    if args.limit is not None and (args.corpus != "wordnet-bt" or args.limit <= 0):
+        parser.error("--limit is a positive number of examples, for --corpus wordnet-bt")
     out = args.out or Path("data") / args.corpus
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
@@ -80,6 +93,12 @@ def main(argv: list[str] | None = None) -> int:
             build_bible_corpus(
                 out, args.cache or Path(".debs"), force=args.force, books=_names(args.books)
             )
+        elif args.corpus == "wordnet-bt":
+            build_backtranslation_corpus(
+                out, args.cache or Path(".debs") / "wordnet", force=args.force, limit=args.limit
+            )
+        elif args.corpus == "lexicon":
+            build_lexicon_corpus(out, args.cache or Path(".debs") / "lexicon", force=args.force)
         else:
             build_catalogs_corpus(
                 out,

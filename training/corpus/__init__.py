@@ -11,6 +11,11 @@ One concern per module, each importing only the ones listed before it:
 * `bible`: downloads and builds the embedded Spanish->English Bible corpus
   (command line: `python -m training.prepare_data`).
 * `catalog_cleaning`: the rules that make message-catalog entries sentence pairs.
+* `apertium`: Apertium, Debian's rule-based translator, as a tool.
+* `backtranslation`: builds WordNet's usage examples back-translated by Apertium
+  (`python -m training.prepare_data --corpus wordnet-bt`).
+* `lexicon`: builds FreeDict's and Apertium's word pairs
+  (`python -m training.prepare_data --corpus lexicon`).
 * `catalogs`: builds the corpus of Debian's Spanish message catalogs
   (`python -m training.prepare_data --corpus catalogs`).
 * `loading`: `load_pairs(source_spec, split)`, the one entry point of the trainer; the
@@ -20,7 +25,18 @@ The entry point and its error are importable from the package itself:
 `from training.corpus import CorpusError, load_pairs`.
 """
 
-from training.corpus.loading import corpus_source_spelling, load_pairs, load_run_pairs
+from training.corpus.loading import (
+    corpus_is_at_hand,
+    corpus_source_spelling,
+    load_pairs,
+    load_run_pairs,
+)
 from training.corpus.tsv import CorpusError
 
-__all__ = ["CorpusError", "corpus_source_spelling", "load_pairs", "load_run_pairs"]
+__all__ = [
+    "CorpusError",
+    "corpus_is_at_hand",
+    "corpus_source_spelling",
+    "load_pairs",
+    "load_run_pairs",
+]

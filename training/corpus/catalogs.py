@@ -27,7 +27,6 @@ import collections
 import dataclasses
 import hashlib
 import logging
-import re
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -40,10 +39,11 @@ from training.corpus.debian import (
     DEFAULT_CACHE_DIR,
     deb_version,
     download_deb,
+    package_licence,
     unpack_cached,
 )
 from training.corpus.outputs import needs_build, write_corpus_stats
-from training.corpus.splitting import dedup_against, split_for_key
+from training.corpus.splitting import describe_split, split_keyed_pairs
 from training.corpus.tsv import SPLITS, CorpusError, Pair, write_tsv
 
 logger = logging.getLogger(__name__)
@@ -138,30 +138,6 @@ def read_catalog(path: Path) -> list[CatalogMessage]:
         if entry.msgid and spanish:
             messages.append(CatalogMessage(entry.msgid, spanish, locale))
     return messages
-
-
-_LICENSE_FIELD = re.compile(r"^License:[ \t]*(\S[^\n]*)$", re.MULTILINE)
-# What a free-form copyright file (one without `License:` fields) is searched for.
-_FREE_FORM_LICENCES = (
-    ("GPL", re.compile(r"GNU General Public License|\bGPL\b")),
-    ("LGPL", re.compile(r"GNU (?:Lesser|Library) General Public License|\bLGPL\b")),
-    ("MPL", re.compile(r"Mozilla Public License|\bMPL\b")),
-    ("CC-BY-SA", re.compile(r"Creative Commons Attribution[- ]Share[- ]?Alike|CC-BY-SA")),
-    ("GFDL", re.compile(r"GNU Free Documentation License|\bGFDL\b")),
-)
-
-
-def package_licence(copyright_text: str) -> str:
-    """The licence a Debian copyright file gives: the `License:` short names of a
-    machine-readable file, most common first, joined by "; "; for a free-form file (no
-    `License:` field), the licence families its text names, marked "(free-form copyright file)"."""
-    names = collections.Counter(name.strip() for name in _LICENSE_FIELD.findall(copyright_text))
-    if not names:
-        mentioned = [
-            name for name, pattern in _FREE_FORM_LICENCES if pattern.search(copyright_text)
-        ]
-        return f"{', '.join(mentioned) or 'unnamed'} (free-form copyright file)"
-    return "; ".join(name for name, _ in names.most_common())
 
 
 def choose_locale_variants(messages: Iterable[CatalogMessage]) -> tuple[list[CatalogMessage], int]:
@@ -269,14 +245,7 @@ def split_pairs(keyed_pairs: Iterable[tuple[str, Pair]]) -> tuple[dict[str, list
     Returns:
       `(pairs per split, pairs removed from dev and test)`.
     """
-    splits: dict[str, list[Pair]] = {split: [] for split in SPLITS}
-    for key, pair in keyed_pairs:
-        splits[split_for_key(f"{SPLIT_SALT}:{key}", DEV_FRACTION, TEST_FRACTION)].append(pair)
-    removed = 0
-    for split in ("dev", "test"):
-        splits[split], count = dedup_against(splits[split], splits["train"])
-        removed += count
-    return splits, removed
+    return split_keyed_pairs(keyed_pairs, SPLIT_SALT, DEV_FRACTION, TEST_FRACTION)
 
 
 def _packages_digest(packages: Sequence[str]) -> str:
@@ -302,9 +271,8 @@ def _corpus_stats(
         "messages_read": sum(m.get("messages", 0) for m in manifests),
         "dropped": dict(dropped.most_common()),
         "split_pairs": {split: len(splits[split]) for split in SPLITS},
-        "split_rule": (
-            f"sha256('{SPLIT_SALT}:' + near-duplicate key of the English) as a fraction: test "
-            f"below {TEST_FRACTION}, dev below {TEST_FRACTION + DEV_FRACTION}, train otherwise"
+        "split_rule": describe_split(
+            SPLIT_SALT, "near-duplicate key of the English", DEV_FRACTION, TEST_FRACTION
         ),
         "build_seconds": round(time.monotonic() - started, 1),
         "packages": manifests,

@@ -7,8 +7,10 @@ never downloaded again, so a rebuild runs offline.
 
 from __future__ import annotations
 
+import collections
 import fnmatch
 import logging
+import re
 import shutil
 import subprocess
 import tarfile
@@ -149,3 +151,27 @@ def unpack_cached(deb: Path, destination: Path, members: Iterable[str]) -> Path:
     unpack_deb(deb, destination, members)
     stamp.write_text(Path(deb).name, encoding="utf-8")
     return Path(destination)
+
+
+_LICENSE_FIELD = re.compile(r"^License:[ \t]*(\S[^\n]*)$", re.MULTILINE)
+# What a free-form copyright file (one without `License:` fields) is searched for.
+_FREE_FORM_LICENCES = (
+    ("GPL", re.compile(r"GNU General Public License|\bGPL\b")),
+    ("LGPL", re.compile(r"GNU (?:Lesser|Library) General Public License|\bLGPL\b")),
+    ("MPL", re.compile(r"Mozilla Public License|\bMPL\b")),
+    ("CC-BY-SA", re.compile(r"Creative Commons Attribution[- ]Share[- ]?Alike|CC-BY-SA")),
+    ("GFDL", re.compile(r"GNU Free Documentation License|\bGFDL\b")),
+)
+
+
+def package_licence(copyright_text: str) -> str:
+    """The licence a Debian copyright file gives: the `License:` short names of a
+    machine-readable file, most common first, joined by "; "; for a free-form file (no
+    `License:` field), the licence families its text names, marked "(free-form copyright file)"."""
+    names = collections.Counter(name.strip() for name in _LICENSE_FIELD.findall(copyright_text))
+    if not names:
+        mentioned = [
+            name for name, pattern in _FREE_FORM_LICENCES if pattern.search(copyright_text)
+        ]
+        return f"{', '.join(mentioned) or 'unnamed'} (free-form copyright file)"
+    return "; ".join(name for name, _ in names.most_common())

@@ -1,12 +1,16 @@
 """Parallel-corpus sources for the translation pipeline.
 
 Everything the trainer reads goes through `load_pairs(source_spec, split)`, which
-returns a list of `(source, target)` string pairs. Five kinds of source exist:
+returns a list of `(source, target)` string pairs. Seven kinds of source exist:
 
 * `bible`: the embedded Spanish->English Bible corpus in `data/bible`, built on
   first use by `training.corpus.bible` (see training/CORPUS.md).
 * `catalogs`: the Spanish->English corpus of Debian's translated message catalogs in
   `data/catalogs`, built on first use by `training.corpus.catalogs`.
+* `wordnet-bt`: WordNet's English usage examples back-translated by Apertium, in
+  `data/wordnet-bt`, built on first use by `training.corpus.backtranslation`.
+* `lexicon`: word and short-phrase pairs of FreeDict and Apertium in `data/lexicon`, built
+  on first use by `training.corpus.lexicon`.
 * a directory holding `train.tsv`, `dev.tsv` and `test.tsv`.
 * a single `.tsv` file: all of it is the user's corpus; `dev` and `test` are split
   off deterministically by a hash of the source sentence (`HELDOUT_FRACTION` each),
@@ -31,7 +35,7 @@ import os
 from pathlib import Path
 
 from model.spelling import MODERN, old_spelling
-from training.corpus import bible, catalogs
+from training.corpus import backtranslation, bible, catalogs, lexicon
 from training.corpus.outputs import read_corpus_stats
 from training.corpus.splitting import HELDOUT_FRACTION, split_single_file
 from training.corpus.tsv import SPLITS, CorpusError, Pair, read_tsv
@@ -40,10 +44,14 @@ logger = logging.getLogger(__name__)
 
 BIBLE_SPEC = "bible"
 CATALOGS_SPEC = "catalogs"
+BACKTRANSLATION_SPEC = "wordnet-bt"
+LEXICON_SPEC = "lexicon"
 TFDS_PREFIX = "tfds:"
 # Project-relative home of the embedded corpus; `load_pairs` builds it when missing.
 DEFAULT_BIBLE_DIR = Path(__file__).resolve().parent.parent.parent / "data" / "bible"
 DEFAULT_CATALOGS_DIR = DEFAULT_BIBLE_DIR.parent / "catalogs"
+DEFAULT_BACKTRANSLATION_DIR = DEFAULT_BIBLE_DIR.parent / BACKTRANSLATION_SPEC
+DEFAULT_LEXICON_DIR = DEFAULT_BIBLE_DIR.parent / LEXICON_SPEC
 # Forty everyday sentences with references (issue 47), a corpus directory of a test split only:
 # for evaluation (benchmarks.bench_everyday, the model card), never for training or tuning.
 EVERYDAY_DIR = DEFAULT_BIBLE_DIR.parent.parent / "training" / "everyday"
@@ -141,6 +149,33 @@ def load_tfds_pairs(
 # --------------------------------------------------------------------- entry point
 
 
+def _builders(bible_dir, catalogs_dir):
+    """`{spec: (directory, build function)}` of the corpora this project builds itself."""
+    return {
+        BIBLE_SPEC: (Path(bible_dir), bible.build_bible_corpus),
+        CATALOGS_SPEC: (Path(catalogs_dir), catalogs.build_catalogs_corpus),
+        BACKTRANSLATION_SPEC: (
+            DEFAULT_BACKTRANSLATION_DIR,
+            backtranslation.build_backtranslation_corpus,
+        ),
+        LEXICON_SPEC: (DEFAULT_LEXICON_DIR, lexicon.build_lexicon_corpus),
+    }
+
+
+def corpus_is_at_hand(
+    source_spec: str,
+    bible_dir: str | os.PathLike = DEFAULT_BIBLE_DIR,
+    catalogs_dir: str | os.PathLike = DEFAULT_CATALOGS_DIR,
+) -> bool:
+    """Whether `load_pairs(source_spec, ...)` reads files already here: a built corpus of this
+    project, or an existing directory or `.tsv` file; not one it would build or download."""
+    builders = _builders(bible_dir, catalogs_dir)
+    if source_spec in builders:
+        directory = builders[source_spec][0]
+        return all((directory / f"{split}.tsv").is_file() for split in SPLITS)
+    return not source_spec.startswith(TFDS_PREFIX) and Path(source_spec).exists()
+
+
 @functools.lru_cache(maxsize=1)
 def _split_file(path: Path, modified_ns: int, size: int) -> dict[str, tuple[Pair, ...]]:
     """The splits of one `.tsv` file, read once per version of the file (the trainer asks for
@@ -159,7 +194,7 @@ def load_pairs(
     """The one entry point the trainer uses to get a split of a corpus.
 
     Args:
-      source_spec: `bible`; `catalogs`; a directory with train/dev/test.tsv; a `.tsv` file
+      source_spec: `bible`; `catalogs`; `wordnet-bt`; `lexicon`; a directory with train/dev/test.tsv; a `.tsv` file
         (dev/test split off by `split_single_file`); or `tfds:NAME`.
       split: `train`, `dev` or `test`.
       bible_dir: where the embedded corpus lives (built there if missing).
@@ -183,10 +218,7 @@ def load_pairs(
             )
         return load_tfds_pairs(name, split, data_dir=tfds_data_dir, download=tfds_download)
 
-    builders = {
-        BIBLE_SPEC: (Path(bible_dir), bible.build_bible_corpus),
-        CATALOGS_SPEC: (Path(catalogs_dir), catalogs.build_catalogs_corpus),
-    }
+    builders = _builders(bible_dir, catalogs_dir)
     if source_spec in builders:
         directory, build = builders[source_spec]
         if not all((directory / f"{s}.tsv").is_file() for s in SPLITS):
@@ -210,7 +242,8 @@ def load_pairs(
             )
         return pairs
     raise CorpusError(
-        f"unknown corpus source {source_spec!r}: expected 'bible', 'catalogs', a directory with "
+        f"unknown corpus source {source_spec!r}: expected 'bible', 'catalogs', 'wordnet-bt', "
+        "'lexicon', a directory with "
         "train/dev/test.tsv, an existing .tsv file, or 'tfds:NAME'"
     )
 

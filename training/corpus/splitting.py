@@ -88,3 +88,31 @@ def split_single_file(
     for split in ("dev", "test"):
         splits[split], _ = dedup_against(splits[split], ())
     return splits
+
+
+def split_keyed_pairs(
+    keyed_pairs: Iterable[tuple[str, Pair]], salt: str, dev_fraction: float, test_fraction: float
+) -> tuple[dict[str, list[Pair]], int]:
+    """Train/dev/test by a hash of each pair's key (`split_for_key` on `salt:key`), dev and
+    test then without pairs whose source occurs in train (nor twice).
+
+    Returns:
+      `({"train": ..., "dev": ..., "test": ...}, pairs removed from dev and test)`, each split
+      in input order.
+    """
+    splits: dict[str, list[Pair]] = {split: [] for split in SPLITS}
+    for key, pair in keyed_pairs:
+        splits[split_for_key(f"{salt}:{key}", dev_fraction, test_fraction)].append(pair)
+    removed = 0
+    for split in ("dev", "test"):
+        splits[split], count = dedup_against(splits[split], splits["train"])
+        removed += count
+    return splits, removed
+
+
+def describe_split(salt: str, key: str, dev_fraction: float, test_fraction: float) -> str:
+    """How `split_keyed_pairs` split a corpus, for its stats.json ("split_rule")."""
+    return (
+        f"sha256('{salt}:' + {key}) as a fraction: test below {test_fraction}, dev below "
+        f"{test_fraction + dev_fraction}, train otherwise"
+    )

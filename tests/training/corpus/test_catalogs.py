@@ -15,11 +15,10 @@ from training.corpus import load_pairs
 from training.corpus.catalogs import (
     TEST_PACKAGES,
     choose_locale_variants,
-    package_licence,
     read_catalog,
     split_pairs,
 )
-from training.corpus.debian import DEFAULT_CACHE_DIR
+from training.corpus.debian import DEFAULT_CACHE_DIR, package_licence
 from training.corpus.splitting import normalize_for_dedup
 from training.corpus.tsv import SPLITS, CorpusError, read_tsv
 
