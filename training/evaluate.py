@@ -45,7 +45,8 @@ from model.translator import DecodingOptions, Translator
 from run_directory import artifacts
 from training import decoding_flags
 from training.copying import KINDS, copy_rate_sets, copy_rates, corpus_words, proper_names
-from training.corpus import CorpusError, load_run_pairs
+from training.corpus import CorpusError, corpus_is_at_hand, load_run_pairs
+from training.made_up_words import MadeUpWords
 from training.mixture import load_splits, parse_data
 from training.noise import PERTURBATIONS, perturbation
 
@@ -184,6 +185,30 @@ class EvaluatedModel:
         """The pairs of `corpus_splits`, every corpus's in the order of the data spec."""
         splits = self.corpus_splits(split, data, tfds_data_dir)
         return [pair for pairs in splits.values() for pair in pairs]
+
+    def made_up_words(self):
+        """`made_up_words_for` the model's training data."""
+        return made_up_words_for(self.config.get("data"))
+
+
+def made_up_words_for(data):
+    """`(MadeUpWords, what it knows)`: the English word lists and the target side of the
+    training corpora of `data` (a data spec, or None) that are at hand; a corpus that would have
+    to be built or downloaded first is left out, and named in what it knows."""
+    corpora = parse_data(data) if data else []
+    at_hand = [corpus for corpus in corpora if corpus_is_at_hand(corpus.spec)]
+    targets = [
+        target
+        for pairs in (load_splits(at_hand, "train").values() if at_hand else ())
+        for _, target in pairs
+    ]
+    known = "English word lists (wamerican, wbritish)"
+    if at_hand:
+        known += ", training targets of " + ", ".join(corpus.name for corpus in at_hand)
+    missing = [corpus.name for corpus in corpora if corpus not in at_hand]
+    if missing:
+        known += f" (not built here: {', '.join(missing)})"
+    return MadeUpWords.for_training_targets(targets), known
 
 
 def describe_decoding(options, beam_width):
@@ -389,6 +414,7 @@ def evaluate_perturbations(
     }
     model = load_for_evaluation(run_dir, export_dir, beam_width, alpha, **repetition_controls)
     splits = model.corpus_splits(split, data, tfds_data_dir)
+    made_up = model.made_up_words()
     directory = _output_dir(output_dir, run_dir, export_dir)
     reports = []
     for corpus, pairs in splits.items():
@@ -404,7 +430,7 @@ def evaluate_perturbations(
                     f"changed by {perturbations}"
                 )
         for name, function in functions.items():
-            report = _evaluate_pairs(pairs, function, model, batch_size)
+            report = _evaluate_pairs(pairs, function, model, batch_size, made_up)
             report = {
                 "run_dir" if export_dir is None else "export_dir": os.path.basename(
                     os.path.normpath(model.source)
@@ -425,9 +451,10 @@ def evaluate_perturbations(
     return reports
 
 
-def _evaluate_pairs(pairs, perturb_function, model, batch_size):
+def _evaluate_pairs(pairs, perturb_function, model, batch_size, made_up):
     """Translates the sources of `pairs` (perturbed by `perturb_function` unless None) and scores
-    them: the report's measured part, and the "hypotheses"."""
+    them: the report's measured part, and the "hypotheses". `made_up` is `(MadeUpWords, what it
+    knows)` (`EvaluationModel.made_up_words`)."""
     sources = [source_text for source_text, _ in pairs]
     if perturb_function is not None:
         sources = [text.decode("utf-8") for text in perturb_function(tf.constant(sources)).numpy()]
@@ -442,6 +469,8 @@ def _evaluate_pairs(pairs, perturb_function, model, batch_size):
         **score(hypotheses, [target for _, target in pairs]),
         "looping": round(looping / max(len(pairs), 1), 4),
         "looping_sentences": looping,
+        **made_up[0].report(hypotheses, sources),
+        "made_up_known_words": made_up[1],
         "hypotheses": hypotheses,
     }
 
@@ -544,9 +573,10 @@ def _changed_pairs(pairs, functions):
 
 
 def robustness_table(reports):
-    """Markdown table of perturbation reports: BLEU, chrF, looping share, and the change in BLEU
-    from the unperturbed split when it is among them; with a corpus column (each corpus's change
-    from its own unperturbed split) when the reports are of several corpora."""
+    """Markdown table of perturbation reports: BLEU, chrF, looping share, made-up-word rate, and
+    the change in BLEU from the unperturbed split when it is among them; with a corpus column
+    (each corpus's change from its own unperturbed split) when the reports are of several
+    corpora."""
     mixed = any("corpus" in report for report in reports)
     clean = {
         report.get("corpus"): report["bleu"]
@@ -555,9 +585,9 @@ def robustness_table(reports):
     }
     lines = [
         ("| corpus " if mixed else "")
-        + "| perturbation | BLEU | chrF | looping outputs |"
+        + "| perturbation | BLEU | chrF | looping outputs | made-up words |"
         + (" BLEU change |" if clean else ""),
-        ("|---" if mixed else "") + "|---|---:|---:|---:|" + ("---:|" if clean else ""),
+        ("|---" if mixed else "") + "|---|---:|---:|---:|---:|" + ("---:|" if clean else ""),
     ]
     for report in reports:
         corpus = report.get("corpus")
@@ -567,7 +597,8 @@ def robustness_table(reports):
         lines.append(
             (f"| {corpus} " if mixed else "")
             + f"| {report['perturbation']} | {report['bleu']:.2f} | {report['chrf']:.2f} | "
-            f"{100 * report['looping']:.1f}% ({report['looping_sentences']}) |{change}"
+            f"{100 * report['looping']:.1f}% ({report['looping_sentences']}) | "
+            f"{100 * report['made_up_rate']:.1f}% ({report['made_up_words']}) |{change}"
         )
     return "\n".join(lines)
 
@@ -676,6 +707,10 @@ def print_reports(reports, perturbed):
         print(robustness_table(reports))
     print(f"BLEU {report['bleu']}  ({report['bleu_signature']})")
     print(f"chrF {report['chrf']}  ({report['chrf_signature']})")
+    print(
+        f"made-up words {100 * report['made_up_rate']:.1f}% "
+        f"({report['made_up_words']} of {report['output_words']})"
+    )
     print(f"{report['sentences']} sentences, {report['decoding']}, {report['seconds']} s")
 
 

@@ -14,6 +14,7 @@ from model.special_tokens import END_ID, START_ID
 from run_directory import artifacts
 from training.corpus import load_pairs
 from training.evaluate import evaluate, is_looping, main
+from training.made_up_words import MadeUpWords, words
 from training.noise import PERTURBATIONS
 
 # End to end over trained runs: `make test-large` (tests/collection.py).
@@ -31,6 +32,18 @@ def test_report_matches_sacrebleu_on_the_written_hypotheses(tiny_run, tmp_path):
     assert report["chrf"] == round(sacrebleu.corpus_chrf(hypotheses, [references]).score, 2)
     assert report["bleu_signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a")
     assert json.loads((tmp_path / "test.greedy.report.json").read_text())["bleu"] == report["bleu"]
+    # Made-up words: the toy corpus's training targets and the word lists are its English.
+    sources = [source for source, _ in load_pairs(config["data"], "test")]
+    checker = MadeUpWords.for_training_targets(
+        target for _, target in load_pairs(config["data"], "train")
+    )
+    made_up = [word for h, s in zip(hypotheses, sources) for word in checker.made_up(h, s)]
+    assert report["made_up_words"] == len(made_up)
+    assert report["output_words"] == sum(len(words(h)) for h in hypotheses)
+    assert report["made_up_rate"] == round(len(made_up) / report["output_words"], 4)
+    assert report["made_up_known_words"].endswith(
+        "training targets of " + os.path.basename(config["data"].rstrip("/")).removesuffix(".tsv")
+    )
 
 
 def test_hypotheses_are_the_models_greedy_translations(tiny_run, tmp_path):
@@ -260,7 +273,11 @@ def test_perturbed_evaluation_scores_perturbed_sources_against_unchanged_referen
         hypotheses = (tmp_path / f"{stem}.hyp.txt").read_text(encoding="utf-8").splitlines()
         assert report["perturbation"] == name and report["sentences"] == 12
         assert report["bleu"] == round(sacrebleu.corpus_bleu(hypotheses, [references]).score, 2)
-        assert f"| {name} | {report['bleu']:.2f} | {report['chrf']:.2f} |" in out
+        assert (
+            f"| {name} | {report['bleu']:.2f} | {report['chrf']:.2f} | "
+            f"{100 * report['looping']:.1f}% ({report['looping_sentences']}) | "
+            f"{100 * report['made_up_rate']:.1f}% ({report['made_up_words']}) |"
+        ) in out
     # The toy corpus is lowercase and unpunctuated: uppercase is the perturbation that bites.
     clean = (tmp_path / "test.greedy.hyp.txt").read_text(encoding="utf-8").splitlines()
     upper = (tmp_path / "test.greedy.uppercase.hyp.txt").read_text(encoding="utf-8").splitlines()
