@@ -21,6 +21,9 @@ class TrainConfig:
     # bible | DIR with train/dev/test.tsv | FILE.tsv | tfds:NAME, or several mixed by weight,
     # CORPUS:WEIGHT,CORPUS:WEIGHT (training.mixture).
     data: str = "bible"
+    # Corpora scored on their dev split at every checkpoint (loss, BLEU), never trained on:
+    # comma-separated specs, e.g. training/everyday ("": none).
+    dev_data: str = ""
     tfds_data_dir: str = ""  # TFDS data directory for tfds:NAME ("": TFDS's, ~/tensorflow_datasets)
     tokenizer: str = "sentencepiece"  # sentencepiece | wordpiece (model/tokenizer.py)
     subword_model: str = "unigram"  # SentencePiece's unigram | bpe

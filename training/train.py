@@ -227,12 +227,34 @@ def run_tokenizers(train_splits, config, tokenizer_dir):
     return load_tokenizers(tokenizer_dir)
 
 
+def dev_only_corpora(config, corpora):
+    """The corpora of `config.dev_data`: scored on their dev split, never trained on.
+
+    Raises:
+        TrainingError: a bad spec, or a name that one of the training corpora has too.
+    """
+    if not config.dev_data.strip():
+        return []
+    try:
+        extra = parse_data(",".join(spec.rsplit(":", 1)[0] for spec in config.dev_data.split(",")))
+    except ValueError as error:
+        raise TrainingError(f"--dev_data: {error}") from error
+    clashing = {corpus.name for corpus in corpora} & {corpus.name for corpus in extra}
+    if clashing:
+        raise TrainingError(
+            f"--dev_data names {', '.join(sorted(clashing))}, which --data trains on already: "
+            "a corpus of --data is scored on its dev split anyway"
+        )
+    return extra
+
+
 def load_corpus_splits(config, corpora):
-    """`(train, dev)`: `{corpus name: pairs}` of each split of each corpus of the run."""
+    """`(train, dev)`: `{corpus name: pairs}` of each split of each corpus of the run; dev also
+    holds the corpora of `config.dev_data` (`dev_only_corpora`)."""
     load_options = {"tfds_data_dir": config.tfds_data_dir or None}
     try:
         train_splits = load_splits(corpora, "train", **load_options)
-        dev_splits = load_splits(corpora, "dev", **load_options)
+        dev_splits = load_splits(corpora + dev_only_corpora(config, corpora), "dev", **load_options)
     except CorpusError as error:
         raise TrainingError(str(error)) from error
     for corpus in corpora:
@@ -534,7 +556,10 @@ def prepare_run(config, preset, out):
             )
             for corpus in corpora
         }
-        for split, splits in (("train", train_splits), ("dev", dev_splits))
+        for split, splits, corpora in (
+            ("train", train_splits, corpora),
+            ("dev", dev_splits, corpora + dev_only_corpora(config, corpora)),
+        )
     )
     return corpora, tokenizers, train_splits, dev_splits, train_examples, dev_examples
 

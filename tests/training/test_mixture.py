@@ -8,6 +8,7 @@ import os
 
 import numpy as np
 import pytest
+import sentencepiece
 
 from model.spelling import MODERN, modernize, modernize_graph
 from run_directory import artifacts
@@ -16,7 +17,7 @@ from training.config import resolve_config
 from training.curves import read_scalars
 from training.evaluate import evaluate, evaluate_perturbations
 from training.mixture import Corpus, parse_data
-from training.toy_corpus import ES_EN_OFFICE, write_corpus
+from training.toy_corpus import ES_EN, ES_EN_OFFICE, write_corpus
 from training.train import TrainingError, main, make_train_dataset, prepare_examples, train
 from training.vocabulary import build_run_tokenizers
 from training.vocabulary import main as vocabulary_main
@@ -353,3 +354,41 @@ def test_a_mixed_noised_run_resumes_exactly(two_corpora, tmp_path):
     resumed, *_ = artifacts.load_trained(interrupted)
     for want, got in zip(expected.weights, resumed.weights, strict=True):
         np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_dev_data_is_scored_at_every_checkpoint_and_never_trained_on(two_corpora, tmp_path):
+    """`--dev_data`: the office corpus's dev split scored beside the house corpus the run trains
+    on; its train split never read (its words stay out of the vocabulary)."""
+    house, office = two_corpora
+    run_dir = train_tiny(
+        str(tmp_path / "run"),
+        data=house,
+        dev_data=office,
+        train_steps=20,
+        checkpoint_every=10,
+        dev_bleu_sentences=6,
+    )
+    scalars = read_scalars(os.path.join(run_dir, "logs", "dev"))
+    for tag in ("bleu/house", "bleu/office", "loss/office"):
+        assert scalars[tag][0] == (10, 20), tag
+    best = json.load(open(os.path.join(run_dir, "best", "best.json")))
+    report = evaluate(run_dir, "dev", limit=6, data=office, output_dir=str(tmp_path / "eval"))
+    assert best["corpora"]["office"]["bleu"] == pytest.approx(report["bleu"], abs=1e-6)
+    # Only the house corpus was trained on: no word of the office corpus's alone is a piece.
+    processor = sentencepiece.SentencePieceProcessor(
+        model_file=str(tmp_path / "run" / "tokenizer" / "spm.shared.model")
+    )
+    pieces = {processor.id_to_piece(i) for i in range(processor.get_piece_size())}
+    office_words = {*ES_EN_OFFICE, *ES_EN_OFFICE.values()} - {*ES_EN, *ES_EN.values()}
+    assert len(office_words) > 20
+    assert not {f"▁{word}" for word in office_words} & pieces
+    assert {f"▁{word}" for word in ("perro", "dog")} <= pieces
+
+
+@pytest.mark.parametrize(
+    "dev_data, message", [("HOUSE", "which --data trains on already"), ("nowhere/", "nowhere")]
+)
+def test_bad_dev_data_is_refused_before_training(two_corpora, tmp_path, dev_data, message):
+    house, _ = two_corpora
+    with pytest.raises(TrainingError, match=message):
+        train_tiny(str(tmp_path / "run"), data=house, dev_data=dev_data.replace("HOUSE", house))
