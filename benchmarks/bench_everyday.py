@@ -24,20 +24,19 @@ import re
 import shlex
 import sys
 import tempfile
-import time
 
 from benchmarks.report import machine_description, shown_path, write_section
 from common.flags import parse_bool
 from run_directory import artifacts
-from training.corpus import CorpusError, apertium, load_pairs
+from training.corpus import load_pairs
 from training.corpus.loading import DEFAULT_CATALOGS_DIR, EVERYDAY_DIR
 from training.corpus.tsv import read_tsv
 from training.evaluate import (
     UNPERTURBED,
+    apertium_report,
     evaluate_perturbations,
     made_up_words_for,
     output_stem,
-    score,
 )
 
 SECTION_PREFIX = "Everyday sentences"
@@ -77,26 +76,6 @@ def coverage_rows(sentences, corpus_specs, catalogs_dir):
 
 def _cell(text):
     return text.replace("|", "\\|")
-
-
-def apertium_report(pairs, made_up):
-    """Apertium `spa-eng` on the sources of `pairs`, scored like a run's report (`decoding`
-    "Apertium", with its version), and its outputs; `(None, message)` where it cannot run."""
-    try:
-        apertium.ensure_apertium()
-    except CorpusError as error:
-        return None, f"Apertium skipped: {error}"
-    sources = [source for source, _ in pairs]
-    started = time.perf_counter()
-    hypotheses = apertium.translate(sources, apertium.SPANISH_TO_ENGLISH, mark_unknown=False)
-    seconds = time.perf_counter() - started
-    report = {
-        "decoding": f"Apertium {apertium.apertium_version()} spa-eng",
-        "seconds": round(seconds, 1),
-        **score(hypotheses, [target for _, target in pairs]),
-        **made_up[0].report(hypotheses, sources),
-    }
-    return report, hypotheses
 
 
 def markdown(pairs, split, reports, outputs, coverage, command, listed, notes=()):

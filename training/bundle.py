@@ -36,27 +36,47 @@ from model.decoding.beam import DEFAULT_ALPHA, DEFAULT_BEAM_WIDTH
 from model.translator import DecodingOptions
 from run_directory import artifacts
 from training import decoding_flags
-from training.corpus.loading import DEFAULT_BIBLE_DIR, DEFAULT_CATALOGS_DIR, EVERYDAY_DIR
+from training.corpus.loading import (
+    BACKTRANSLATION_SPEC,
+    DEFAULT_BACKTRANSLATION_DIR,
+    DEFAULT_BIBLE_DIR,
+    DEFAULT_CATALOGS_DIR,
+    DEFAULT_LEXICON_DIR,
+    EVERYDAY_DIR,
+    LEXICON_SPEC,
+)
 from training.corpus.outputs import read_corpus_stats
 from training.corpus.tsv import SPLITS, read_tsv
 from training.curves import plot_training_curves
 from training.evaluate import (
     UNPERTURBED,
+    apertium_report,
     evaluate,
     evaluate_perturbations,
     load_for_evaluation,
+    made_up_words_for,
     output_stem,
     translate,
 )
 
-_BUILT_CORPORA = {"bible": DEFAULT_BIBLE_DIR, "catalogs": DEFAULT_CATALOGS_DIR}
-_CORPUS_TITLES = {"bible": "Bible", "catalogs": "message catalogs"}
+_BUILT_CORPORA = {
+    "bible": DEFAULT_BIBLE_DIR,
+    "catalogs": DEFAULT_CATALOGS_DIR,
+    BACKTRANSLATION_SPEC: DEFAULT_BACKTRANSLATION_DIR,
+    LEXICON_SPEC: DEFAULT_LEXICON_DIR,
+}
+_CORPUS_TITLES = {
+    "bible": "Bible",
+    "catalogs": "message catalogs",
+    BACKTRANSLATION_SPEC: "back-translated WordNet",
+    LEXICON_SPEC: "lexicon",
+}
 # A corpus's weight in a mixed `--data` spec ("bible:1,catalogs:3").
 _MIX_WEIGHT = re.compile(r":\d+(?:\.\d+)?$")
 # How the card sums up the catalogs' per-package licences (stats.json has each one).
-_LICENCE_FAMILIES = ("GPL", "LGPL", "MPL", "CC-BY-SA", "public domain")
-# Everyday sentences shown in the card: every fourth, which spreads them over the topics.
-EVERYDAY_EXAMPLE_STEP = 4
+_LICENCE_FAMILIES = ("GPL", "LGPL", "MPL", "CC-BY-SA", "WordNet", "public domain")
+# Everyday sentences shown in the card, spread evenly over the set (and so over its topics).
+EVERYDAY_EXAMPLES = 20
 
 
 def directory_bytes(path):
@@ -92,7 +112,15 @@ def corpus_row(name):
     if not stats or "split_pairs" not in stats:
         return f"| `{name}` | your corpus | | not recorded |"
     pairs = " / ".join(f"{stats['split_pairs'].get(split, 0):,}" for split in SPLITS)
-    if "packages" in stats:
+    if "origin" in stats.get("source", {}):
+        packages = stats["packages"]
+        source = (
+            f"English: {stats['target']['origin']}; Spanish: {stats['source']['origin']} ("
+            + ", ".join(f"`{m['package']}` {m['version']}" for m in packages)
+            + ")"
+        )
+        licence = _licence_summary(packages)
+    elif "packages" in stats:
         packages = [manifest for manifest in stats["packages"] if "error" not in manifest]
         source = (
             f"Spanish message catalogs of {len(packages)} Debian packages "
@@ -114,6 +142,8 @@ def corpus_row(name):
 _CORPUS_DOMAINS = {
     "bible": "Bible verses in the language of the 1909 Reina-Valera (modern spelling)",
     "catalogs": "the text of software and games: menus, messages, help and game dialogue",
+    BACKTRANSLATION_SPEC: "everyday English phrasing (WordNet's usage examples)",
+    LEXICON_SPEC: "the words of everyday talk, one by one (dictionaries)",
 }
 # Test-split translations the card shows per corpus, as examples of what the model knows.
 KNOWN_EXAMPLES = 3
@@ -135,8 +165,11 @@ def _cell(text):
     return text.replace("|", chr(92) + "|")
 
 
-def _example_table(rows):
-    lines = ["| Spanish | reference | translation |", "|---|---|---|"]
+def _example_table(rows, peer=False):
+    lines = [
+        "| Spanish | reference | translation |" + (" Apertium |" if peer else ""),
+        "|---|---|---|" + ("---|" if peer else ""),
+    ]
     lines += ["| " + " | ".join(_cell(text) for text in row) + " |" for row in rows]
     return lines + [""]
 
@@ -212,13 +245,24 @@ def _evaluation_section(reports, everyday):
         "",
     ]
     if everyday:
-        report = everyday[0]
+        reports, pairs = everyday[0], everyday[1]
         lines += [
-            "Everyday Spanish (home, food, travel, work, time, weather, shopping, family, phones "
-            f"and computers): the {report['sentences']} sentences of "
-            "`training/everyday/test.tsv`, written before training and never trained or tuned "
-            f"on, score BLEU {report['bleu']:.2f}, chrF {report['chrf']:.2f} "
-            f"({report['decoding']}).",
+            "Everyday Spanish (home, food, travel, work, school, health, weather, time, prices, "
+            "shopping, family, feelings, phones and computers, directions, sport, animals; "
+            f"some typed in lowercase, without accents or in capitals): the {len(pairs)} "
+            "sentences of `training/everyday/test.tsv`, written for the purpose and never "
+            "trained or tuned on, beside Apertium (`apertium spa-eng`, the rule-based "
+            "translator Debian ships). Made-up words: the share of output words neither "
+            "English (Debian's word lists, the training targets) nor copied from the source "
+            "(`training.made_up_words`).",
+            "",
+            "| system | BLEU | chrF | made-up words |",
+            "|---|---:|---:|---:|",
+            *(
+                f"| {report['decoding']} | {report['bleu']:.2f} | {report['chrf']:.2f} | "
+                f"{100 * report['made_up_rate']:.1f}% |"
+                for report in reports
+            ),
             "",
         ]
     return lines
@@ -235,18 +279,18 @@ def _limitations_section(known_examples, everyday):
         for corpus, rows in known_examples.items():
             lines += ([f"`{corpus}`:", ""] if corpus else []) + _example_table(rows)
     if everyday:
-        _, pairs, hypotheses = everyday
+        _, pairs, hypotheses, peer_hypotheses = everyday
+        step = max(1, len(pairs) // EVERYDAY_EXAMPLES)
         rows = [
-            (source, reference, hypothesis)
-            for (source, reference), hypothesis in list(zip(pairs, hypotheses))[
-                ::EVERYDAY_EXAMPLE_STEP
-            ]
-        ]
+            (source, reference, hypothesis, *([peer_hypotheses[index]] if peer_hypotheses else []))
+            for index, ((source, reference), hypothesis) in enumerate(zip(pairs, hypotheses))
+        ][::step]
         lines += [
-            "What it does not know as well: everyday Spanish beyond its corpora; every fourth "
-            "of the everyday sentences (Evaluation):",
+            "What it does not know as well: everyday Spanish beyond its corpora; "
+            f"{len(rows)} of the everyday sentences (Evaluation)"
+            + (", with Apertium's translations:" if peer_hypotheses else ":"),
             "",
-            *_example_table(rows),
+            *_example_table(rows, peer=bool(peer_hypotheses)),
         ]
     lines += [
         "Words its corpora never hold are guessed from their pieces or copied; a sentence "
@@ -276,7 +320,7 @@ def model_card(
     repository root as written.
 
     `reports`: test-split reports of `training.evaluate` (with a "corpus" each for a mixed run).
-    `everyday`: `(report, pairs, hypotheses)` of the everyday sentences, or None.
+    `everyday`: `evaluate_everyday`'s `(reports, pairs, hypotheses, peer hypotheses)`, or None.
     `known_examples`: `{corpus name or "": [(Spanish, reference, translation), ...]}`, or None.
     `parameters`: the model's parameter count; `decoding`: `decoding.json`'s options.
     """
@@ -372,17 +416,25 @@ def drop_unquoted_translations(output_dir):
 
 
 def evaluate_everyday(run_dir, beam_width, alpha):
-    """`(report, pairs, hypotheses)` of `run_dir` on the everyday sentences, its outputs written
-    to `run_dir/eval/everyday/`."""
+    """`(reports, pairs, hypotheses, peer hypotheses)` of `run_dir` on the everyday test
+    sentences: the reports of greedy search, of beam `beam_width` and of Apertium beside them
+    (`training.evaluate.apertium_report`; left out, its hypotheses None, where it cannot run),
+    the hypotheses the beam's. The run's outputs are written to `run_dir/eval/everyday/`."""
     output_dir = os.path.join(run_dir, "eval", "everyday")
-    report = evaluate(
-        run_dir, "test", beam_width, alpha, output_dir=output_dir, data=str(EVERYDAY_DIR)
-    )
+    reports = [
+        evaluate(run_dir, "test", width, alpha, output_dir=output_dir, data=str(EVERYDAY_DIR))
+        for width in sorted({1, beam_width})
+    ]
     with open(
         os.path.join(output_dir, f"{output_stem('test', beam_width)}.hyp.txt"), encoding="utf-8"
     ) as handle:
         hypotheses = handle.read().splitlines()
-    return report, read_tsv(EVERYDAY_DIR / "test.tsv"), hypotheses
+    pairs = read_tsv(EVERYDAY_DIR / "test.tsv")
+    made_up = made_up_words_for(artifacts.read_config(run_dir).get("data"))
+    peer, peer_hypotheses = apertium_report(pairs, made_up)
+    if peer is None:
+        return reports, pairs, hypotheses, None
+    return [*reports, peer], pairs, hypotheses, peer_hypotheses
 
 
 def bundle(

@@ -45,7 +45,7 @@ from model.translator import DecodingOptions, Translator
 from run_directory import artifacts
 from training import decoding_flags
 from training.copying import KINDS, copy_rate_sets, copy_rates, corpus_words, proper_names
-from training.corpus import CorpusError, corpus_is_at_hand, load_run_pairs
+from training.corpus import CorpusError, apertium, corpus_is_at_hand, load_run_pairs
 from training.made_up_words import MadeUpWords
 from training.mixture import load_splits, parse_data
 from training.noise import PERTURBATIONS, perturbation
@@ -209,6 +209,30 @@ def made_up_words_for(data):
     if missing:
         known += f" (not built here: {', '.join(missing)})"
     return MadeUpWords.for_training_targets(targets), known
+
+
+def apertium_report(pairs, made_up):
+    """Apertium `spa-eng` (`apertium -u`: unknown words copied unmarked, as a user reads them),
+    the peer a Debian user could pick, on the sources of `pairs`, scored like a run's report
+    (`decoding` "Apertium <version> spa-eng"; `seconds` the whole command's, its start
+    included), with `made_up` as `made_up_words_for` gives it; and its outputs.
+    `(None, message)` where Apertium is missing and cannot be installed
+    (`training.corpus.apertium.ensure_apertium`)."""
+    try:
+        apertium.ensure_apertium()
+    except CorpusError as error:
+        return None, f"Apertium skipped: {error}"
+    sources = [source for source, _ in pairs]
+    started = time.perf_counter()
+    hypotheses = apertium.translate(sources, apertium.SPANISH_TO_ENGLISH, mark_unknown=False)
+    seconds = time.perf_counter() - started
+    report = {
+        "decoding": f"Apertium {apertium.apertium_version()} spa-eng",
+        "seconds": round(seconds, 1),
+        **score(hypotheses, [target for _, target in pairs]),
+        **made_up[0].report(hypotheses, sources),
+    }
+    return report, hypotheses
 
 
 def describe_decoding(options, beam_width):

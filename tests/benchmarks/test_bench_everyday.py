@@ -5,15 +5,11 @@ import unicodedata
 
 import sacrebleu
 
-from benchmarks.bench_everyday import (
-    MIN_COUNT,
-    apertium_report,
-    markdown,
-    vocabulary_coverage,
-)
+from benchmarks.bench_everyday import MIN_COUNT, markdown, vocabulary_coverage
 from training.corpus import load_pairs
 from training.corpus.loading import EVERYDAY_DIR
 from training.corpus.tsv import read_tsv
+from training.evaluate import apertium_report
 from training.made_up_words import MadeUpWords
 
 

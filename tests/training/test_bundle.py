@@ -11,7 +11,9 @@ from run_directory import artifacts
 from tests.paths import REPO_ROOT
 from training.average import average_run
 from training.bundle import bundle, main
-from training.evaluate import evaluate
+from training.corpus.loading import EVERYDAY_DIR
+from training.corpus.tsv import read_tsv
+from training.evaluate import apertium_report, evaluate, made_up_words_for
 
 # End to end over trained runs: `make test-large` (tests/collection.py).
 pytestmark = pytest.mark.large
@@ -78,12 +80,22 @@ def test_the_bundle_translates_as_the_run_does_and_its_card_reports_it(bundled, 
     for report in reports:
         assert f"| {report['decoding']} | {report['bleu']:.2f} | {report['chrf']:.2f} |" in card
     assert REPRODUCE in card and "average of the checkpoints of steps 40, 60" in card
-    everyday_report = os.path.join(bundle_dir, "eval", "everyday", "test.beam2.report.json")
-    with open(everyday_report, encoding="utf-8") as handle:
-        everyday = json.load(handle)
-    assert everyday["sentences"] == 40 and everyday["decoding"] == beam["decoding"]
-    assert f"score BLEU {everyday['bleu']:.2f}, chrF {everyday['chrf']:.2f}" in card
+    # The everyday test set, greedy and beam, beside Apertium on the same sentences.
+    pairs = read_tsv(EVERYDAY_DIR / "test.tsv")
+    for stem in ("test.greedy", "test.beam2"):
+        with open(os.path.join(bundle_dir, "eval", "everyday", f"{stem}.report.json")) as handle:
+            everyday = json.load(handle)
+        assert everyday["sentences"] == len(pairs)
+        assert (
+            f"| {everyday['decoding']} | {everyday['bleu']:.2f} | {everyday['chrf']:.2f} | "
+            f"{100 * everyday['made_up_rate']:.1f}% |"
+        ) in card
+    peer, peer_hypotheses = apertium_report(pairs, made_up_words_for(None))
+    assert f"| {peer['decoding']} | {peer['bleu']:.2f} | {peer['chrf']:.2f} |" in card
     assert "## Training data" in card and card.count("| Mi casa tiene") == 1
+    # Examples spread over the set, each with Apertium's translation beside the model's.
+    assert f"| {pairs[18][0]} | {pairs[18][1]} |" in card
+    assert card.count(f" | {peer_hypotheses[18]} |") >= 1
 
 
 def test_a_failed_bundle_leaves_the_previous_one_as_it_was(bundled, tmp_path):
