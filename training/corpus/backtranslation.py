@@ -32,6 +32,7 @@ from tqdm import tqdm
 from training.corpus import apertium
 from training.corpus.debian import (
     DEFAULT_CACHE_DIR,
+    announce_downloads,
     deb_version,
     download_deb,
     package_licence,
@@ -65,6 +66,7 @@ def unpack_wordnet(cache_dir: Path) -> Path:
     Raises:
       CorpusError: the package cannot be downloaded or unpacked.
     """
+    announce_downloads(cache_dir, [WORDNET_PACKAGE], "WordNet")
     deb = download_deb(cache_dir, WORDNET_PACKAGE)
     return unpack_cached(deb, Path(cache_dir) / "unpacked" / WORDNET_PACKAGE, WORDNET_MEMBERS)
 

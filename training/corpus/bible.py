@@ -46,6 +46,7 @@ from training.corpus.alignment import (
 )
 from training.corpus.debian import (
     DEFAULT_CACHE_DIR,
+    announce_downloads,
     cached_deb,
     deb_version,
     download_deb,
@@ -94,6 +95,8 @@ def fetch_sword_packages(
       CorpusError: a package cannot be downloaded or unpacked.
     """
     unpacked = Path(cache_dir) / "root"
+    packages = tuple(packages)
+    announce_downloads(cache_dir, packages, "bible")
     for package in packages:
         unpack_deb(download_deb(cache_dir, package), unpacked)
     return unpacked / "usr" / "share" / "sword"

@@ -37,6 +37,7 @@ from tqdm import tqdm
 from training.corpus.catalog_cleaning import clean_message, near_duplicate_key
 from training.corpus.debian import (
     DEFAULT_CACHE_DIR,
+    announce_downloads,
     deb_version,
     download_deb,
     package_licence,
@@ -316,6 +317,7 @@ def build_catalogs_corpus(
     if not needs_build(out_dir, force, stale_reason):
         return {}
     started = time.monotonic()
+    announce_downloads(cache_dir, packages, "catalogs")
     yields = [
         read_package(package, cache_dir)
         for package in tqdm(packages, desc="catalogs corpus", unit="package")

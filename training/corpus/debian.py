@@ -175,3 +175,42 @@ def package_licence(copyright_text: str) -> str:
         ]
         return f"{', '.join(mentioned) or 'unnamed'} (free-form copyright file)"
     return "; ".join(name for name, _ in names.most_common())
+
+
+def download_megabytes(packages: Iterable[str]) -> float | None:
+    """What `apt-get download` of `packages` fetches, in MB, by `apt-cache show`'s `Size:`
+    fields (the candidate versions), or None when apt cannot say (no package lists)."""
+    packages = list(packages)
+    if not packages:
+        return 0.0
+    try:
+        result = subprocess.run(
+            ["apt-cache", "show", "--no-all-versions", *packages], capture_output=True, text=True
+        )
+    except FileNotFoundError:
+        return None
+    sizes = re.findall(r"^Size:\s*(\d+)$", result.stdout, re.MULTILINE)
+    if len(sizes) < len(packages):
+        return None
+    return sum(int(size) for size in sizes) / 1e6
+
+
+def announce_downloads(cache_dir: Path, packages: Iterable[str], corpus: str) -> None:
+    """Says, before a corpus build starts, what it will download: the packages not yet in
+    `cache_dir` and their size (`download_megabytes`), or that everything is cached."""
+    missing = [package for package in packages if cached_deb(Path(cache_dir), package) is None]
+    if not missing:
+        logger.info(
+            "%s corpus: every package is in %s already; nothing to download", corpus, cache_dir
+        )
+        return
+    megabytes = download_megabytes(missing)
+    size = f"{megabytes:,.1f} MB" if megabytes is not None else "a size apt cannot tell yet"
+    logger.info(
+        "%s corpus: downloading %d Debian package(s), %s, into %s (once: later builds reuse "
+        "them); Ctrl-C stops it, and the same command goes on where it stopped",
+        corpus,
+        len(missing),
+        size,
+        cache_dir,
+    )

@@ -28,6 +28,7 @@ from training.corpus import apertium
 from training.corpus.backtranslation import unpack_wordnet
 from training.corpus.debian import (
     DEFAULT_CACHE_DIR,
+    announce_downloads,
     deb_version,
     download_deb,
     package_licence,
@@ -109,6 +110,7 @@ def is_phrase(text: str) -> bool:
 def freedict_pairs(cache_dir: Path) -> tuple[list[Pair], list[dict]]:
     """`(Spanish, English)` pairs of both FreeDict dictionaries, and their package manifests."""
     pairs, manifests = [], []
+    announce_downloads(cache_dir, FREEDICT_PACKAGES, "lexicon")
     for package in FREEDICT_PACKAGES:
         deb = download_deb(cache_dir, package)
         unpacked = unpack_cached(

@@ -222,7 +222,12 @@ def load_pairs(
     if source_spec in builders:
         directory, build = builders[source_spec]
         if not all((directory / f"{s}.tsv").is_file() for s in SPLITS):
-            logger.info("%s corpus missing in %s: building it", source_spec, directory)
+            logger.info(
+                "%s corpus missing in %s: building it now (`make data-%s` builds it apart)",
+                source_spec,
+                directory,
+                source_spec,
+            )
             build(directory)
         return read_tsv(directory / f"{split}.tsv")
 
