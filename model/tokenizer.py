@@ -156,7 +156,8 @@ class Tokenizer(tf.Module):
         `detokenize`."""
         return self._casing
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+    # Without AutoGraph, as `model.translator.traced`: the branches are on Python settings.
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)
     def tokenize(self, strings):
         """Tokenizes strings into `[START] pieces... [END]` ids.
 
@@ -192,7 +193,7 @@ class Tokenizer(tf.Module):
         ends = tf.fill(edge_shape, tf.constant(END_ID, tf.int64))
         return tf.concat([starts, ids, ends], axis=1)
 
-    @tf.function
+    @tf.function(autograph=False)
     def detokenize(self, ids):
         """Turns id sequences back into text.
 
@@ -212,7 +213,7 @@ class Tokenizer(tf.Module):
         is_piece = (ids >= len(RESERVED_TOKENS)) & (ids < self.vocab_size)
         return self._join(tf.ragged.boolean_mask(ids, is_piece & ~after_end))
 
-    @tf.function
+    @tf.function(autograph=False)
     def lookup(self, ids):
         """Maps ids to their pieces (e.g. for attention plots).
 
@@ -234,7 +235,7 @@ class Tokenizer(tf.Module):
             return tf.ragged.map_flat_values(lookup_flat, ids)
         return lookup_flat(ids)
 
-    @tf.function(input_signature=[])
+    @tf.function(input_signature=[], autograph=False)
     def get_vocab_size(self):
         """Returns the vocabulary size as an int32 scalar tensor."""
         return tf.constant(self.vocab_size, tf.int32)

@@ -186,6 +186,16 @@ def truncate_source_ids(ids, max_tokens):
     return tf.where(was_cut[:, tf.newaxis] & is_last_column[tf.newaxis, :], END_ID, dense)
 
 
+def traced(method, *input_signature):
+    """`method` (a `Translator` method) as a `tf.function` of `input_signature`, traced once.
+
+    Without AutoGraph: the translation path branches and loops on Python values only (its
+    loops are `tf.while_loop`s), so AutoGraph would only transpile each of the few hundred
+    functions it calls, which took half of a cold start's tracing (docs/inference.md).
+    """
+    return tf.function(method, input_signature=list(input_signature), autograph=False)
+
+
 class Translator:
     """Strings in, strings out, everything in the graph: the project's one translation path.
 
@@ -199,7 +209,7 @@ class Translator:
     A plain Python object on purpose: an `ExportArchive` tracks the Keras model's variables and
     the tokenizers (whose SentencePiece ops hold the model as a resource), and these methods only
     close over them. Wrap a method in a `tf.function` with a `[None]` string input signature to
-    trace it once and call it with batches of any size.
+    trace it once and call it with batches of any size (`traced`).
 
     Args:
         model: a built `model.Transformer`.

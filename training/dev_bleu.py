@@ -18,7 +18,7 @@ import tensorflow as tf
 
 from common.serving_contract import TRANSLATION_OUTPUT
 from model.files import write_atomically
-from model.translator import Translator
+from model.translator import Translator, traced
 from run_directory.artifacts import BEST_INFO_FILE
 from training.evaluate import BATCH_SIZE, score, translate
 
@@ -41,9 +41,7 @@ class DevBleu:
         if max_sentences < 1:
             raise ValueError(f"max_sentences must be positive, got {max_sentences}.")
         translator = Translator(model, source_tokenizer, target_tokenizer)
-        self._greedy = tf.function(
-            translator.greedy, input_signature=[tf.TensorSpec([None], tf.string)]
-        )
+        self._greedy = traced(translator.greedy, tf.TensorSpec([None], tf.string))
         self.corpora = {
             name: list(corpus_pairs)[:max_sentences]
             for name, corpus_pairs in (

@@ -41,7 +41,7 @@ from common.serving_contract import (
     TEXT_INPUT,
     TRANSLATION_OUTPUT,
 )
-from model.translator import DecodingOptions, Translator
+from model.translator import DecodingOptions, Translator, traced
 from run_directory import artifacts
 from training import decoding_flags
 from training.copying import KINDS, copy_rate_sets, copy_rates, corpus_words, proper_names
@@ -75,7 +75,7 @@ def run_signature(run_dir, beam_width=1, **overrides):
         method = translator.n_best
     else:
         method = translator.greedy if beam_width == 1 else translator.beam_search
-    return tf.function(method, input_signature=[TEXT_SPEC]), config
+    return traced(method, TEXT_SPEC), config
 
 
 def run_translate_function(run_dir, beam_width=1, **overrides):

@@ -25,7 +25,7 @@ from common.serving_contract import (
     TEXT_INPUT,
     TOKEN_SCORES_OUTPUT,
 )
-from model.translator import Translator
+from model.translator import Translator, traced
 from run_directory import artifacts
 from training.evaluate import BATCH_SIZE, TEXT_SPEC, load_export
 
@@ -35,7 +35,7 @@ def run_score_function(run_dir):
     `[batch]` string tensors in, the `score` signature's outputs out."""
     model, source_tokenizer, target_tokenizer, _ = artifacts.load_trained(run_dir)
     translator = Translator(model, source_tokenizer, target_tokenizer)
-    return tf.function(translator.score, input_signature=[TEXT_SPEC, TEXT_SPEC])
+    return traced(translator.score, TEXT_SPEC, TEXT_SPEC)
 
 
 def export_score_function(export_dir):
