@@ -2,6 +2,7 @@
 
 `--corpus bible` (the default): the Spanish->English Bible, `training.corpus.bible`.
 `--corpus catalogs`: Debian's translated message catalogs, `training.corpus.catalogs`.
+`--corpus catalogs-more`: the catalogs of 44 more packages, apart from `catalogs`.
 `--corpus wordnet-bt`: WordNet's usage examples back-translated by Apertium,
 `training.corpus.backtranslation`.
 `--corpus lexicon`: FreeDict's and Apertium's word pairs, `training.corpus.lexicon`.
@@ -23,11 +24,12 @@ from training.corpus.backtranslation import build_backtranslation_corpus
 from training.corpus.bible import build_bible_corpus
 from training.corpus.catalogs import CATALOG_PACKAGES, TEST_PACKAGES, build_catalogs_corpus
 from training.corpus.lexicon import build_lexicon_corpus
+from training.corpus.loading import build_more_catalogs_corpus
 from training.corpus.tsv import CorpusError
 
 logger = logging.getLogger(__name__)
 
-CORPORA = ("bible", "catalogs", "wordnet-bt", "lexicon")
+CORPORA = ("bible", "catalogs", "catalogs-more", "wordnet-bt", "lexicon")
 
 
 def _names(text: str | None) -> list[str] | None:
@@ -97,6 +99,10 @@ def main(argv: list[str] | None = None) -> int:
             build_backtranslation_corpus(
                 out, args.cache or Path(".debs") / "wordnet", force=args.force, limit=args.limit
             )
+        elif args.corpus == "catalogs-more":
+            if args.cache is not None:
+                parser.error("--cache is not for --corpus catalogs-more (.debs/catalogs-more)")
+            build_more_catalogs_corpus(out, force=args.force)
         elif args.corpus == "lexicon":
             build_lexicon_corpus(out, args.cache or Path(".debs") / "lexicon", force=args.force)
         else:

@@ -43,9 +43,9 @@ from training.corpus.debian import (
     package_licence,
     unpack_cached,
 )
-from training.corpus.outputs import needs_build, write_corpus_stats
+from training.corpus.outputs import needs_build, read_corpus_stats, write_corpus_stats
 from training.corpus.splitting import describe_split, split_keyed_pairs
-from training.corpus.tsv import SPLITS, CorpusError, Pair, write_tsv
+from training.corpus.tsv import SPLITS, CorpusError, Pair, read_tsv, write_tsv
 
 logger = logging.getLogger(__name__)
 
@@ -78,6 +78,17 @@ APPLICATION_PACKAGES = tuple(
     file-roller gnome-disk-utility geary polari gnome-boxes gnome-shell-common iso-codes""".split()
 )
 CATALOG_PACKAGES = GAME_PACKAGES + APPLICATION_PACKAGES
+# `catalogs-more`: what a second survey found beyond those 90 (training/CORPUS.md): story
+# dialogue (Dink Smallwood, Adonthell), games, learning programs, and applications of daily life
+# (money, family history, notes, diaries, reminders, chat, mail, podcasts, weather).
+MORE_CATALOG_PACKAGES = tuple(
+    """freedink-data adonthell-data warzone2100-data ufoai-misc tuxmath-data kgoldrunner xmoto
+    gbrainy knavalbattle manaplus-data pioneers-console-data kajongg gnubg-data pychess
+    parley-data kwordquiz kbruch kturtle ktouch-data workrave-data gramps homebank-data
+    kmymoney-common skrooge-common grisbi-common osmo kalarm gnote rednotebook zim cherrytree
+    gajim konversation-data balsa-data liferea-data gpodder lollypop gthumb-data foliate
+    epiphany-browser-data xfce4-weather-plugin cinnamon-l10n caja-common orca""".split()
+)
 # A few MB of real catalogs for the tests (`make data-test`): GNU hello (printf placeholders),
 # a Wesnoth campaign (dialogue, es and es_419, context keys, `$name|`), Pidgin (es and es_AR,
 # markup, GTK's `_` accelerators), konsole (Qt's `&` accelerators), gnome-mines.
@@ -212,9 +223,10 @@ def read_package(package: str, cache_dir: Path) -> PackageYield:
 
 
 def remove_duplicates(
-    yields: Sequence[PackageYield],
+    yields: Sequence[PackageYield], seen: Iterable[str] = ()
 ) -> list[tuple[str, Pair]]:
-    """The pairs of all packages, each near-duplicate English kept once (the first package's).
+    """The pairs of all packages, each near-duplicate English kept once (the first package's),
+    none whose key is in `seen` (another corpus's).
 
     Counts each package's duplicates and kept pairs into its manifest (`dropped.duplicate`,
     `kept`).
@@ -222,7 +234,7 @@ def remove_duplicates(
     Returns:
       `[(near_duplicate_key, pair), ...]` in package order.
     """
-    seen: set[str] = set()
+    seen = set(seen)
     kept = []
     for package_yield in yields:
         duplicates = 0
@@ -285,6 +297,7 @@ def build_catalogs_corpus(
     cache_dir: Path | str = DEFAULT_CACHE_DIR / "catalogs",
     packages: Sequence[str] = CATALOG_PACKAGES,
     force: bool = False,
+    apart_from: Path | str | None = None,
 ) -> dict:
     """Builds train/dev/test.tsv and stats.json (with the package manifest) in `out_dir`.
 
@@ -295,6 +308,9 @@ def build_catalogs_corpus(
       packages: Debian package names, in priority order for duplicates.
       force: rebuild even if all outputs exist. A corpus built from another package list or
         format version is always rebuilt.
+      apart_from: a built catalogs corpus (its directory) whose English near-duplicates this one
+        leaves out, so that a sentence of its dev or test split is no training pair here
+        (`catalogs-more` apart from `catalogs`); rebuilt when that corpus is.
 
     Returns:
       The statistics written to stats.json (empty if the corpus was already there).
@@ -305,6 +321,15 @@ def build_catalogs_corpus(
     """
     out_dir, cache_dir = Path(out_dir), Path(cache_dir)
     digest = _packages_digest(packages)
+    seen = set()
+    if apart_from is not None:
+        other = read_corpus_stats(apart_from) or {}
+        digest += ":" + str(other.get("packages_digest"))
+        seen = {
+            near_duplicate_key(english)
+            for split in SPLITS
+            for _, english in read_tsv(Path(apart_from) / f"{split}.tsv")
+        }
 
     def stale_reason(stats: dict) -> str | None:
         if (stats.get("format_version"), stats.get("packages_digest")) == (
@@ -322,7 +347,7 @@ def build_catalogs_corpus(
         read_package(package, cache_dir)
         for package in tqdm(packages, desc="catalogs corpus", unit="package")
     ]
-    keyed_pairs = remove_duplicates(yields)
+    keyed_pairs = remove_duplicates(yields, seen)
     if not keyed_pairs:
         failed = [y.manifest["package"] for y in yields if "error" in y.manifest]
         raise CorpusError(

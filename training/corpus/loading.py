@@ -1,12 +1,14 @@
 """Parallel-corpus sources for the translation pipeline.
 
 Everything the trainer reads goes through `load_pairs(source_spec, split)`, which
-returns a list of `(source, target)` string pairs. Seven kinds of source exist:
+returns a list of `(source, target)` string pairs. Eight kinds of source exist:
 
 * `bible`: the embedded Spanish->English Bible corpus in `data/bible`, built on
   first use by `training.corpus.bible` (see training/CORPUS.md).
 * `catalogs`: the Spanish->English corpus of Debian's translated message catalogs in
   `data/catalogs`, built on first use by `training.corpus.catalogs`.
+* `catalogs-more`: the catalogs of 44 more packages, apart from `catalogs`, in
+  `data/catalogs-more`, built on first use (`build_more_catalogs_corpus`).
 * `wordnet-bt`: WordNet's English usage examples back-translated by Apertium, in
   `data/wordnet-bt`, built on first use by `training.corpus.backtranslation`.
 * `lexicon`: word and short-phrase pairs of FreeDict and Apertium in `data/lexicon`, built
@@ -44,12 +46,14 @@ logger = logging.getLogger(__name__)
 
 BIBLE_SPEC = "bible"
 CATALOGS_SPEC = "catalogs"
+MORE_CATALOGS_SPEC = "catalogs-more"
 BACKTRANSLATION_SPEC = "wordnet-bt"
 LEXICON_SPEC = "lexicon"
 TFDS_PREFIX = "tfds:"
 # Project-relative home of the embedded corpus; `load_pairs` builds it when missing.
 DEFAULT_BIBLE_DIR = Path(__file__).resolve().parent.parent.parent / "data" / "bible"
 DEFAULT_CATALOGS_DIR = DEFAULT_BIBLE_DIR.parent / "catalogs"
+DEFAULT_MORE_CATALOGS_DIR = DEFAULT_BIBLE_DIR.parent / MORE_CATALOGS_SPEC
 DEFAULT_BACKTRANSLATION_DIR = DEFAULT_BIBLE_DIR.parent / BACKTRANSLATION_SPEC
 DEFAULT_LEXICON_DIR = DEFAULT_BIBLE_DIR.parent / LEXICON_SPEC
 # Forty everyday sentences with references (issue 47), a corpus directory of a test split only:
@@ -149,11 +153,32 @@ def load_tfds_pairs(
 # --------------------------------------------------------------------- entry point
 
 
+def build_more_catalogs_corpus(
+    out_dir: str | os.PathLike,
+    catalogs_dir: str | os.PathLike = DEFAULT_CATALOGS_DIR,
+    force: bool = False,
+) -> dict:
+    """Builds `catalogs-more` (`training.corpus.catalogs.MORE_CATALOG_PACKAGES`) in `out_dir`,
+    apart from the catalogs corpus in `catalogs_dir`, which is built first when missing."""
+    load_pairs(CATALOGS_SPEC, "train", catalogs_dir=catalogs_dir)
+    return catalogs.build_catalogs_corpus(
+        out_dir,
+        catalogs.DEFAULT_CACHE_DIR / MORE_CATALOGS_SPEC,
+        catalogs.MORE_CATALOG_PACKAGES,
+        force=force,
+        apart_from=catalogs_dir,
+    )
+
+
 def _builders(bible_dir, catalogs_dir):
     """`{spec: (directory, build function)}` of the corpora this project builds itself."""
     return {
         BIBLE_SPEC: (Path(bible_dir), bible.build_bible_corpus),
         CATALOGS_SPEC: (Path(catalogs_dir), catalogs.build_catalogs_corpus),
+        MORE_CATALOGS_SPEC: (
+            DEFAULT_MORE_CATALOGS_DIR,
+            functools.partial(build_more_catalogs_corpus, catalogs_dir=catalogs_dir),
+        ),
         BACKTRANSLATION_SPEC: (
             DEFAULT_BACKTRANSLATION_DIR,
             backtranslation.build_backtranslation_corpus,
@@ -194,7 +219,7 @@ def load_pairs(
     """The one entry point the trainer uses to get a split of a corpus.
 
     Args:
-      source_spec: `bible`; `catalogs`; `wordnet-bt`; `lexicon`; a directory with train/dev/test.tsv; a `.tsv` file
+      source_spec: `bible`; `catalogs`; `catalogs-more`; `wordnet-bt`; `lexicon`; a directory with train/dev/test.tsv; a `.tsv` file
         (dev/test split off by `split_single_file`); or `tfds:NAME`.
       split: `train`, `dev` or `test`.
       bible_dir: where the embedded corpus lives (built there if missing).
@@ -247,8 +272,8 @@ def load_pairs(
             )
         return pairs
     raise CorpusError(
-        f"unknown corpus source {source_spec!r}: expected 'bible', 'catalogs', 'wordnet-bt', "
-        "'lexicon', a directory with "
+        f"unknown corpus source {source_spec!r}: expected 'bible', 'catalogs', 'catalogs-more', "
+        "'wordnet-bt', 'lexicon', a directory with "
         "train/dev/test.tsv, an existing .tsv file, or 'tfds:NAME'"
     )
 

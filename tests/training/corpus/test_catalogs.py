@@ -342,3 +342,34 @@ def test_the_model_card_names_each_corpus_with_its_source_size_and_licences(buil
     assert bible.endswith("| public domain |")
     assert corpus_names("bible:1,catalogs:3") == ["bible", "catalogs"]
     assert corpus_names("tfds:ted_hrlr_translate/pt_to_en") == ["tfds:ted_hrlr_translate/pt_to_en"]
+
+
+def test_a_corpus_apart_from_another_holds_none_of_its_english(built, tmp_path):
+    """`catalogs-more` is built apart from `catalogs`: no near-duplicate of an English sentence
+    of the other corpus, in any split, is a pair of it; it is rebuilt when the other is."""
+    from training.corpus.catalogs import build_catalogs_corpus, near_duplicate_key
+
+    _, cache, *_ = built
+    main_dir, more_dir = tmp_path / "main", tmp_path / "more"
+    build_catalogs_corpus(main_dir, cache, ("pidgin-data", "konsole"))
+    main_keys = {
+        near_duplicate_key(english)
+        for split in SPLITS
+        for _, english in read_tsv(main_dir / f"{split}.tsv")
+    }
+    alone = build_catalogs_corpus(tmp_path / "alone", cache, TEST_PACKAGES)
+    stats = build_catalogs_corpus(more_dir, cache, TEST_PACKAGES, apart_from=main_dir)
+    more = [pair for split in SPLITS for pair in read_tsv(more_dir / f"{split}.tsv")]
+    assert not {near_duplicate_key(english) for _, english in more} & main_keys
+    # What is left out is exactly what the other corpus holds.
+    assert sum(alone["split_pairs"].values()) - len(more) == len(
+        {
+            near_duplicate_key(e)
+            for s in SPLITS
+            for _, e in read_tsv(tmp_path / "alone" / f"{s}.tsv")
+        }
+        & main_keys
+    )
+    assert stats and not build_catalogs_corpus(more_dir, cache, TEST_PACKAGES, apart_from=main_dir)
+    build_catalogs_corpus(main_dir, cache, ("konsole",), force=True)
+    assert build_catalogs_corpus(more_dir, cache, TEST_PACKAGES, apart_from=main_dir)
