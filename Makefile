@@ -27,7 +27,7 @@ SERVER_FLAGS := --port=$(PORT) --rest_api_port=$(REST_PORT) --model_name=$(MODEL
 
 .PHONY: help setup translate test test-large test-under-load check-mutations lint data data-bible data-catalogs data-catalogs-more data-wordnet-bt data-lexicon data-test bench-everyday train average evaluate export serve query demo demo-train pretrained notebooks \
 	bench-train bench-decode bench-profile bench-serve bench-sweep bench-tokenizer bench-robustness \
-	bench-translate bench-soak check-prometheus \
+	bench-translate bench-cold-start bench-soak check-prometheus \
 	export-ctranslate2 clean-venv
 
 setup: $(STAMP)
@@ -228,6 +228,10 @@ bench-everyday: $(STAMP) data  ## Everyday sentences (training/everyday, EVERYDA
 # TRANSLATE_BENCH_ARGS="--lines 1000000 --small_lines 100000 --window_lines 10000".
 bench-translate: $(STAMP) data-bible  ## translate-text on a large generated file with the bundled model: sentences/s, peak RSS at two sizes, memory plot in docs/
 	$(PY) -m benchmarks.bench_translate --output BENCHMARKS.md --plot docs/translate_memory.png $(TRANSLATE_BENCH_ARGS)
+
+# BASELINE=DIR adds another checkout of the project (git worktree add DIR COMMIT), interleaved.
+bench-cold-start: $(STAMP)  ## translate-text's first translation from a cold start, with a breakdown (import, load and trace, first call), greedy and beam 4.
+	$(PY) -m benchmarks.bench_cold_start --output BENCHMARKS.md $(if $(BASELINE),--baseline_root $(BASELINE)) $(COLD_START_ARGS)
 
 # About 10 minutes by default (SOAK_ARGS="--duration 60" for a short one); the bundled model,
 # exported once into exports/soak/translator.

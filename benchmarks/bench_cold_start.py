@@ -1,0 +1,183 @@
+"""A cold start of the offline tools: `make bench-cold-start` (into BENCHMARKS.md).
+
+How long a user waits for `translate-text` (`inference.translate_text`) to print its first
+translation, in fresh processes, greedy and beam search: the whole command on a few typed lines
+(wall time to the first line printed, and to the end), and a breakdown of the same work in a
+child that times each part: `import tensorflow`, the project's imports, loading the model
+(`load_signature`: weights and tokenizers), the first call (which traces the translation path
+into a graph, has TensorFlow optimize it, and runs it) and the calls after it.
+
+`--baseline_root DIR` runs the breakdown, interleaved with this tree's, on another checkout of
+the project (e.g. `git worktree add DIR COMMIT`), so that a change's gain is measured beside the
+same background load.
+"""
+
+import argparse
+import json
+import os
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+
+from benchmarks.report import machine_description, shown_path, write_section
+from run_directory import artifacts
+
+SECTION = "First run: translate-text from a cold start"
+LINES = (
+    "¿A qué hora cierra el supermercado?",
+    "Necesito un taxi para ir al aeropuerto.",
+    "mi hijo tiene fiebre",
+    "No se pudo abrir el archivo.",
+)
+PARTS = ("import tensorflow", "project imports", "load", "first call", "other calls")
+# The child of the breakdown: times each part of what translate-text does before its first line.
+_BREAKDOWN = """
+import json, sys, time
+started = time.perf_counter()
+import tensorflow as tf
+imported = time.perf_counter()
+from inference.translate_text import load_signature
+project = time.perf_counter()
+signature = load_signature(sys.argv[1], int(sys.argv[2]))
+loaded = time.perf_counter()
+lines = json.loads(sys.argv[3])
+signature(tf.constant(lines[:1]))
+first = time.perf_counter()
+for line in lines[1:]:
+    signature(tf.constant([line]))
+done = time.perf_counter()
+print(json.dumps([imported - started, project - imported, loaded - project, first - loaded,
+                  done - first]))
+"""
+
+
+def breakdown(root, model, beam_width):
+    """Seconds of each of `PARTS` in a fresh child run from the project checkout `root`."""
+    environment = {**os.environ, "PYTHONPATH": root, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    result = subprocess.run(
+        [sys.executable, "-c", _BREAKDOWN, model, str(beam_width), json.dumps(LINES)],
+        cwd=root,
+        env=environment,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def whole_command(model, beam_width):
+    """`(seconds to the first line printed, seconds to the end)` of `translate-text` on
+    `LINES`, as a user runs it."""
+    command = [
+        sys.executable,
+        "-m",
+        "inference.translate_text",
+        "--model",
+        model,
+        "--beam_width",
+        str(beam_width),
+        "--no_progress",
+    ]
+    started = time.perf_counter()
+    process = subprocess.Popen(
+        command,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
+    )
+    process.stdin.write(("\n".join(LINES) + "\n").encode("utf-8"))
+    process.stdin.close()
+    process.stdout.readline()
+    first_line = time.perf_counter() - started
+    process.stdout.read()
+    if process.wait() != 0:
+        raise RuntimeError(f"{shlex.join(command)} failed with exit code {process.returncode}")
+    return first_line, time.perf_counter() - started
+
+
+def markdown(rows, commands, command, repeats, baseline):
+    """The section: the breakdown's medians per checkout and decoding, then the whole command."""
+    lines = [
+        f"Machine: {machine_description()}.",
+        f"Command: `{command}`.",
+        "",
+        f"Medians of {repeats} fresh processes each, the checkouts interleaved; {len(LINES)} "
+        'typed lines, one call each. The first translation is printed after "import '
+        'tensorflow" + the rest up to "first call".',
+        "",
+        "| checkout | decoding | " + " | ".join(PARTS) + " | first translation after the import |",
+        "| --- | --- |" + " ---: |" * (len(PARTS) + 1),
+    ]
+    for (checkout, width), times in rows.items():
+        medians = [statistics.median(part) for part in zip(*times)]
+        after_import = sum(medians[1:4])
+        lines.append(
+            f"| {checkout} | {'greedy' if width == 1 else f'beam {width}'} | "
+            + " | ".join(f"{seconds:.2f} s" for seconds in medians)
+            + f" | **{after_import:.2f} s** |"
+        )
+    lines += [
+        "",
+        "The whole command (`translate-text`, this tree), wall time from the start of the process:",
+        "",
+        "| decoding | first line printed | all lines |",
+        "| --- | ---: | ---: |",
+    ]
+    for width, times in commands.items():
+        first, total = (statistics.median(part) for part in zip(*times))
+        name = "greedy" if width == 1 else f"beam {width}"
+        lines.append(f"| {name} | {first:.1f} s | {total:.1f} s |")
+    if baseline:
+        lines += ["", f"Baseline: {baseline}."]
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.bench_cold_start", description=__doc__
+    )
+    parser.add_argument("--model", default=artifacts.PRETRAINED_RUN)
+    parser.add_argument("--beam_widths", default="1,4", help="comma-separated; 1 = greedy")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--baseline_root", help="another checkout of the project to compare with")
+    parser.add_argument("--baseline_name", default="baseline", help="its name in the table")
+    parser.add_argument("--output", help="Markdown file to write the section into")
+    args = parser.parse_args(argv)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    model = os.path.abspath(args.model)
+    widths = [int(width) for width in args.beam_widths.split(",")]
+    checkouts = [("this tree", root)]
+    if args.baseline_root:
+        checkouts.append((args.baseline_name, os.path.abspath(args.baseline_root)))
+    rows = {(name, width): [] for name, _ in checkouts for width in widths}
+    commands = {width: [] for width in widths}
+    for _ in range(args.repeats):
+        for width in widths:
+            for name, checkout in checkouts:
+                rows[name, width].append(breakdown(checkout, model, width))
+            commands[width].append(whole_command(model, width))
+    # Another checkout is named by its role, not by where it lies on this machine.
+    shown = [
+        "BASELINE_CHECKOUT"
+        if args.baseline_root and arg == args.baseline_root
+        else shown_path(arg)
+        if os.path.exists(arg)
+        else arg
+        for arg in (argv or sys.argv[1:])
+    ]
+    command = shlex.join(["python", "-m", "benchmarks.bench_cold_start", *shown])
+    baseline = (
+        args.baseline_root and f"{args.baseline_name}, a checkout of the project beside this one"
+    )
+    text = markdown(rows, commands, command, args.repeats, baseline)
+    print(text)
+    if args.output:
+        write_section(args.output, SECTION, text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
