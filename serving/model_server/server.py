@@ -57,6 +57,7 @@ from serving.model_server.core import ServingCore
 from serving.model_server.grpc_service import add_services
 from serving.model_server.http_server import HttpServer
 from serving.model_server.manager import ManagerOptions, ServableManager
+from serving.model_server.memory_budget import default_budget_bytes
 from serving.model_server.metrics import ServerMetrics
 from serving.model_server.predict import run_warmup
 from serving.model_server.rest_api import RestApi
@@ -141,7 +142,8 @@ class ServerOptions:
     xla_cpu_compilation_enabled: bool = False
     max_rows_per_run: int = 64
     max_input_string_bytes: int = 16384
-    request_memory_budget_bytes: int = 2**30
+    # None: `memory_budget.default_budget_bytes()` (1 GiB, less under a smaller cgroup limit).
+    request_memory_budget_bytes: int | None = None
 
 
 def parse_grpc_channel_arguments(text: str) -> list[tuple[str, object]]:
@@ -264,13 +266,17 @@ class ModelServer:
         configure_tensorflow_threads(options)
         manager = self._servable_manager()
         self.metrics.version_states = manager.version_states
+        budget = options.request_memory_budget_bytes
+        if budget is None:
+            budget = default_budget_bytes()
+            logger.info("Memory budget of the requests in flight: %d bytes", budget)
         self.core = ServingCore(
             manager,
             batcher,
             self.metrics,
             max_rows_per_run=options.max_rows_per_run,
             max_input_string_bytes=options.max_input_string_bytes,
-            request_memory_budget_bytes=options.request_memory_budget_bytes,
+            request_memory_budget_bytes=budget,
         )
         try:
             manager.set_config(model_server_config)
@@ -579,9 +585,10 @@ def build_arg_parser() -> argparse.ArgumentParser:
     flag(
         "request_memory_budget_bytes",
         int,
-        "[local] the most the decoded inputs of the requests in flight may hold together; a "
-        "request that does not fit is refused (RESOURCE_EXHAUSTED, REST 429) before any run; 0: "
-        "no budget",
+        "[local] the most the decoded inputs of the requests in flight may hold together, "
+        "counted from each request before its tensors are made; a request that does not fit is "
+        "refused (RESOURCE_EXHAUSTED, REST 429) before any run; 0: no budget; left out: 1 GiB, or "
+        "a quarter of the process's cgroup memory limit when that is smaller",
     )
     flag(
         "shutdown_grace_seconds",
