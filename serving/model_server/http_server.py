@@ -16,7 +16,7 @@ client sends:
 | an HTTP version other than 1.0 and 1.1 (the HTTP/2 preface too) | 505 |
 | a Transfer-Encoding other than chunked | 501 |
 | a body larger than `max_body_bytes` (announced, or as chunks arrive) | 429, before any of it is read and instead of `100 Continue` |
-| a body whose bytes do not fit in the memory budget of the requests in flight (`memory_budget.RequestMemoryBudget`), announced or as chunks arrive | 429, before any of it is read |
+| a body whose bytes received (chunked framing included, held as they arrive: never what is announced) do not fit in the memory budget of the requests in flight (`memory_budget.RequestMemoryBudget`), or pass 1/FAIR_SHARE_OF_BUDGET of it | 429, once they arrive |
 | no body byte for `read_timeout_seconds`, or a body slower than MIN_BODY_BYTES_PER_SECOND after its first `read_timeout_seconds` | 408 |
 | chunked trailers over MAX_REQUEST_HEAD_BYTES; a chunk-size line over MAX_CHUNK_LINE_BYTES | 431; 400 |
 | a gzip body (Content-Encoding containing "gzip", as TF Serving) over MAX_GZIP_BODY_BYTES once decompressed, or not gzip | 400 |
@@ -57,6 +57,9 @@ MIN_BODY_BYTES_PER_SECOND = 1024
 MAX_GZIP_BODY_BYTES = 10 * 1024 * 1024
 # Bytes read from a socket at a time: memory follows what arrives, not what is announced.
 _READ_PIECE_BYTES = 1 << 16
+# One request's body may hold at most this fraction of the memory budget (1/4): a client
+# cannot take what the others need, however fast it sends.
+FAIR_SHARE_OF_BUDGET = 4
 _LEADING_EMPTY_LINES = re.compile(rb"(?:\r\n)*")
 _BARE_LF = re.compile(rb"(?<!\r)\n")
 _CHUNK_SIZE = re.compile(rb"[0-9A-Fa-f]+")
@@ -339,39 +342,49 @@ class _Connection:
 
 
 class _BodyReader:
-    """Reads the body `head` announces from `connection`, within its limits; the bytes it is
-    about to read are first held in the server's memory budget, in `reservations`."""
+    """Reads the body `head` announces from `connection`, within its limits; the bytes it
+    receives, chunked framing included, are held in the server's memory budget as they
+    arrive (never what the head announces), up to a fair share of it, in `reservations`."""
 
     def __init__(self, connection: _Connection, head: _Head, reservations: contextlib.ExitStack):
         self._connection, self._head = connection, head
-        self._reservations = reservations
         self._server = connection._server
         self._buffer = connection._buffer
         self._received = 0
         self._started: float | None = None
+        budget = self._server.memory_budget
+        self._reservation = (
+            None
+            if budget is None
+            else reservations.enter_context(
+                budget.reservation(BODY, most=budget.limit_bytes // FAIR_SHARE_OF_BUDGET)
+            )
+        )
 
     async def read(self) -> bytes:
         limit = self._server.max_body_bytes
+        body = bytearray()  # One buffer, however many pieces or chunks the body comes in.
         if self._head.chunked:
             self._continue()
-            return await self._read_chunked(limit)
+            await self._read_chunked(limit, body)
+            return bytes(body)
         length_header = self._head.headers.get(b"content-length")
         if length_header is None:
             return b""
         length = int(length_header)  # h11 accepts digits only.
         if length > limit:
             raise _too_large(limit, str(length))
-        self._reserve(length)
         if length:
             self._continue()
-        return await self._read_exactly(length)
+        await self._read_into(body, length)
+        return bytes(body)
 
-    def _reserve(self, size: int) -> None:
-        budget = self._server.memory_budget
-        if budget is None or not size:
+    def _hold(self, size: int) -> None:
+        """Holds `size` more bytes received in the budget."""
+        if self._reservation is None:
             return
         try:
-            self._reservations.enter_context(budget.reserve(size, BODY))
+            self._reservation.grow(size)
         except errors.ServingError as error:
             raise _Refusal(error.http_status, error.message) from None
 
@@ -399,8 +412,9 @@ class _BodyReader:
         await self._connection._read_more(min(remaining, timeout), refusal)
         self._received += len(self._buffer) - before
 
-    async def _read_exactly(self, length: int) -> bytes:
-        pieces, received = [], 0
+    async def _read_into(self, body: bytearray | None, length: int) -> None:
+        """Moves the next `length` bytes to `body` (None: drops them), holding each piece."""
+        received = 0
         while received < length:
             if not self._buffer:
                 try:
@@ -409,18 +423,20 @@ class _BodyReader:
                     raise _Refusal(
                         400, f"Request body ended after {received} of {length} bytes"
                     ) from None
-            piece = bytes(self._buffer[: length - received])
-            del self._buffer[: len(piece)]
-            pieces.append(piece)
-            received += len(piece)
-        return b"".join(pieces)
+            size = min(len(self._buffer), length - received)
+            self._hold(size)
+            if body is not None:
+                body += self._buffer[:size]
+            del self._buffer[:size]
+            received += size
 
     async def _read_line(self, limit: int, too_long: _Refusal, what: str) -> bytes:
-        """One CRLF-terminated line of chunked framing, without its CRLF."""
+        """One CRLF-terminated line of chunked framing, without its CRLF (held with it)."""
         scanned = 0  # As for heads, each byte is searched once.
         while True:
             end = self._buffer.find(b"\r\n", max(scanned - 1, 0), limit + 2)
             if end >= 0:
+                self._hold(end + 2)
                 line = bytes(self._buffer[:end])
                 del self._buffer[: end + 2]
                 return line
@@ -434,9 +450,9 @@ class _BodyReader:
                     400, f"Malformed chunked request body: a {what} ended early"
                 ) from None
 
-    async def _read_chunked(self, limit: int) -> bytes:
-        """Decodes a chunked body, refusing a chunk that would pass `limit` before reading it."""
-        pieces, size = [], 0
+    async def _read_chunked(self, limit: int, body: bytearray) -> None:
+        """Decodes a chunked body into `body`, refusing a chunk that would pass `limit` before
+        reading it."""
         line_too_long = _Refusal(
             400, "Malformed chunked request body: a chunk-size line is too long"
         )
@@ -451,14 +467,15 @@ class _BodyReader:
             chunk_size = int(size_text, 16)
             if chunk_size == 0:
                 await self._skip_trailers()
-                return b"".join(pieces)
-            if size + chunk_size > limit:
+                return
+            if len(body) + chunk_size > limit:
                 raise _too_large(limit, f"more than {limit}")
-            self._reserve(chunk_size)
-            pieces.append(await self._read_exactly(chunk_size))
-            size += chunk_size
-            if await self._read_exactly(2) != b"\r\n":
+            await self._read_into(body, chunk_size)
+            crlf_at = len(body)
+            await self._read_into(body, 2)
+            if body[crlf_at:] != b"\r\n":
                 raise _Refusal(400, "Malformed chunked request body: no CRLF after a chunk")
+            del body[crlf_at:]
 
     async def _skip_trailers(self) -> None:
         """Reads the trailer fields (ignored, as TF Serving does) up to the empty line, within

@@ -150,6 +150,7 @@ class RequestMemoryBudget:
     def __init__(self, limit_bytes: int):
         self.limit_bytes = limit_bytes
         self._held = 0
+        self._refusals: dict[str, int] = {}
         self._lock = threading.Lock()
 
     @property
@@ -157,6 +158,11 @@ class RequestMemoryBudget:
         """What the requests in flight hold now."""
         with self._lock:
             return self._held
+
+    def refusals(self) -> dict[str, int]:
+        """How many reservations were refused so far, by what they held (`INPUTS`, `BODY`)."""
+        with self._lock:
+            return dict(self._refusals)
 
     @contextlib.contextmanager
     def reserve(self, size: int, what: str = INPUTS) -> Iterator[None]:
@@ -170,15 +176,43 @@ class RequestMemoryBudget:
             ServingError: RESOURCE_EXHAUSTED, before the block runs, when `size` does not fit
                 beside what the requests in flight hold.
         """
-        with self._lock:
-            if self.limit_bytes > 0 and self._held + size > self.limit_bytes:
-                raise self._refusal(size, self._held, what)
-            self._held += size
-        try:
+        with self.reservation(what) as reservation:
+            reservation.grow(size)
             yield
+
+    @contextlib.contextmanager
+    def reservation(self, what: str = INPUTS, most: int = 0) -> Iterator["Reservation"]:
+        """A reservation that starts empty and grows (`Reservation.grow`) as what it holds
+        arrives, for the `with` block; what it grew to is given back at the end.
+
+        Args:
+            what: what it holds, for the refusals' messages (`INPUTS`, `BODY`).
+            most: the most it may grow to (one client's fair share); <= 0: the limit only.
+        """
+        reservation = Reservation(self, what, most)
+        try:
+            yield reservation
         finally:
             with self._lock:
-                self._held -= size
+                self._held -= reservation.size
+
+    def _grow(self, reservation: "Reservation", size: int) -> None:
+        with self._lock:
+            total = reservation.size + size
+            if self.limit_bytes > 0 and self._held + size > self.limit_bytes:
+                refusal = self._refusal(total, self._held - reservation.size, reservation.what)
+            elif 0 < reservation.most < total:
+                refusal = errors.resource_exhausted(
+                    f"one request's {reservation.what} may take at most {reservation.most} bytes "
+                    f"of this server's budget of {self.limit_bytes} bytes for the requests in "
+                    f"flight ({FLAG}): send them in smaller requests"
+                )
+            else:
+                self._held += size
+                reservation.size = total
+                return
+            self._refusals[reservation.what] = self._refusals.get(reservation.what, 0) + 1
+        raise refusal
 
     def _refusal(self, size: int, held: int, what: str) -> errors.ServingError:
         if size > self.limit_bytes:
@@ -191,3 +225,27 @@ class RequestMemoryBudget:
             f"the requests in flight hold {held} of this server's {self.limit_bytes} bytes "
             f"({FLAG}) and this one's {what} take {size} more: retry later"
         )
+
+
+class Reservation:
+    """Bytes one request holds in a `RequestMemoryBudget` (`RequestMemoryBudget.reservation`).
+
+    Attributes:
+        size: what it holds now.
+        what: what it holds (`INPUTS`, `BODY`).
+        most: the most it may hold; <= 0: the budget's limit only.
+    """
+
+    def __init__(self, budget: RequestMemoryBudget, what: str, most: int):
+        self._budget, self.what, self.most = budget, what, most
+        self.size = 0
+
+    def grow(self, size: int) -> None:
+        """Holds `size` bytes more.
+
+        Raises:
+            ServingError: RESOURCE_EXHAUSTED, holding nothing more, when they do not fit beside
+                what the requests in flight hold or would take it past `most`.
+        """
+        if size:
+            self._budget._grow(self, size)

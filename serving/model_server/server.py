@@ -278,6 +278,7 @@ class ModelServer:
             max_input_string_bytes=options.max_input_string_bytes,
             request_memory_budget_bytes=budget,
         )
+        self.metrics.memory_budget = self.core.memory_budget
         try:
             manager.set_config(model_server_config)
         except Exception:

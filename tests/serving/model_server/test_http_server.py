@@ -17,6 +17,7 @@ import time
 import pytest
 
 from serving.model_server.http_server import (
+    FAIR_SHARE_OF_BUDGET,
     MAX_GZIP_BODY_BYTES,
     MAX_REQUEST_HEAD_BYTES,
     HttpServer,
@@ -30,14 +31,18 @@ from tests.model_server_fixtures import (
     listen_backlog,
     raw_predict,
     read_until_closed,
+    start_server,
 )
 from tests.serving_fixtures import (
     ENDLESS_STEPS,
+    MODEL_NAME,
     ServerProcess,
     cpu_seconds_during,
     expected_greedy,
     expected_greedy_score,
     loop_model_base,
+    make_model_base,
+    texts_request,
     wait_for,
 )
 
@@ -505,21 +510,11 @@ def test_expect_100_continue_is_refused_before_a_body_over_the_limit(main_server
     )
 
 
-def test_a_body_is_held_in_the_memory_budget_before_it_is_read(main_server):
-    """A body's bytes count against the budget of the requests in flight before any of them
-    is read: one larger than the budget is refused alone (before `100 Continue`), one that
-    finds the budget held by others is refused until they end, announced or chunked."""
+def test_a_body_that_finds_the_budget_held_by_others_is_refused_until_they_end(main_server):
+    """A body's bytes count against the budget of the requests in flight as they arrive: one
+    that finds the budget held by others is refused until they end, announced or chunked."""
     port = main_server.server.rest_port
     budget = main_server.server.core.memory_budget
-    over = budget.limit_bytes + 1  # Within the 2 GiB body limit.
-    with open_post(port, b"Content-Length: %d\r\nExpect: 100-continue\r\n" % over) as client:
-        response = read_until_closed(client)
-    assert status_and_error(response) == (
-        b"HTTP/1.1 429 Too Many Requests",
-        f"the request's body bytes take {over} bytes in memory, more than this server's budget "
-        f"of {budget.limit_bytes} bytes for the requests in flight "
-        "(--request_memory_budget_bytes): send them in smaller requests",
-    )
     framings = (
         (GOOD_BODY, b"Content-Length: %d" % len(GOOD_BODY)),
         (chunked(GOOD_BODY, len(GOOD_BODY)), b"Transfer-Encoding: chunked"),
@@ -533,6 +528,59 @@ def test_a_body_is_held_in_the_memory_budget_before_it_is_read(main_server):
         status, payload = raw_predict(port, body, framing)
         assert status == 200, payload
     assert budget.held_bytes == 0
+
+
+def test_a_body_holds_what_has_arrived_up_to_a_fair_share_of_the_budget(exports, tmp_path):
+    """A body's announced size was held in the budget before any byte arrived, and for as long
+    as the body trickled in: announcing 1 GiB and sending 1.1 KiB/s refused 27,373 good calls
+    in 40 s, and so did `Expect: 100-continue` with no body and one chunk-size line of
+    40000000. A body now holds the bytes received (chunked framing included), never what it
+    announces, and one connection at most a quarter of the budget; good clients beside it are
+    served, and each refusal is counted in the metrics."""
+    budget_bytes = 2**20
+    connection = start_server(
+        tmp_path,
+        model_name=MODEL_NAME,
+        model_base_path=make_model_base(exports, str(tmp_path)),
+        rest_api_port=0,
+        request_memory_budget_bytes=budget_bytes,
+    )
+    server = connection.server
+    port, budget = server.rest_port, server.core.memory_budget
+    fair_share = budget_bytes // FAIR_SHARE_OF_BUDGET
+    try:
+        for framing, start in (
+            (b"Content-Length: %d\r\n" % 2**30, b""),
+            (b"Transfer-Encoding: chunked\r\n", b"40000000\r\n"),
+        ):
+            with open_post(port, framing + b"Expect: 100-continue\r\n") as client:
+                assert client.recv(100) == b"HTTP/1.1 100 Continue\r\n\r\n"
+                client.sendall(start + b"x" * 1000)
+                wait_for(
+                    lambda: budget.held_bytes == len(start) + 1000,  # noqa: B023
+                    "the body to hold what it sent",
+                )
+                status, payload = raw_predict(port, GOOD_BODY, b"Content-Length: 24")
+                assert status == 200, payload
+                response = connection.predict.Predict(texts_request(["a b c"]), timeout=30)
+                assert response.outputs["translation"].string_val
+                sent = len(start) + 1000
+                while sent <= fair_share:
+                    send_ignoring_a_close(client, b"x" * 65536)
+                    sent += 65536
+                response = read_until_closed(client)
+            assert status_and_error(response) == (
+                b"HTTP/1.1 429 Too Many Requests",
+                f"one request's body bytes may take at most {fair_share} bytes of this server's "
+                f"budget of {budget_bytes} bytes for the requests in flight "
+                "(--request_memory_budget_bytes): send them in smaller requests",
+            ), response[:300]
+            wait_for(lambda: budget.held_bytes == 0, "the refused body to give its bytes back")
+        page = server.metrics.exposition().decode()
+        assert ':local:serving:request_memory_budget_refusals{what="body bytes"} 2.0' in page
+        assert ":local:serving:request_memory_budget_bytes{" in page
+    finally:
+        server.stop(grace_seconds=0)
 
 
 def test_chunked_trailers_are_bounded_by_the_head_limit(main_server):
