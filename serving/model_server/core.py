@@ -146,7 +146,9 @@ class ServingCore:
         with self.manager.servable(model_spec) as servable:
             signature = servable.signature_defs.get(key)
         if signature is None:
-            raise errors.invalid_argument(f"No signature was found with the name: {key}")
+            raise errors.invalid_argument(
+                f"No signature was found with the name: {errors.quote(key)}"
+            )
         described = text_format.MessageToString(signature)  # SignatureDef::DebugString.
         if len(signature.inputs) != 1:
             raise errors.invalid_argument("Expected one input Tensor.")
@@ -191,7 +193,9 @@ class ServingCore:
             )
         for field in request.metadata_field:
             if field != SIGNATURE_DEF_FIELD:
-                raise errors.invalid_argument(f"Metadata field {field} is not supported")
+                raise errors.invalid_argument(
+                    f"Metadata field {errors.quote(field)} is not supported"
+                )
         response = get_model_metadata_pb2.GetModelMetadataResponse()
         with self.manager.servable(request.model_spec) as servable:
             signature_def_map = get_model_metadata_pb2.SignatureDefMap()

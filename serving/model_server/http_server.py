@@ -84,6 +84,7 @@ class _Refusal(Exception):
     """A request the transport refuses: answered with `status` and {"error": message}."""
 
     def __init__(self, status: int, message: str):
+        message = errors.bounded_message(message)
         super().__init__(message)
         self.status = status
         self.message = message
@@ -162,9 +163,10 @@ def _parse_head(head: bytes) -> _Head:
     lengths = set(_CONTENT_LENGTH_LINE.findall(head))
     if len(lengths) > 1:  # Which one frames the body is ambiguous: request smuggling.
         first, second = (
-            value.decode("latin-1") for value in _CONTENT_LENGTH_LINE.findall(head)[:2]
+            errors.quote(value.decode("latin-1"))
+            for value in _CONTENT_LENGTH_LINE.findall(head)[:2]
         )
-        raise _Refusal(400, f"Content-Length is given twice, as {first!r} and {second!r}")
+        raise _Refusal(400, f"Content-Length is given twice, as '{first}' and '{second}'")
     parser = h11.Connection(h11.SERVER, max_incomplete_event_size=len(head) + 1)
     parser.receive_data(head)
     try:

@@ -279,7 +279,9 @@ def _tensors_from_instances(instances: list, input_dtypes: dict[str, int]) -> di
 
     def add_item(item: Any, name: str) -> None:
         if name not in input_dtypes:
-            raise errors.invalid_argument(f"JSON object: does not have named input: {name}")
+            raise errors.invalid_argument(
+                f"JSON object: does not have named input: {errors.quote(name)}"
+            )
         array = _json_to_array(item, input_dtypes[name], batched=True)
         if rows[name]:
             first = rows[name][0]
@@ -305,7 +307,7 @@ def _tensors_from_instances(instances: list, input_dtypes: dict[str, int]) -> di
                     add_item(item, name)
                 except errors.ServingError as error:
                     raise errors.invalid_argument(
-                        f"Failed to process element: {index} key: {name} of 'instances' list. "
+                        f"Failed to process element: {index} key: {errors.quote(name)} of 'instances' list. "
                         f"Error: {error}"
                     ) from None
             if set(element) != set(names):

@@ -480,16 +480,18 @@ class ServableManager:
 
     def _resolve(self, model_spec: model_pb2.ModelSpec) -> _Version:
         """Finds the version a ModelSpec asks for; caller holds the lock."""
-        name = model_spec.name
-        if not name:
+        if not model_spec.name:
             raise errors.invalid_argument("ModelSpec has no name specified.")
-        model = self._models.get(name)
+        model = self._models.get(model_spec.name)
+        name = errors.quote(model_spec.name)
         choice = model_spec.WhichOneof("version_choice")
         if choice == "version_label":
             label = model_spec.version_label
             labels = model.version_labels if model is not None else {}
             if label not in labels:
-                raise errors.invalid_argument(f"Unrecognized servable version label: {label}")
+                raise errors.invalid_argument(
+                    f"Unrecognized servable version label: {errors.quote(label)}"
+                )
             version, request = labels[label], f"Specific({name}, {labels[label]})"
         elif choice == "version":
             version, request = (
@@ -542,12 +544,14 @@ class ServableManager:
             if version is not None:
                 if version not in records:
                     raise errors.not_found(
-                        f"Could not find version {version} of model {model_name}"
+                        f"Could not find version {version} of model {errors.quote(model_name)}"
                     )
                 selected = [records[version]]
             else:
                 if not records:
-                    raise errors.not_found(f"Could not find any versions of model {model_name}")
+                    raise errors.not_found(
+                        f"Could not find any versions of model {errors.quote(model_name)}"
+                    )
                 selected = sorted(records.values(), key=lambda r: r.version, reverse=True)
             return [VersionStatus(r.version, r.state, r.error) for r in selected]
 

@@ -118,7 +118,9 @@ def check_predict(servable: Servable, request: predict_pb2.PredictRequest) -> Ch
     signature_name = request.model_spec.signature_name or DEFAULT_SERVING_SIGNATURE_DEF_KEY
     signature = servable.signature_defs.get(signature_name)
     if signature is None:
-        raise errors.failed_precondition(f'Serving signature key "{signature_name}" not found.')
+        raise errors.failed_precondition(
+            f'Serving signature key "{errors.quote(signature_name)}" not found.'
+        )
 
     request_inputs, signature_inputs = sorted(request.inputs), sorted(signature.inputs)
     if len(request_inputs) != len(signature_inputs):
@@ -126,13 +128,16 @@ def check_predict(servable: Servable, request: predict_pb2.PredictRequest) -> Ch
         missing = sorted(set(signature_inputs) - set(request_inputs))
         raise errors.invalid_argument(
             f"input size does not match signature: {len(request_inputs)}!={len(signature_inputs)} "
-            f"len({{{','.join(request_inputs)}}}) != len({{{','.join(signature_inputs)}}}). "
-            f"Sent extra: {{{','.join(extra)}}}. Missing but required: {{{','.join(missing)}}}."
+            f"len({{{errors.quote(','.join(request_inputs))}}}) != "
+            f"len({{{','.join(signature_inputs)}}}). "
+            f"Sent extra: {{{errors.quote(','.join(extra))}}}. "
+            f"Missing but required: {{{','.join(missing)}}}."
         )
     for alias in request_inputs:
         if alias not in signature.inputs:
             raise errors.invalid_argument(
-                f"input tensor alias not found in signature: {alias}. Inputs expected to be in "
+                f"input tensor alias not found in signature: {errors.quote(alias)}. Inputs "
+                "expected to be in "
                 f"the set {{{','.join(signature_inputs)}}}."
             )
         check_input_shape(alias, request.inputs[alias], signature.inputs[alias])
@@ -142,11 +147,12 @@ def check_predict(servable: Servable, request: predict_pb2.PredictRequest) -> Ch
     for alias in request.output_filter:
         if alias not in signature.outputs:
             raise errors.invalid_argument(
-                f"output tensor alias not found in signature: {alias} Outputs expected to be in "
+                f"output tensor alias not found in signature: {errors.quote(alias)} Outputs "
+                "expected to be in "
                 f"the set {{{','.join(sorted(signature.outputs))}}}."
             )
         if alias in output_aliases:
-            raise errors.invalid_argument(f"duplicate output tensor alias: {alias}")
+            raise errors.invalid_argument(f"duplicate output tensor alias: {errors.quote(alias)}")
         output_aliases.append(alias)
     if not output_aliases:
         output_aliases = sorted(signature.outputs)

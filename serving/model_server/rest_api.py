@@ -96,7 +96,7 @@ class RestApi:
             return 200, text.encode("utf-8"), errors.REST_JSON_CONTENT_TYPE
         except errors.ServingError as error:
             code = error.code
-            logger.debug("REST %s %s failed: %s", method, path, error)
+            logger.debug("REST %s %s failed: %s", method, errors.quote(path), error)
             return (
                 error.http_status,
                 errors.rest_error_body(error.message),
@@ -104,7 +104,7 @@ class RestApi:
             )
         except Exception as error:  # A bug must fail the request, not the connection.
             code = grpc.StatusCode.INTERNAL
-            logger.exception("REST %s %s failed unexpectedly", method, path)
+            logger.exception("REST %s %s failed unexpectedly", method, errors.quote(path))
             return (
                 500,
                 errors.rest_error_body(f"{type(error).__name__}: {error}"),
@@ -127,7 +127,7 @@ class RestApi:
         return name, match.group(4) if method == "POST" else ""
 
     def _dispatch(self, method: str, path: str, body: bytes) -> dict:
-        malformed = errors.invalid_argument(f"Malformed request: {method} {path}")
+        malformed = errors.invalid_argument(f"Malformed request: {method} {errors.quote(path)}")
         pattern = {"POST": _PREDICTION_PATH, "GET": _STATUS_PATH}.get(method)
         match = pattern.fullmatch(path) if pattern else None
         if match is None:
@@ -152,7 +152,9 @@ class RestApi:
         spec.name = urllib.parse.unquote(name or "")
         if version is not None:
             if int(version) > INT_RANGES[types_pb2.DT_INT64][1]:  # absl::SimpleAtoi to int64.
-                raise errors.invalid_argument(f"Failed to convert version: {version} to numeric.")
+                raise errors.invalid_argument(
+                    f"Failed to convert version: {errors.quote(version)} to numeric."
+                )
             spec.version.value = int(version)
         if label is not None:
             spec.version_label = urllib.parse.unquote(label)
@@ -169,12 +171,12 @@ class RestApi:
             signature = servable.signature_defs.get(key)
             if signature is None:
                 raise errors.invalid_argument(
-                    f'Serving signature name: "{key}" not found in signature def'
+                    f'Serving signature name: "{errors.quote(key)}" not found in signature def'
                 )
             input_dtypes = {alias: info.dtype for alias, info in signature.inputs.items()}
         if not input_dtypes:
             raise errors.invalid_argument(
-                f"Failed to get input map for signature: {signature_name or 'DEFAULT'}"
+                f"Failed to get input map for signature: {errors.quote(signature_name or 'DEFAULT')}"
             )
         tensors, row_format = tensors_from_predict_document(document, input_dtypes)
         for alias, array in tensors.items():

@@ -266,6 +266,7 @@ class ModelServer:
         configure_tensorflow_threads(options)
         manager = self._servable_manager()
         self.metrics.version_states = manager.version_states
+        self.metrics.model_names = manager.model_names
         budget = options.request_memory_budget_bytes
         if budget is None:
             budget = default_budget_bytes()

@@ -16,6 +16,7 @@ import time
 
 import pytest
 
+from serving.model_server.errors import MAX_QUOTED_CHARS
 from serving.model_server.http_server import (
     FAIR_SHARE_OF_BUDGET,
     MAX_GZIP_BODY_BYTES,
@@ -452,8 +453,27 @@ def test_empty_lines_before_a_request_count_against_the_head_limit(main_server):
             b"HTTP/1.1 501 Not Implemented",
             "Malformed request head: Only Transfer-Encoding: chunked is supported",
         ),
+        # A refusal quoted its offending header whole: 200 of 60 KB added 7.6 MiB of log.
+        (
+            b"POST /v1/models/translator:predict HTTP/1.1\r\nHost: t\r\n"
+            b"Content-Length: "
+            + b"1" * 30_000
+            + b"\r\nContent-Length: "
+            + b"2" * 30_000
+            + b"\r\n\r\n",
+            b"HTTP/1.1 400 Bad Request",
+            f"Content-Length is given twice, as '{'1' * MAX_QUOTED_CHARS}... (30000 characters)'",
+        ),
     ],
-    ids=["http-9.9", "http2-preface", "bare-lf", "tabs", "70-kb-url", "gzip-transfer-coding"],
+    ids=[
+        "http-9.9",
+        "http2-preface",
+        "bare-lf",
+        "tabs",
+        "70-kb-url",
+        "gzip-transfer-coding",
+        "60-kb-content-lengths",
+    ],
 )
 def test_malformed_request_lines_get_a_json_error_and_one_log_line(
     main_server, caplog, request_bytes, status_line, message
@@ -472,6 +492,7 @@ def test_malformed_request_lines_get_a_json_error_and_one_log_line(
     # The server's log lines about this client (others may still be closing idle ones).
     lines = [record for record in caplog.records if client_address in record.getMessage()]
     assert len(lines) == 1 and message in lines[0].getMessage()
+    assert len(lines[0].getMessage()) < 4 * MAX_QUOTED_CHARS
     assert not [record for record in caplog.records if record.exc_info]
 
 
