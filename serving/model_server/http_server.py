@@ -34,6 +34,7 @@ import logging
 import re
 import socket
 import threading
+import time
 import urllib.parse
 import zlib
 from collections.abc import Callable
@@ -65,6 +66,9 @@ _BARE_LF = re.compile(rb"(?<!\r)\n")
 _CHUNK_SIZE = re.compile(rb"[0-9A-Fa-f]+")
 _CONTENT_LENGTH_LINE = re.compile(rb"^content-length:[ \t]*(.*?)[ \t]*\r$", re.I | re.M)
 _HEADER_FIELD = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+:[^\r\n]*")
+# How long past its deadline a handler may still answer itself (its own 504 names what
+# stopped) before the transport answers 504 for it.
+_LATE_ANSWER_MARGIN_SECONDS = 0.1
 # A stop lets the requests running when its grace period ends this long to answer (the
 # server cancels their model runs then, and each answers 499 at once).
 _CANCELLED_ANSWER_SECONDS = 1.0
@@ -76,8 +80,11 @@ class RequestHandler(Protocol):
     def accepts(self, path: str) -> bool:
         """Whether `path` has a handler; the others get 404 before their body is read."""
 
-    def handle(self, method: str, path: str, body: bytes) -> tuple[int, bytes, str]:
-        """(HTTP status, payload, content type) of one request; never raises."""
+    def handle(
+        self, method: str, path: str, body: bytes, deadline: float | None = None
+    ) -> tuple[int, bytes, str]:
+        """(HTTP status, payload, content type) of one request; never raises. `deadline`
+        (`time.monotonic()`): when the transport answers 504 if the handler has not."""
 
 
 class _Refusal(Exception):
@@ -289,9 +296,7 @@ class _Connection:
         """Answers a request read whole; returns whether the connection stays open."""
         self.handling = True  # Until the answer is written: a stop lets it go out.
         try:
-            status, payload, content_type = await self._loop.run_in_executor(
-                self._server.executor, self._server.answer, head, body
-            )
+            status, payload, content_type = await self._handled(head, body)
             keep_alive = head.keep_alive and not self._server.stopping
             await self._send(
                 status,
@@ -304,6 +309,32 @@ class _Connection:
         finally:
             self.handling = False
         return keep_alive
+
+    async def _handled(self, head: _Head, body: bytes) -> tuple[int, bytes, str]:
+        """The handler's answer, or 504 at the answer deadline if it has not answered by then.
+
+        The deadline runs from when the request has been read, its wait for a thread
+        included, as a gRPC call's runs from the call; the handler is given it, and stops
+        its model runs between pieces at it, but a run may go on past it (one that no
+        timeout interrupts): its client is answered at the deadline all the same, as gRPC's
+        client is, and the late answer is dropped.
+        """
+        timeout = self._server.answer_timeout_seconds
+        deadline = time.monotonic() + timeout if timeout else None
+        answer = self._loop.run_in_executor(
+            self._server.executor, self._server.answer, head, body, deadline
+        )
+        if deadline is None:
+            return await answer
+        # A late answer's outcome is read, so that nothing is reported as never retrieved.
+        answer.add_done_callback(lambda done: done.cancelled() or done.exception())
+        try:
+            return await asyncio.wait_for(
+                asyncio.shield(answer), timeout + _LATE_ANSWER_MARGIN_SECONDS
+            )
+        except TimeoutError:
+            logger.info("REST client %s: no answer by the deadline, answered 504", self._peer)
+            return 504, errors.rest_error_body("Deadline Exceeded"), errors.REST_JSON_CONTENT_TYPE
 
     async def _send(
         self,
@@ -512,6 +543,9 @@ class HttpServer:
             head may take to arrive, and a body's time before the minimum rate applies.
         memory_budget: where the bodies' bytes are held while their requests are read and
             answered (the one the model runs' inputs are held in); None: not held.
+        answer_timeout_seconds: a request not answered this long after it was read is
+            answered 504 (`--rest_api_timeout_in_ms`); the handler is given the deadline.
+            None: no deadline.
     """
 
     def __init__(
@@ -523,8 +557,10 @@ class HttpServer:
         enable_cors: bool = False,
         read_timeout_seconds: float = 30.0,
         memory_budget: RequestMemoryBudget | None = None,
+        answer_timeout_seconds: float | None = None,
     ):
         self.handler = handler
+        self.answer_timeout_seconds = answer_timeout_seconds
         self.memory_budget = memory_budget
         self.max_body_bytes = max_body_bytes
         self.enable_cors = enable_cors
@@ -551,8 +587,10 @@ class HttpServer:
         """The bound (host, port)."""
         return self._socket.getsockname()[:2]
 
-    def answer(self, head: _Head, body: bytes) -> tuple[int, bytes, str]:
-        """The handler's answer to one request (run in the thread pool)."""
+    def answer(
+        self, head: _Head, body: bytes, deadline: float | None = None
+    ) -> tuple[int, bytes, str]:
+        """The handler's answer to one request (run in the thread pool) by `deadline`."""
         if head.gzip:
             try:
                 body = _gunzip(body)
@@ -563,7 +601,7 @@ class HttpServer:
                     errors.rest_error_body(refusal.message),
                     errors.REST_JSON_CONTENT_TYPE,
                 )
-        return self.handler.handle(head.method, head.path, body)
+        return self.handler.handle(head.method, head.path, body, deadline)
 
     def serve_forever(self) -> None:
         """Serves until `stop` (run it in a thread)."""

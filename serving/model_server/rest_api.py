@@ -81,8 +81,13 @@ class RestApi:
         """Whether `path` has a handler (the others are 404, refused before their body)."""
         return path == self._metrics_path or bool(_DISPATCH_PATH.fullmatch(path))
 
-    def handle(self, method: str, path: str, body: bytes) -> tuple[int, bytes, str]:
+    def handle(
+        self, method: str, path: str, body: bytes, deadline: float | None = None
+    ) -> tuple[int, bytes, str]:
         """Answers one request of an accepted path: (HTTP status, payload, content type).
+
+        `deadline` (`time.monotonic()`): a predict's deadline, as the transport set it; None:
+        `timeout_seconds` from now.
 
         A /v1/ request is recorded in the request metrics as TF Serving's http_server.cc
         records it: counted by model and status, and the latency of a successful one under
@@ -91,7 +96,7 @@ class RestApi:
             return 200, self._metrics_page(), metrics.CONTENT_TYPE
         start, code = time.monotonic(), grpc.StatusCode.OK
         try:
-            payload = self._dispatch(method, path, body)
+            payload = self._dispatch(method, path, body, deadline)
             text = json.dumps(payload, indent=1, ensure_ascii=False)
             return 200, text.encode("utf-8"), errors.REST_JSON_CONTENT_TYPE
         except errors.ServingError as error:
@@ -126,7 +131,7 @@ class RestApi:
         name = urllib.parse.unquote(match.group(1) or "")
         return name, match.group(4) if method == "POST" else ""
 
-    def _dispatch(self, method: str, path: str, body: bytes) -> dict:
+    def _dispatch(self, method: str, path: str, body: bytes, deadline: float | None) -> dict:
         malformed = errors.invalid_argument(f"Malformed request: {method} {errors.quote(path)}")
         pattern = {"POST": _PREDICTION_PATH, "GET": _STATUS_PATH}.get(method)
         match = pattern.fullmatch(path) if pattern else None
@@ -139,7 +144,7 @@ class RestApi:
             if action != "predict":
                 _, signature_name = parse_predict_body(body)
                 self._core.check_classify_or_regress(model_spec, signature_name, action)
-            return self._predict(model_spec, body)
+            return self._predict(model_spec, body, deadline)
         if not model_spec.name:
             raise errors.invalid_argument("Missing model name in request.")
         if action:
@@ -160,7 +165,7 @@ class RestApi:
             spec.version_label = urllib.parse.unquote(label)
         return spec
 
-    def _predict(self, model_spec, body: bytes) -> dict:
+    def _predict(self, model_spec, body: bytes, deadline: float | None) -> dict:
         request = predict_pb2.PredictRequest()
         request.model_spec.CopyFrom(model_spec)
         document, signature_name = parse_predict_body(body)
@@ -182,7 +187,8 @@ class RestApi:
         for alias, array in tensors.items():
             request.inputs[alias].CopyFrom(ndarray_to_tensor_proto(array))
             request.inputs[alias].dtype = input_dtypes[alias]
-        deadline = None if not self._timeout else time.monotonic() + self._timeout
+        if deadline is None and self._timeout:
+            deadline = time.monotonic() + self._timeout
         response = self._core.predict(request, deadline=deadline)
         return predict_response_to_json(response, row_format=row_format)
 

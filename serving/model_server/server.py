@@ -368,11 +368,12 @@ class ModelServer:
 
     def _start_rest(self, max_body_bytes: int, metrics_path: str | None) -> None:
         options = self.options
+        timeout_seconds = (
+            options.rest_api_timeout_in_ms / 1000 if options.rest_api_timeout_in_ms > 0 else None
+        )
         api = RestApi(
             self.core,
-            timeout_seconds=options.rest_api_timeout_in_ms / 1000
-            if options.rest_api_timeout_in_ms > 0
-            else None,
+            timeout_seconds=timeout_seconds,
             metrics_path=metrics_path,
             metrics_page=self.metrics.exposition,
         )
@@ -384,6 +385,7 @@ class ModelServer:
             enable_cors=options.rest_api_enable_cors_support,
             read_timeout_seconds=options.rest_api_read_timeout_seconds,
             memory_budget=self.core.memory_budget,
+            answer_timeout_seconds=timeout_seconds,
         )
         self.rest_port = self._rest_server.server_address[1]
         self._rest_thread = threading.Thread(

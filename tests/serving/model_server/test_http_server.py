@@ -699,3 +699,49 @@ def test_http_1_0_clients_keep_a_connection_only_when_they_ask(main_server):
     assert b"Connection: keep-alive" in first.partition(b"\r\n\r\n")[0].split(b"\r\n")
     assert b"Connection: close" in second.partition(b"\r\n\r\n")[0].split(b"\r\n")
     assert json.loads(second.partition(b"\r\n\r\n")[2])["model_version_status"][0]["version"] == "2"
+
+
+class _StuckHandler:
+    """A REST handler whose every request runs until `release` is set (a model run that no
+    timeout stops between its operations), recording the deadline it was given."""
+
+    def __init__(self):
+        self.release, self.started, self.deadlines = threading.Event(), threading.Event(), []
+
+    def accepts(self, path: str) -> bool:
+        return True
+
+    def handle(self, method: str, path: str, body: bytes, deadline=None):
+        self.deadlines.append(deadline)
+        self.started.set()
+        self.release.wait(60)
+        return 200, b'{"late": true}', "application/json"
+
+
+def test_the_rest_deadline_is_answered_at_the_deadline_while_the_run_goes_on():
+    """With --rest_api_timeout_in_ms=2000, a beam_search call of 600 sentences was answered
+    504 after 8.5-9.5 s, when its run ended, where gRPC's client had its DEADLINE_EXCEEDED at
+    2.00 s: the transport now answers 504 at the deadline it gave the handler (the run stops
+    before its next piece), whatever the handler is doing, and serves the connection on."""
+    handler = _StuckHandler()
+    server = HttpServer(
+        ("127.0.0.1", 0), handler, num_threads=2, max_body_bytes=1 << 20, answer_timeout_seconds=1
+    )
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        with socket.create_connection(server.server_address, timeout=30) as client:
+            started = time.monotonic()
+            client.sendall(b"GET /v1/models/stuck HTTP/1.1\r\nHost: t\r\n\r\n")
+            handler.started.wait(30)
+            head = b""
+            while b"\r\n\r\n" not in head:
+                head += client.recv(4096)
+            answered = time.monotonic() - started
+            assert head.startswith(b"HTTP/1.1 504 Gateway Timeout\r\n"), head
+            assert 1 <= answered < 10, answered
+            assert handler.deadlines[0] == pytest.approx(started + 1, abs=0.5)
+    finally:
+        handler.release.set()
+        server.stop(grace_seconds=1)
+        thread.join(timeout=30)
