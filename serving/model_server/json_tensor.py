@@ -411,10 +411,20 @@ def _first_invalid_surrogate(text: str, end: int) -> int | None:
     return None if pending_high is None else pending_high.start()
 
 
+def _first_member_wins(pairs: list[tuple[str, Any]]) -> dict:
+    """A JSON object whose duplicate keys keep their first value, as rapidjson's FindMember
+    (which TF Serving looks keys up with) finds the first member of a name."""
+    members: dict = {}
+    for key, value in pairs:
+        members.setdefault(key, value)
+    return members
+
+
 def parse_predict_body(body: bytes) -> tuple[dict, str | None]:
     """Parses the JSON document and its optional signature_name, refusing what
     rapidjson refuses: bytes that are not UTF-8 (after an optional BOM), unpaired
-    surrogate escapes and numbers beyond double's range.
+    surrogate escapes and numbers beyond double's range. A key given twice in an object
+    keeps its first value, as in TF Serving (Python's json keeps the last).
 
     Returns:
         (document, signature_name or None).
@@ -430,7 +440,12 @@ def parse_predict_body(body: bytes) -> tuple[dict, str | None]:
         ) from None
     failure = None
     try:
-        document = json.loads(text, parse_int=_parse_json_int, parse_float=_parse_json_float)
+        document = json.loads(
+            text,
+            parse_int=_parse_json_int,
+            parse_float=_parse_json_float,
+            object_pairs_hook=_first_member_wins,
+        )
     except RecursionError:
         raise errors.invalid_argument(
             f"JSON Parse error: The document is nested deeper than {MAX_JSON_NESTING} levels"

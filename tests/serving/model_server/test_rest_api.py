@@ -8,6 +8,7 @@ import pytest
 
 from tests.model_server_fixtures import SENTENCES, assert_rest_error, http
 from tests.serving_fixtures import (
+    MODEL_NAME,
     expected_alignment,
     expected_beam,
     expected_greedy,
@@ -156,3 +157,23 @@ def test_rest_classify_and_regress_refuse_a_predict_signature_as_tf_serving(
         "POST", f"{main_server.rest}/v1/models/nope:{action}", {"examples": [{"text": "a"}]}
     )
     assert status == 404
+
+
+def test_a_duplicate_json_key_keeps_its_first_value_as_tf_servings_parser(main_server):
+    """rapidjson's FindMember, which TF Serving looks a document's keys up with, finds a key's
+    first member; Python's json kept the last, so `{"instances":["hola"],"instances":[5]}` was
+    400 here and 200 from TF Serving. The first value is now the one read, at every level."""
+    body = (
+        b'{"instances": ["hola mundo"], "instances": [5], '
+        b'"signature_name": "serving_default", "signature_name": "nope"}'
+    )
+    status, answer = http("POST", f"{main_server.rest}/v1/models/{MODEL_NAME}:predict", body)
+    assert status == 200, answer
+    assert answer["predictions"][0]["translation"] == expected_greedy("hola mundo", 2)
+    status, answer = http(
+        "POST",
+        f"{main_server.rest}/v1/models/{MODEL_NAME}:predict",
+        b'{"inputs": {"text": ["a b"], "text": 7}}',
+    )
+    assert status == 200, answer
+    assert answer["outputs"]["translation"] == [expected_greedy("a b", 2)]
