@@ -18,6 +18,7 @@ client sends:
 | a body larger than `max_body_bytes` (announced, or as chunks arrive) | 429, before any of it is read and instead of `100 Continue` |
 | a body whose bytes received (chunked framing included, held as they arrive: never what is announced) do not fit in the memory budget of the requests in flight (`memory_budget.RequestMemoryBudget`), or pass 1/FAIR_SHARE_OF_BUDGET of it | 429, once they arrive |
 | no body byte for `read_timeout_seconds`, or a body slower than MIN_BODY_BYTES_PER_SECOND after its first `read_timeout_seconds` | 408 |
+| an answer the client does not take within `read_timeout_seconds` (or answers left unread when an idle connection is closed) | nothing: the connection is reset, its unsent bytes dropped |
 | chunked trailers over MAX_REQUEST_HEAD_BYTES; a chunk-size line over MAX_CHUNK_LINE_BYTES | 431; 400 |
 | a gzip body (Content-Encoding containing "gzip", as TF Serving) over MAX_GZIP_BODY_BYTES once decompressed, or not gzip | 400 |
 
@@ -29,10 +30,13 @@ read whole.
 import asyncio
 import concurrent.futures
 import contextlib
+import fcntl
 import http
 import logging
 import re
 import socket
+import struct
+import termios
 import threading
 import time
 import urllib.parse
@@ -101,6 +105,10 @@ class _ClientGone(Exception):
     """The client closed the connection, or went silent between requests."""
 
 
+class _ClientStalled(_ClientGone):
+    """The client did not take an answer within the read timeout."""
+
+
 def _reason(status: int) -> str:
     try:
         return http.HTTPStatus(status).phrase
@@ -135,6 +143,16 @@ def _gunzip(body: bytes) -> bytes:
     if not decompressor.eof:
         raise _Refusal(400, "Content-Encoding: gzip, but the gzip body ends early")
     return data
+
+
+def _unsent_bytes(writer: asyncio.StreamWriter) -> int:
+    """What a connection has written and the client has not received: its transport's buffer
+    and its socket's send queue (Linux TIOCOUTQ; 0 where it cannot be read)."""
+    unsent = writer.transport.get_write_buffer_size()
+    with contextlib.suppress(OSError, AttributeError):
+        queued = fcntl.ioctl(writer.get_extra_info("socket").fileno(), termios.TIOCOUTQ, b"\0" * 4)
+        unsent += struct.unpack("i", queued)[0]
+    return unsent
 
 
 class _Head:
@@ -207,6 +225,8 @@ class _Connection:
         # Between requests: nothing of the next one has arrived (a stop closes it at once).
         self.idle = True
         self.handling = False  # A request is in the thread pool, or its answer being written.
+        self._stalled = False  # An answer was not taken within the read timeout.
+        self._timed_out = False  # The client was silent between requests for the read timeout.
 
     async def serve(self) -> None:
         try:
@@ -219,19 +239,38 @@ class _Connection:
                 "REST client %s refused: %d %s", self._peer, refusal.status, refusal.message
             )
             await self._send_and_close(refusal.status, refusal.message)
+        except _ClientStalled:
+            self._stalled = True
         except (_ClientGone, OSError):
             pass
         except Exception as error:  # A bug must end this connection only, and be seen.
             logger.exception("REST client %s: unexpected error", self._peer)
             await self._send_and_close(500, f"{type(error).__name__}: {error}")
         finally:
+            self._close()
+
+    def _close(self) -> None:
+        """Closes the connection; at once, dropping what is still unsent (an abortive close,
+        a reset), when the client stalled: a graceful close keeps the socket and its send
+        queue until the client reads them, which a client that never reads never does."""
+        if not self._stalled and not (self._timed_out and _unsent_bytes(self._writer)):
             self._writer.close()
+            return
+        with contextlib.suppress(OSError):
+            self._writer.get_extra_info("socket").setsockopt(
+                socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0)
+            )
+        self._writer.transport.abort()
 
     async def _send_and_close(self, status: int, message: str) -> None:
-        with contextlib.suppress(OSError, _ClientGone):
+        try:
             await self._send(
                 status, errors.rest_error_body(message), errors.REST_JSON_CONTENT_TYPE, close=True
             )
+        except _ClientStalled:
+            self._stalled = True
+        except (OSError, _ClientGone):
+            pass
 
     async def _read_more(self, timeout: float, refusal: _Refusal | None) -> None:
         """Adds what the client sends next to the buffer.
@@ -243,6 +282,7 @@ class _Connection:
         try:
             data = await asyncio.wait_for(self._reader.read(_READ_PIECE_BYTES), max(timeout, 0))
         except TimeoutError:
+            self._timed_out = refusal is None  # Silent between requests: nothing to answer.
             raise (refusal or _ClientGone()) from None
         if not data:
             raise _ClientGone()
@@ -371,7 +411,7 @@ class _Connection:
         try:
             await asyncio.wait_for(self._writer.drain(), self._server.read_timeout_seconds)
         except TimeoutError:
-            raise _ClientGone() from None
+            raise _ClientStalled() from None
 
 
 class _BodyReader:

@@ -14,6 +14,7 @@ import socket
 import threading
 import time
 
+import psutil
 import pytest
 
 from serving.model_server.errors import MAX_QUOTED_CHARS
@@ -745,3 +746,37 @@ def test_the_rest_deadline_is_answered_at_the_deadline_while_the_run_goes_on():
         handler.release.set()
         server.stop(grace_seconds=1)
         thread.join(timeout=30)
+
+
+def server_sockets_of(client: socket.socket, port: int) -> list:
+    """This process's TCP sockets on `port` whose peer is `client` (the server's end of it)."""
+    client_port = client.getsockname()[1]
+    return [
+        connection
+        for connection in psutil.Process().net_connections(kind="tcp")
+        if connection.laddr
+        and connection.laddr.port == port
+        and connection.raddr
+        and connection.raddr.port == client_port
+    ]
+
+
+def test_a_client_that_never_reads_its_answers_is_dropped_with_its_unsent_bytes(rest_server):
+    """20 clients that pipelined 3,000 metadata requests and never read kept 20 server sockets
+    and a 54.8 MB send queue for as long as they stayed: closing a connection waited for its
+    unsent answers to be flushed. A connection whose answer is not taken within the read
+    timeout (1 s here) is now closed at once, its unsent bytes dropped (an abortive close)."""
+    port = rest_server.server.rest_port
+    request = b"GET /v1/models/translator/metadata HTTP/1.1\r\nHost: t\r\n\r\n"
+    with socket.socket() as client:
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        client.settimeout(30)
+        client.connect(("127.0.0.1", port))
+        send_ignoring_a_close(client, request * 3000)
+        wait_for(
+            lambda: not server_sockets_of(client, port),
+            "the server to drop the connection that does not read",
+            timeout=20,
+        )
+    status, _ = http("GET", f"{rest_server.rest}/v1/models/translator")
+    assert status == 200
