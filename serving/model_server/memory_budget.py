@@ -33,6 +33,7 @@ FLAG = "--request_memory_budget_bytes"
 # What a reservation holds, as its refusal names it.
 INPUTS = "inputs"
 BODY = "body bytes"
+JSON = "JSON values"
 
 
 # The budget when the flag leaves it out: this much, or a quarter of the process's memory limit

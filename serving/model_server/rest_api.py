@@ -33,9 +33,11 @@ from serving.model_server.core import SIGNATURE_DEF_FIELD, ServingCore
 from serving.model_server.json_tensor import (
     INT_RANGES,
     parse_predict_body,
+    parsed_bytes_bound,
     predict_response_to_json,
     tensors_from_predict_document,
 )
+from serving.model_server.memory_budget import JSON
 from serving.model_server.predict import DEFAULT_SERVING_SIGNATURE_DEF_KEY
 from serving.model_server.tensors import ndarray_to_tensor_proto
 
@@ -140,11 +142,14 @@ class RestApi:
         name, version, label, action = match.groups()
         model_spec = self._model_spec(name, version, label)
         if method == "POST":
-            action = action.lower()
-            if action != "predict":
-                _, signature_name = parse_predict_body(body)
-                self._core.check_classify_or_regress(model_spec, signature_name, action)
-            return self._predict(model_spec, body, deadline)
+            # The document's values and their rows live until the answer: held in the budget,
+            # at a bound of what they take, before they are parsed.
+            with self._core.memory_budget.reserve(parsed_bytes_bound(body), JSON):
+                action = action.lower()
+                if action != "predict":
+                    _, signature_name = parse_predict_body(body)
+                    self._core.check_classify_or_regress(model_spec, signature_name, action)
+                return self._predict(model_spec, body, deadline)
         if not model_spec.name:
             raise errors.invalid_argument("Missing model name in request.")
         if action:
