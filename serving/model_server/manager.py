@@ -21,6 +21,7 @@ can wait for it.
 
 import contextlib
 import dataclasses
+import gc
 import logging
 import os
 import threading
@@ -386,6 +387,7 @@ class ServableManager:
         with self._lock:
             record.state = LOADING
         logger.info("Loading servable version %s", servable_id(name, record.version))
+        servable, error = None, None
         try:
             servable = self._load_fn(
                 name, record.version, export_dir, self._options.saved_model_tags
@@ -394,6 +396,14 @@ class ServableManager:
                 self._warmup_fn(servable)
         except Exception as exception:  # Any load failure is reported, never raised.
             error = _error_from_exception(exception)
+        if error is not None:
+            # What the attempt made goes now (out of the except block, whose exception's
+            # traceback holds the load's frames), not when the garbage collector next runs.
+            if servable is not None:
+                servable.release()
+            servable = None
+            gc.collect()
+            release_memory_to_system()
             with self._lock:
                 record.failed_loads += 1
                 record.error = error
