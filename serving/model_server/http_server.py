@@ -18,6 +18,7 @@ client sends:
 | a body larger than `max_body_bytes` (announced, or as chunks arrive) | 429, before any of it is read and instead of `100 Continue` |
 | a body whose bytes received (chunked framing included, held as they arrive: never what is announced) do not fit in the memory budget of the requests in flight (`memory_budget.RequestMemoryBudget`), or pass 1/FAIR_SHARE_OF_BUDGET of it | 429, once they arrive |
 | no body byte for `read_timeout_seconds`, or a body slower than MIN_BODY_BYTES_PER_SECOND after its first `read_timeout_seconds` | 408 |
+| an answer whose bytes do not fit in the memory budget (held until they are sent) | 429 instead |
 | an answer the client does not take within `read_timeout_seconds` (or answers left unread when an idle connection is closed) | nothing: the connection is reset, its unsent bytes dropped |
 | chunked trailers over MAX_REQUEST_HEAD_BYTES; a chunk-size line over MAX_CHUNK_LINE_BYTES | 431; 400 |
 | a gzip body (Content-Encoding containing "gzip", as TF Serving) over MAX_GZIP_BODY_BYTES once decompressed, or not gzip | 400 |
@@ -47,7 +48,7 @@ from typing import Protocol
 import h11
 
 from serving.model_server import errors
-from serving.model_server.memory_budget import BODY, RequestMemoryBudget
+from serving.model_server.memory_budget import ANSWER, BODY, RequestMemoryBudget
 
 logger = logging.getLogger("serving.http")
 
@@ -327,16 +328,26 @@ class _Connection:
         """Reads the body of `head`, answers it; returns whether the connection stays open."""
         if not self._server.handler.accepts(head.path):
             raise _Refusal(404, "Not Found")
-        # The body's bytes are held in the memory budget until the answer is written.
+        # The body's bytes, then the answer's, are held in the memory budget until the answer
+        # is written.
         with contextlib.ExitStack() as reservations:
             body = await _BodyReader(self, head, reservations).read()
-            return await self._answer(head, body)
+            return await self._answer(head, body, reservations)
 
-    async def _answer(self, head: _Head, body: bytes) -> bool:
-        """Answers a request read whole; returns whether the connection stays open."""
+    async def _answer(self, head: _Head, body: bytes, reservations: contextlib.ExitStack) -> bool:
+        """Answers a request read whole, holding the answer's bytes in the memory budget in
+        `reservations` (429 instead, when they do not fit); returns whether the connection
+        stays open."""
         self.handling = True  # Until the answer is written: a stop lets it go out.
         try:
             status, payload, content_type = await self._handled(head, body)
+            budget = self._server.memory_budget
+            if budget is not None:
+                try:
+                    reservations.enter_context(budget.reserve(len(payload), ANSWER))
+                except errors.ServingError as error:
+                    status, content_type = error.http_status, errors.REST_JSON_CONTENT_TYPE
+                    payload = errors.rest_error_body(error.message)
             keep_alive = head.keep_alive and not self._server.stopping
             await self._send(
                 status,

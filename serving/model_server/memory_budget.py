@@ -34,6 +34,7 @@ FLAG = "--request_memory_budget_bytes"
 INPUTS = "inputs"
 BODY = "body bytes"
 JSON = "JSON values"
+ANSWER = "answer bytes"
 
 
 # The budget when the flag leaves it out: this much, or a quarter of the process's memory limit

@@ -148,8 +148,8 @@ MEMORY_BUDGET_BYTES = MetricDefinition(
 MEMORY_BUDGET_REFUSALS = MetricDefinition(
     "/local/serving/request_memory_budget_refusals",
     "Requests refused (RESOURCE_EXHAUSTED, REST 429) because what they would hold (their "
-    'inputs, or their REST body bytes) did not fit in the memory budget, by what="inputs" or '
-    '"body bytes".',
+    "inputs, or their REST body bytes, JSON values or answer bytes) did not fit in the memory "
+    'budget, by what="inputs", "body bytes", "JSON values" or "answer bytes".',
     ("what",),
 )
 

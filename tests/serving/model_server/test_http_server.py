@@ -780,3 +780,18 @@ def test_a_client_that_never_reads_its_answers_is_dropped_with_its_unsent_bytes(
         )
     status, _ = http("GET", f"{rest_server.rest}/v1/models/translator")
     assert status == 200
+
+
+def test_an_answer_holds_its_bytes_in_the_budget_until_it_is_sent(rest_server):
+    """Five clients that never read a 64 MB answer pinned 439 MB, counted nowhere: an answer's
+    bytes are now held in the memory budget (as "answer bytes") until they are sent, and given
+    back when a client that does not take them is dropped."""
+    port, budget = rest_server.server.rest_port, rest_server.server.core.memory_budget
+    request = b"GET /v1/models/translator/metadata HTTP/1.1\r\nHost: t\r\n\r\n"
+    with socket.socket() as client:
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        client.settimeout(30)
+        client.connect(("127.0.0.1", port))
+        send_ignoring_a_close(client, request * 3000)
+        wait_for(lambda: budget.held_bytes > 0, "the unsent answer to be held", interval=0.01)
+        wait_for(lambda: budget.held_bytes == 0, "the dropped client's answer to be given back")
