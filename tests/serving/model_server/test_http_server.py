@@ -741,7 +741,8 @@ def test_the_rest_deadline_is_answered_at_the_deadline_while_the_run_goes_on():
             answered = time.monotonic() - started
             assert head.startswith(b"HTTP/1.1 504 Gateway Timeout\r\n"), head
             assert 1 <= answered < 10, answered
-            assert handler.deadlines[0] == pytest.approx(started + 1, abs=0.5)
+            # Set once the request was read, one timeout ahead; answered when it passed.
+            assert started + 1 <= handler.deadlines[0] <= started + answered
     finally:
         handler.release.set()
         server.stop(grace_seconds=1)
