@@ -3,9 +3,12 @@
 TF Serving bounds one request's size (`grpc.max_receive_message_length`) but not how many
 large requests a process holds at once: a few concurrent calls of 100,000 strings each took
 the local server from 3.8 GB to 13.5 GB. The local server charges each Predict the memory of
-its decoded inputs (`request_bytes`) against one process-wide budget before any model run,
-and gives it back when the request ends, answered or not; the REST transport charges a body's
-bytes too, announced or as its chunks arrive, before it reads them. A request that does not fit is
+its decoded inputs (`request_bytes`, counted from the request before its tensors are made:
+`tensors.decoded_bytes`) against one process-wide budget before any model run, and gives it
+back when the request ends, answered or not. Over REST it charges too, in one reservation each
+(`RequestMemoryBudget.reservation`): a body's bytes as they arrive (never as announced), at
+most a fair share of the budget for one body; the JSON values parsed from it, at a bound
+counted before parsing; and the answer's bytes until they are sent. A request that does not fit is
 refused with RESOURCE_EXHAUSTED (REST 429) and nothing runs for it: one larger than the whole
 budget for good (the message says to split it), one that finds the budget held by others until
 they end (the message says to retry). A run's own memory is bounded apart: by its rows

@@ -15,8 +15,9 @@ open are closed, stalled clients included; the process exits at the latest
 EXIT_MARGIN_SECONDS later), `--max_rows_per_run` (without batching, a request runs in
 pieces of at most this many rows, and none starts past its deadline),
 `--max_input_string_bytes` (longer strings are refused before any run),
-`--request_memory_budget_bytes` (a request whose decoded inputs would take those of the
-requests in flight past it is refused before any run),
+`--request_memory_budget_bytes` (a request whose decoded inputs, counted before they are
+made, would take those of the requests in flight past it is refused before any run; left out:
+1 GiB, or a quarter of the process's cgroup memory limit when smaller),
 `--rest_api_read_timeout_seconds` (a REST client silent this long, or whose request
 head takes longer to arrive, is disconnected)
 and `--rest_api_free_port` (REST on a free port: `--rest_api_port=0` disables REST,
