@@ -762,18 +762,26 @@ def server_sockets_of(client: socket.socket, port: int) -> list:
     ]
 
 
-def test_a_client_that_never_reads_its_answers_is_dropped_with_its_unsent_bytes(rest_server):
-    """20 clients that pipelined 3,000 metadata requests and never read kept 20 server sockets
-    and a 54.8 MB send queue for as long as they stayed: closing a connection waited for its
-    unsent answers to be flushed. A connection whose answer is not taken within the read
-    timeout (1 s here) is now closed at once, its unsent bytes dropped (an abortive close)."""
-    port = rest_server.server.rest_port
+@contextlib.contextmanager
+def client_that_never_reads(port: int):
+    """A connection that pipelines 3,000 metadata requests, with a 4 KiB receive buffer, and
+    reads none of the answers."""
     request = b"GET /v1/models/translator/metadata HTTP/1.1\r\nHost: t\r\n\r\n"
     with socket.socket() as client:
         client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         client.settimeout(30)
         client.connect(("127.0.0.1", port))
         send_ignoring_a_close(client, request * 3000)
+        yield client
+
+
+def test_a_client_that_never_reads_its_answers_is_dropped_with_its_unsent_bytes(rest_server):
+    """20 clients that pipelined 3,000 metadata requests and never read kept 20 server sockets
+    and a 54.8 MB send queue for as long as they stayed: closing a connection waited for its
+    unsent answers to be flushed. A connection whose answer is not taken within the read
+    timeout (1 s here) is now closed at once, its unsent bytes dropped (an abortive close)."""
+    port = rest_server.server.rest_port
+    with client_that_never_reads(port) as client:
         wait_for(
             lambda: not server_sockets_of(client, port),
             "the server to drop the connection that does not read",
@@ -787,12 +795,7 @@ def test_an_answer_holds_its_bytes_in_the_budget_until_it_is_sent(rest_server):
     """Five clients that never read a 64 MB answer pinned 439 MB, counted nowhere: an answer's
     bytes are now held in the memory budget (as "answer bytes") until they are sent, and given
     back when a client that does not take them is dropped."""
-    port, budget = rest_server.server.rest_port, rest_server.server.core.memory_budget
-    request = b"GET /v1/models/translator/metadata HTTP/1.1\r\nHost: t\r\n\r\n"
-    with socket.socket() as client:
-        client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        client.settimeout(30)
-        client.connect(("127.0.0.1", port))
-        send_ignoring_a_close(client, request * 3000)
+    budget = rest_server.server.core.memory_budget
+    with client_that_never_reads(rest_server.server.rest_port):
         wait_for(lambda: budget.held_bytes > 0, "the unsent answer to be held", interval=0.01)
         wait_for(lambda: budget.held_bytes == 0, "the dropped client's answer to be given back")
