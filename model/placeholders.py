@@ -130,6 +130,40 @@ def protect_target(targets, values):
     return join_words(pieces.with_flat_values(flat))
 
 
+def _distinct_ranks(hashes, protected):
+    """Which protected pieces are their row's first of their hash, and each protected piece's
+    rank among its row's distinct protected hashes (0, 1, ... in order of first occurrence), in
+    time and memory linear in the pieces: comparing every piece of a row with every other
+    (`[batch, pieces, pieces]`) took 1.25 GB and 4.9 s for one 16,382-byte row.
+
+    Args:
+        hashes: int64 `[batch, pieces]`.
+        protected: bool `[batch, pieces]`.
+
+    Returns:
+        `(is_first, rank)`: bool and int32 `[batch, pieces]`; both False / 0 where not protected.
+    """
+    where = tf.where(protected)  # Row-major: each row's pieces in order, rows in order.
+    rows = where[:, 0]
+    distinct, group = tf.raw_ops.UniqueV2(
+        x=tf.stack([rows, tf.gather_nd(hashes, where)], axis=1), axis=tf.constant([0], tf.int64)
+    )
+    order = tf.range(tf.shape(where)[0])
+    first = tf.gather(
+        tf.math.unsorted_segment_min(order, group, tf.shape(distinct)[0]),
+        group,
+    )
+    is_first = tf.equal(first, order)
+    firsts_before = tf.cumsum(tf.cast(is_first, tf.int32), exclusive=True)
+    row_start = tf.math.unsorted_segment_min(order, rows, tf.shape(hashes, tf.int64)[0])
+    rank_if_first = firsts_before - tf.gather(firsts_before, tf.gather(row_start, rows))
+    shape = tf.shape(hashes, tf.int64)
+    return (
+        tf.scatter_nd(where, tf.cast(is_first, tf.int32), shape) > 0,
+        tf.scatter_nd(where, tf.gather(rank_if_first, first), shape),
+    )
+
+
 class Placeholders(tf.Module):
     """Protects a run's sources (see the module docstring): a table of the words it knows.
 
@@ -191,13 +225,8 @@ class Placeholders(tf.Module):
         padding = [[0, 0], [0, 1 - tf.minimum(tf.shape(pieces.flat_values)[0], 1)]]
         padded = tf.pad(pieces.to_tensor(""), padding, constant_values="")
         protected = tf.pad(protected.to_tensor(False), padding, constant_values=False)
-        # A word's first occurrence among its row's protected words: one marker per distinct word
-        # (compared by a 62-bit hash: pairs of integers, not of strings).
-        hashes = tf.strings.to_hash_bucket_fast(padded, 1 << 62)
-        same = tf.equal(hashes[:, :, None], hashes[:, None, :]) & protected[:, None, :]
-        first = tf.argmax(tf.cast(same, tf.int32), axis=2, output_type=tf.int32)
-        is_first = protected & tf.equal(first, tf.range(tf.shape(padded)[1])[None, :])
-        rank = tf.gather(tf.cumsum(tf.cast(is_first, tf.int32), axis=1) - 1, first, batch_dims=1)
+        # One marker per distinct word (compared by a 62-bit hash: integers, not strings).
+        is_first, rank = _distinct_ranks(tf.strings.to_hash_bucket_fast(padded, 1 << 62), protected)
         protected &= rank < len(MARKERS)
         if first_slot is None:
             first_slot = tf.zeros(tf.shape(texts), tf.int32)

@@ -138,15 +138,48 @@ MUTATIONS = (
         "serving/model_server/http_server.py",
         "        if length > limit:\n"
         "            raise _too_large(limit, str(length))\n"
-        "        self._reserve(length)\n"
         "        if length:\n"
         "            self._continue()\n",
         "        if length:\n"
         "            self._continue()\n"
         "        if length > limit:\n"
-        "            raise _too_large(limit, str(length))\n"
-        "        self._reserve(length)\n",
+        "            raise _too_large(limit, str(length))\n",
         ("tests/serving/model_server/test_http_server.py", "-k", "expect_100"),
+    ),
+    Mutation(
+        "REST: one body may take the whole memory budget (no fair share)",
+        "serving/model_server/http_server.py",
+        "most=budget.limit_bytes // FAIR_SHARE_OF_BUDGET",
+        "most=0",
+        ("tests/serving/model_server/test_http_server.py", "-k", "fair_share"),
+    ),
+    Mutation(
+        "the free-memory guard reads the host's available memory, not what the cgroup leaves",
+        "serving/model_server/memory_budget.py",
+        "available = min(available, max(limit - usage, 0))",
+        "available = max(available, 0)",
+        ("tests/serving/model_server/test_server_limits.py", "-k", "follow_the_cgroup_limit"),
+    ),
+    Mutation(
+        "the budget counts a padded string tensor's first values only",
+        "serving/model_server/tensors.py",
+        "payload += (num_elements - count) * len(values[count - 1])",
+        "payload += 0",
+        ("tests/serving/model_server/test_server_limits.py", "-k", "counted_from_its_proto"),
+    ),
+    Mutation(
+        "an error quotes a client's model name whole (16 KiB: RESOURCE_EXHAUSTED, not NOT_FOUND)",
+        "serving/model_server/errors.py",
+        "if len(text) <= MAX_QUOTED_CHARS:",
+        "if True:",
+        ("tests/serving/model_server/test_grpc_service.py", "-k", "unknown_name_of_any_length"),
+    ),
+    Mutation(
+        "REST: a duplicate JSON key keeps its last value (TF Serving keeps the first)",
+        "serving/model_server/json_tensor.py",
+        "members.setdefault(key, value)",
+        "members[key] = value",
+        ("tests/serving/model_server/test_rest_api.py", "-k", "duplicate_json"),
     ),
     Mutation(
         "REST: no minimum body rate (a body trickling a byte at a time holds its connection)",

@@ -22,14 +22,15 @@ from serving.model_server import config as config_lib
 from serving.model_server import errors
 from serving.model_server.batching import BatchScheduler, WhenCallerGone
 from serving.model_server.manager import ServableManager
-from serving.model_server.memory_budget import RequestMemoryBudget, request_bytes
+from serving.model_server.memory_budget import RequestMemoryBudget
 from serving.model_server.metrics import ServerMetrics
 from serving.model_server.predict import (
     DEFAULT_SERVING_SIGNATURE_DEF_KEY,
     check_deadline,
+    check_predict,
     check_string_sizes,
+    decode_predict,
     make_predict_response,
-    prepare_predict,
     run_in_pieces,
 )
 
@@ -53,8 +54,9 @@ class ServingCore:
         max_input_string_bytes: a request holding a longer string is refused before any run
             (`predict.check_string_sizes`); <= 0 accepts any.
         request_memory_budget_bytes: the most the decoded inputs of the requests in flight
-            may hold together; a request that does not fit is refused before any run
-            (`memory_budget.RequestMemoryBudget`); <= 0: no budget.
+            may hold together; a request that does not fit is refused before its tensors are
+            made (`memory_budget.RequestMemoryBudget`, `predict.CheckedPredict.decoded_bytes`);
+            <= 0: no budget.
     """
 
     def __init__(
@@ -94,9 +96,11 @@ class ServingCore:
         if not request.HasField("model_spec"):
             raise errors.invalid_argument("Missing ModelSpec")
         with self.manager.servable(request.model_spec) as servable:
-            prepared = prepare_predict(servable, request)
-            check_string_sizes(prepared.inputs, self.max_input_string_bytes)
-            with self.memory_budget.reserve(request_bytes(prepared.inputs)):
+            checked = check_predict(servable, request)
+            check_string_sizes(checked, self.max_input_string_bytes)
+            # Counted before the tensors are made: a few bytes can announce billions of rows.
+            with self.memory_budget.reserve(checked.decoded_bytes()):
+                prepared = decode_predict(checked)
                 return self._run(request, servable, prepared, deadline, when_caller_gone)
 
     def _run(self, request, servable, prepared, deadline, when_caller_gone):
@@ -142,7 +146,9 @@ class ServingCore:
         with self.manager.servable(model_spec) as servable:
             signature = servable.signature_defs.get(key)
         if signature is None:
-            raise errors.invalid_argument(f"No signature was found with the name: {key}")
+            raise errors.invalid_argument(
+                f"No signature was found with the name: {errors.quote(key)}"
+            )
         described = text_format.MessageToString(signature)  # SignatureDef::DebugString.
         if len(signature.inputs) != 1:
             raise errors.invalid_argument("Expected one input Tensor.")
@@ -187,7 +193,9 @@ class ServingCore:
             )
         for field in request.metadata_field:
             if field != SIGNATURE_DEF_FIELD:
-                raise errors.invalid_argument(f"Metadata field {field} is not supported")
+                raise errors.invalid_argument(
+                    f"Metadata field {errors.quote(field)} is not supported"
+                )
         response = get_model_metadata_pb2.GetModelMetadataResponse()
         with self.manager.servable(request.model_spec) as servable:
             signature_def_map = get_model_metadata_pb2.SignatureDefMap()

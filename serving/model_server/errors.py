@@ -34,6 +34,32 @@ HTTP_STATUS_FOR_CODE = {
 }
 
 
+# What an error quotes of one string the client chose (a model name, a label, an alias): an
+# unknown name of 16 KiB, echoed whole, made the error larger than gRPC's metadata limit, so the
+# client got RESOURCE_EXHAUSTED instead of NOT_FOUND.
+MAX_QUOTED_CHARS = 256
+# The most an error message takes, in UTF-8 bytes, whatever it quotes: gRPC percent-encodes it
+# in a header (up to three times as long), within its 8 KiB metadata limit.
+MAX_MESSAGE_BYTES = 2048
+
+
+def quote(text: str) -> str:
+    """`text` (a string the client chose) as an error or a log line quotes it: whole up to
+    MAX_QUOTED_CHARS characters, else its start and its length."""
+    if len(text) <= MAX_QUOTED_CHARS:
+        return text
+    return f"{text[:MAX_QUOTED_CHARS]}... ({len(text)} characters)"
+
+
+def bounded_message(message: str) -> str:
+    """`message` cut to MAX_MESSAGE_BYTES of UTF-8 (at a character's boundary), marked."""
+    encoded = message.encode("utf-8", errors="surrogatepass")
+    if len(encoded) <= MAX_MESSAGE_BYTES:
+        return message
+    cut = encoded[: MAX_MESSAGE_BYTES - 32].decode("utf-8", errors="ignore")
+    return f"{cut}... ({len(encoded)} bytes)"
+
+
 def rest_error_body(message: str) -> bytes:
     """TF Serving's REST error document, `{"error": message}`, as UTF-8 JSON."""
     return json.dumps({"error": message}, ensure_ascii=False).encode("utf-8")
@@ -49,10 +75,12 @@ class ServingError(Exception):
     Args:
         code: a `grpc.StatusCode`.
         message: the status message, worded as TF Serving words it where it
-            has an equivalent.
+            has an equivalent; cut to MAX_MESSAGE_BYTES (`bounded_message`), and the strings
+            it quotes of the client's each cut with `quote`.
     """
 
     def __init__(self, code: grpc.StatusCode, message: str):
+        message = bounded_message(message)
         super().__init__(message)
         self.code = code
         self.message = message

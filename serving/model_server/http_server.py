@@ -16,8 +16,10 @@ client sends:
 | an HTTP version other than 1.0 and 1.1 (the HTTP/2 preface too) | 505 |
 | a Transfer-Encoding other than chunked | 501 |
 | a body larger than `max_body_bytes` (announced, or as chunks arrive) | 429, before any of it is read and instead of `100 Continue` |
-| a body whose bytes do not fit in the memory budget of the requests in flight (`memory_budget.RequestMemoryBudget`), announced or as chunks arrive | 429, before any of it is read |
+| a body whose bytes received (chunked framing included, held as they arrive: never what is announced) do not fit in the memory budget of the requests in flight (`memory_budget.RequestMemoryBudget`), or pass 1/FAIR_SHARE_OF_BUDGET of it | 429, once they arrive |
 | no body byte for `read_timeout_seconds`, or a body slower than MIN_BODY_BYTES_PER_SECOND after its first `read_timeout_seconds` | 408 |
+| an answer whose bytes do not fit in the memory budget (held until they are sent) | 429 instead |
+| an answer the client does not take within `read_timeout_seconds` (or answers left unread when an idle connection is closed) | nothing: the connection is reset, its unsent bytes dropped |
 | chunked trailers over MAX_REQUEST_HEAD_BYTES; a chunk-size line over MAX_CHUNK_LINE_BYTES | 431; 400 |
 | a gzip body (Content-Encoding containing "gzip", as TF Serving) over MAX_GZIP_BODY_BYTES once decompressed, or not gzip | 400 |
 
@@ -29,11 +31,15 @@ read whole.
 import asyncio
 import concurrent.futures
 import contextlib
+import fcntl
 import http
 import logging
 import re
 import socket
+import struct
+import termios
 import threading
+import time
 import urllib.parse
 import zlib
 from collections.abc import Callable
@@ -42,7 +48,7 @@ from typing import Protocol
 import h11
 
 from serving.model_server import errors
-from serving.model_server.memory_budget import BODY, RequestMemoryBudget
+from serving.model_server.memory_budget import ANSWER, BODY, RequestMemoryBudget
 
 logger = logging.getLogger("serving.http")
 
@@ -57,11 +63,17 @@ MIN_BODY_BYTES_PER_SECOND = 1024
 MAX_GZIP_BODY_BYTES = 10 * 1024 * 1024
 # Bytes read from a socket at a time: memory follows what arrives, not what is announced.
 _READ_PIECE_BYTES = 1 << 16
+# One request's body may hold at most this fraction of the memory budget (1/4): a client
+# cannot take what the others need, however fast it sends.
+FAIR_SHARE_OF_BUDGET = 4
 _LEADING_EMPTY_LINES = re.compile(rb"(?:\r\n)*")
 _BARE_LF = re.compile(rb"(?<!\r)\n")
 _CHUNK_SIZE = re.compile(rb"[0-9A-Fa-f]+")
 _CONTENT_LENGTH_LINE = re.compile(rb"^content-length:[ \t]*(.*?)[ \t]*\r$", re.I | re.M)
 _HEADER_FIELD = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+:[^\r\n]*")
+# How long past its deadline a handler may still answer itself (its own 504 names what
+# stopped) before the transport answers 504 for it.
+_LATE_ANSWER_MARGIN_SECONDS = 0.1
 # A stop lets the requests running when its grace period ends this long to answer (the
 # server cancels their model runs then, and each answers 499 at once).
 _CANCELLED_ANSWER_SECONDS = 1.0
@@ -73,14 +85,18 @@ class RequestHandler(Protocol):
     def accepts(self, path: str) -> bool:
         """Whether `path` has a handler; the others get 404 before their body is read."""
 
-    def handle(self, method: str, path: str, body: bytes) -> tuple[int, bytes, str]:
-        """(HTTP status, payload, content type) of one request; never raises."""
+    def handle(
+        self, method: str, path: str, body: bytes, deadline: float | None = None
+    ) -> tuple[int, bytes, str]:
+        """(HTTP status, payload, content type) of one request; never raises. `deadline`
+        (`time.monotonic()`): when the transport answers 504 if the handler has not."""
 
 
 class _Refusal(Exception):
     """A request the transport refuses: answered with `status` and {"error": message}."""
 
     def __init__(self, status: int, message: str):
+        message = errors.bounded_message(message)
         super().__init__(message)
         self.status = status
         self.message = message
@@ -88,6 +104,10 @@ class _Refusal(Exception):
 
 class _ClientGone(Exception):
     """The client closed the connection, or went silent between requests."""
+
+
+class _ClientStalled(_ClientGone):
+    """The client did not take an answer within the read timeout."""
 
 
 def _reason(status: int) -> str:
@@ -126,6 +146,16 @@ def _gunzip(body: bytes) -> bytes:
     return data
 
 
+def _unsent_bytes(writer: asyncio.StreamWriter) -> int:
+    """What a connection has written and the client has not received: its transport's buffer
+    and its socket's send queue (Linux TIOCOUTQ; 0 where it cannot be read)."""
+    unsent = writer.transport.get_write_buffer_size()
+    with contextlib.suppress(OSError, AttributeError):
+        queued = fcntl.ioctl(writer.get_extra_info("socket").fileno(), termios.TIOCOUTQ, b"\0" * 4)
+        unsent += struct.unpack("i", queued)[0]
+    return unsent
+
+
 class _Head:
     """A request line and headers h11 accepted, with the framing they announce."""
 
@@ -159,9 +189,10 @@ def _parse_head(head: bytes) -> _Head:
     lengths = set(_CONTENT_LENGTH_LINE.findall(head))
     if len(lengths) > 1:  # Which one frames the body is ambiguous: request smuggling.
         first, second = (
-            value.decode("latin-1") for value in _CONTENT_LENGTH_LINE.findall(head)[:2]
+            errors.quote(value.decode("latin-1"))
+            for value in _CONTENT_LENGTH_LINE.findall(head)[:2]
         )
-        raise _Refusal(400, f"Content-Length is given twice, as {first!r} and {second!r}")
+        raise _Refusal(400, f"Content-Length is given twice, as '{first}' and '{second}'")
     parser = h11.Connection(h11.SERVER, max_incomplete_event_size=len(head) + 1)
     parser.receive_data(head)
     try:
@@ -195,6 +226,8 @@ class _Connection:
         # Between requests: nothing of the next one has arrived (a stop closes it at once).
         self.idle = True
         self.handling = False  # A request is in the thread pool, or its answer being written.
+        self._stalled = False  # An answer was not taken within the read timeout.
+        self._timed_out = False  # The client was silent between requests for the read timeout.
 
     async def serve(self) -> None:
         try:
@@ -207,19 +240,38 @@ class _Connection:
                 "REST client %s refused: %d %s", self._peer, refusal.status, refusal.message
             )
             await self._send_and_close(refusal.status, refusal.message)
+        except _ClientStalled:
+            self._stalled = True
         except (_ClientGone, OSError):
             pass
         except Exception as error:  # A bug must end this connection only, and be seen.
             logger.exception("REST client %s: unexpected error", self._peer)
             await self._send_and_close(500, f"{type(error).__name__}: {error}")
         finally:
+            self._close()
+
+    def _close(self) -> None:
+        """Closes the connection; at once, dropping what is still unsent (an abortive close,
+        a reset), when the client stalled: a graceful close keeps the socket and its send
+        queue until the client reads them, which a client that never reads never does."""
+        if not self._stalled and not (self._timed_out and _unsent_bytes(self._writer)):
             self._writer.close()
+            return
+        with contextlib.suppress(OSError):
+            self._writer.get_extra_info("socket").setsockopt(
+                socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0)
+            )
+        self._writer.transport.abort()
 
     async def _send_and_close(self, status: int, message: str) -> None:
-        with contextlib.suppress(OSError, _ClientGone):
+        try:
             await self._send(
                 status, errors.rest_error_body(message), errors.REST_JSON_CONTENT_TYPE, close=True
             )
+        except _ClientStalled:
+            self._stalled = True
+        except (OSError, _ClientGone):
+            pass
 
     async def _read_more(self, timeout: float, refusal: _Refusal | None) -> None:
         """Adds what the client sends next to the buffer.
@@ -231,6 +283,7 @@ class _Connection:
         try:
             data = await asyncio.wait_for(self._reader.read(_READ_PIECE_BYTES), max(timeout, 0))
         except TimeoutError:
+            self._timed_out = refusal is None  # Silent between requests: nothing to answer.
             raise (refusal or _ClientGone()) from None
         if not data:
             raise _ClientGone()
@@ -275,18 +328,26 @@ class _Connection:
         """Reads the body of `head`, answers it; returns whether the connection stays open."""
         if not self._server.handler.accepts(head.path):
             raise _Refusal(404, "Not Found")
-        # The body's bytes are held in the memory budget until the answer is written.
+        # The body's bytes, then the answer's, are held in the memory budget until the answer
+        # is written.
         with contextlib.ExitStack() as reservations:
             body = await _BodyReader(self, head, reservations).read()
-            return await self._answer(head, body)
+            return await self._answer(head, body, reservations)
 
-    async def _answer(self, head: _Head, body: bytes) -> bool:
-        """Answers a request read whole; returns whether the connection stays open."""
+    async def _answer(self, head: _Head, body: bytes, reservations: contextlib.ExitStack) -> bool:
+        """Answers a request read whole, holding the answer's bytes in the memory budget in
+        `reservations` (429 instead, when they do not fit); returns whether the connection
+        stays open."""
         self.handling = True  # Until the answer is written: a stop lets it go out.
         try:
-            status, payload, content_type = await self._loop.run_in_executor(
-                self._server.executor, self._server.answer, head, body
-            )
+            status, payload, content_type = await self._handled(head, body)
+            budget = self._server.memory_budget
+            if budget is not None:
+                try:
+                    reservations.enter_context(budget.reserve(len(payload), ANSWER))
+                except errors.ServingError as error:
+                    status, content_type = error.http_status, errors.REST_JSON_CONTENT_TYPE
+                    payload = errors.rest_error_body(error.message)
             keep_alive = head.keep_alive and not self._server.stopping
             await self._send(
                 status,
@@ -299,6 +360,32 @@ class _Connection:
         finally:
             self.handling = False
         return keep_alive
+
+    async def _handled(self, head: _Head, body: bytes) -> tuple[int, bytes, str]:
+        """The handler's answer, or 504 at the answer deadline if it has not answered by then.
+
+        The deadline runs from when the request has been read, its wait for a thread
+        included, as a gRPC call's runs from the call; the handler is given it, and stops
+        its model runs between pieces at it, but a run may go on past it (one that no
+        timeout interrupts): its client is answered at the deadline all the same, as gRPC's
+        client is, and the late answer is dropped.
+        """
+        timeout = self._server.answer_timeout_seconds
+        deadline = time.monotonic() + timeout if timeout else None
+        answer = self._loop.run_in_executor(
+            self._server.executor, self._server.answer, head, body, deadline
+        )
+        if deadline is None:
+            return await answer
+        # A late answer's outcome is read, so that nothing is reported as never retrieved.
+        answer.add_done_callback(lambda done: done.cancelled() or done.exception())
+        try:
+            return await asyncio.wait_for(
+                asyncio.shield(answer), timeout + _LATE_ANSWER_MARGIN_SECONDS
+            )
+        except TimeoutError:
+            logger.info("REST client %s: no answer by the deadline, answered 504", self._peer)
+            return 504, errors.rest_error_body("Deadline Exceeded"), errors.REST_JSON_CONTENT_TYPE
 
     async def _send(
         self,
@@ -335,43 +422,53 @@ class _Connection:
         try:
             await asyncio.wait_for(self._writer.drain(), self._server.read_timeout_seconds)
         except TimeoutError:
-            raise _ClientGone() from None
+            raise _ClientStalled() from None
 
 
 class _BodyReader:
-    """Reads the body `head` announces from `connection`, within its limits; the bytes it is
-    about to read are first held in the server's memory budget, in `reservations`."""
+    """Reads the body `head` announces from `connection`, within its limits; the bytes it
+    receives, chunked framing included, are held in the server's memory budget as they
+    arrive (never what the head announces), up to a fair share of it, in `reservations`."""
 
     def __init__(self, connection: _Connection, head: _Head, reservations: contextlib.ExitStack):
         self._connection, self._head = connection, head
-        self._reservations = reservations
         self._server = connection._server
         self._buffer = connection._buffer
         self._received = 0
         self._started: float | None = None
+        budget = self._server.memory_budget
+        self._reservation = (
+            None
+            if budget is None
+            else reservations.enter_context(
+                budget.reservation(BODY, most=budget.limit_bytes // FAIR_SHARE_OF_BUDGET)
+            )
+        )
 
     async def read(self) -> bytes:
         limit = self._server.max_body_bytes
+        body = bytearray()  # One buffer, however many pieces or chunks the body comes in.
         if self._head.chunked:
             self._continue()
-            return await self._read_chunked(limit)
+            await self._read_chunked(limit, body)
+            return bytes(body)
         length_header = self._head.headers.get(b"content-length")
         if length_header is None:
             return b""
         length = int(length_header)  # h11 accepts digits only.
         if length > limit:
             raise _too_large(limit, str(length))
-        self._reserve(length)
         if length:
             self._continue()
-        return await self._read_exactly(length)
+        await self._read_into(body, length)
+        return bytes(body)
 
-    def _reserve(self, size: int) -> None:
-        budget = self._server.memory_budget
-        if budget is None or not size:
+    def _hold(self, size: int) -> None:
+        """Holds `size` more bytes received in the budget."""
+        if self._reservation is None:
             return
         try:
-            self._reservations.enter_context(budget.reserve(size, BODY))
+            self._reservation.grow(size)
         except errors.ServingError as error:
             raise _Refusal(error.http_status, error.message) from None
 
@@ -399,8 +496,9 @@ class _BodyReader:
         await self._connection._read_more(min(remaining, timeout), refusal)
         self._received += len(self._buffer) - before
 
-    async def _read_exactly(self, length: int) -> bytes:
-        pieces, received = [], 0
+    async def _read_into(self, body: bytearray | None, length: int) -> None:
+        """Moves the next `length` bytes to `body` (None: drops them), holding each piece."""
+        received = 0
         while received < length:
             if not self._buffer:
                 try:
@@ -409,18 +507,20 @@ class _BodyReader:
                     raise _Refusal(
                         400, f"Request body ended after {received} of {length} bytes"
                     ) from None
-            piece = bytes(self._buffer[: length - received])
-            del self._buffer[: len(piece)]
-            pieces.append(piece)
-            received += len(piece)
-        return b"".join(pieces)
+            size = min(len(self._buffer), length - received)
+            self._hold(size)
+            if body is not None:
+                body += self._buffer[:size]
+            del self._buffer[:size]
+            received += size
 
     async def _read_line(self, limit: int, too_long: _Refusal, what: str) -> bytes:
-        """One CRLF-terminated line of chunked framing, without its CRLF."""
+        """One CRLF-terminated line of chunked framing, without its CRLF (held with it)."""
         scanned = 0  # As for heads, each byte is searched once.
         while True:
             end = self._buffer.find(b"\r\n", max(scanned - 1, 0), limit + 2)
             if end >= 0:
+                self._hold(end + 2)
                 line = bytes(self._buffer[:end])
                 del self._buffer[: end + 2]
                 return line
@@ -434,9 +534,9 @@ class _BodyReader:
                     400, f"Malformed chunked request body: a {what} ended early"
                 ) from None
 
-    async def _read_chunked(self, limit: int) -> bytes:
-        """Decodes a chunked body, refusing a chunk that would pass `limit` before reading it."""
-        pieces, size = [], 0
+    async def _read_chunked(self, limit: int, body: bytearray) -> None:
+        """Decodes a chunked body into `body`, refusing a chunk that would pass `limit` before
+        reading it."""
         line_too_long = _Refusal(
             400, "Malformed chunked request body: a chunk-size line is too long"
         )
@@ -451,14 +551,15 @@ class _BodyReader:
             chunk_size = int(size_text, 16)
             if chunk_size == 0:
                 await self._skip_trailers()
-                return b"".join(pieces)
-            if size + chunk_size > limit:
+                return
+            if len(body) + chunk_size > limit:
                 raise _too_large(limit, f"more than {limit}")
-            self._reserve(chunk_size)
-            pieces.append(await self._read_exactly(chunk_size))
-            size += chunk_size
-            if await self._read_exactly(2) != b"\r\n":
+            await self._read_into(body, chunk_size)
+            crlf_at = len(body)
+            await self._read_into(body, 2)
+            if body[crlf_at:] != b"\r\n":
                 raise _Refusal(400, "Malformed chunked request body: no CRLF after a chunk")
+            del body[crlf_at:]
 
     async def _skip_trailers(self) -> None:
         """Reads the trailer fields (ignored, as TF Serving does) up to the empty line, within
@@ -493,6 +594,9 @@ class HttpServer:
             head may take to arrive, and a body's time before the minimum rate applies.
         memory_budget: where the bodies' bytes are held while their requests are read and
             answered (the one the model runs' inputs are held in); None: not held.
+        answer_timeout_seconds: a request not answered this long after it was read is
+            answered 504 (`--rest_api_timeout_in_ms`); the handler is given the deadline.
+            None: no deadline.
     """
 
     def __init__(
@@ -504,8 +608,10 @@ class HttpServer:
         enable_cors: bool = False,
         read_timeout_seconds: float = 30.0,
         memory_budget: RequestMemoryBudget | None = None,
+        answer_timeout_seconds: float | None = None,
     ):
         self.handler = handler
+        self.answer_timeout_seconds = answer_timeout_seconds
         self.memory_budget = memory_budget
         self.max_body_bytes = max_body_bytes
         self.enable_cors = enable_cors
@@ -532,8 +638,10 @@ class HttpServer:
         """The bound (host, port)."""
         return self._socket.getsockname()[:2]
 
-    def answer(self, head: _Head, body: bytes) -> tuple[int, bytes, str]:
-        """The handler's answer to one request (run in the thread pool)."""
+    def answer(
+        self, head: _Head, body: bytes, deadline: float | None = None
+    ) -> tuple[int, bytes, str]:
+        """The handler's answer to one request (run in the thread pool) by `deadline`."""
         if head.gzip:
             try:
                 body = _gunzip(body)
@@ -544,7 +652,7 @@ class HttpServer:
                     errors.rest_error_body(refusal.message),
                     errors.REST_JSON_CONTENT_TYPE,
                 )
-        return self.handler.handle(head.method, head.path, body)
+        return self.handler.handle(head.method, head.path, body, deadline)
 
     def serve_forever(self) -> None:
         """Serves until `stop` (run it in a thread)."""

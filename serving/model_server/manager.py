@@ -21,6 +21,7 @@ can wait for it.
 
 import contextlib
 import dataclasses
+import gc
 import logging
 import os
 import threading
@@ -386,6 +387,7 @@ class ServableManager:
         with self._lock:
             record.state = LOADING
         logger.info("Loading servable version %s", servable_id(name, record.version))
+        servable, error = None, None
         try:
             servable = self._load_fn(
                 name, record.version, export_dir, self._options.saved_model_tags
@@ -394,6 +396,14 @@ class ServableManager:
                 self._warmup_fn(servable)
         except Exception as exception:  # Any load failure is reported, never raised.
             error = _error_from_exception(exception)
+        if error is not None:
+            # What the attempt made goes now (out of the except block, whose exception's
+            # traceback holds the load's frames), not when the garbage collector next runs.
+            if servable is not None:
+                servable.release()
+            servable = None
+            gc.collect()
+            release_memory_to_system()
             with self._lock:
                 record.failed_loads += 1
                 record.error = error
@@ -480,16 +490,18 @@ class ServableManager:
 
     def _resolve(self, model_spec: model_pb2.ModelSpec) -> _Version:
         """Finds the version a ModelSpec asks for; caller holds the lock."""
-        name = model_spec.name
-        if not name:
+        if not model_spec.name:
             raise errors.invalid_argument("ModelSpec has no name specified.")
-        model = self._models.get(name)
+        model = self._models.get(model_spec.name)
+        name = errors.quote(model_spec.name)
         choice = model_spec.WhichOneof("version_choice")
         if choice == "version_label":
             label = model_spec.version_label
             labels = model.version_labels if model is not None else {}
             if label not in labels:
-                raise errors.invalid_argument(f"Unrecognized servable version label: {label}")
+                raise errors.invalid_argument(
+                    f"Unrecognized servable version label: {errors.quote(label)}"
+                )
             version, request = labels[label], f"Specific({name}, {labels[label]})"
         elif choice == "version":
             version, request = (
@@ -542,12 +554,14 @@ class ServableManager:
             if version is not None:
                 if version not in records:
                     raise errors.not_found(
-                        f"Could not find version {version} of model {model_name}"
+                        f"Could not find version {version} of model {errors.quote(model_name)}"
                     )
                 selected = [records[version]]
             else:
                 if not records:
-                    raise errors.not_found(f"Could not find any versions of model {model_name}")
+                    raise errors.not_found(
+                        f"Could not find any versions of model {errors.quote(model_name)}"
+                    )
                 selected = sorted(records.values(), key=lambda r: r.version, reverse=True)
             return [VersionStatus(r.version, r.state, r.error) for r in selected]
 

@@ -1,10 +1,16 @@
 """Predict semantics of TF Serving (predict_util.cc) on top of a Servable.
 
-`prepare_predict` performs TF Serving's checks in TF Serving's order and with
-its messages (signature lookup, input count, input aliases, tensor parsing,
-output filter, then the dtype error Session::Run would raise), and
-`make_predict_response` fills the response the same way (model_spec with the
-served version and signature, outputs as typed proto fields).
+`check_predict` performs TF Serving's checks with its messages (signature lookup, input
+count, input aliases, tensor parsing, output filter, then the dtype error Session::Run would
+raise) on the request's protos, before any tensor is made; `decode_predict` then makes the
+tensors (`prepare_predict` does both), and `make_predict_response` fills the response the same
+way (model_spec with the served version and signature, outputs as typed proto fields).
+
+What TF Serving checks while it makes the tensors (their header: dtype set, dimensions not
+negative, count within int64) is checked in its place; the dtype that TF Serving's
+Session::Run refuses only after the tensors are made is refused before, with the same message:
+making them first let a 42-byte request for a float tensor of two billion elements take
+7.2 GiB before it was refused.
 """
 
 import dataclasses
@@ -19,15 +25,43 @@ from serving.model_server import errors
 from serving.model_server.batching import CALLER_GONE_MESSAGE, batch_size_of, concatenate_rows
 from serving.model_server.servable import Servable, read_warmup_requests
 from serving.model_server.tensors import (
+    check_allocatable,
     check_input_shape,
     dtype_name,
     ndarray_to_tensor_proto,
+    tensor_num_elements,
     tensor_proto_to_ndarray,
 )
 
 logger = logging.getLogger("serving.predict")
 
 DEFAULT_SERVING_SIGNATURE_DEF_KEY = "serving_default"
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckedPredict:
+    """A Predict request whose checks passed, its tensors not yet made.
+
+    Attributes:
+        signature_name: resolved signature key (default `serving_default`).
+        input_protos: the request's input TensorProtos by alias.
+        output_aliases: outputs to return, in request order (all outputs, sorted,
+            when the request has no output_filter).
+    """
+
+    signature_name: str
+    input_protos: dict
+    output_aliases: list[str]
+
+    def decoded_bytes(self) -> int:
+        """What the inputs will take once made (`tensors.decoded_bytes`), counted before.
+
+        Raises:
+            ServingError: INVALID_ARGUMENT "tensor parsing error: <alias>" for a tensor that
+                the memory left cannot hold (`tensors.check_allocatable`), as TF Serving's
+                allocation fails.
+        """
+        return sum(check_allocatable(proto, alias) for alias, proto in self.input_protos.items())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,7 +81,27 @@ class PreparedPredict:
 
 
 def prepare_predict(servable: Servable, request: predict_pb2.PredictRequest) -> PreparedPredict:
-    """Validates a PredictRequest against the servable's SignatureDef.
+    """`check_predict`, then `decode_predict`: the request checked and its tensors made."""
+    return decode_predict(check_predict(servable, request))
+
+
+def decode_predict(checked: CheckedPredict) -> PreparedPredict:
+    """Makes a checked request's tensors (`tensors.tensor_proto_to_ndarray`).
+
+    Raises:
+        ServingError: INVALID_ARGUMENT "tensor parsing error: <alias>" for a tensor that
+            cannot be made (a tensor_content of the wrong size, more than memory holds).
+    """
+    inputs = {
+        alias: tensor_proto_to_ndarray(proto, alias)
+        for alias, proto in checked.input_protos.items()
+    }
+    return PreparedPredict(checked.signature_name, inputs, checked.output_aliases)
+
+
+def check_predict(servable: Servable, request: predict_pb2.PredictRequest) -> CheckedPredict:
+    """Validates a PredictRequest against the servable's SignatureDef, before any tensor is
+    made (see the module docstring for the order).
 
     As in TF Serving, the signature's method_name is not checked (the real server's
     --enable_signature_method_name_check defaults to false). Unlike TF Serving, whose
@@ -57,13 +111,16 @@ def prepare_predict(servable: Servable, request: predict_pb2.PredictRequest) -> 
 
     Raises:
         ServingError: FAILED_PRECONDITION for an unknown signature, INVALID_ARGUMENT
-            for wrong/missing inputs, shapes the signature does not accept, unparsable tensors, wrong dtypes, bad output
-            filters and signatures that are not functions (`__saved_model_init_op`).
+            for wrong/missing inputs, shapes the signature does not accept, malformed tensor
+            headers, wrong dtypes, bad output filters and signatures that are not functions
+            (`__saved_model_init_op`).
     """
     signature_name = request.model_spec.signature_name or DEFAULT_SERVING_SIGNATURE_DEF_KEY
     signature = servable.signature_defs.get(signature_name)
     if signature is None:
-        raise errors.failed_precondition(f'Serving signature key "{signature_name}" not found.')
+        raise errors.failed_precondition(
+            f'Serving signature key "{errors.quote(signature_name)}" not found.'
+        )
 
     request_inputs, signature_inputs = sorted(request.inputs), sorted(signature.inputs)
     if len(request_inputs) != len(signature_inputs):
@@ -71,28 +128,31 @@ def prepare_predict(servable: Servable, request: predict_pb2.PredictRequest) -> 
         missing = sorted(set(signature_inputs) - set(request_inputs))
         raise errors.invalid_argument(
             f"input size does not match signature: {len(request_inputs)}!={len(signature_inputs)} "
-            f"len({{{','.join(request_inputs)}}}) != len({{{','.join(signature_inputs)}}}). "
-            f"Sent extra: {{{','.join(extra)}}}. Missing but required: {{{','.join(missing)}}}."
+            f"len({{{errors.quote(','.join(request_inputs))}}}) != "
+            f"len({{{','.join(signature_inputs)}}}). "
+            f"Sent extra: {{{errors.quote(','.join(extra))}}}. "
+            f"Missing but required: {{{','.join(missing)}}}."
         )
-    inputs = {}
     for alias in request_inputs:
         if alias not in signature.inputs:
             raise errors.invalid_argument(
-                f"input tensor alias not found in signature: {alias}. Inputs expected to be in "
+                f"input tensor alias not found in signature: {errors.quote(alias)}. Inputs "
+                "expected to be in "
                 f"the set {{{','.join(signature_inputs)}}}."
             )
         check_input_shape(alias, request.inputs[alias], signature.inputs[alias])
-        inputs[alias] = tensor_proto_to_ndarray(request.inputs[alias], alias)
+        tensor_num_elements(request.inputs[alias], alias)
 
     output_aliases = []
     for alias in request.output_filter:
         if alias not in signature.outputs:
             raise errors.invalid_argument(
-                f"output tensor alias not found in signature: {alias} Outputs expected to be in "
+                f"output tensor alias not found in signature: {errors.quote(alias)} Outputs "
+                "expected to be in "
                 f"the set {{{','.join(sorted(signature.outputs))}}}."
             )
         if alias in output_aliases:
-            raise errors.invalid_argument(f"duplicate output tensor alias: {alias}")
+            raise errors.invalid_argument(f"duplicate output tensor alias: {errors.quote(alias)}")
         output_aliases.append(alias)
     if not output_aliases:
         output_aliases = sorted(signature.outputs)
@@ -110,7 +170,8 @@ def prepare_predict(servable: Servable, request: predict_pb2.PredictRequest) -> 
             f'Signature "{signature_name}" is not a function of the SavedModel and cannot be '
             "run by Predict"
         )
-    return PreparedPredict(signature_name, inputs, output_aliases)
+    input_protos = {alias: request.inputs[alias] for alias in request_inputs}
+    return CheckedPredict(signature_name, input_protos, output_aliases)
 
 
 def make_predict_response(
@@ -166,15 +227,17 @@ def check_deadline(deadline: float | None) -> None:
         raise errors.deadline_exceeded("Deadline Exceeded")
 
 
-def check_string_sizes(inputs: dict[str, np.ndarray], max_string_bytes: int) -> None:
-    """Refuses, before any run, a request holding a string longer than `max_string_bytes`.
+def check_string_sizes(checked: CheckedPredict, max_string_bytes: int) -> None:
+    """Refuses, before any tensor is made, a request holding a string longer than
+    `max_string_bytes`.
 
     A model's memory can grow with the square of a string's length: the translator builds
     [1, T, T] masks over a source's T tokens before cutting it to its positional encodings,
-    and one 1 MiB string asked for 64 GiB.
+    and one 1 MiB string asked for 64 GiB. The strings are read in the request as sent, each
+    once (one string padded to a hundred million rows is one string to check).
 
     Args:
-        inputs: decoded inputs by alias.
+        checked: the checked request.
         max_string_bytes: longest string accepted; <= 0 accepts any.
 
     Raises:
@@ -182,10 +245,8 @@ def check_string_sizes(inputs: dict[str, np.ndarray], max_string_bytes: int) -> 
     """
     if max_string_bytes <= 0:
         return
-    for alias, array in inputs.items():
-        if array.dtype != object or not array.size:
-            continue
-        longest = max(map(len, array.reshape(-1)))
+    for alias, proto in checked.input_protos.items():
+        longest = max(map(len, proto.string_val), default=0)
         if longest > max_string_bytes:
             raise errors.invalid_argument(
                 f"input tensor {alias} holds a string of {longest} bytes, more than the "

@@ -33,9 +33,11 @@ from serving.model_server.core import SIGNATURE_DEF_FIELD, ServingCore
 from serving.model_server.json_tensor import (
     INT_RANGES,
     parse_predict_body,
+    parsed_bytes_bound,
     predict_response_to_json,
     tensors_from_predict_document,
 )
+from serving.model_server.memory_budget import JSON
 from serving.model_server.predict import DEFAULT_SERVING_SIGNATURE_DEF_KEY
 from serving.model_server.tensors import ndarray_to_tensor_proto
 
@@ -81,8 +83,13 @@ class RestApi:
         """Whether `path` has a handler (the others are 404, refused before their body)."""
         return path == self._metrics_path or bool(_DISPATCH_PATH.fullmatch(path))
 
-    def handle(self, method: str, path: str, body: bytes) -> tuple[int, bytes, str]:
+    def handle(
+        self, method: str, path: str, body: bytes, deadline: float | None = None
+    ) -> tuple[int, bytes, str]:
         """Answers one request of an accepted path: (HTTP status, payload, content type).
+
+        `deadline` (`time.monotonic()`): a predict's deadline, as the transport set it; None:
+        `timeout_seconds` from now.
 
         A /v1/ request is recorded in the request metrics as TF Serving's http_server.cc
         records it: counted by model and status, and the latency of a successful one under
@@ -91,12 +98,12 @@ class RestApi:
             return 200, self._metrics_page(), metrics.CONTENT_TYPE
         start, code = time.monotonic(), grpc.StatusCode.OK
         try:
-            payload = self._dispatch(method, path, body)
+            payload = self._dispatch(method, path, body, deadline)
             text = json.dumps(payload, indent=1, ensure_ascii=False)
             return 200, text.encode("utf-8"), errors.REST_JSON_CONTENT_TYPE
         except errors.ServingError as error:
             code = error.code
-            logger.debug("REST %s %s failed: %s", method, path, error)
+            logger.debug("REST %s %s failed: %s", method, errors.quote(path), error)
             return (
                 error.http_status,
                 errors.rest_error_body(error.message),
@@ -104,7 +111,7 @@ class RestApi:
             )
         except Exception as error:  # A bug must fail the request, not the connection.
             code = grpc.StatusCode.INTERNAL
-            logger.exception("REST %s %s failed unexpectedly", method, path)
+            logger.exception("REST %s %s failed unexpectedly", method, errors.quote(path))
             return (
                 500,
                 errors.rest_error_body(f"{type(error).__name__}: {error}"),
@@ -126,8 +133,8 @@ class RestApi:
         name = urllib.parse.unquote(match.group(1) or "")
         return name, match.group(4) if method == "POST" else ""
 
-    def _dispatch(self, method: str, path: str, body: bytes) -> dict:
-        malformed = errors.invalid_argument(f"Malformed request: {method} {path}")
+    def _dispatch(self, method: str, path: str, body: bytes, deadline: float | None) -> dict:
+        malformed = errors.invalid_argument(f"Malformed request: {method} {errors.quote(path)}")
         pattern = {"POST": _PREDICTION_PATH, "GET": _STATUS_PATH}.get(method)
         match = pattern.fullmatch(path) if pattern else None
         if match is None:
@@ -135,11 +142,14 @@ class RestApi:
         name, version, label, action = match.groups()
         model_spec = self._model_spec(name, version, label)
         if method == "POST":
-            action = action.lower()
-            if action != "predict":
-                _, signature_name = parse_predict_body(body)
-                self._core.check_classify_or_regress(model_spec, signature_name, action)
-            return self._predict(model_spec, body)
+            # The document's values and their rows live until the answer: held in the budget,
+            # at a bound of what they take, before they are parsed.
+            with self._core.memory_budget.reserve(parsed_bytes_bound(body), JSON):
+                action = action.lower()
+                if action != "predict":
+                    _, signature_name = parse_predict_body(body)
+                    self._core.check_classify_or_regress(model_spec, signature_name, action)
+                return self._predict(model_spec, body, deadline)
         if not model_spec.name:
             raise errors.invalid_argument("Missing model name in request.")
         if action:
@@ -152,13 +162,15 @@ class RestApi:
         spec.name = urllib.parse.unquote(name or "")
         if version is not None:
             if int(version) > INT_RANGES[types_pb2.DT_INT64][1]:  # absl::SimpleAtoi to int64.
-                raise errors.invalid_argument(f"Failed to convert version: {version} to numeric.")
+                raise errors.invalid_argument(
+                    f"Failed to convert version: {errors.quote(version)} to numeric."
+                )
             spec.version.value = int(version)
         if label is not None:
             spec.version_label = urllib.parse.unquote(label)
         return spec
 
-    def _predict(self, model_spec, body: bytes) -> dict:
+    def _predict(self, model_spec, body: bytes, deadline: float | None) -> dict:
         request = predict_pb2.PredictRequest()
         request.model_spec.CopyFrom(model_spec)
         document, signature_name = parse_predict_body(body)
@@ -169,18 +181,19 @@ class RestApi:
             signature = servable.signature_defs.get(key)
             if signature is None:
                 raise errors.invalid_argument(
-                    f'Serving signature name: "{key}" not found in signature def'
+                    f'Serving signature name: "{errors.quote(key)}" not found in signature def'
                 )
             input_dtypes = {alias: info.dtype for alias, info in signature.inputs.items()}
         if not input_dtypes:
             raise errors.invalid_argument(
-                f"Failed to get input map for signature: {signature_name or 'DEFAULT'}"
+                f"Failed to get input map for signature: {errors.quote(signature_name or 'DEFAULT')}"
             )
         tensors, row_format = tensors_from_predict_document(document, input_dtypes)
         for alias, array in tensors.items():
             request.inputs[alias].CopyFrom(ndarray_to_tensor_proto(array))
             request.inputs[alias].dtype = input_dtypes[alias]
-        deadline = None if not self._timeout else time.monotonic() + self._timeout
+        if deadline is None and self._timeout:
+            deadline = time.monotonic() + self._timeout
         response = self._core.predict(request, deadline=deadline)
         return predict_response_to_json(response, row_format=row_format)
 

@@ -277,6 +277,8 @@ def load_session(
     """Imports a MetaGraphDef into a new Session, restores its variables and runs its init op,
     as TF's SavedModel loader (and so TF Serving) does; signature inputs take any shape.
 
+    A load that fails closes the Session it made before raising.
+
     Args:
         record_stage: called with TF's stage names and their seconds: "restore_graph"
             (import and variables), then "init_graph" (the init op).
@@ -291,13 +293,19 @@ def load_session(
     variables = os.path.join(
         export_dir, tf.saved_model.VARIABLES_DIRECTORY, tf.saved_model.VARIABLES_FILENAME
     )
-    if saver is not None and tf.io.gfile.exists(variables + ".index"):
-        with graph.as_default():
-            saver.restore(session, variables)
-    restored = time.monotonic()
-    init_op = _init_op_name(meta_graph)
-    if init_op is not None:
-        session.run(init_op, feed_dict=_asset_paths(export_dir, meta_graph))
+    try:
+        if saver is not None and tf.io.gfile.exists(variables + ".index"):
+            with graph.as_default():
+                saver.restore(session, variables)
+        restored = time.monotonic()
+        init_op = _init_op_name(meta_graph)
+        if init_op is not None:
+            session.run(init_op, feed_dict=_asset_paths(export_dir, meta_graph))
+    except BaseException:
+        # Closed now, not by the garbage collector: repeated failed loads of a version with
+        # truncated variables each left about 100 MB behind until it ran.
+        session.close()
+        raise
     if record_stage is not None:
         record_stage("restore_graph", restored - start)
         record_stage("init_graph", time.monotonic() - restored)

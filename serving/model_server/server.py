@@ -15,8 +15,9 @@ open are closed, stalled clients included; the process exits at the latest
 EXIT_MARGIN_SECONDS later), `--max_rows_per_run` (without batching, a request runs in
 pieces of at most this many rows, and none starts past its deadline),
 `--max_input_string_bytes` (longer strings are refused before any run),
-`--request_memory_budget_bytes` (a request whose decoded inputs would take those of the
-requests in flight past it is refused before any run),
+`--request_memory_budget_bytes` (a request whose decoded inputs, counted before they are
+made, would take those of the requests in flight past it is refused before any run; left out:
+1 GiB, or a quarter of the process's cgroup memory limit when smaller),
 `--rest_api_read_timeout_seconds` (a REST client silent this long, or whose request
 head takes longer to arrive, is disconnected)
 and `--rest_api_free_port` (REST on a free port: `--rest_api_port=0` disables REST,
@@ -57,6 +58,7 @@ from serving.model_server.core import ServingCore
 from serving.model_server.grpc_service import add_services
 from serving.model_server.http_server import HttpServer
 from serving.model_server.manager import ManagerOptions, ServableManager
+from serving.model_server.memory_budget import default_budget_bytes
 from serving.model_server.metrics import ServerMetrics
 from serving.model_server.predict import run_warmup
 from serving.model_server.rest_api import RestApi
@@ -141,7 +143,8 @@ class ServerOptions:
     xla_cpu_compilation_enabled: bool = False
     max_rows_per_run: int = 64
     max_input_string_bytes: int = 16384
-    request_memory_budget_bytes: int = 2**30
+    # None: `memory_budget.default_budget_bytes()` (1 GiB, less under a smaller cgroup limit).
+    request_memory_budget_bytes: int | None = None
 
 
 def parse_grpc_channel_arguments(text: str) -> list[tuple[str, object]]:
@@ -264,14 +267,20 @@ class ModelServer:
         configure_tensorflow_threads(options)
         manager = self._servable_manager()
         self.metrics.version_states = manager.version_states
+        self.metrics.model_names = manager.model_names
+        budget = options.request_memory_budget_bytes
+        if budget is None:
+            budget = default_budget_bytes()
+            logger.info("Memory budget of the requests in flight: %d bytes", budget)
         self.core = ServingCore(
             manager,
             batcher,
             self.metrics,
             max_rows_per_run=options.max_rows_per_run,
             max_input_string_bytes=options.max_input_string_bytes,
-            request_memory_budget_bytes=options.request_memory_budget_bytes,
+            request_memory_budget_bytes=budget,
         )
+        self.metrics.memory_budget = self.core.memory_budget
         try:
             manager.set_config(model_server_config)
         except Exception:
@@ -360,11 +369,12 @@ class ModelServer:
 
     def _start_rest(self, max_body_bytes: int, metrics_path: str | None) -> None:
         options = self.options
+        timeout_seconds = (
+            options.rest_api_timeout_in_ms / 1000 if options.rest_api_timeout_in_ms > 0 else None
+        )
         api = RestApi(
             self.core,
-            timeout_seconds=options.rest_api_timeout_in_ms / 1000
-            if options.rest_api_timeout_in_ms > 0
-            else None,
+            timeout_seconds=timeout_seconds,
             metrics_path=metrics_path,
             metrics_page=self.metrics.exposition,
         )
@@ -376,6 +386,7 @@ class ModelServer:
             enable_cors=options.rest_api_enable_cors_support,
             read_timeout_seconds=options.rest_api_read_timeout_seconds,
             memory_budget=self.core.memory_budget,
+            answer_timeout_seconds=timeout_seconds,
         )
         self.rest_port = self._rest_server.server_address[1]
         self._rest_thread = threading.Thread(
@@ -579,9 +590,10 @@ def build_arg_parser() -> argparse.ArgumentParser:
     flag(
         "request_memory_budget_bytes",
         int,
-        "[local] the most the decoded inputs of the requests in flight may hold together; a "
-        "request that does not fit is refused (RESOURCE_EXHAUSTED, REST 429) before any run; 0: "
-        "no budget",
+        "[local] the most the decoded inputs of the requests in flight may hold together, "
+        "counted from each request before its tensors are made; a request that does not fit is "
+        "refused (RESOURCE_EXHAUSTED, REST 429) before any run; 0: no budget; left out: 1 GiB, or "
+        "a quarter of the process's cgroup memory limit when that is smaller",
     )
     flag(
         "shutdown_grace_seconds",

@@ -8,15 +8,17 @@ Predict: values in the typed repeated fields (`string_val`, `float_val`, ...),
 never in `tensor_content`.
 """
 
+import itertools
 import math
+import sys
 
 import numpy as np
-import psutil
 import tensorflow as tf
 from tensorflow.core.framework import tensor_pb2, tensor_shape_pb2, types_pb2
 from tensorflow.core.protobuf import meta_graph_pb2
 
 from serving.model_server import errors
+from serving.model_server.memory_budget import available_memory_bytes
 
 # numpy dtype -> (DataType, TensorProto field that AsProtoField writes).
 _FIELD_FOR_NUMPY_DTYPE = {
@@ -105,6 +107,76 @@ def check_input_shape(
         )
 
 
+def _parse_error(alias: str) -> errors.ServingError:
+    return errors.invalid_argument(f"tensor parsing error: {alias}")
+
+
+def tensor_num_elements(proto: tensor_pb2.TensorProto, alias: str) -> int:
+    """The element count of a request tensor's shape, checked as Tensor::FromProto checks a
+    proto before it allocates: a set dtype, no negative dimension, a count within int64.
+
+    Raises:
+        ServingError: INVALID_ARGUMENT "tensor parsing error: <alias>" where it fails.
+    """
+    shape = [dim.size for dim in proto.tensor_shape.dim]
+    if proto.dtype == types_pb2.DT_INVALID or any(size < 0 for size in shape):
+        raise _parse_error(alias)
+    num_elements = math.prod(shape)  # Python ints: a huge shape must not wrap around.
+    if num_elements > _MAX_NUM_ELEMENTS:
+        raise _parse_error(alias)
+    return num_elements
+
+
+# What one element of a string array holds beside its payload: the array's pointer and the
+# bytes object's header (`memory_budget.request_bytes` counts the same).
+_STRING_ELEMENT_BYTES = np.dtype(object).itemsize + sys.getsizeof(b"")
+
+
+def decoded_bytes(proto: tensor_pb2.TensorProto, alias: str) -> int:
+    """The memory `tensor_proto_to_ndarray(proto)` will take, as `memory_budget.request_bytes`
+    counts it, from the proto alone: nothing is made, so a few bytes announcing billions of
+    elements cost nothing to count. Its elements times their type's size, the padding of a short
+    value list included; for strings each element's pointer and bytes object (header and
+    payload: a padded element counts its repeated value's).
+
+    Raises:
+        ServingError: INVALID_ARGUMENT "tensor parsing error: <alias>" as
+            `tensor_num_elements`, or for a dtype that has no numpy type.
+    """
+    num_elements = tensor_num_elements(proto, alias)
+    if proto.dtype != types_pb2.DT_STRING:
+        try:
+            itemsize = np.dtype(tf.as_dtype(proto.dtype).as_numpy_dtype).itemsize
+        except (TypeError, ValueError):  # DT_RESOURCE, DT_VARIANT, an unknown number.
+            raise _parse_error(alias) from None
+        return num_elements * itemsize
+    values = proto.string_val
+    count = min(len(values), num_elements)
+    payload = sum(map(len, itertools.islice(values, count)))
+    if count:
+        payload += (num_elements - count) * len(values[count - 1])
+    return num_elements * _STRING_ELEMENT_BYTES + payload
+
+
+def check_allocatable(proto: tensor_pb2.TensorProto, alias: str) -> int:
+    """`decoded_bytes(proto)`, refused where the memory the process can still take
+    (`memory_budget.available_memory_bytes`, which a cgroup limit bounds) cannot hold it.
+
+    A short value list is padded to the shape, so a few bytes can ask for terabytes: this
+    refuses what memory cannot hold instead of relying on the allocator to fail (with
+    overcommit it would not, and filling the array would exhaust memory; under a cgroup limit
+    the kernel kills the process instead).
+
+    Raises:
+        ServingError: INVALID_ARGUMENT "tensor parsing error: <alias>", as Tensor::FromProto
+            fails when its allocation fails, and as `decoded_bytes`.
+    """
+    num_bytes = decoded_bytes(proto, alias)
+    if num_bytes > _CHECK_MEMORY_ABOVE_BYTES and num_bytes > available_memory_bytes():
+        raise _parse_error(alias)
+    return num_bytes
+
+
 def tensor_proto_to_ndarray(proto: tensor_pb2.TensorProto, alias: str) -> np.ndarray:
     """Decodes a request tensor like tensorflow::Tensor::FromProto.
 
@@ -122,20 +194,16 @@ def tensor_proto_to_ndarray(proto: tensor_pb2.TensorProto, alias: str) -> np.nda
     Raises:
         ServingError: INVALID_ARGUMENT "tensor parsing error: <alias>" for an
             unset dtype, negative dimensions, a tensor_content of the wrong size,
-            or a shape too large to allocate.
+            or a tensor larger than the memory the process can still take
+            (`memory_budget.available_memory_bytes`, which a cgroup limit bounds).
     """
-    parse_error = errors.invalid_argument(f"tensor parsing error: {alias}")
+    check_allocatable(proto, alias)
     shape = tuple(dim.size for dim in proto.tensor_shape.dim)
-    if proto.dtype == types_pb2.DT_INVALID or any(size < 0 for size in shape):
-        raise parse_error
-    num_elements = math.prod(shape)  # Python ints: a huge shape must not wrap around.
-    if num_elements > _MAX_NUM_ELEMENTS:
-        raise parse_error
     try:
-        return _decode_tensor(proto, shape, num_elements, parse_error)
+        return _decode_tensor(proto, shape, math.prod(shape), _parse_error(alias))
     except (MemoryError, ValueError):  # numpy cannot allocate it ("array is too big").
         # Tensor::FromProto fails the same way when its allocation fails.
-        raise parse_error from None
+        raise _parse_error(alias) from None
 
 
 def _decode_tensor(
@@ -151,12 +219,6 @@ def _decode_tensor(
         return array
     field, numpy_dtype = _FIELD_FOR_DATATYPE[proto.dtype]
     values = getattr(proto, field)
-    num_bytes = num_elements * np.dtype(numpy_dtype).itemsize
-    # A short value list is padded to the shape, so a few bytes can ask for terabytes.
-    # Refuse what memory cannot hold instead of relying on the allocator to fail
-    # (with overcommit it would not, and filling the array would exhaust memory).
-    if num_bytes > _CHECK_MEMORY_ABOVE_BYTES and num_bytes > psutil.virtual_memory().available:
-        raise parse_error
     if num_elements == 0 or not values:
         array = np.full(num_elements, b"" if numpy_dtype is object else 0, dtype=numpy_dtype)
     else:

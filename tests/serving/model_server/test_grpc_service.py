@@ -8,6 +8,8 @@ come from the plain-Python definitions of the toy model in tests/serving_fixture
 on server state, never on sleeps.
 """
 
+import urllib.parse
+
 import grpc
 import numpy as np
 import pytest
@@ -21,6 +23,8 @@ from tensorflow_serving.apis import (
     regression_pb2,
 )
 
+from serving.model_server.errors import MAX_QUOTED_CHARS
+from serving.model_server.metrics import UNKNOWN_MODEL_LABEL
 from tests.model_server_fixtures import (
     SENTENCES,
     http,
@@ -367,3 +371,53 @@ def test_model_status_lists_versions_newest_first(main_server):
         main_server.health.Check(health_pb2.HealthCheckRequest(), timeout=5).status
         == health_pb2.HealthCheckResponse.SERVING
     )
+
+
+# ------------------------------------------------------------ client-chosen strings
+
+
+def test_an_unknown_name_of_any_length_is_not_found_and_leaves_no_lasting_state(main_server):
+    """An unknown model name of 16 KiB or more was echoed whole in the error, so the client got
+    RESOURCE_EXHAUSTED ("metadata size exceeds hard limit") instead of NOT_FOUND (Predict,
+    status, metadata; a 1 MB metadata_field too), and every unknown name became a metric label
+    for good (six 16 MB names: 229 MB, a 96 MiB metrics page). An error now quotes at most
+    MAX_QUOTED_CHARS characters of what the client sent, and the names of models that are not
+    served count under one label."""
+    names = [f"{letter}{'n' * 20_000}-ñ" for letter in "abc"]
+
+    def quoted(name):
+        return f"{name[:MAX_QUOTED_CHARS]}... ({len(name)} characters)"
+
+    for name in names:
+        error = rpc_error(main_server.predict.Predict, texts_request(["hola"], model_name=name))
+        assert error.code() == grpc.StatusCode.NOT_FOUND, error.details()[:200]
+    assert error.details() == f"Servable not found for request: Latest({quoted(names[-1])})"
+    spec = {"model_spec": {"name": names[0]}}
+    status = rpc_error(
+        main_server.models.GetModelStatus, get_model_status_pb2.GetModelStatusRequest(**spec)
+    )
+    assert (status.code(), status.details()) == (
+        grpc.StatusCode.NOT_FOUND,
+        f"Could not find any versions of model {quoted(names[0])}",
+    )
+    metadata = rpc_error(
+        main_server.predict.GetModelMetadata,
+        get_model_metadata_pb2.GetModelMetadataRequest(**spec, metadata_field=["signature_def"]),
+    )
+    assert metadata.code() == grpc.StatusCode.NOT_FOUND
+    field = rpc_error(
+        main_server.predict.GetModelMetadata,
+        get_model_metadata_pb2.GetModelMetadataRequest(
+            model_spec={"name": MODEL_NAME}, metadata_field=["f" * 1_000_000]
+        ),
+    )
+    assert field.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert field.details() == (
+        f"Metadata field {'f' * MAX_QUOTED_CHARS}... (1000000 characters) is not supported"
+    )
+    rest_status, body = http("GET", f"{main_server.rest}/v1/models/{urllib.parse.quote(names[1])}")
+    assert rest_status == 404 and len(body["error"]) < 2 * MAX_QUOTED_CHARS, body
+
+    page = main_server.server.metrics.exposition().decode()
+    assert "nnnnnnnnnn" not in page
+    assert f'model_name="{UNKNOWN_MODEL_LABEL}",status="NOT_FOUND"' in page

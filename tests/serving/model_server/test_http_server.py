@@ -14,9 +14,12 @@ import socket
 import threading
 import time
 
+import psutil
 import pytest
 
+from serving.model_server.errors import MAX_QUOTED_CHARS
 from serving.model_server.http_server import (
+    FAIR_SHARE_OF_BUDGET,
     MAX_GZIP_BODY_BYTES,
     MAX_REQUEST_HEAD_BYTES,
     HttpServer,
@@ -30,14 +33,18 @@ from tests.model_server_fixtures import (
     listen_backlog,
     raw_predict,
     read_until_closed,
+    start_server,
 )
 from tests.serving_fixtures import (
     ENDLESS_STEPS,
+    MODEL_NAME,
     ServerProcess,
     cpu_seconds_during,
     expected_greedy,
     expected_greedy_score,
     loop_model_base,
+    make_model_base,
+    texts_request,
     wait_for,
 )
 
@@ -447,8 +454,27 @@ def test_empty_lines_before_a_request_count_against_the_head_limit(main_server):
             b"HTTP/1.1 501 Not Implemented",
             "Malformed request head: Only Transfer-Encoding: chunked is supported",
         ),
+        # A refusal quoted its offending header whole: 200 of 60 KB added 7.6 MiB of log.
+        (
+            b"POST /v1/models/translator:predict HTTP/1.1\r\nHost: t\r\n"
+            b"Content-Length: "
+            + b"1" * 30_000
+            + b"\r\nContent-Length: "
+            + b"2" * 30_000
+            + b"\r\n\r\n",
+            b"HTTP/1.1 400 Bad Request",
+            f"Content-Length is given twice, as '{'1' * MAX_QUOTED_CHARS}... (30000 characters)'",
+        ),
     ],
-    ids=["http-9.9", "http2-preface", "bare-lf", "tabs", "70-kb-url", "gzip-transfer-coding"],
+    ids=[
+        "http-9.9",
+        "http2-preface",
+        "bare-lf",
+        "tabs",
+        "70-kb-url",
+        "gzip-transfer-coding",
+        "60-kb-content-lengths",
+    ],
 )
 def test_malformed_request_lines_get_a_json_error_and_one_log_line(
     main_server, caplog, request_bytes, status_line, message
@@ -467,6 +493,7 @@ def test_malformed_request_lines_get_a_json_error_and_one_log_line(
     # The server's log lines about this client (others may still be closing idle ones).
     lines = [record for record in caplog.records if client_address in record.getMessage()]
     assert len(lines) == 1 and message in lines[0].getMessage()
+    assert len(lines[0].getMessage()) < 4 * MAX_QUOTED_CHARS
     assert not [record for record in caplog.records if record.exc_info]
 
 
@@ -505,21 +532,11 @@ def test_expect_100_continue_is_refused_before_a_body_over_the_limit(main_server
     )
 
 
-def test_a_body_is_held_in_the_memory_budget_before_it_is_read(main_server):
-    """A body's bytes count against the budget of the requests in flight before any of them
-    is read: one larger than the budget is refused alone (before `100 Continue`), one that
-    finds the budget held by others is refused until they end, announced or chunked."""
+def test_a_body_that_finds_the_budget_held_by_others_is_refused_until_they_end(main_server):
+    """A body's bytes count against the budget of the requests in flight as they arrive: one
+    that finds the budget held by others is refused until they end, announced or chunked."""
     port = main_server.server.rest_port
     budget = main_server.server.core.memory_budget
-    over = budget.limit_bytes + 1  # Within the 2 GiB body limit.
-    with open_post(port, b"Content-Length: %d\r\nExpect: 100-continue\r\n" % over) as client:
-        response = read_until_closed(client)
-    assert status_and_error(response) == (
-        b"HTTP/1.1 429 Too Many Requests",
-        f"the request's body bytes take {over} bytes in memory, more than this server's budget "
-        f"of {budget.limit_bytes} bytes for the requests in flight "
-        "(--request_memory_budget_bytes): send them in smaller requests",
-    )
     framings = (
         (GOOD_BODY, b"Content-Length: %d" % len(GOOD_BODY)),
         (chunked(GOOD_BODY, len(GOOD_BODY)), b"Transfer-Encoding: chunked"),
@@ -533,6 +550,59 @@ def test_a_body_is_held_in_the_memory_budget_before_it_is_read(main_server):
         status, payload = raw_predict(port, body, framing)
         assert status == 200, payload
     assert budget.held_bytes == 0
+
+
+def test_a_body_holds_what_has_arrived_up_to_a_fair_share_of_the_budget(exports, tmp_path):
+    """A body's announced size was held in the budget before any byte arrived, and for as long
+    as the body trickled in: announcing 1 GiB and sending 1.1 KiB/s refused 27,373 good calls
+    in 40 s, and so did `Expect: 100-continue` with no body and one chunk-size line of
+    40000000. A body now holds the bytes received (chunked framing included), never what it
+    announces, and one connection at most a quarter of the budget; good clients beside it are
+    served, and each refusal is counted in the metrics."""
+    budget_bytes = 2**20
+    connection = start_server(
+        tmp_path,
+        model_name=MODEL_NAME,
+        model_base_path=make_model_base(exports, str(tmp_path)),
+        rest_api_port=0,
+        request_memory_budget_bytes=budget_bytes,
+    )
+    server = connection.server
+    port, budget = server.rest_port, server.core.memory_budget
+    fair_share = budget_bytes // FAIR_SHARE_OF_BUDGET
+    try:
+        for framing, start in (
+            (b"Content-Length: %d\r\n" % 2**30, b""),
+            (b"Transfer-Encoding: chunked\r\n", b"40000000\r\n"),
+        ):
+            with open_post(port, framing + b"Expect: 100-continue\r\n") as client:
+                assert client.recv(100) == b"HTTP/1.1 100 Continue\r\n\r\n"
+                client.sendall(start + b"x" * 1000)
+                wait_for(
+                    lambda: budget.held_bytes == len(start) + 1000,  # noqa: B023
+                    "the body to hold what it sent",
+                )
+                status, payload = raw_predict(port, GOOD_BODY, b"Content-Length: 24")
+                assert status == 200, payload
+                response = connection.predict.Predict(texts_request(["a b c"]), timeout=30)
+                assert response.outputs["translation"].string_val
+                sent = len(start) + 1000
+                while sent <= fair_share:
+                    send_ignoring_a_close(client, b"x" * 65536)
+                    sent += 65536
+                response = read_until_closed(client)
+            assert status_and_error(response) == (
+                b"HTTP/1.1 429 Too Many Requests",
+                f"one request's body bytes may take at most {fair_share} bytes of this server's "
+                f"budget of {budget_bytes} bytes for the requests in flight "
+                "(--request_memory_budget_bytes): send them in smaller requests",
+            ), response[:300]
+            wait_for(lambda: budget.held_bytes == 0, "the refused body to give its bytes back")
+        page = server.metrics.exposition().decode()
+        assert ':local:serving:request_memory_budget_refusals{what="body bytes"} 2.0' in page
+        assert ":local:serving:request_memory_budget_bytes{" in page
+    finally:
+        server.stop(grace_seconds=0)
 
 
 def test_chunked_trailers_are_bounded_by_the_head_limit(main_server):
@@ -630,3 +700,102 @@ def test_http_1_0_clients_keep_a_connection_only_when_they_ask(main_server):
     assert b"Connection: keep-alive" in first.partition(b"\r\n\r\n")[0].split(b"\r\n")
     assert b"Connection: close" in second.partition(b"\r\n\r\n")[0].split(b"\r\n")
     assert json.loads(second.partition(b"\r\n\r\n")[2])["model_version_status"][0]["version"] == "2"
+
+
+class _StuckHandler:
+    """A REST handler whose every request runs until `release` is set (a model run that no
+    timeout stops between its operations), recording the deadline it was given."""
+
+    def __init__(self):
+        self.release, self.started, self.deadlines = threading.Event(), threading.Event(), []
+
+    def accepts(self, path: str) -> bool:
+        return True
+
+    def handle(self, method: str, path: str, body: bytes, deadline=None):
+        self.deadlines.append(deadline)
+        self.started.set()
+        self.release.wait(60)
+        return 200, b'{"late": true}', "application/json"
+
+
+def test_the_rest_deadline_is_answered_at_the_deadline_while_the_run_goes_on():
+    """With --rest_api_timeout_in_ms=2000, a beam_search call of 600 sentences was answered
+    504 after 8.5-9.5 s, when its run ended, where gRPC's client had its DEADLINE_EXCEEDED at
+    2.00 s: the transport now answers 504 at the deadline it gave the handler (the run stops
+    before its next piece), whatever the handler is doing, and serves the connection on."""
+    handler = _StuckHandler()
+    server = HttpServer(
+        ("127.0.0.1", 0), handler, num_threads=2, max_body_bytes=1 << 20, answer_timeout_seconds=1
+    )
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        with socket.create_connection(server.server_address, timeout=30) as client:
+            started = time.monotonic()
+            client.sendall(b"GET /v1/models/stuck HTTP/1.1\r\nHost: t\r\n\r\n")
+            handler.started.wait(30)
+            head = b""
+            while b"\r\n\r\n" not in head:
+                head += client.recv(4096)
+            answered = time.monotonic() - started
+            assert head.startswith(b"HTTP/1.1 504 Gateway Timeout\r\n"), head
+            assert 1 <= answered < 10, answered
+            # Set once the request was read, one timeout ahead; answered when it passed.
+            assert started + 1 <= handler.deadlines[0] <= started + answered
+    finally:
+        handler.release.set()
+        server.stop(grace_seconds=1)
+        thread.join(timeout=30)
+
+
+def server_sockets_of(client: socket.socket, port: int) -> list:
+    """This process's TCP sockets on `port` whose peer is `client` (the server's end of it)."""
+    client_port = client.getsockname()[1]
+    return [
+        connection
+        for connection in psutil.Process().net_connections(kind="tcp")
+        if connection.laddr
+        and connection.laddr.port == port
+        and connection.raddr
+        and connection.raddr.port == client_port
+    ]
+
+
+@contextlib.contextmanager
+def client_that_never_reads(port: int):
+    """A connection that pipelines 3,000 metadata requests, with a 4 KiB receive buffer, and
+    reads none of the answers."""
+    request = b"GET /v1/models/translator/metadata HTTP/1.1\r\nHost: t\r\n\r\n"
+    with socket.socket() as client:
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        client.settimeout(30)
+        client.connect(("127.0.0.1", port))
+        send_ignoring_a_close(client, request * 3000)
+        yield client
+
+
+def test_a_client_that_never_reads_its_answers_is_dropped_with_its_unsent_bytes(rest_server):
+    """20 clients that pipelined 3,000 metadata requests and never read kept 20 server sockets
+    and a 54.8 MB send queue for as long as they stayed: closing a connection waited for its
+    unsent answers to be flushed. A connection whose answer is not taken within the read
+    timeout (1 s here) is now closed at once, its unsent bytes dropped (an abortive close)."""
+    port = rest_server.server.rest_port
+    with client_that_never_reads(port) as client:
+        wait_for(
+            lambda: not server_sockets_of(client, port),
+            "the server to drop the connection that does not read",
+            timeout=20,
+        )
+    status, _ = http("GET", f"{rest_server.rest}/v1/models/translator")
+    assert status == 200
+
+
+def test_an_answer_holds_its_bytes_in_the_budget_until_it_is_sent(rest_server):
+    """Five clients that never read a 64 MB answer pinned 439 MB, counted nowhere: an answer's
+    bytes are now held in the memory budget (as "answer bytes") until they are sent, and given
+    back when a client that does not take them is dropped."""
+    budget = rest_server.server.core.memory_budget
+    with client_that_never_reads(rest_server.server.rest_port):
+        wait_for(lambda: budget.held_bytes > 0, "the unsent answer to be held", interval=0.01)
+        wait_for(lambda: budget.held_bytes == 0, "the dropped client's answer to be given back")

@@ -445,6 +445,18 @@ def test_a_bad_warmup_file_fails_with_the_code_tf_serving_gives(tmp_path, record
     assert info.value.code == code
 
 
+def models_config_of(root, *names: str) -> str:
+    """The path of a models.config written in `root` serving each of `names` from
+    `root/<name>`."""
+    config_path = root / "models.config"
+    config_path.write_text(
+        "model_config_list { "
+        + "".join(model_config_text(name, str(root / name)) for name in names)
+        + " }"
+    )
+    return str(config_path)
+
+
 def test_load_failures_report_the_loaders_error_code(exports, tmp_path):
     """A SavedModel proto that does not parse is DATA_LOSS and a missing tag set NOT_FOUND,
     as TF's loader reports them to TF Serving; both were UNKNOWN."""
@@ -453,16 +465,9 @@ def test_load_failures_report_the_loaders_error_code(exports, tmp_path):
     (corrupt / "saved_model.pb").write_bytes(b"not a SavedModel")
     untagged = tmp_path / "untagged" / "1"
     shutil.copytree(exports[1], untagged)
-    config_path = tmp_path / "models.config"
-    config_path.write_text(
-        "model_config_list { "
-        + model_config_text("corrupt", str(tmp_path / "corrupt"))
-        + model_config_text("untagged", str(tmp_path / "untagged"))
-        + " }"
-    )
     connection = start_server(
         tmp_path,
-        model_config_file=str(config_path),
+        model_config_file=models_config_of(tmp_path, "corrupt", "untagged"),
         max_num_load_retries=0,
         saved_model_tags="serve,gpu",
     )
@@ -475,6 +480,46 @@ def test_load_failures_report_the_loaders_error_code(exports, tmp_path):
         assert message.startswith(
             "Could not find meta graph def matching supplied tags: { gpu serve }."
         )
+    finally:
+        connection.server.stop()
+
+
+def test_a_failed_load_closes_what_it_made_before_the_next_attempt(exports, tmp_path, monkeypatch):
+    """Repeated failed loads of a version with truncated variables grew the server by about
+    100 MB an attempt (1.1 GB after 11): the failed Session was left to the garbage collector.
+    A load whose variables fail to restore now closes its Session, and a version whose warmup
+    fails is released, before the next attempt."""
+    sessions = []
+
+    class RecordedSession(tf.compat.v1.Session):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            sessions.append(self)
+
+    monkeypatch.setattr(tf.compat.v1, "Session", RecordedSession)
+    truncated = tmp_path / "truncated" / "1"
+    shutil.copytree(exports[1], truncated)
+    for name in os.listdir(truncated / "variables"):
+        if name.startswith("variables.data"):
+            (truncated / "variables" / name).write_bytes(b"")
+    bad_warmup = tmp_path / "bad_warmup" / "1"
+    shutil.copytree(exports[1], bad_warmup)
+    _warmup_file(str(bad_warmup), [_predict_log(), b"\xff\xff\xff"])
+    connection = start_server(
+        tmp_path,
+        model_config_file=models_config_of(tmp_path, "truncated", "bad_warmup"),
+        max_num_load_retries=2,
+        load_retry_interval_micros=0,
+        file_system_poll_wait_seconds=0.1,
+    )
+    try:
+        for name in ("truncated", "bad_warmup"):
+            wait_for(
+                lambda: version_errors(connection, name)[0][1] == "END",  # noqa: B023
+                f"{name} to give up after its retries",
+            )
+        assert len(sessions) == 6
+        assert all(session._closed for session in sessions)
     finally:
         connection.server.stop()
 

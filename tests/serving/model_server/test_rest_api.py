@@ -3,15 +3,24 @@ handlers' errors as TF Serving's http_rest_api_handler.cc gives them (status and
 over HTTP on 127.0.0.1 against a server running the toy model of tests/serving_fixtures.py.
 """
 
+import gzip
+import json
+import urllib.error
+import urllib.request
+
 import numpy as np
 import pytest
 
-from tests.model_server_fixtures import SENTENCES, assert_rest_error, http
+from serving.model_server.json_tensor import JSON_ITEM_BYTES
+from tests.model_server_fixtures import SENTENCES, assert_rest_error, http, start_server
 from tests.serving_fixtures import (
+    MODEL_NAME,
     expected_alignment,
     expected_beam,
     expected_greedy,
     expected_greedy_score,
+    make_model_base,
+    wait_for,
 )
 
 
@@ -156,3 +165,54 @@ def test_rest_classify_and_regress_refuse_a_predict_signature_as_tf_serving(
         "POST", f"{main_server.rest}/v1/models/nope:{action}", {"examples": [{"text": "a"}]}
     )
     assert status == 404
+
+
+def test_a_duplicate_json_key_keeps_its_first_value_as_tf_servings_parser(main_server):
+    """rapidjson's FindMember, which TF Serving looks a document's keys up with, finds a key's
+    first member; Python's json kept the last, so `{"instances":["hola"],"instances":[5]}` was
+    400 here and 200 from TF Serving. The first value is now the one read, at every level."""
+    body = (
+        b'{"instances": ["hola mundo"], "instances": [5], '
+        b'"signature_name": "serving_default", "signature_name": "nope"}'
+    )
+    status, answer = http("POST", f"{main_server.rest}/v1/models/{MODEL_NAME}:predict", body)
+    assert status == 200, answer
+    assert answer["predictions"][0]["translation"] == expected_greedy("hola mundo", 2)
+    status, answer = http(
+        "POST",
+        f"{main_server.rest}/v1/models/{MODEL_NAME}:predict",
+        b'{"inputs": {"text": ["a b"], "text": 7}}',
+    )
+    assert status == 200, answer
+    assert answer["outputs"]["translation"] == [expected_greedy("a b", 2)]
+
+
+def test_a_json_body_is_counted_in_the_budget_as_parsed_before_it_is_parsed(exports, tmp_path):
+    """14.3 MiB of `[]` items took 2.73 GB (191 times their size) and 31 s of CPU, uncounted by
+    the budget, and 9,970 bytes of gzip took 1.87 GB: a REST body's JSON values are now held in
+    the budget at a bound of what parsing and converting them takes (JSON_ITEM_BYTES an item)
+    before they are parsed, gzip bodies as decompressed, and refused when that does not fit."""
+    connection = start_server(
+        tmp_path,
+        model_name=MODEL_NAME,
+        model_base_path=make_model_base(exports, str(tmp_path)),
+        rest_api_port=0,
+        request_memory_budget_bytes=8 * 2**20,
+    )
+    url = f"http://127.0.0.1:{connection.server.rest_port}/v1/models/{MODEL_NAME}:predict"
+    try:
+        items = 10_000
+        body = b'{"instances": [' + b",".join([b"[]"] * items) + b"]}"
+        assert len(body) < 2**20 // 16 < 2 * items * JSON_ITEM_BYTES
+        for framing, payload in (({}, body), ({"Content-Encoding": "gzip"}, gzip.compress(body))):
+            request = urllib.request.Request(url, data=payload, headers=framing, method="POST")
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                urllib.request.urlopen(request, timeout=30)
+            assert refused.value.code == 429
+            assert "the request's JSON values take" in json.loads(refused.value.read())["error"]
+        status, answer = http("POST", url, {"instances": ["hola mundo"] * 64})
+        assert status == 200, answer
+        budget = connection.server.core.memory_budget
+        wait_for(lambda: budget.held_bytes == 0, "the answered request to give its bytes back")
+    finally:
+        connection.server.stop(grace_seconds=0)

@@ -19,24 +19,34 @@ import time
 
 import grpc
 import numpy as np
+import psutil
 import pytest
 import tensorflow as tf
 from google.protobuf import text_format
 from tensorflow_serving.apis import (
     get_model_status_pb2,
     model_service_pb2_grpc,
+    predict_pb2,
     prediction_log_pb2,
     prediction_service_pb2_grpc,
 )
 from tensorflow_serving.config import model_server_config_pb2
 
 from common.serving_contract import ALIGNMENTS_SIGNATURE, TEXT_INPUT, WARMUP_PATH
+from serving.model_server import tensors
 from serving.model_server.errors import ServingError
-from serving.model_server.memory_budget import RequestMemoryBudget, request_bytes
+from serving.model_server.memory_budget import (
+    DEFAULT_BUDGET_BYTES,
+    RequestMemoryBudget,
+    available_memory_bytes,
+    cgroup_memory_limit_bytes,
+    default_budget_bytes,
+    request_bytes,
+)
 from serving.model_server.predict import prepare_predict, run_in_pieces
 from serving.model_server.servable import load_servable
 from serving.model_server.server import EXIT_MARGIN_SECONDS, ServerOptions
-from serving.model_server.tensors import MAX_FEED_RANK
+from serving.model_server.tensors import MAX_FEED_RANK, decoded_bytes, tensor_proto_to_ndarray
 from tests.model_server_fixtures import start_server
 from tests.serving_fixtures import (
     ENDLESS_STEPS,
@@ -47,6 +57,8 @@ from tests.serving_fixtures import (
     install_version,
     loop_model_base,
     loop_request,
+    memory_cgroup,
+    peak_resident_bytes,
     texts_request,
     wait_for,
 )
@@ -306,6 +318,84 @@ def test_the_budget_refuses_what_does_not_fit_and_takes_back_what_ends():
         pass
 
 
+def test_a_tensors_cost_is_counted_from_its_proto_as_request_bytes_counts_it_made():
+    """The budget counted a request's tensors once they were made: one value padded to two
+    billion elements was made whole (7.2 GiB) before anything refused it. `decoded_bytes` counts
+    them from the proto, padding included, as `request_bytes` counts them made."""
+    protos = [
+        tf.make_tensor_proto(np.array([b"", b"hola", b"x" * 1000], dtype=object)),
+        tf.make_tensor_proto(np.arange(12, dtype=np.int64).reshape(3, 4)),  # tensor_content
+        tf.make_tensor_proto(np.zeros([0, 5], np.float32)),
+        tf.make_tensor_proto(np.float16(1.5)),
+    ]
+    padded = huge_tensor_request(tf.string, 7, b"padded").inputs[TEXT_INPUT]
+    padded.string_val.insert(0, b"first")
+    protos += [padded, huge_tensor_request(tf.float32, 9, 2.0).inputs[TEXT_INPUT]]
+    for proto in protos:
+        made = tensor_proto_to_ndarray(proto, "x")
+        assert decoded_bytes(proto, "x") == request_bytes({"x": made}), proto
+    huge = huge_tensor_request(tf.float32, 1_932_735_283, 1.0).inputs[TEXT_INPUT]
+    assert decoded_bytes(huge, "x") == 1_932_735_283 * 4
+    huge_strings = huge_tensor_request(tf.string, 10**12, b"hola").inputs[TEXT_INPUT]
+    assert decoded_bytes(huge_strings, "x") == 10**12 * (8 + sys.getsizeof(b"hola"))
+
+
+def write_cgroup_tree(root, version: int, limits: dict[str, str], usage: str = "0") -> None:
+    """A /proc/self and /sys/fs/cgroup under `root` placing this process in cgroup /pod/app
+    (v1: the memory controller's hierarchy; v2: the unified one), with `limits` by directory."""
+    proc = root / "proc" / "self"
+    proc.mkdir(parents=True)
+    if version == 1:
+        (proc / "cgroup").write_text("5:cpu:/\n4:memory:/pod/app\n0::/\n")
+        mount = "35 31 0:32 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n"
+        base, limit_file, usage_file = (
+            "sys/fs/cgroup/memory",
+            "memory.limit_in_bytes",
+            "memory.usage_in_bytes",
+        )
+    else:
+        (proc / "cgroup").write_text("0::/pod/app\n")
+        mount = "30 23 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n"
+        base, limit_file, usage_file = "sys/fs/cgroup", "memory.max", "memory.current"
+    (proc / "mountinfo").write_text("22 1 8:1 / / rw - ext4 /dev/sda1 rw\n" + mount)
+    for directory, limit in limits.items():
+        path = root / base / directory
+        path.mkdir(parents=True, exist_ok=True)
+        (path / limit_file).write_text(limit + "\n")
+        (path / usage_file).write_text(usage + "\n")
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_the_default_budget_and_the_free_memory_guard_follow_the_cgroup_limit(
+    tmp_path, version, monkeypatch
+):
+    """The free-memory guard read the host's free memory (21 GB) under a 6 GiB container
+    limit, and the budget's default ignored the limit: both now derive from the smallest
+    limit of the process's cgroup and its ancestors (v1 and v2)."""
+    unlimited = "9223372036854771712" if version == 1 else "max"
+    write_cgroup_tree(
+        tmp_path, version, {"": unlimited, "pod": str(6 * 2**30), "pod/app": unlimited}, str(2**30)
+    )
+    root = str(tmp_path)
+    assert cgroup_memory_limit_bytes(root) == 6 * 2**30
+    assert available_memory_bytes(root) == min(5 * 2**30, psutil.virtual_memory().available)
+    assert default_budget_bytes(root) == DEFAULT_BUDGET_BYTES
+    (tmp_path / "small").mkdir()
+    write_cgroup_tree(tmp_path / "small", version, {"pod/app": str(2**30)})
+    assert default_budget_bytes(str(tmp_path / "small")) == 2**30 // 4
+    assert cgroup_memory_limit_bytes(str(tmp_path / "none")) is None
+    assert default_budget_bytes(str(tmp_path / "none")) == DEFAULT_BUDGET_BYTES
+
+    # The tensor decoder refuses what the memory left cannot hold, as its allocation failing.
+    monkeypatch.setattr(tensors, "available_memory_bytes", lambda: 100 * 2**20)
+    too_large = huge_tensor_request(tf.float32, 26 * 2**20, 1.0).inputs[TEXT_INPUT]
+    with pytest.raises(ServingError) as refused:
+        tensor_proto_to_ndarray(too_large, "text")
+    assert refused.value.message == "tensor parsing error: text"
+    fits = huge_tensor_request(tf.float32, 24 * 2**20, 1.0).inputs[TEXT_INPUT]
+    assert tensor_proto_to_ndarray(fits, "text").shape == (24 * 2**20,)
+
+
 def test_a_request_past_the_memory_budget_is_refused_before_any_run(tmp_path):
     """Concurrent large requests took the server from 3.8 GB to 13.5 GB: what the requests in
     flight hold is now budgeted, and a request that does not fit is refused before it runs,
@@ -347,6 +437,103 @@ def test_a_request_past_the_memory_budget_is_refused_before_any_run(tmp_path):
         assert connection.predict.Predict(loop_request(1), timeout=30).outputs["y"].float_val
     finally:
         connection.server.stop(grace_seconds=0)
+
+
+# A container's memory limit for the server process: TensorFlow and the toy model take about
+# half of it, so a tensor of a gigabyte made whole gets the process OOM-killed.
+SERVER_MEMORY_LIMIT_BYTES = 3 * 2**29
+
+
+def huge_tensor_request(dtype, rows: int, value) -> predict_pb2.PredictRequest:
+    """A Predict of a few dozen bytes for `rows` rows of `text`: one value, padded to the shape
+    as Tensor::FromProto pads a short value list."""
+    request = texts_request([])
+    proto = request.inputs[TEXT_INPUT]
+    proto.Clear()
+    proto.dtype = dtype.as_datatype_enum
+    proto.tensor_shape.dim.add(size=rows)
+    getattr(proto, "string_val" if dtype == tf.string else "float_val").append(value)
+    return request
+
+
+def test_a_small_request_for_a_huge_tensor_is_refused_before_it_is_made(exports, tmp_path):
+    """Under a 6 GiB memory limit a 42-byte Predict of a float tensor of 1,932,735,283 elements
+    for the string input was made whole (7.2 GiB) before its type was checked and the server
+    was OOM-killed; one string padded to 10^8 rows grew it by 763 MB and stalled every other
+    client before the budget refused it. Types and shapes are now checked first, and a tensor's
+    cost (its elements times their size, padding included) is counted from the request before
+    it is made: under a memory limit (a cgroup the test makes) the default budget derives from
+    it, both are refused with the server's memory untouched, and a good client loses nothing."""
+    base_path = str(tmp_path / MODEL_NAME)
+    install_version(exports, base_path, 1)
+    with (
+        memory_cgroup(SERVER_MEMORY_LIMIT_BYTES) as launcher,
+        ServerProcess(
+            [f"--model_name={MODEL_NAME}", f"--model_base_path={base_path}"],
+            rest=True,
+            launcher=launcher,
+        ) as server,
+    ):
+        predict, _ = stubs(server)
+        assert_still_serving(server, predict, version=1)
+        peak_before = peak_resident_bytes(server.process.pid)
+        good_calls = good_client_beside(server)
+
+        floats = huge_tensor_request(tf.float32, 1_932_735_283, 1.0)
+        assert len(floats.SerializeToString()) < 64
+        with pytest.raises(grpc.RpcError) as wrong_type:
+            predict.Predict(floats, timeout=60)
+        assert wrong_type.value.code() == grpc.StatusCode.INVALID_ARGUMENT, server.output()[-2000:]
+        assert wrong_type.value.details() == "Expects arg[0] to be string but float is provided"
+
+        # Larger than the memory the cgroup leaves: refused as TF Serving's allocation fails
+        # (the host has gigabytes more free, which the guard read before).
+        with pytest.raises(grpc.RpcError) as too_large_for_memory:
+            predict.Predict(huge_tensor_request(tf.string, 2**27, b"hola"), timeout=60)
+        assert too_large_for_memory.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert too_large_for_memory.value.details() == "tensor parsing error: text"
+
+        # Within memory, past the budget (a quarter of the limit when the flag is left out).
+        rows = 10**7
+        with pytest.raises(grpc.RpcError) as too_large:
+            predict.Predict(huge_tensor_request(tf.string, rows, b"hola"), timeout=60)
+        assert too_large.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, server.output()[-2000:]
+        counted = rows * (8 + sys.getsizeof(b"hola"))
+        assert too_large.value.details() == (
+            f"the request's inputs take {counted} bytes in memory, more than this server's budget "
+            f"of {SERVER_MEMORY_LIMIT_BYTES // 4} bytes for the requests in flight "
+            "(--request_memory_budget_bytes): send them in smaller requests"
+        )
+        assert good_calls() > 0
+        assert peak_resident_bytes(server.process.pid) - peak_before < 64 * 2**20
+        assert_still_serving(server, predict, version=1)
+
+
+def good_client_beside(server: ServerProcess):
+    """A client predicting over gRPC in a loop until the returned function is called, which
+    checks that every one of its calls succeeded and returns how many it made."""
+    predict, _ = stubs(server)
+    stop, answered, failures = threading.Event(), [], []
+
+    def loop():
+        while not stop.is_set():
+            try:
+                response = predict.Predict(texts_request(["good client"]), timeout=60)
+                answered.append(tf.make_ndarray(response.outputs["translation"]).tolist())
+            except grpc.RpcError as error:
+                failures.append(error)
+
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    wait_for(lambda: answered or failures, "the good client's first answer")
+
+    def finish() -> int:
+        stop.set()
+        thread.join(timeout=120)
+        assert not failures, failures[:3]
+        return len(answered)
+
+    return finish
 
 
 # --------------------------------------------------------------------------- SIGTERM
