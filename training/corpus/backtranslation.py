@@ -38,9 +38,14 @@ from training.corpus.debian import (
     package_licence,
     unpack_cached,
 )
-from training.corpus.outputs import needs_build, write_corpus_stats
+from training.corpus.outputs import (
+    needs_build,
+    stale_unless,
+    write_corpus_stats,
+    write_splits,
+)
 from training.corpus.splitting import describe_split, normalize_for_dedup, split_keyed_pairs
-from training.corpus.tsv import SPLITS, CorpusError, Pair, write_tsv
+from training.corpus.tsv import SPLITS, CorpusError, Pair
 
 logger = logging.getLogger(__name__)
 
@@ -189,11 +194,7 @@ def build_backtranslation_corpus(
         "limit": limit,
     }
 
-    def stale_reason(stats: dict) -> str | None:
-        if all(stats.get(key) == value for key, value in identity.items()):
-            return None
-        return f"{out_dir} was built by another format or Apertium version: rebuilding it"
-
+    stale_reason = stale_unless(out_dir, identity, "format or Apertium version")
     if not needs_build(out_dir, force, stale_reason):
         return {}
     started = time.monotonic()
@@ -210,9 +211,7 @@ def build_backtranslation_corpus(
         DEV_FRACTION,
         TEST_FRACTION,
     )
-    out_dir.mkdir(parents=True, exist_ok=True)
-    for split in SPLITS:
-        write_tsv(out_dir / f"{split}.tsv", splits[split], overwrite=True)
+    write_splits(out_dir, splits)
     stats = {
         **identity,
         **_provenance(cache_dir, wordnet_dir),

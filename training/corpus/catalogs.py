@@ -43,9 +43,14 @@ from training.corpus.debian import (
     package_licence,
     unpack_cached,
 )
-from training.corpus.outputs import needs_build, read_corpus_stats, write_corpus_stats
+from training.corpus.outputs import (
+    needs_build,
+    read_corpus_stats,
+    write_corpus_stats,
+    write_splits,
+)
 from training.corpus.splitting import describe_split, split_keyed_pairs
-from training.corpus.tsv import SPLITS, CorpusError, Pair, read_tsv, write_tsv
+from training.corpus.tsv import SPLITS, CorpusError, Pair, read_tsv
 
 logger = logging.getLogger(__name__)
 
@@ -356,9 +361,7 @@ def build_catalogs_corpus(
             f"see the log for each package's drops"
         )
     splits, removed = split_pairs(keyed_pairs)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    for split in SPLITS:
-        write_tsv(out_dir / f"{split}.tsv", splits[split], overwrite=True)
+    write_splits(out_dir, splits)
     stats = _corpus_stats([y.manifest for y in yields], splits, removed, digest, started)
     write_corpus_stats(out_dir, stats)
     logger.info(

@@ -34,9 +34,14 @@ from training.corpus.debian import (
     package_licence,
     unpack_cached,
 )
-from training.corpus.outputs import needs_build, write_corpus_stats
+from training.corpus.outputs import (
+    needs_build,
+    stale_unless,
+    write_corpus_stats,
+    write_splits,
+)
 from training.corpus.splitting import describe_split, normalize_for_dedup, split_keyed_pairs
-from training.corpus.tsv import SPLITS, CorpusError, Pair, write_tsv
+from training.corpus.tsv import SPLITS, CorpusError, Pair
 
 logger = logging.getLogger(__name__)
 
@@ -213,11 +218,7 @@ def build_lexicon_corpus(
         "apertium_en_es": apertium.apertium_version(),
     }
 
-    def stale_reason(stats: dict) -> str | None:
-        if all(stats.get(key) == value for key, value in identity.items()):
-            return None
-        return f"{out_dir} was built by another format or Apertium version: rebuilding it"
-
+    stale_reason = stale_unless(out_dir, identity, "format or Apertium version")
     if not needs_build(out_dir, force, stale_reason):
         return {}
     started = time.monotonic()
@@ -240,9 +241,7 @@ def build_lexicon_corpus(
     if not keyed:
         raise CorpusError("no lexicon pair left from FreeDict and Apertium")
     splits, removed = split_keyed_pairs(keyed, SPLIT_SALT, DEV_FRACTION, TEST_FRACTION)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    for split in SPLITS:
-        write_tsv(out_dir / f"{split}.tsv", splits[split], overwrite=True)
+    write_splits(out_dir, splits)
     stats = {
         **identity,
         "source": {"language": "es", "origin": "FreeDict headwords; Apertium eng-spa"},

@@ -11,7 +11,7 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
-from training.corpus.tsv import SPLITS, CorpusError
+from training.corpus.tsv import SPLITS, CorpusError, Pair, write_tsv
 
 logger = logging.getLogger(__name__)
 
@@ -81,3 +81,24 @@ def needs_build(out_dir: Path, force: bool, stale_reason: Callable[[dict], str |
         f"{out_dir} holds a partial corpus ({', '.join(p.name for p in existing)}); "
         "remove it or pass --force"
     )
+
+
+def stale_unless(out_dir: Path, identity: dict, what: str) -> Callable[[dict], str | None]:
+    """A `needs_build` `stale_reason`: a corpus is current when its statistics hold every item
+    of `identity` (a format version, the versions of the tools that made it); else it was built
+    by another `what` and is rebuilt."""
+
+    def stale_reason(stats: dict) -> str | None:
+        if all(stats.get(key) == value for key, value in identity.items()):
+            return None
+        return f"{out_dir} was built by another {what}: rebuilding it"
+
+    return stale_reason
+
+
+def write_splits(out_dir: Path, splits: dict[str, list[Pair]]) -> None:
+    """Writes `train/dev/test.tsv` into `out_dir` (created), replacing them; `stats.json`
+    goes last (`write_corpus_stats`)."""
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    for split in SPLITS:
+        write_tsv(Path(out_dir) / f"{split}.tsv", splits[split], overwrite=True)
