@@ -249,7 +249,13 @@ def test_the_robustness_report_of_a_mixed_run_has_each_corpus_s_rows(mixed_run, 
         assert f"| {corpus} | none | {clean['bleu']:.2f} |" in text
         change = lowercase["bleu"] - clean["bleu"]
         assert f"| {corpus} | lowercase | {lowercase['bleu']:.2f} |" in text
-        assert text.count(f"% ({lowercase['looping_sentences']}) | {change:+.2f} |") >= 1
+        assert (
+            text.count(
+                f"% ({lowercase['looping_sentences']}) | {100 * lowercase['made_up_rate']:.1f}% "
+                f"({lowercase['made_up_words']}) | {change:+.2f} |"
+            )
+            >= 1
+        )
         copies = json.load(open(os.path.join(directory, "test.greedy.copy.report.json")))
         rates = copies["names"]
         assert f"| {corpus} | names | {rates['sentences']} | {100 * rates['rate']:.1f}% |" in text
