@@ -18,6 +18,7 @@ client sends:
 | a body larger than `max_body_bytes` (announced, or as chunks arrive) | 429, before any of it is read and instead of `100 Continue` |
 | a body whose bytes received (chunked framing included, held as they arrive: never what is announced) do not fit in the memory budget of the requests in flight (`memory_budget.RequestMemoryBudget`), or pass 1/FAIR_SHARE_OF_BUDGET of it | 429, once they arrive |
 | no body byte for `read_timeout_seconds`, or a body slower than MIN_BODY_BYTES_PER_SECOND after its first `read_timeout_seconds` | 408 |
+| a body not complete within `body_timeout_seconds` of its head, however steadily it arrives | 408 |
 | an answer whose bytes do not fit in the memory budget (held until they are sent) | 429 instead |
 | an answer the client does not take within `read_timeout_seconds` (or answers left unread when an idle connection is closed) | nothing: the connection is reset, its unsent bytes dropped |
 | chunked trailers over MAX_REQUEST_HEAD_BYTES; a chunk-size line over MAX_CHUNK_LINE_BYTES | 431; 400 |
@@ -480,11 +481,19 @@ class _BodyReader:
             self._connection._writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
 
     async def _read_more(self) -> None:
-        """More body bytes into the buffer, within the silence and the rate deadlines."""
+        """More body bytes into the buffer, within the silence, the rate and the whole-body
+        deadlines."""
         loop, timeout = self._connection._loop, self._server.read_timeout_seconds
         rate_deadline = self._started + timeout + self._received / MIN_BODY_BYTES_PER_SECOND
-        remaining = rate_deadline - loop.time()
-        if remaining < timeout:
+        body_deadline = self._started + self._server.body_timeout_seconds
+        remaining = min(rate_deadline, body_deadline) - loop.time()
+        if body_deadline <= rate_deadline and remaining < timeout:
+            refusal = _Refusal(
+                408,
+                "The request body did not arrive in full within "
+                f"{self._server.body_timeout_seconds:g} s",
+            )
+        elif remaining < timeout:
             refusal = _Refusal(
                 408,
                 f"The request body arrived slower than {MIN_BODY_BYTES_PER_SECOND} bytes a "
@@ -592,6 +601,9 @@ class HttpServer:
         enable_cors: add CORS headers to every answer (`--rest_api_enable_cors_support`).
         read_timeout_seconds: longest wait for a client's next bytes, longest time a request
             head may take to arrive, and a body's time before the minimum rate applies.
+        body_timeout_seconds: longest time a whole body may take to arrive, from its head
+            (`--rest_api_body_timeout_seconds`): a client that keeps to the minimum rate
+            still cannot hold its connection, and what its body holds of the budget, longer.
         memory_budget: where the bodies' bytes are held while their requests are read and
             answered (the one the model runs' inputs are held in); None: not held.
         answer_timeout_seconds: a request not answered this long after it was read is
@@ -607,6 +619,7 @@ class HttpServer:
         max_body_bytes: int,
         enable_cors: bool = False,
         read_timeout_seconds: float = 30.0,
+        body_timeout_seconds: float = 120.0,
         memory_budget: RequestMemoryBudget | None = None,
         answer_timeout_seconds: float | None = None,
     ):
@@ -616,6 +629,7 @@ class HttpServer:
         self.max_body_bytes = max_body_bytes
         self.enable_cors = enable_cors
         self.read_timeout_seconds = read_timeout_seconds
+        self.body_timeout_seconds = body_timeout_seconds
         self.executor = concurrent.futures.ThreadPoolExecutor(
             max(num_threads, 1), thread_name_prefix="rest"
         )

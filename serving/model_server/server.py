@@ -19,7 +19,8 @@ pieces of at most this many rows, and none starts past its deadline),
 made, would take those of the requests in flight past it is refused before any run; left out:
 1 GiB, or a quarter of the process's cgroup memory limit when smaller),
 `--rest_api_read_timeout_seconds` (a REST client silent this long, or whose request
-head takes longer to arrive, is disconnected)
+head takes longer to arrive, is disconnected), `--rest_api_body_timeout_seconds` (a REST body
+not complete this long after its head is refused, however steadily it arrives; default 120)
 and `--rest_api_free_port` (REST on a free port: `--rest_api_port=0` disables REST,
 as for the real server). `--port=0` binds a free gRPC port. Both bound ports are
 logged: "Running gRPC ModelServer at HOST:PORT ..." and "Exporting HTTP/REST API
@@ -119,6 +120,7 @@ class ServerOptions:
     rest_api_timeout_in_ms: int = 30000
     rest_api_enable_cors_support: bool = False
     rest_api_read_timeout_seconds: float = 30.0
+    rest_api_body_timeout_seconds: float = 120.0
     rest_api_free_port: bool = False
     model_name: str = "default"
     model_base_path: str = ""
@@ -385,6 +387,7 @@ class ModelServer:
             max_body_bytes=max_body_bytes,
             enable_cors=options.rest_api_enable_cors_support,
             read_timeout_seconds=options.rest_api_read_timeout_seconds,
+            body_timeout_seconds=options.rest_api_body_timeout_seconds,
             memory_budget=self.core.memory_budget,
             answer_timeout_seconds=timeout_seconds,
         )
@@ -510,6 +513,12 @@ def build_arg_parser() -> argparse.ArgumentParser:
         float,
         "[local] a REST connection whose client sends nothing for this long, or whose "
         "request head takes longer to arrive, is closed",
+    )
+    flag(
+        "rest_api_body_timeout_seconds",
+        float,
+        "[local] a REST request body not complete this long after its head is refused 408, "
+        "however steadily it arrives",
     )
     flag(
         "rest_api_free_port",

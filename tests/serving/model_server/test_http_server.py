@@ -401,6 +401,36 @@ def test_a_body_slower_than_the_minimum_rate_is_cut_off_with_408(main_server):
     )
 
 
+def test_a_body_that_keeps_the_minimum_rate_is_still_cut_off_at_the_body_deadline(main_server):
+    """A body announcing 1 MB that kept above MIN_BODY_BYTES_PER_SECOND (2 KB every 0.5 s)
+    held its connection, and its share of the memory budget, for the 8 minutes its length
+    allowed: a whole body now has `body_timeout_seconds` (4 s here) from its head."""
+    options = {"num_threads": 1, "read_timeout_seconds": 3, "body_timeout_seconds": 4}
+    with serving_http(main_server.server.core, **options) as server:
+        steady = open_post(server.server_address[1], b"Content-Length: 1000000\r\n", b"{")
+        steady.settimeout(0.5)
+        started, response = time.monotonic(), b""
+        try:
+            while time.monotonic() - started < 60:
+                try:
+                    chunk = steady.recv(4096)
+                except TimeoutError:
+                    send_ignoring_a_close(steady, b" " * 2048)
+                    continue
+                if not chunk:
+                    break
+                response += chunk
+        finally:
+            steady.close()
+        elapsed = time.monotonic() - started
+    assert status_and_error(response) == (
+        b"HTTP/1.1 408 Request Timeout",
+        "The request body did not arrive in full within 4 s",
+    )
+    # Not the rate's refusal, and not before the body deadline.
+    assert elapsed >= 4
+
+
 def test_empty_lines_before_a_request_count_against_the_head_limit(main_server):
     """Empty lines before a request line are skipped (RFC 9112 2.2), but a flood of them was
     read without end (16 MiB: 12 s of CPU, another client's request timed out): they count

@@ -39,12 +39,17 @@ def test_a_request_past_its_deadline_is_aborted_not_run_to_the_end(tmp_path):
         rest=True,
     ) as server:
         url = f"http://127.0.0.1:{server.rest_port}/v1/models/loop:predict"
-        assert http("POST", url, {"instances": [ENDLESS_STEPS]}) == (
-            504,
-            {"error": "Timed out waiting for notification"},
-        )
-        # The answer came once the run had stopped: the server has nothing left to do.
-        assert cpu_seconds_during(server.process.pid, 1.0) < 0.2
+        # At the deadline, whichever comes first names it: the REST server's wait for the
+        # answer (TF Serving's "Timed out waiting for notification") or, on a loaded machine,
+        # the run stopped by its own deadline (RunOptions: DEADLINE_EXCEEDED).
+        status, body = http("POST", url, {"instances": [ENDLESS_STEPS]})
+        assert (status, body["error"]) in {
+            (504, "Timed out waiting for notification"),
+            (504, "Deadline Exceeded"),
+        }
+        # The answer comes at the deadline, and the run stops at the same deadline (its
+        # RunOptions): a moment later, a loaded machine's moment, the server is idle.
+        assert any(cpu_seconds_during(server.process.pid, 1.0) < 0.2 for _ in range(5))
         status, body = http("POST", url, {"instances": [100]})
         assert status == 200 and len(body["predictions"]) == 1
 
