@@ -244,8 +244,9 @@ bench-everyday: $(STAMP) data  ## Everyday sentences (training/everyday, EVERYDA
 
 # A quick size by default; the million-line file (hours):
 # TRANSLATE_BENCH_ARGS="--lines 1000000 --small_lines 100000 --window_lines 10000".
-bench-translate: $(STAMP) data-bible  ## translate-text on a large generated file with the bundled model: sentences/s, peak RSS at two sizes, memory plot in docs/
+bench-translate: $(STAMP) data-bible  ## translate-text on large generated files with the bundled model (sentences/s, peak RSS at two sizes, memory plot in docs/), then beside CTranslate2 float32/int8 on the same weights and Apertium
 	$(PY) -m benchmarks.bench_translate --output BENCHMARKS.md --plot docs/translate_memory.png $(TRANSLATE_BENCH_ARGS)
+	$(PY) -m benchmarks.bench_translate --peers --output BENCHMARKS.md $(TRANSLATE_PEERS_ARGS)
 
 # BASELINE=DIR adds another checkout of the project (git worktree add DIR COMMIT), interleaved.
 bench-cold-start: $(STAMP)  ## translate-text's first translation from a cold start, with a breakdown (import, load and trace, first call), greedy and beam 4.

@@ -10,6 +10,8 @@ memory sampled while it runs, against the lines it has written, is drawn into a 
 """
 
 import argparse
+import contextlib
+import io
 import itertools
 import os
 import subprocess
@@ -17,14 +19,19 @@ import sys
 import tempfile
 import threading
 import time
+from pathlib import Path
 
 import psutil
 
 from benchmarks.report import machine_description, shown_path, write_section
+from inference.translate_text import BATCH_TOKENS
 from run_directory import artifacts
-from training.corpus import load_run_pairs
+from training.corpus import apertium, load_pairs, load_run_pairs
+from training.corpus.loading import EVERYDAY_DIR
 
 SECTION = "Translating a file offline (translate-text)"
+PEERS_SECTION = "Translating a file offline: beside CTranslate2 and Apertium"
+TRANSLATE_TEXT = "translate-text (TensorFlow)"
 VARIATIONS = (
     ("as written", lambda source: source),
     ("lower-cased", str.lower),
@@ -75,17 +82,17 @@ class ProgressSampler:
     def _run(self):
         while not self._stop.wait(self.seconds):
             try:
-                resident = psutil.Process(self.pid).memory_info().rss
+                launcher = psutil.Process(self.pid)
+                resident = sum(p.memory_info().rss for p in launcher.children(recursive=True))
             except psutil.Error:  # Exited between two samples.
                 return
             elapsed = time.perf_counter() - self._started
             self.samples.append((elapsed, self.lines_written(), resident))
 
 
-def translate_file(model_dir, input_path, output_path, window_lines, sample_seconds=5.0):
-    """`(seconds, peak RSS in bytes, samples)` of `translate-text` run as a child process on the
-    file; `samples` as `ProgressSampler.samples`."""
-    command = [
+def translate_text_command(model_dir, input_path, output_path, window_lines, beam_width=1):
+    """The `translate-text` command line of a file."""
+    return [
         sys.executable,
         "-m",
         "inference.translate_text",
@@ -97,17 +104,50 @@ def translate_file(model_dir, input_path, output_path, window_lines, sample_seco
         output_path,
         "--window_lines",
         str(window_lines),
+        "--beam_width",
+        str(beam_width),
         "--no_progress",
     ]
+
+
+def translate_file(model_dir, input_path, output_path, window_lines, sample_seconds=5.0):
+    """`(seconds, peak RSS in bytes, samples)` of `translate-text` run as a child process on the
+    file; `samples` as `ProgressSampler.samples`."""
+    command = translate_text_command(model_dir, input_path, output_path, window_lines)
+    return run_child(command, output_path, sample_seconds)
+
+
+# Runs a command and prints its peak resident memory (kilobytes) to stderr's last line. A
+# process's peak counts what it held when it was forked: a command started straight from this
+# process (TensorFlow loaded) would report at least this process's memory, so a small launcher
+# that never loads anything starts it.
+_LAUNCHER = """
+import os, sys
+pid = os.fork()
+if pid == 0:
+    os.execvp(sys.argv[1], sys.argv[1:])
+_, status, usage = os.wait4(pid, 0)
+print(usage.ru_maxrss, file=sys.stderr)
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+
+
+def run_child(command, output_path, sample_seconds=5.0):
+    """`(seconds, peak RSS in bytes, samples)` of `command`, a child process that writes
+    `output_path`; `samples` as `ProgressSampler.samples`."""
     started = time.perf_counter()
-    child = subprocess.Popen(command)
+    child = subprocess.Popen(
+        [sys.executable, "-S", "-c", _LAUNCHER, *command], stderr=subprocess.PIPE
+    )
     with ProgressSampler(child.pid, output_path, sample_seconds) as sampler:
-        _, status, usage = os.wait4(child.pid, 0)
+        _, errors = child.communicate()
     seconds = time.perf_counter() - started
-    child.returncode = os.waitstatus_to_exitcode(status)  # reaped here, not by Popen
-    if child.returncode != 0:
-        raise RuntimeError(f"{' '.join(command)} exited with status {child.returncode}")
-    return seconds, usage.ru_maxrss * 1024, sampler.samples  # ru_maxrss: kilobytes on Linux
+    lines = errors.decode("utf-8", "replace").strip().splitlines()
+    if child.returncode != 0 or not lines:
+        raise RuntimeError(
+            f"{' '.join(command)} exited with status {child.returncode}: " + "\n".join(lines[-20:])
+        )
+    return seconds, int(lines[-1]) * 1024, sampler.samples  # ru_maxrss: kilobytes on Linux
 
 
 def measure(model_dir, sizes, window_lines, sample_seconds=5.0):
@@ -133,6 +173,143 @@ def measure(model_dir, sizes, window_lines, sample_seconds=5.0):
             results.append((count, seconds, peak))
             traces.append(samples)
     return results, traces
+
+
+# A file translated by CTranslate2 as its users translate one: `Translator.translate_file`
+# on the converted model, SentencePiece in Python around it (the run's `spm.*.model`, whose
+# pieces and ids are the run's vocabulary), batches of translate-text's token budget, both
+# cores, [PAD] never emitted as the project decodes. Run as `python -c`: nothing of the project
+# (whose packages load TensorFlow) is imported, as nothing of it is in a CTranslate2 user's
+# process; so neither are the run's casing, accent restoration and placeholders applied (the
+# speed of the model, not of the same translations).
+_CT2_CHILD = """
+import sys
+import ctranslate2, sentencepiece
+model_dir, spm_model, source, output, compute_type, beam, positions, batch_tokens = sys.argv[1:]
+pieces = sentencepiece.SentencePieceProcessor(model_file=spm_model)
+translator = ctranslate2.Translator(
+    model_dir, device="cpu", compute_type=compute_type, inter_threads=1, intra_threads=2
+)
+translator.translate_file(
+    source, output, max_batch_size=int(batch_tokens), batch_type="tokens",
+    beam_size=int(beam), suppress_sequences=[["[PAD]"]],
+    max_input_length=int(positions) - 2, max_decoding_length=int(positions),
+    source_tokenize_fn=pieces.encode_as_pieces, target_detokenize_fn=pieces.decode_pieces,
+)
+"""
+
+
+def peer_commands(model_dir, ct2_dirs, beam_width, window_lines):
+    """`{system: command(input path, output path)}`: translate-text, CTranslate2 on the same
+    weights at each compute type of `ct2_dirs` (`{compute type: converted model}`,
+    `_CT2_CHILD`) at the same beam width, and Apertium `spa-eng` (when it runs here,
+    `training.corpus.apertium`)."""
+    positions = str(artifacts.read_config(model_dir)["max_sequence_length"])
+    spm_model = next(iter(sorted((Path(model_dir) / artifacts.TOKENIZER_DIR).glob("spm*.model"))))
+    commands = {
+        TRANSLATE_TEXT: lambda source, output: translate_text_command(
+            model_dir, source, output, window_lines, beam_width
+        )
+    }
+    for compute_type, ct2_dir in ct2_dirs.items():
+        commands[f"CTranslate2 {compute_type}"] = (
+            lambda source, output, ct2_dir=ct2_dir, compute_type=compute_type: [
+                sys.executable,
+                "-c",
+                _CT2_CHILD,
+                ct2_dir,
+                str(spm_model),
+                source,
+                output,
+                compute_type,
+                str(beam_width),
+                positions,
+                str(BATCH_TOKENS),
+            ]  # fmt: skip
+        )
+    try:
+        apertium.ensure_apertium()
+        commands[f"Apertium {apertium.apertium_version()} spa-eng"] = lambda source, output: [
+            "apertium",
+            "-u",
+            "spa-eng",
+            source,
+            output,
+        ]
+    except apertium.CorpusError as error:
+        print(f"Apertium left out: {error}", file=sys.stderr)
+    return commands
+
+
+def compare(model_dir, sizes, beam_width, window_lines, directory):
+    """`{system: [(lines, seconds, peak RSS bytes) per size]}` of `peer_commands` on files of
+    the everyday test sentences and the Bible's test verses repeated with variations
+    (`generated_lines`), the systems interleaved at each size; the CTranslate2 models are
+    converted into `directory`."""
+    from inference.export_ctranslate2 import main as export_ctranslate2
+
+    ct2_dirs = {}
+    for compute_type in ("float32", "int8"):
+        ct2_dirs[compute_type] = os.path.join(directory, f"ct2-{compute_type}")
+        arguments = ["--run_dir", model_dir, "--output_dir", ct2_dirs[compute_type]]
+        with contextlib.redirect_stdout(io.StringIO()):  # its how-to-call notes, once per model
+            export_ctranslate2([*arguments, "--quantization", compute_type])
+    commands = peer_commands(model_dir, ct2_dirs, beam_width, window_lines)
+    sources = [source for source, _ in load_pairs(str(EVERYDAY_DIR), "test")]
+    sources += [source for source, _ in load_pairs("bible", "test")]
+    results = {system: [] for system in commands}
+    for count in sizes:
+        input_path = os.path.join(directory, f"{count}.txt")
+        with open(input_path, "w", encoding="utf-8") as handle:
+            handle.writelines(line + "\n" for line in generated_lines(sources, count))
+        for system, command in commands.items():
+            output_path = os.path.join(directory, f"{count}.out.txt")
+            seconds, peak, _ = run_child(command(input_path, output_path), output_path)
+            with open(output_path, "rb") as handle:
+                written = sum(1 for _ in handle)
+            if written != count:
+                raise RuntimeError(f"{system}: {count} lines in, {written} lines out")
+            results[system].append((count, seconds, peak))
+    return results
+
+
+def peers_markdown(model_dir, results, beam_width, command):
+    """The comparison's section: a row per system, sentences/s with start-up and past it."""
+    mib = 2**20
+    lines = [
+        f"Machine: {machine_description()}.",
+        f"Command: `{command}`.",
+        "",
+        f"`{os.path.basename(os.path.normpath(model_dir))}` on files of the everyday test "
+        "sentences and the Bible's test verses repeated with variations (as written, "
+        "lower-cased, without the final mark, cut at the first comma), "
+        f"{'greedy' if beam_width == 1 else f'beam {beam_width}'}, each system a fresh "
+        "process, the systems interleaved; CTranslate2 on the same weights "
+        "(`inference.export_ctranslate2`), SentencePiece in Python, 2 threads, token-budget "
+        "batches as translate-text's. Start-up is what the smaller file's time holds beyond "
+        "its lines at the rate past start-up.",
+        "",
+        "| system | sentences/s, start-up included | sentences/s past start-up | start-up (s) "
+        "| peak RSS (MiB) |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for system, runs in results.items():
+        (small, small_seconds, _), (large, large_seconds, _) = runs[0], runs[-1]
+        rate = (large - small) / max(large_seconds - small_seconds, 1e-9)
+        start_up = max(small_seconds - small / rate, 0.0)
+        lines.append(
+            f"| {system} | {large / large_seconds:.1f} | {rate:.1f} | {start_up:.1f} | "
+            f"{max(r[2] for r in runs) / mib:.0f} |"
+        )
+    baseline = results.get("CTranslate2 float32")
+    if baseline and TRANSLATE_TEXT in results:
+        ours, theirs = results[TRANSLATE_TEXT][-1], baseline[-1]
+        lines += [
+            "",
+            f"translate-text against CTranslate2 float32 on the {ours[0]:,}-line file, start-up "
+            f"included: {theirs[1] / ours[1]:.2f}× its speed.",
+        ]
+    return "\n".join(lines)
 
 
 def plot(results, traces, path):
@@ -212,7 +389,31 @@ def main(argv=None):
     parser.add_argument("--plot", help="PNG of resident memory against lines written")
     parser.add_argument("--output", help="Markdown file to write the section into")
     parser.add_argument("--section", default=SECTION)
+    parser.add_argument(
+        "--peers",
+        action="store_true",
+        help="instead: translate-text beside CTranslate2 float32 and int8 on the same weights "
+        "and Apertium, on the everyday and Bible test sentences",
+    )
+    parser.add_argument("--beam_width", type=int, default=1, help="with --peers (default: 1)")
     args = parser.parse_args(argv)
+    command = "python -m benchmarks.bench_translate " + " ".join(
+        argv if argv is not None else sys.argv[1:]
+    )
+    if args.peers:
+        with tempfile.TemporaryDirectory() as directory:
+            results = compare(
+                args.model,
+                [args.small_lines or max(args.lines // 4, 1), args.lines],
+                args.beam_width,
+                args.window_lines,
+                directory,
+            )
+        text = peers_markdown(args.model, results, args.beam_width, command.strip())
+        print(text)
+        if args.output:
+            write_section(args.output, PEERS_SECTION, text)
+        return 0
     small_lines = args.small_lines or max(args.lines // 4, 1)
     results, traces = measure(
         args.model, [small_lines, args.lines], args.window_lines, args.sample_seconds
@@ -221,9 +422,6 @@ def main(argv=None):
     if args.plot:
         plot(results, traces, args.plot)
         plot_link = shown_path(args.plot)
-    command = "python -m benchmarks.bench_translate " + " ".join(
-        argv if argv is not None else sys.argv[1:]
-    )
     text = markdown(args.model, results, args.window_lines, command.strip(), plot_link)
     print(text)
     if args.output:

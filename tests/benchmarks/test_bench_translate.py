@@ -3,6 +3,8 @@ counted."""
 
 import os
 
+import pytest
+
 
 def test_bench_translate_repeats_the_sources_with_each_variation_in_turn():
     from benchmarks.bench_translate import generated_lines
@@ -44,3 +46,27 @@ def test_bench_translate_counts_written_lines_incrementally_across_appends(tmp_p
         handle.write(b" a line\n\nfour\n")
     assert sampler.lines_written() == 5
     assert sampler.lines_written() == 5
+
+
+@pytest.mark.large
+def test_bench_translate_puts_ctranslate2_and_apertium_beside_translate_text(tiny_run, tmp_path):
+    """`--peers`: every system translates every line of both files, each in a process of its
+    own; the CTranslate2 children load no TensorFlow (a peak far below translate-text's)."""
+    from benchmarks.bench_translate import PEERS_SECTION, TRANSLATE_TEXT, compare, peers_markdown
+
+    directory = tmp_path / "work"
+    directory.mkdir()
+    results = compare(tiny_run["run_dir"], [8, 24], 1, 1000, str(directory))
+    systems = list(results)
+    assert systems[:3] == [TRANSLATE_TEXT, "CTranslate2 float32", "CTranslate2 int8"]
+    assert systems[3].startswith("Apertium ") and len(systems) == 4
+    for runs in results.values():
+        assert [lines for lines, _, _ in runs] == [8, 24]
+        assert all(seconds > 0 and peak > 0 for _, seconds, peak in runs)
+    ours = max(peak for _, _, peak in results[TRANSLATE_TEXT])
+    assert max(peak for _, _, peak in results["CTranslate2 float32"]) < ours / 2
+    text = peers_markdown(tiny_run["run_dir"], results, 1, "cmd")
+    for system in systems:
+        assert f"| {system} | " in text
+    assert "against CTranslate2 float32 on the 24-line file" in text
+    assert PEERS_SECTION.startswith("Translating a file offline")
