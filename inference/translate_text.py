@@ -38,8 +38,11 @@ from training import decoding_flags
 from training.evaluate import export_signature, run_signature
 
 WINDOW_LINES = 10_000
-BATCH_TOKENS = 4096
-MAX_BATCH_SENTENCES = 64
+# Large batches: on a file of short everyday sentences 64 sentences were the binding limit,
+# and larger ones translated faster with the same output (docs/benchmark-log.md, translate-text's
+# batch limits).
+BATCH_TOKENS = 8192
+MAX_BATCH_SENTENCES = 512
 # Characters per subword token of the bundled model's source tokenizer on its test split; a
 # batch's padded size is estimated with it before tokenizing (the export does not expose its
 # tokenizer).
