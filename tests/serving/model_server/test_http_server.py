@@ -375,26 +375,33 @@ def serving_http(core, **options):
         thread.join(timeout=30)
 
 
+def send_until_answered(connection, piece, every_seconds, limit_seconds=60):
+    """`(what the server answered, seconds until it closed)`: sends `piece` of a body every
+    `every_seconds` until the server answers and closes (or `limit_seconds`); closes it."""
+    connection.settimeout(every_seconds)
+    started, response = time.monotonic(), b""
+    try:
+        while time.monotonic() - started < limit_seconds:
+            try:
+                chunk = connection.recv(4096)
+            except TimeoutError:
+                send_ignoring_a_close(connection, piece)
+                continue
+            if not chunk:
+                break
+            response += chunk
+    finally:
+        connection.close()
+    return response, time.monotonic() - started
+
+
 def test_a_body_slower_than_the_minimum_rate_is_cut_off_with_408(main_server):
     """A body trickling a byte every 0.2 s never let a read time out (3 s here), so it held
     its connection for as long as its Content-Length allowed; past its first read timeout a
     body must average MIN_BODY_BYTES_PER_SECOND."""
     with serving_http(main_server.server.core, num_threads=1, read_timeout_seconds=3) as server:
         trickle = open_post(server.server_address[1], b"Content-Length: 60000\r\n", b"{")
-        trickle.settimeout(0.2)
-        started, response = time.monotonic(), b""
-        try:
-            while time.monotonic() - started < 60:
-                try:
-                    chunk = trickle.recv(4096)
-                except TimeoutError:
-                    send_ignoring_a_close(trickle, b" ")
-                    continue
-                if not chunk:
-                    break
-                response += chunk
-        finally:
-            trickle.close()
+        response, _ = send_until_answered(trickle, b" ", every_seconds=0.2)
     assert status_and_error(response) == (
         b"HTTP/1.1 408 Request Timeout",
         "The request body arrived slower than 1024 bytes a second after its first 3 s",
@@ -408,21 +415,7 @@ def test_a_body_that_keeps_the_minimum_rate_is_still_cut_off_at_the_body_deadlin
     options = {"num_threads": 1, "read_timeout_seconds": 3, "body_timeout_seconds": 4}
     with serving_http(main_server.server.core, **options) as server:
         steady = open_post(server.server_address[1], b"Content-Length: 1000000\r\n", b"{")
-        steady.settimeout(0.5)
-        started, response = time.monotonic(), b""
-        try:
-            while time.monotonic() - started < 60:
-                try:
-                    chunk = steady.recv(4096)
-                except TimeoutError:
-                    send_ignoring_a_close(steady, b" " * 2048)
-                    continue
-                if not chunk:
-                    break
-                response += chunk
-        finally:
-            steady.close()
-        elapsed = time.monotonic() - started
+        response, elapsed = send_until_answered(steady, b" " * 2048, every_seconds=0.5)
     assert status_and_error(response) == (
         b"HTTP/1.1 408 Request Timeout",
         "The request body did not arrive in full within 4 s",
