@@ -397,6 +397,41 @@ MUTATIONS = (
         "        if False:\n",
         ("tests/benchmarks/test_report.py", "-k", "write_section"),
     ),
+    Mutation(
+        "a word copied from the source counts as made up",
+        "training/made_up_words.py",
+        "            if _fold(word) not in copied and not self.is_english(word)\n",
+        "            if not self.is_english(word)\n",
+        ("tests/training/test_made_up_words.py",),
+    ),
+    Mutation(
+        "Apertium's segments joined by a newline alone, which its rules reorder words across",
+        "training/corpus/apertium.py",
+        '_SEGMENT_SEPARATOR = "\\n\\n"\n',
+        '_SEGMENT_SEPARATOR = "\\n"\n',
+        ("tests/training/corpus/test_apertium.py",),
+    ),
+    Mutation(
+        "a back-translated pair keeps Apertium's unknown-word marks",
+        "training/corpus/backtranslation.py",
+        "        if source and not apertium.has_unknown_marks(source)\n",
+        "        if source\n",
+        ("tests/training/corpus/test_backtranslation.py", "-k", "builds_offline"),
+    ),
+    Mutation(
+        "catalogs-more keeps the English of the catalogs corpus",
+        "training/corpus/catalogs.py",
+        "    keyed_pairs = remove_duplicates(yields, seen)\n",
+        "    keyed_pairs = remove_duplicates(yields)\n",
+        ("tests/training/corpus/test_catalogs.py", "-k", "apart_from_another"),
+    ),
+    Mutation(
+        "a REST body may take as long as its length allows at the minimum rate",
+        "serving/model_server/http_server.py",
+        "        remaining = min(rate_deadline, body_deadline) - loop.time()\n",
+        "        remaining = rate_deadline - loop.time()\n",
+        ("tests/serving/model_server/test_http_server.py", "-k", "body_deadline"),
+    ),
 )
 
 
