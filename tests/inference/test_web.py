@@ -8,7 +8,6 @@ import re
 import socket
 import subprocess
 import sys
-import threading
 import urllib.request
 
 import numpy as np
@@ -24,28 +23,24 @@ from common.serving_contract import (
     TEXT_INPUT,
     TRANSLATION_OUTPUT,
 )
-from inference.web import READY_LINE, WEB_DIR, PageServer
+from inference.web import READY_LINE, WEB_DIR
 from tests.model_server_fixtures import PREDICT_PATH, http, read_until_closed
 from tests.serving_fixtures import (
     DIES_WITH_THE_TESTS,
     MODEL_NAME,
     REPO_ROOT,
-    ServerProcess,
     expected_alignment,
     expected_beam,
     expected_greedy,
-    make_model_base,
 )
+from tests.web_fixtures import page_server, predict_body, toy_model_server
 
 SENTENCES = ["hola mundo grande", "el gato"]
 
 
 @pytest.fixture(scope="module")
 def model_server(exports, tmp_path_factory):
-    base_path = make_model_base(exports, str(tmp_path_factory.mktemp("web_models")))
-    with ServerProcess(
-        [f"--model_name={MODEL_NAME}", f"--model_base_path={base_path}"], rest=True
-    ) as server:
+    with toy_model_server(exports, tmp_path_factory.mktemp("web_models")) as server:
         yield server
 
 
@@ -56,16 +51,6 @@ def page(model_server):
     yield server
     server.shutdown()
     server.server_close()
-
-
-def page_server(rest_url, **options):
-    server = PageServer(("127.0.0.1", 0), rest_url, MODEL_NAME, **options)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server
-
-
-def predict_body(signature, texts):
-    return {"signature_name": signature, "inputs": {TEXT_INPUT: texts}}
 
 
 def test_the_page_files_are_served_with_their_types_and_nothing_else_of_the_disk(page):
