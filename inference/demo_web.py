@@ -11,6 +11,7 @@
 
 import argparse
 import os
+import signal
 import sys
 
 from common.serving_contract import ALIGNMENTS_SIGNATURE, BEAM_SIGNATURE, GREEDY_SIGNATURE
@@ -20,6 +21,12 @@ from run_directory import artifacts
 
 # In the export's order (common.serving_contract.SIGNATURES), as export_info.json lists them.
 PAGE_SIGNATURES = (GREEDY_SIGNATURE, BEAM_SIGNATURE, ALIGNMENTS_SIGNATURE)
+
+
+def _exit_on_sigterm(signum, frame):
+    # SIGTERM (a supervisor, `kill`) stops the page and the model server as Ctrl+C does; without
+    # this the model server outlived the page.
+    raise SystemExit(128 + signum)
 
 
 def main(argv=None):
@@ -49,6 +56,7 @@ def main(argv=None):
         "exports", "demo-web", os.path.basename(os.path.normpath(args.run_dir))
     )
     base_path = export_for_demo(args.run_dir, export_base, args.model_name, PAGE_SIGNATURES)
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     server = start_server(base_path, args.model_name, args.port, rest_port=args.rest_port)
     try:
         wait_until_serving(f"127.0.0.1:{args.port}", args.model_name, server)
