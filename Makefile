@@ -11,6 +11,8 @@ EXPORT_BASE ?= exports
 MODEL_NAME ?= translator
 PORT ?= 8500
 REST_PORT ?= 8501
+# The translator page's port (make demo-web); it binds 127.0.0.1 only.
+WEB_PORT ?= 8080
 TEXT ?= ¿Dónde está mi hermano?
 # Checkpoints `make average` averages (training keeps --keep_checkpoints, 3 by default).
 AVERAGE_LAST ?= 3
@@ -25,7 +27,7 @@ SERVER_FLAGS := --port=$(PORT) --rest_api_port=$(REST_PORT) --model_name=$(MODEL
 	--batching_parameters_file=serving/batching.config \
 	--monitoring_config_file=serving/monitoring.config $(SERVE_ARGS)
 
-.PHONY: help setup translate test test-large test-under-load check-mutations lint data data-bible data-catalogs data-catalogs-more data-wordnet-bt data-lexicon data-test bench-everyday train average evaluate export serve query demo demo-train pretrained train-everyday notebooks \
+.PHONY: help setup translate test test-large test-under-load check-mutations lint data data-bible data-catalogs data-catalogs-more data-wordnet-bt data-lexicon data-test bench-everyday train average evaluate export serve query demo demo-web demo-train browser pretrained train-everyday notebooks \
 	bench-train bench-decode bench-profile bench-serve bench-sweep bench-tokenizer bench-robustness \
 	bench-translate bench-cold-start bench-soak check-prometheus \
 	export-ctranslate2 clean-venv
@@ -60,8 +62,19 @@ test: $(STAMP) data-bible data-test lint  ## ruff, then the suite but its large 
 
 # The tests marked large (tests/collection.py): end-to-end training runs, command-line exports,
 # notebooks, CLIs' processes. CI runs them after `make test`.
-test-large: $(STAMP) data-bible data-test  ## The large tests make test leaves out: trained runs, exports, notebooks, CLIs end to end (CI runs both).
+test-large: $(STAMP) data-bible data-test browser  ## The large tests make test leaves out: trained runs, exports, notebooks, CLIs end to end (CI runs both).
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup -m large tests
+
+# Debian's Chromium and its driver, for the translator page's browser test (tests/inference/
+# test_web_browser.py), installed when missing and the user is root; elsewhere that test skips
+# and says why.
+browser:  ## Debian's chromium and chromium-driver (as root, when /usr/bin/chromedriver is missing).
+	@if [ -x /usr/bin/chromedriver ]; then :; \
+	elif [ "$$(id -u)" = 0 ]; then \
+		apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium chromium-driver; \
+	else \
+		echo "not root: the browser test skips (install chromium and chromium-driver to run it)"; \
+	fi
 
 # `make test` beside BUSY_PROCESSES processes that keep a core each busy, as a shared CI
 # machine or a developer's other work does: the suite must not depend on an idle machine.
@@ -136,6 +149,9 @@ query: $(STAMP)  ## make query TEXT="..."
 
 demo: $(STAMP)  ## The bundled pretrained model: export, server in the background, translations over gRPC.
 	$(PY) -m inference.demo --port $(PORT)
+
+demo-web: $(STAMP)  ## The translator page on the bundled model: export, server, page at http://127.0.0.1:$(WEB_PORT)/ until Ctrl+C.
+	$(PY) -m inference.demo_web --port $(PORT) --rest_port $(REST_PORT) --web_port $(WEB_PORT)
 
 demo-train: $(STAMP)  ## As demo, with a model trained on the spot (the demo preset, a few minutes).
 	$(PY) -m inference.demo --port $(PORT) --train demo --run_dir runs/demo

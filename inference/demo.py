@@ -103,6 +103,56 @@ def wait_until_serving(address, model_name, process, timeout=180):
     raise TimeoutError(f"{model_name} was not served at {address} within {timeout} s")
 
 
+def export_for_demo(run_dir, export_base, model_name, signatures):
+    """Exports `signatures` of `run_dir` under `export_base` (default
+    `exports/demo/<the run directory's name>`), unless an up-to-date version holds them; returns
+    the model's base path (absolute), as the server takes it."""
+    export_base = export_base or os.path.join(
+        "exports", "demo", os.path.basename(os.path.normpath(run_dir))
+    )
+    base_path = os.path.abspath(os.path.join(export_base, model_name))
+    reused = up_to_date_version(base_path, run_dir, signatures)
+    if reused:
+        print(f"serving {reused}, exported from {run_dir} since it last changed", flush=True)
+        return base_path
+    run(
+        [
+            sys.executable,
+            "-m",
+            "inference.export",
+            "--run_dir",
+            run_dir,
+            "--export_base",
+            export_base,
+            "--model_name",
+            model_name,
+            "--signatures",
+            ",".join(signatures),
+        ]
+    )
+    return base_path
+
+
+def start_server(base_path, model_name, port, rest_port=0):
+    """The serving stack (`tensorflow_model_server` if installed, else `serving.server`) on
+    127.0.0.1:`port` for gRPC and `rest_port` for REST (0: none), started in the background;
+    the caller waits for it (`wait_until_serving`) and stops it (`stop_server`)."""
+    server_binary = shutil.which("tensorflow_model_server")
+    command = ([server_binary] if server_binary else [sys.executable, "-m", "serving.server"]) + [
+        f"--port={port}",
+        f"--rest_api_port={rest_port}",
+        f"--model_name={model_name}",
+        f"--model_base_path={base_path}",
+    ]
+    print("$", " ".join(command), flush=True)
+    return subprocess.Popen(command)
+
+
+def stop_server(server):
+    server.send_signal(signal.SIGTERM)
+    server.wait(timeout=60)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(
         prog="python -m inference.demo", description=__doc__.split("\n")[0]
@@ -159,38 +209,8 @@ def main(argv=None):
             f"{args.run_dir} holds no trained model ({artifacts.MODEL_FILE}); give "
             "--train PRESET to train one (make demo-train)"
         )
-    export_base = args.export_base or os.path.join(
-        "exports", "demo", os.path.basename(os.path.normpath(args.run_dir))
-    )
-    base_path = os.path.abspath(os.path.join(export_base, args.model_name))
-    reused = up_to_date_version(base_path, args.run_dir, DEMO_SIGNATURES)
-    if reused:
-        print(f"serving {reused}, exported from {args.run_dir} since it last changed", flush=True)
-    else:
-        run(
-            [
-                python,
-                "-m",
-                "inference.export",
-                "--run_dir",
-                args.run_dir,
-                "--export_base",
-                export_base,
-                "--model_name",
-                args.model_name,
-                "--signatures",
-                ",".join(DEMO_SIGNATURES),
-            ]
-        )
-    server_binary = shutil.which("tensorflow_model_server")
-    command = ([server_binary] if server_binary else [python, "-m", "serving.server"]) + [
-        f"--port={args.port}",
-        "--rest_api_port=0",
-        f"--model_name={args.model_name}",
-        f"--model_base_path={base_path}",
-    ]
-    print("$", " ".join(command), flush=True)
-    server = subprocess.Popen(command)
+    base_path = export_for_demo(args.run_dir, args.export_base, args.model_name, DEMO_SIGNATURES)
+    server = start_server(base_path, args.model_name, args.port)
     address = f"127.0.0.1:{args.port}"
     try:
         wait_until_serving(address, args.model_name, server)
@@ -204,8 +224,8 @@ def main(argv=None):
                     print(f"  {source}\n    → {translation}")
         client.close()
     finally:
-        server.send_signal(signal.SIGTERM)
-        server.wait(timeout=60)
+        stop_server(server)
+    print("\nTry it in a browser, with the attention drawn: make demo-web")
     return 0
 
 
