@@ -62,8 +62,9 @@ def breakdown(root, model, beam_width):
         env=environment,
         capture_output=True,
         text=True,
-        check=True,
     )
+    if result.returncode != 0:
+        raise RuntimeError(f"the breakdown in {root} failed: {result.stderr.strip()[-2000:]}")
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
@@ -160,9 +161,10 @@ def main(argv=None):
                 rows[name, width].append(breakdown(checkout, model, width))
             commands[width].append(whole_command(model, width))
     # Another checkout is named by its role, not by where it lies on this machine.
+    baseline_forms = {args.baseline_root, f"--baseline_root={args.baseline_root}"}
     shown = [
-        "BASELINE_CHECKOUT"
-        if args.baseline_root and arg == args.baseline_root
+        arg.replace(args.baseline_root, "BASELINE_CHECKOUT")
+        if args.baseline_root and arg in baseline_forms
         else shown_path(arg)
         if os.path.exists(arg)
         else arg

@@ -35,6 +35,7 @@ from training.evaluate import (
     UNPERTURBED,
     apertium_report,
     evaluate_perturbations,
+    made_up_cell,
     made_up_words_for,
     output_stem,
 )
@@ -96,7 +97,7 @@ def markdown(pairs, split, reports, outputs, coverage, command, listed, notes=()
         "| --- | ---: | ---: | ---: | ---: |",
         *(
             f"| {r.get('run_dir', 'Apertium')}: {r['decoding']} | {r['bleu']:.2f} | "
-            f"{r['chrf']:.2f} | {100 * r['made_up_rate']:.1f}% ({r['made_up_words']}) | "
+            f"{r['chrf']:.2f} | {made_up_cell(r)} | "
             f"{r['seconds']:.1f} s |"
             for r in reports
         ),

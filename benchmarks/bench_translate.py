@@ -177,24 +177,27 @@ def measure(model_dir, sizes, window_lines, sample_seconds=5.0):
 
 # A file translated by CTranslate2 as its users translate one: `Translator.translate_file`
 # on the converted model, SentencePiece in Python around it (the run's `spm.*.model`, whose
-# pieces and ids are the run's vocabulary), batches of translate-text's token budget, both
-# cores, [PAD] never emitted as the project decodes. Run as `python -c`: nothing of the project
-# (whose packages load TensorFlow) is imported, as nothing of it is in a CTranslate2 user's
-# process; so neither are the run's casing, accent restoration and placeholders applied (the
-# speed of the model, not of the same translations).
+# pieces and ids are the run's vocabulary), batches of translate-text's token budget, every
+# core (intra_threads 0), [PAD] never emitted as the project decodes. Run as `python -c`:
+# nothing of the project (whose packages load TensorFlow) is imported, as nothing of it is in a
+# CTranslate2 user's process; so neither are the run's casing, accent restoration and
+# placeholders applied (the speed of the model, not of the same translations).
 _CT2_CHILD = """
 import sys
 import ctranslate2, sentencepiece
-model_dir, spm_model, source, output, compute_type, beam, positions, batch_tokens = sys.argv[1:]
-pieces = sentencepiece.SentencePieceProcessor(model_file=spm_model)
+(model_dir, source_model, target_model, source, output, compute_type, beam, positions,
+ batch_tokens) = sys.argv[1:]
+source_pieces = sentencepiece.SentencePieceProcessor(model_file=source_model)
+target_pieces = sentencepiece.SentencePieceProcessor(model_file=target_model)
 translator = ctranslate2.Translator(
-    model_dir, device="cpu", compute_type=compute_type, inter_threads=1, intra_threads=2
+    model_dir, device="cpu", compute_type=compute_type, inter_threads=1, intra_threads=0
 )
 translator.translate_file(
     source, output, max_batch_size=int(batch_tokens), batch_type="tokens",
     beam_size=int(beam), suppress_sequences=[["[PAD]"]],
     max_input_length=int(positions) - 2, max_decoding_length=int(positions),
-    source_tokenize_fn=pieces.encode_as_pieces, target_detokenize_fn=pieces.decode_pieces,
+    source_tokenize_fn=source_pieces.encode_as_pieces,
+    target_detokenize_fn=target_pieces.decode_pieces,
 )
 """
 
@@ -205,7 +208,13 @@ def peer_commands(model_dir, ct2_dirs, beam_width, window_lines):
     `_CT2_CHILD`) at the same beam width, and Apertium `spa-eng` (when it runs here,
     `training.corpus.apertium`)."""
     positions = str(artifacts.read_config(model_dir)["max_sequence_length"])
-    spm_model = next(iter(sorted((Path(model_dir) / artifacts.TOKENIZER_DIR).glob("spm*.model"))))
+    tokenizer_dir = Path(model_dir) / artifacts.TOKENIZER_DIR
+    shared = tokenizer_dir / "spm.shared.model"
+    source_model, target_model = (
+        (shared, shared)
+        if shared.is_file()
+        else (tokenizer_dir / "spm.src.model", tokenizer_dir / "spm.tgt.model")
+    )
     commands = {
         TRANSLATE_TEXT: lambda source, output: translate_text_command(
             model_dir, source, output, window_lines, beam_width
@@ -218,7 +227,8 @@ def peer_commands(model_dir, ct2_dirs, beam_width, window_lines):
                 "-c",
                 _CT2_CHILD,
                 ct2_dir,
-                str(spm_model),
+                str(source_model),
+                str(target_model),
                 source,
                 output,
                 compute_type,
@@ -285,7 +295,7 @@ def peers_markdown(model_dir, results, beam_width, command):
         "lower-cased, without the final mark, cut at the first comma), "
         f"{'greedy' if beam_width == 1 else f'beam {beam_width}'}, each system a fresh "
         "process, the systems interleaved; CTranslate2 on the same weights "
-        "(`inference.export_ctranslate2`), SentencePiece in Python, 2 threads, token-budget "
+        "(`inference.export_ctranslate2`), SentencePiece in Python, every core, token-budget "
         "batches as translate-text's. Start-up is what the smaller file's time holds beyond "
         "its lines at the rate past start-up.",
         "",
@@ -395,7 +405,9 @@ def main(argv=None):
         help="instead: translate-text beside CTranslate2 float32 and int8 on the same weights "
         "and Apertium, on the everyday and Bible test sentences",
     )
-    parser.add_argument("--beam_width", type=int, default=1, help="with --peers (default: 1)")
+    parser.add_argument(
+        "--peers_beam", type=int, default=1, help="--peers: every system's beam (default: 1)"
+    )
     args = parser.parse_args(argv)
     command = "python -m benchmarks.bench_translate " + " ".join(
         argv if argv is not None else sys.argv[1:]
@@ -405,11 +417,11 @@ def main(argv=None):
             results = compare(
                 args.model,
                 [args.small_lines or max(args.lines // 4, 1), args.lines],
-                args.beam_width,
+                args.peers_beam,
                 args.window_lines,
                 directory,
             )
-        text = peers_markdown(args.model, results, args.beam_width, command.strip())
+        text = peers_markdown(args.model, results, args.peers_beam, command.strip())
         print(text)
         if args.output:
             write_section(args.output, PEERS_SECTION, text)

@@ -42,8 +42,10 @@ from training.corpus.loading import (
     DEFAULT_BIBLE_DIR,
     DEFAULT_CATALOGS_DIR,
     DEFAULT_LEXICON_DIR,
+    DEFAULT_MORE_CATALOGS_DIR,
     EVERYDAY_DIR,
     LEXICON_SPEC,
+    MORE_CATALOGS_SPEC,
 )
 from training.corpus.outputs import read_corpus_stats
 from training.corpus.tsv import SPLITS, read_tsv
@@ -54,6 +56,7 @@ from training.evaluate import (
     evaluate,
     evaluate_perturbations,
     load_for_evaluation,
+    made_up_cell,
     made_up_words_for,
     output_stem,
     translate,
@@ -62,19 +65,21 @@ from training.evaluate import (
 _BUILT_CORPORA = {
     "bible": DEFAULT_BIBLE_DIR,
     "catalogs": DEFAULT_CATALOGS_DIR,
+    MORE_CATALOGS_SPEC: DEFAULT_MORE_CATALOGS_DIR,
     BACKTRANSLATION_SPEC: DEFAULT_BACKTRANSLATION_DIR,
     LEXICON_SPEC: DEFAULT_LEXICON_DIR,
 }
 _CORPUS_TITLES = {
     "bible": "Bible",
     "catalogs": "message catalogs",
+    MORE_CATALOGS_SPEC: "more message catalogs",
     BACKTRANSLATION_SPEC: "back-translated WordNet",
     LEXICON_SPEC: "lexicon",
 }
 # A corpus's weight in a mixed `--data` spec ("bible:1,catalogs:3").
 _MIX_WEIGHT = re.compile(r":\d+(?:\.\d+)?$")
 # How the card sums up the catalogs' per-package licences (stats.json has each one).
-_LICENCE_FAMILIES = ("GPL", "LGPL", "MPL", "CC-BY-SA", "WordNet", "public domain")
+_LICENCE_FAMILIES = ("GPL", "LGPL", "MPL", "CC-BY-SA", "GFDL", "WordNet", "public domain")
 # Everyday sentences shown in the card, spread evenly over the set (and so over its topics).
 EVERYDAY_EXAMPLES = 20
 
@@ -98,7 +103,11 @@ def _licence_summary(manifests):
         family
         for manifest in manifests
         for family in _LICENCE_FAMILIES
-        if re.search(rf"(?<![A-Za-z]){re.escape(family)}", manifest["licence"], re.IGNORECASE)
+        if re.search(
+            rf"(?<![A-Za-z]){re.escape(family).replace(chr(92) + ' ', '[ -]')}",
+            manifest["licence"],
+            re.IGNORECASE,
+        )
     )
     counted = ", ".join(f"{family} {count}" for family, count in families.most_common())
     return f"packages under {counted} (one package may count under several)"
@@ -142,6 +151,7 @@ def corpus_row(name):
 _CORPUS_DOMAINS = {
     "bible": "Bible verses in the language of the 1909 Reina-Valera (modern spelling)",
     "catalogs": "the text of software and games: menus, messages, help and game dialogue",
+    MORE_CATALOGS_SPEC: "more software and games: money, family history, notes, chat, mail",
     BACKTRANSLATION_SPEC: "everyday English phrasing (WordNet's usage examples)",
     LEXICON_SPEC: "the words of everyday talk, one by one (dictionaries)",
 }
@@ -245,23 +255,27 @@ def _evaluation_section(reports, everyday):
         "",
     ]
     if everyday:
-        reports, pairs = everyday[0], everyday[1]
+        everyday_reports, pairs, _, peer_hypotheses = everyday
+        peer = (
+            " beside Apertium (`apertium spa-eng`, the rule-based translator Debian ships)"
+            if peer_hypotheses
+            else ""
+        )
         lines += [
             "Everyday Spanish (home, food, travel, work, school, health, weather, time, prices, "
             "shopping, family, feelings, phones and computers, directions, sport, animals; "
             f"some typed in lowercase, without accents or in capitals): the {len(pairs)} "
             "sentences of `training/everyday/test.tsv`, written for the purpose and never "
-            "trained or tuned on, beside Apertium (`apertium spa-eng`, the rule-based "
-            "translator Debian ships). Made-up words: the share of output words neither "
-            "English (Debian's word lists, the training targets) nor copied from the source "
-            "(`training.made_up_words`).",
+            f"trained or tuned on{peer}. Made-up words: the share of output words neither "
+            "English nor copied from the source (`training.made_up_words`; known words: "
+            f"{everyday_reports[0]['made_up_known_words']}).",
             "",
             "| system | BLEU | chrF | made-up words |",
             "|---|---:|---:|---:|",
             *(
                 f"| {report['decoding']} | {report['bleu']:.2f} | {report['chrf']:.2f} | "
-                f"{100 * report['made_up_rate']:.1f}% |"
-                for report in reports
+                f"{made_up_cell(report)} |"
+                for report in everyday_reports
             ),
             "",
         ]
@@ -280,7 +294,7 @@ def _limitations_section(known_examples, everyday):
             lines += ([f"`{corpus}`:", ""] if corpus else []) + _example_table(rows)
     if everyday:
         _, pairs, hypotheses, peer_hypotheses = everyday
-        step = max(1, len(pairs) // EVERYDAY_EXAMPLES)
+        step = max(1, -(-len(pairs) // EVERYDAY_EXAMPLES))
         rows = [
             (source, reference, hypothesis, *([peer_hypotheses[index]] if peer_hypotheses else []))
             for index, ((source, reference), hypothesis) in enumerate(zip(pairs, hypotheses))

@@ -22,7 +22,8 @@ class TrainConfig:
     # CORPUS:WEIGHT,CORPUS:WEIGHT (training.mixture).
     data: str = "bible"
     # Corpora scored on their dev split at every checkpoint (loss, BLEU), never trained on:
-    # comma-separated specs, e.g. training/everyday ("": none).
+    # comma-separated specs as --data names them, weights ignored, e.g. training/everyday
+    # ("": none).
     dev_data: str = ""
     tfds_data_dir: str = ""  # TFDS data directory for tfds:NAME ("": TFDS's, ~/tensorflow_datasets)
     tokenizer: str = "sentencepiece"  # sentencepiece | wordpiece (model/tokenizer.py)

@@ -46,7 +46,7 @@ from run_directory import artifacts
 from training import decoding_flags
 from training.copying import KINDS, copy_rate_sets, copy_rates, corpus_words, proper_names
 from training.corpus import CorpusError, apertium, corpus_is_at_hand, load_run_pairs
-from training.made_up_words import MadeUpWords
+from training.made_up_words import MadeUpWords, english_words, words
 from training.mixture import load_splits, parse_data
 from training.noise import PERTURBATIONS, perturbation
 
@@ -194,7 +194,13 @@ class EvaluatedModel:
 def made_up_words_for(data):
     """`(MadeUpWords, what it knows)`: the English word lists and the target side of the
     training corpora of `data` (a data spec, or None) that are at hand; a corpus that would have
-    to be built or downloaded first is left out, and named in what it knows."""
+    to be built or downloaded first is left out, and named in what it knows. `(None, why)` where
+    the word lists cannot be had (no apt, offline before their first download): reports then
+    hold no rate (`made_up_report`)."""
+    try:
+        english = english_words()
+    except CorpusError as error:
+        return None, f"not measured: the English word lists could not be had ({error})"
     corpora = parse_data(data) if data else []
     at_hand = [corpus for corpus in corpora if corpus_is_at_hand(corpus.spec)]
     targets = [
@@ -208,7 +214,7 @@ def made_up_words_for(data):
     missing = [corpus.name for corpus in corpora if corpus not in at_hand]
     if missing:
         known += f" (not built here: {', '.join(missing)})"
-    return MadeUpWords.for_training_targets(targets), known
+    return MadeUpWords(english | {word for text in targets for word in words(text)}), known
 
 
 def apertium_report(pairs, made_up):
@@ -230,9 +236,26 @@ def apertium_report(pairs, made_up):
         "decoding": f"Apertium {apertium.apertium_version()} spa-eng",
         "seconds": round(seconds, 1),
         **score(hypotheses, [target for _, target in pairs]),
-        **made_up[0].report(hypotheses, sources),
+        **made_up_report(made_up, hypotheses, sources),
     }
     return report, hypotheses
+
+
+def made_up_report(made_up, translations, sources):
+    """The made-up-word fields of a report (`MadeUpWords.report`, and "made_up_known_words"),
+    for `made_up` as `made_up_words_for` gives it; None rates where it could not be measured."""
+    checker, known = made_up
+    if checker is None:
+        empty = {"made_up_rate": None, "made_up_words": None, "output_words": None}
+        return {**empty, "made_up_examples": {}, "made_up_known_words": known}
+    return {**checker.report(translations, sources), "made_up_known_words": known}
+
+
+def made_up_cell(report):
+    """A table cell of a report's made-up-word rate: "3.4% (99)", or "n/a"."""
+    if report.get("made_up_rate") is None:
+        return "n/a"
+    return f"{100 * report['made_up_rate']:.1f}% ({report['made_up_words']})"
 
 
 def describe_decoding(options, beam_width):
@@ -493,8 +516,7 @@ def _evaluate_pairs(pairs, perturb_function, model, batch_size, made_up):
         **score(hypotheses, [target for _, target in pairs]),
         "looping": round(looping / max(len(pairs), 1), 4),
         "looping_sentences": looping,
-        **made_up[0].report(hypotheses, sources),
-        "made_up_known_words": made_up[1],
+        **made_up_report(made_up, hypotheses, sources),
         "hypotheses": hypotheses,
     }
 
@@ -622,7 +644,7 @@ def robustness_table(reports):
             (f"| {corpus} " if mixed else "")
             + f"| {report['perturbation']} | {report['bleu']:.2f} | {report['chrf']:.2f} | "
             f"{100 * report['looping']:.1f}% ({report['looping_sentences']}) | "
-            f"{100 * report['made_up_rate']:.1f}% ({report['made_up_words']}) |{change}"
+            f"{made_up_cell(report)} |{change}"
         )
     return "\n".join(lines)
 
@@ -731,10 +753,7 @@ def print_reports(reports, perturbed):
         print(robustness_table(reports))
     print(f"BLEU {report['bleu']}  ({report['bleu_signature']})")
     print(f"chrF {report['chrf']}  ({report['chrf_signature']})")
-    print(
-        f"made-up words {100 * report['made_up_rate']:.1f}% "
-        f"({report['made_up_words']} of {report['output_words']})"
-    )
+    print(f"made-up words {made_up_cell(report)} of {report['output_words']} words")
     print(f"{report['sentences']} sentences, {report['decoding']}, {report['seconds']} s")
 
 

@@ -23,7 +23,12 @@ import unicodedata
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from training.corpus.debian import DEFAULT_CACHE_DIR, download_deb, unpack_cached
+from training.corpus.debian import (
+    DEFAULT_CACHE_DIR,
+    announce_downloads,
+    download_deb,
+    unpack_cached,
+)
 
 WORDLIST_PACKAGES = ("wamerican", "wbritish")
 WORDLIST_CACHE_DIR = DEFAULT_CACHE_DIR / "wordlists"
@@ -55,6 +60,7 @@ def english_words(cache_dir: Path = WORDLIST_CACHE_DIR) -> frozenset[str]:
       CorpusError: a package cannot be downloaded or unpacked.
     """
     known = set()
+    announce_downloads(Path(cache_dir), WORDLIST_PACKAGES, "English word lists")
     for package in WORDLIST_PACKAGES:
         deb = download_deb(cache_dir, package)
         unpacked = unpack_cached(deb, Path(cache_dir) / "unpacked" / package, _WORDLIST_MEMBERS)

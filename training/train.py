@@ -74,6 +74,8 @@ MODEL_SETTINGS = (
 # A resumed run must keep these.
 FIXED_ON_RESUME = (
     "data",
+    # The best checkpoint kept is the best mean dev BLEU over these corpora and --data's.
+    "dev_data",
     "init_from",
     *MODEL_SETTINGS,
     # These choose the training pipeline (tokenized up front, or in tf.data), whose iterator
@@ -236,7 +238,7 @@ def dev_only_corpora(config, corpora):
     if not config.dev_data.strip():
         return []
     try:
-        extra = parse_data(",".join(spec.rsplit(":", 1)[0] for spec in config.dev_data.split(",")))
+        extra = parse_data(config.dev_data)
     except ValueError as error:
         raise TrainingError(f"--dev_data: {error}") from error
     clashing = {corpus.name for corpus in corpora} & {corpus.name for corpus in extra}

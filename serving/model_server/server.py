@@ -41,6 +41,7 @@ import argparse
 import dataclasses
 import functools
 import logging
+import math
 import os
 import re
 import signal
@@ -387,7 +388,9 @@ class ModelServer:
             max_body_bytes=max_body_bytes,
             enable_cors=options.rest_api_enable_cors_support,
             read_timeout_seconds=options.rest_api_read_timeout_seconds,
-            body_timeout_seconds=options.rest_api_body_timeout_seconds,
+            body_timeout_seconds=options.rest_api_body_timeout_seconds
+            if options.rest_api_body_timeout_seconds > 0
+            else math.inf,
             memory_budget=self.core.memory_budget,
             answer_timeout_seconds=timeout_seconds,
         )
@@ -518,7 +521,7 @@ def build_arg_parser() -> argparse.ArgumentParser:
         "rest_api_body_timeout_seconds",
         float,
         "[local] a REST request body not complete this long after its head is refused 408, "
-        "however steadily it arrives",
+        "however steadily it arrives; <=0 for none",
     )
     flag(
         "rest_api_free_port",

@@ -6,6 +6,7 @@ import unicodedata
 import sacrebleu
 
 from benchmarks.bench_everyday import MIN_COUNT, markdown, vocabulary_coverage
+from tests.apertium_fixtures import require_apertium
 from training.corpus import load_pairs
 from training.corpus.loading import EVERYDAY_DIR
 from training.corpus.tsv import read_tsv
@@ -48,6 +49,7 @@ def test_vocabulary_coverage_counts_occurrences_seen_at_least_min_count_times():
 
 
 def test_apertium_is_scored_beside_the_model_on_the_same_sentences():
+    require_apertium()
     pairs = read_tsv(EVERYDAY_DIR / "dev.tsv")[:12]
     known = MadeUpWords(["the", "a"]), "two words"
     report, hypotheses = apertium_report(pairs, known)

@@ -53,6 +53,9 @@ def test_bench_translate_puts_ctranslate2_and_apertium_beside_translate_text(tin
     """`--peers`: every system translates every line of both files, each in a process of its
     own; the CTranslate2 children load no TensorFlow (a peak far below translate-text's)."""
     from benchmarks.bench_translate import PEERS_SECTION, TRANSLATE_TEXT, compare, peers_markdown
+    from tests.apertium_fixtures import require_apertium
+
+    require_apertium()
 
     directory = tmp_path / "work"
     directory.mkdir()

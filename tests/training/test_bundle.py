@@ -88,7 +88,7 @@ def test_the_bundle_translates_as_the_run_does_and_its_card_reports_it(bundled, 
         assert everyday["sentences"] == len(pairs)
         assert (
             f"| {everyday['decoding']} | {everyday['bleu']:.2f} | {everyday['chrf']:.2f} | "
-            f"{100 * everyday['made_up_rate']:.1f}% |"
+            f"{100 * everyday['made_up_rate']:.1f}% ({everyday['made_up_words']}) |"
         ) in card
     peer, peer_hypotheses = apertium_report(pairs, made_up_words_for(None))
     assert f"| {peer['decoding']} | {peer['bleu']:.2f} | {peer['chrf']:.2f} |" in card

@@ -38,7 +38,7 @@ def test_words_are_runs_of_letters_with_inner_apostrophes():
 @pytest.mark.parametrize(
     "translation, source, made_up",
     [
-        # The bundle's outputs that issue 55 quotes.
+        # Outputs of the shipped bundle on everyday sentences.
         (
             "What time closes the supermercated over?",
             "¿A qué hora cierra el supermercado?",
@@ -80,3 +80,17 @@ def test_the_report_rates_made_up_words_over_every_output_word(checker):
     assert checker.report([], [])["made_up_rate"] == 0.0
     with pytest.raises(ValueError):
         checker.report(["one"], [])
+
+
+def test_a_report_without_word_lists_holds_no_rate_and_says_why(checker):
+    """Where the word lists cannot be had (offline, no apt) an evaluation still reports, with
+    no rate and the reason, and its tables print n/a."""
+    from training.evaluate import made_up_cell, made_up_report
+
+    report = made_up_report((None, "not measured: no apt"), ["I need a taxi."], ["Necesito."])
+    assert (
+        report["made_up_rate"] is None and report["made_up_known_words"] == "not measured: no apt"
+    )
+    assert made_up_cell(report) == "n/a"
+    measured = made_up_report((checker, "lists"), ["The supermercated."], ["El súper."])
+    assert made_up_cell(measured) == "50.0% (1)" and measured["made_up_known_words"] == "lists"

@@ -71,7 +71,7 @@ def unpack_wordnet(cache_dir: Path) -> Path:
     Raises:
       CorpusError: the package cannot be downloaded or unpacked.
     """
-    announce_downloads(cache_dir, [WORDNET_PACKAGE], "WordNet")
+    announce_downloads(cache_dir, [WORDNET_PACKAGE], "WordNet (for wordnet-bt and lexicon)")
     deb = download_deb(cache_dir, WORDNET_PACKAGE)
     return unpack_cached(deb, Path(cache_dir) / "unpacked" / WORDNET_PACKAGE, WORDNET_MEMBERS)
 
@@ -187,16 +187,21 @@ def build_backtranslation_corpus(
       FileExistsError: some, but not all, outputs exist and `force` is off.
     """
     out_dir, cache_dir = Path(out_dir), Path(cache_dir)
-    apertium.ensure_apertium()
     identity = {
         "format_version": CORPUS_FORMAT_VERSION,
-        "apertium_en_es": apertium.apertium_version(),
         "limit": limit,
     }
 
+    # A built corpus stays current where Apertium is not installed (nothing to compare with,
+    # and no rebuild to make without it).
+    installed = apertium.apertium_version()
+    if installed:
+        identity["apertium_en_es"] = installed
     stale_reason = stale_unless(out_dir, identity, "format or Apertium version")
     if not needs_build(out_dir, force, stale_reason):
         return {}
+    apertium.ensure_apertium()
+    identity["apertium_en_es"] = apertium.apertium_version()
     started = time.monotonic()
     wordnet_dir = unpack_wordnet(cache_dir)
     examples = read_usage_examples(wordnet_dir / "usr/share/wordnet")

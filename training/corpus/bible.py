@@ -96,7 +96,7 @@ def fetch_sword_packages(
     """
     unpacked = Path(cache_dir) / "root"
     packages = tuple(packages)
-    announce_downloads(cache_dir, packages, "bible")
+    announce_downloads(cache_dir, packages, "bible corpus")
     for package in packages:
         unpack_deb(download_deb(cache_dir, package), unpacked)
     return unpacked / "usr" / "share" / "sword"

@@ -26,6 +26,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import hashlib
+import json
 import logging
 import time
 from collections.abc import Iterable, Sequence
@@ -328,8 +329,9 @@ def build_catalogs_corpus(
     digest = _packages_digest(packages)
     seen = set()
     if apart_from is not None:
-        other = read_corpus_stats(apart_from) or {}
-        digest += ":" + str(other.get("packages_digest"))
+        # The other corpus's whole record: a rebuild of it (newer packages) rebuilds this one.
+        other = json.dumps(read_corpus_stats(apart_from) or {}, sort_keys=True)
+        digest += ":" + hashlib.sha256(other.encode("utf-8")).hexdigest()[:16]
         seen = {
             near_duplicate_key(english)
             for split in SPLITS
@@ -347,7 +349,7 @@ def build_catalogs_corpus(
     if not needs_build(out_dir, force, stale_reason):
         return {}
     started = time.monotonic()
-    announce_downloads(cache_dir, packages, "catalogs")
+    announce_downloads(cache_dir, packages, "catalogs corpus")
     yields = [
         read_package(package, cache_dir)
         for package in tqdm(packages, desc="catalogs corpus", unit="package")

@@ -195,21 +195,20 @@ def download_megabytes(packages: Iterable[str]) -> float | None:
     return sum(int(size) for size in sizes) / 1e6
 
 
-def announce_downloads(cache_dir: Path, packages: Iterable[str], corpus: str) -> None:
-    """Says, before a corpus build starts, what it will download: the packages not yet in
-    `cache_dir` and their size (`download_megabytes`), or that everything is cached."""
+def announce_downloads(cache_dir: Path, packages: Iterable[str], what: str) -> None:
+    """Says, before a build starts, what it will download for `what` ("catalogs corpus"): the
+    packages not yet in `cache_dir` and their size (`download_megabytes`), or that everything
+    is cached."""
     missing = [package for package in packages if cached_deb(Path(cache_dir), package) is None]
     if not missing:
-        logger.info(
-            "%s corpus: every package is in %s already; nothing to download", corpus, cache_dir
-        )
+        logger.info("%s: every package is in %s already; nothing to download", what, cache_dir)
         return
     megabytes = download_megabytes(missing)
     size = f"{megabytes:,.1f} MB" if megabytes is not None else "a size apt cannot tell yet"
     logger.info(
-        "%s corpus: downloading %d Debian package(s), %s, into %s (once: later builds reuse "
+        "%s: downloading %d Debian package(s), %s, into %s (once: later builds reuse "
         "them); Ctrl-C stops it, and the same command goes on where it stopped",
-        corpus,
+        what,
         len(missing),
         size,
         cache_dir,

@@ -1,6 +1,7 @@
 """Builds the lexicon corpus: Spanish->English word and short-phrase pairs (`lexicon`).
 
-Two bilingual word lists from Debian, both GPL:
+Two bilingual word lists from Debian (their licences, recorded per package in stats.json,
+are the GPL's, with CC-BY-SA, GFDL and public-domain parts in FreeDict's):
   * FreeDict's Spanish-English and English-Spanish dictionaries (`dict-freedict-spa-eng`,
     `dict-freedict-eng-spa`, dictd format): each headword with its translations, the
     English-Spanish one read backwards.
@@ -53,7 +54,7 @@ SPLIT_SALT = "lexicon-es-en-v1"
 CORPUS_FORMAT_VERSION = 1
 # A lexicon entry is a word or a short phrase on each side.
 MAX_WORDS = 3
-# WordNet's lexicographer file numbers by part of speech (the digit after '%' of a sense key).
+# WordNet's synset type of a verb: the digit after '%' of a sense key.
 _VERB = "2"
 _SPANISH_INFINITIVE_MARK = re.compile(r"^(?:para|a)\s+", re.IGNORECASE)
 # FreeDict's headword line ("perro /pˈero/") and numbered senses ("1. dog, hound").
@@ -115,7 +116,7 @@ def is_phrase(text: str) -> bool:
 def freedict_pairs(cache_dir: Path) -> tuple[list[Pair], list[dict]]:
     """`(Spanish, English)` pairs of both FreeDict dictionaries, and their package manifests."""
     pairs, manifests = [], []
-    announce_downloads(cache_dir, FREEDICT_PACKAGES, "lexicon")
+    announce_downloads(cache_dir, FREEDICT_PACKAGES, "lexicon corpus")
     for package in FREEDICT_PACKAGES:
         deb = download_deb(cache_dir, package)
         unpacked = unpack_cached(
@@ -212,15 +213,20 @@ def build_lexicon_corpus(
       FileExistsError: some, but not all, outputs exist and `force` is off.
     """
     out_dir, cache_dir = Path(out_dir), Path(cache_dir)
-    apertium.ensure_apertium()
     identity = {
         "format_version": CORPUS_FORMAT_VERSION,
-        "apertium_en_es": apertium.apertium_version(),
     }
 
+    # A built corpus stays current where Apertium is not installed (nothing to compare with,
+    # and no rebuild to make without it).
+    installed = apertium.apertium_version()
+    if installed:
+        identity["apertium_en_es"] = installed
     stale_reason = stale_unless(out_dir, identity, "format or Apertium version")
     if not needs_build(out_dir, force, stale_reason):
         return {}
+    apertium.ensure_apertium()
+    identity["apertium_en_es"] = apertium.apertium_version()
     started = time.monotonic()
     dictionary_pairs, manifests = freedict_pairs(cache_dir)
     lemmas = wordnet_common_lemmas(unpack_wordnet(cache_dir) / "usr/share/wordnet")

@@ -56,8 +56,9 @@ DEFAULT_CATALOGS_DIR = DEFAULT_BIBLE_DIR.parent / "catalogs"
 DEFAULT_MORE_CATALOGS_DIR = DEFAULT_BIBLE_DIR.parent / MORE_CATALOGS_SPEC
 DEFAULT_BACKTRANSLATION_DIR = DEFAULT_BIBLE_DIR.parent / BACKTRANSLATION_SPEC
 DEFAULT_LEXICON_DIR = DEFAULT_BIBLE_DIR.parent / LEXICON_SPEC
-# Forty everyday sentences with references (issue 47), a corpus directory of a test split only:
-# for evaluation (benchmarks.bench_everyday, the model card), never for training or tuning.
+# Everyday sentences with references, written for the purpose (training/CORPUS.md): a corpus
+# directory of a dev split (for choosing recipes) and a test split (for reporting), no train
+# split; never trained on.
 EVERYDAY_DIR = DEFAULT_BIBLE_DIR.parent.parent / "training" / "everyday"
 # TFDS names its held-out split `validation`; the project calls it `dev`.
 _TFDS_SPLIT_ALIASES = {"dev": ("validation", "dev"), "train": ("train",), "test": ("test",)}

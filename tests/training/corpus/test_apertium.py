@@ -3,15 +3,13 @@ segments that stay aligned one to one, and its unknown-word marks."""
 
 import pytest
 
+from tests.apertium_fixtures import require_apertium
 from training.corpus import apertium
 
 
 @pytest.fixture(scope="module", autouse=True)
 def installed():
-    try:
-        apertium.ensure_apertium(install=False)
-    except apertium.CorpusError as error:
-        pytest.fail(f"{error}; `make data-test` installs it")
+    require_apertium()
 
 
 @pytest.mark.parametrize(

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from tests.apertium_fixtures import require_apertium
 from training import prepare_data
 from training.corpus import apertium, load_pairs
 from training.corpus.backtranslation import (
@@ -58,6 +59,7 @@ def test_near_duplicates_are_kept_once():
 
 
 def test_the_corpus_builds_offline_with_apertiums_spanish(tmp_path, examples):
+    require_apertium()
     out = tmp_path / "wordnet-bt"
     assert prepare_data.main(["--corpus", "wordnet-bt", "--out", str(out), "--limit", "300"]) == 0
     stats = json.loads((out / "stats.json").read_text(encoding="utf-8"))

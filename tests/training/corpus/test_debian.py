@@ -19,10 +19,10 @@ def test_the_download_is_announced_with_its_size_unless_every_package_is_cached(
         if not deb.name.startswith(f"{TEST_PACKAGES[0]}_"):
             shutil.copy(deb, cache)
     with caplog.at_level(logging.INFO, logger="training.corpus.debian"):
-        announce_downloads(DEFAULT_CACHE_DIR / "catalogs", TEST_PACKAGES, "catalogs")
+        announce_downloads(DEFAULT_CACHE_DIR / "catalogs", TEST_PACKAGES, "catalogs corpus")
         assert "nothing to download" in caplog.text
         caplog.clear()
-        announce_downloads(cache, TEST_PACKAGES, "catalogs")
+        announce_downloads(cache, TEST_PACKAGES, "catalogs corpus")
     message = caplog.text
     assert "catalogs corpus: downloading 1 Debian package(s)" in message
     # apt's package lists are here: `make data-test` downloaded through them.

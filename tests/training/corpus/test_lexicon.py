@@ -5,6 +5,7 @@ import json
 
 import pytest
 
+from tests.apertium_fixtures import require_apertium
 from training import prepare_data
 from training.corpus.debian import DEFAULT_CACHE_DIR
 from training.corpus.lexicon import _b64_number, freedict_pairs, is_phrase, read_dictd
@@ -64,6 +65,7 @@ def test_freedict_pairs_read_both_dictionaries_spanish_first():
 
 
 def test_the_lexicon_builds_offline(tmp_path):
+    require_apertium()
     out = tmp_path / "lexicon"
     assert prepare_data.main(["--corpus", "lexicon", "--out", str(out)]) == 0
     stats = json.loads((out / "stats.json").read_text(encoding="utf-8"))
