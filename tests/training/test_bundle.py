@@ -10,7 +10,7 @@ import pytest
 from run_directory import artifacts
 from tests.paths import REPO_ROOT
 from training.average import average_run
-from training.bundle import bundle, main
+from training.bundle import EVERYDAY_EXAMPLES, bundle, main
 from training.corpus.loading import EVERYDAY_DIR
 from training.corpus.tsv import read_tsv
 from training.evaluate import apertium_report, evaluate, made_up_words_for
@@ -93,9 +93,12 @@ def test_the_bundle_translates_as_the_run_does_and_its_card_reports_it(bundled, 
     peer, peer_hypotheses = apertium_report(pairs, made_up_words_for(None))
     assert f"| {peer['decoding']} | {peer['bleu']:.2f} | {peer['chrf']:.2f} |" in card
     assert "## Training data" in card and card.count("| Mi casa tiene") == 1
-    # Examples spread over the set, each with Apertium's translation beside the model's.
-    assert f"| {pairs[18][0]} | {pairs[18][1]} |" in card
-    assert card.count(f" | {peer_hypotheses[18]} |") >= 1
+    # At most EVERYDAY_EXAMPLES examples spread over the set, each with Apertium's translation
+    # beside the model's.
+    step = -(-len(pairs) // EVERYDAY_EXAMPLES)
+    shown = [source for source, _ in pairs if f"| {source} |" in card]
+    assert shown == [source for source, _ in pairs[::step]] and len(shown) <= EVERYDAY_EXAMPLES
+    assert card.count(f" | {peer_hypotheses[step]} |") >= 1
 
 
 def test_a_failed_bundle_leaves_the_previous_one_as_it_was(bundled, tmp_path):
