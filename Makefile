@@ -27,7 +27,7 @@ SERVER_FLAGS := --port=$(PORT) --rest_api_port=$(REST_PORT) --model_name=$(MODEL
 	--batching_parameters_file=serving/batching.config \
 	--monitoring_config_file=serving/monitoring.config $(SERVE_ARGS)
 
-.PHONY: help setup translate test test-large test-under-load check-mutations lint data data-bible data-catalogs data-catalogs-more data-wordnet-bt data-lexicon data-test bench-everyday train average evaluate export serve query demo demo-web demo-train browser pretrained train-everyday notebooks \
+.PHONY: help setup translate test test-large test-under-load check-mutations lint data data-bible data-catalogs data-catalogs-more data-wordnet-bt data-lexicon data-test bench-everyday train average evaluate export serve query demo demo-web demo-train browser pretrained pretrained-base notebooks \
 	bench-train bench-decode bench-profile bench-serve bench-sweep bench-tokenizer bench-robustness \
 	bench-translate bench-cold-start bench-soak check-prometheus \
 	export-ctranslate2 clean-venv
@@ -130,7 +130,7 @@ export: $(STAMP)  ## exports/translator/<next version>/ from RUN_DIR (EXPORT_ARG
 
 # A run directory, a bundle or an export version; stdin and stdout unless INPUT=/OUTPUT= are given.
 MODEL ?= $(PRETRAINED_DIR)
-translate: $(STAMP)  ## make translate MODEL=pretrained/bible-catalogs-es-en < in.txt > out.txt (or INPUT=in.txt OUTPUT=out.txt; TRANSLATE_ARGS="--beam_width 4 --with_scores").
+translate: $(STAMP)  ## make translate MODEL=pretrained/es-en < in.txt > out.txt (or INPUT=in.txt OUTPUT=out.txt; TRANSLATE_ARGS="--beam_width 4 --with_scores").
 	@$(PY) -m inference.translate_text --model $(MODEL) $(if $(INPUT),--input_file $(INPUT)) \
 		$(if $(OUTPUT),--output_file $(OUTPUT)) $(TRANSLATE_ARGS)
 
@@ -158,36 +158,63 @@ demo-web: $(STAMP)  ## The translator page on the bundled model: export, server,
 demo-train: $(STAMP)  ## As demo, with a model trained on the spot (the demo preset, a few minutes).
 	$(PY) -m inference.demo --port $(PORT) --train demo --run_dir runs/demo
 
-# The bundled model (pretrained/bible-catalogs-es-en): its recipe, trained from scratch, averaged,
-# packaged. The Bible and Debian's message catalogs (data/catalogs) mixed half and half, one
-# vocabulary of 8000 pieces learned on both (more would cost output-projection time on every step).
-# 7500 steps, about 2.5 hours on 2 cores (1.2 s a step, dev BLEU on 100 sentences of each corpus
-# every 250): at half weight the Bible gets 5/8 of the training pairs the Bible-only bundle's 6000
-# steps gave it, the catalogs as many (several epochs). Always --resume: interrupted, the same
-# command goes on from the last checkpoint, and as the inverse-square-root schedule does not
-# depend on the step count, a larger PRETRAINED_STEPS continues the same run.
-# PRETRAINED_DATA=bible trains the Bible-only recipe.
-PRETRAINED_DIR ?= pretrained/bible-catalogs-es-en
-PRETRAINED_RUN_DIR ?= runs/pretrained-bible-catalogs
-PRETRAINED_DATA ?= bible:1,catalogs:1
-PRETRAINED_STEPS ?= 7500
-# Decoding options of the bundle, chosen on the Bible's dev split for the Bible-only bundle
-# (docs/benchmark-log.md, the bundle with placeholders) and kept.
-PRETRAINED_ALPHA ?= 1.0
-PRETRAINED_NO_REPEAT_NGRAM_SIZE ?= 3
+# The bundled model (pretrained/es-en) is trained in two stages, each resumable (--resume: an
+# interrupted stage goes on from its last checkpoint when the same command runs again).
+#
+# Stage 1 (make pretrained-base, about 2.5 hours on 2 cores at 1.2 s a step): from scratch on
+# the Bible and Debian's message catalogs (data/catalogs) mixed half and half, one vocabulary of
+# 8000 pieces learned on both (more would cost output-projection time on every step), 7500 steps,
+# the last 5 checkpoints averaged, then the restoration of accents, capitals and names added to
+# its tokenizer. This stage alone was the previous bundle, bible-catalogs-es-en.
+PRETRAINED_BASE_RUN_DIR ?= runs/pretrained-bible-catalogs
+PRETRAINED_BASE_DATA ?= bible:1,catalogs:1
+PRETRAINED_BASE_STEPS ?= 7500
+PRETRAINED_BASE_AVERAGE ?= 5
 # Robust to how people type: lowercased all-caps sources, a third of the pairs noised as
 # people type, 80% of the name and number slots refilled with unseen ones, 30% of those names with
 # a figure (training.copying), and numbers and unknown names carried as placeholders
 # (model.placeholders), 20% of the names written the same on both sides too.
-PRETRAINED_TRAIN_ARGS := --data $(PRETRAINED_DATA) --preset small --lr_scale 0.7 \
-	--keep_checkpoints 8 --checkpoint_every 250 --train_steps $(PRETRAINED_STEPS) \
-	--dev_bleu_sentences 100 --source_casing lower_all_caps --source_noise 0.35 \
+ROBUSTNESS_TRAIN_ARGS := --source_noise 0.35 \
 	--source_noise_kinds lowercase,strip_accents,no_final_punct,strip_accents+lowercase+no_final_punct,strip_diacritics+lowercase \
-	--copy_substitution 0.8 --copy_figure_share 0.3 --placeholders true --placeholder_names 0.2
-PRETRAINED_AVERAGE ?= 5
-PRETRAINED_NOTES := Trained on the Bible corpus and Debian's translated message catalogs \
-	together (--data $(PRETRAINED_DATA), training.mixture), one vocabulary learned on both, and to \
-	hold up on how people type: the Spanish side in modern \
+	--copy_substitution 0.8 --copy_figure_share 0.3 --placeholder_names 0.2
+PRETRAINED_BASE_TRAIN_ARGS := --data $(PRETRAINED_BASE_DATA) --preset small --lr_scale 0.7 \
+	--keep_checkpoints 8 --checkpoint_every 250 --train_steps $(PRETRAINED_BASE_STEPS) \
+	--dev_bleu_sentences 100 --source_casing lower_all_caps --placeholders true \
+	$(ROBUSTNESS_TRAIN_ARGS)
+pretrained-base: $(STAMP) data-bible data-catalogs  ## Stage 1 of pretrained/es-en: the Bible and the catalogs from scratch (about 2.5 hours; rerun to resume).
+	$(PY) -m training.train --run_dir $(PRETRAINED_BASE_RUN_DIR) --resume $(PRETRAINED_BASE_TRAIN_ARGS)
+	$(PY) -m training.average --run_dir $(PRETRAINED_BASE_RUN_DIR) --last $(PRETRAINED_BASE_AVERAGE)
+	$(PY) -m training.vocabulary --data $(PRETRAINED_BASE_DATA) \
+		--out_dir $(PRETRAINED_BASE_RUN_DIR)/tokenizer --add_restoration
+
+# Stage 2 (make pretrained, about 2.5 hours more): stage 1's weights and tokenizer trained on
+# (--init_from) with the corpora made for everyday words mixed in: WordNet's usage examples
+# back-translated by Apertium at half the Bible's weight, the lexicon at 0.15; 11,000 steps at 0.4
+# of the schedule after 1,000 steps of warmup; the everyday dev set scored at every checkpoint,
+# never trained on (docs/benchmark-log.md, Everyday Spanish). The last 4 checkpoints averaged,
+# then the repair of made-up words added to its tokenizer (model.word_repair; Apertium's
+# lexicon of the training sources' and Debian's Spanish words).
+PRETRAINED_DIR ?= pretrained/es-en
+PRETRAINED_RUN_DIR ?= runs/pretrained-es-en
+PRETRAINED_DATA ?= bible:1,catalogs:1,wordnet-bt:0.5,lexicon:0.15
+PRETRAINED_STEPS ?= 11000
+PRETRAINED_AVERAGE ?= 4
+# Decoding options of the bundle, chosen on the Bible's dev split for the Bible-only bundle
+# (docs/benchmark-log.md, the bundle with placeholders) and kept.
+PRETRAINED_ALPHA ?= 1.0
+PRETRAINED_NO_REPEAT_NGRAM_SIZE ?= 3
+PRETRAINED_TRAIN_ARGS := --init_from $(PRETRAINED_BASE_RUN_DIR) --data $(PRETRAINED_DATA) \
+	--dev_data training/everyday --preset small --lr_scale 0.4 --warmup_steps 1000 \
+	--keep_checkpoints 8 --checkpoint_every 500 --train_steps $(PRETRAINED_STEPS) \
+	--dev_bleu_sentences 100 $(ROBUSTNESS_TRAIN_ARGS)
+PRETRAINED_NOTES := Trained in two stages (make pretrained-base, then make pretrained). First \
+	from scratch on the Bible corpus and Debian's translated message catalogs together (--data \
+	$(PRETRAINED_BASE_DATA), training.mixture), one vocabulary learned on both, $(PRETRAINED_BASE_STEPS) \
+	steps; then trained on from those weights (--init_from) to step $(PRETRAINED_STEPS) with \
+	the corpora made for everyday words mixed in (--data $(PRETRAINED_DATA): WordNet's usage \
+	examples back-translated by Apertium, and a Spanish-English lexicon; training/CORPUS.md), \
+	the everyday dev set (training/everyday/dev.tsv) scored at every checkpoint and never \
+	trained on. Both stages train to hold up on how people type: the Spanish side in modern \
 	spelling (model.spelling), all-caps sources lowercased (--source_casing lower_all_caps), 35% of \
 	the training pairs noised as people type (lowercased, accents stripped, final punctuation \
 	dropped, and combinations), and 80% of the name and number slots refilled each epoch with \
@@ -202,41 +229,23 @@ PRETRAINED_NOTES := Trained on the Bible corpus and Debian's translated message 
 	semantics); pass --no_repeat_ngram_size 0 to training.evaluate or inference.export to decode \
 	without it. Every decoder writes a placeholder at most as often as its source holds it \
 	(model.decoding.copies, docs/benchmark-log.md, Placeholder limits; --limit_placeholders false: off). \
-	After training, its source tokenizer was given the restoration of accents and capitals \
-	(python -m training.vocabulary --add_restoration, model.restoration: tables learned from the \
-	training sources of both corpora put back the accents of a source typed without them, and the \
-	capitals of one typed in lowercase; docs/benchmark-log.md, Accents and capitals restored), and \
-	the reading of names typed in today's spelling as the 1909 text writes them (Belén as \
-	Bethlehem; names from the Bible's side only; BENCHMARKS.md, Names in today's spelling).
-pretrained: $(STAMP) data-bible data-catalogs  ## Reproduce pretrained/bible-catalogs-es-en (about 3 hours on 2 cores; rerun to resume).
+	Its source tokenizer restores accents and capitals (python -m training.vocabulary \
+	--add_restoration, model.restoration: tables learned from the training sources put back the \
+	accents of a source typed without them, and the capitals of one typed in lowercase; \
+	docs/benchmark-log.md, Accents and capitals restored), and reads names typed in today's \
+	spelling as the 1909 text writes them (Belén as Bethlehem; BENCHMARKS.md, Names in today's \
+	spelling). Its greedy and beam translations repair made-up words (python -m \
+	training.vocabulary --add_word_repair, model.word_repair): a word of the output that is no \
+	English word and not copied from the source is replaced by Apertium's English of the source \
+	word its attention points to, or by that word itself (--repair_words false: off).
+pretrained: pretrained-base data-wordnet-bt data-lexicon  ## Reproduce pretrained/es-en: stage 1 (pretrained-base), then stage 2 (about 5 hours in all on 2 cores; rerun to resume).
 	$(PY) -m training.train --run_dir $(PRETRAINED_RUN_DIR) --resume $(PRETRAINED_TRAIN_ARGS)
 	$(PY) -m training.average --run_dir $(PRETRAINED_RUN_DIR) --last $(PRETRAINED_AVERAGE)
 	$(PY) -m training.vocabulary --data $(PRETRAINED_DATA) --out_dir $(PRETRAINED_RUN_DIR)/tokenizer \
-		--add_restoration
+		--add_word_repair
 	$(PY) -m training.bundle --run_dir $(PRETRAINED_RUN_DIR) --output_dir $(PRETRAINED_DIR) \
 		--alpha $(PRETRAINED_ALPHA) --no_repeat_ngram_size $(PRETRAINED_NO_REPEAT_NGRAM_SIZE) \
-		--notes "$(PRETRAINED_NOTES)" --reproduce "make pretrained PRETRAINED_DATA=$(PRETRAINED_DATA) \
-		PRETRAINED_STEPS=$(PRETRAINED_STEPS) PRETRAINED_AVERAGE=$(PRETRAINED_AVERAGE) \
-		PRETRAINED_ALPHA=$(PRETRAINED_ALPHA) \
-		PRETRAINED_NO_REPEAT_NGRAM_SIZE=$(PRETRAINED_NO_REPEAT_NGRAM_SIZE)"
-
-# The next bundle's recipe, in progress (docs/benchmark-log.md, Everyday Spanish): the bundle
-# above trained on, with the corpora made for everyday words mixed in (back-translated WordNet
-# at half the Bible's weight, the lexicon at 0.15) and the everyday dev set scored at every
-# checkpoint, never trained on. 12,000 steps at 0.4 of the schedule after 1,000 steps of warmup,
-# about 2.5 hours idle on 2 cores; always --resume, so the same command goes on after an
-# interruption. It starts from the bundle's weights: once a new bundle replaces it, start from
-# $(PRETRAINED_RUN_DIR) (the same weights and tokenizer) instead.
-EVERYDAY_RECIPE_RUN_DIR ?= runs/everyday
-EVERYDAY_RECIPE_DATA ?= bible:1,catalogs:1,wordnet-bt:0.5,lexicon:0.15
-EVERYDAY_RECIPE_INIT ?= $(PRETRAINED_DIR)
-train-everyday: $(STAMP) data-bible data-catalogs data-wordnet-bt data-lexicon  ## Train the next bundle's recipe (the bundle trained on with everyday words mixed in; hours; rerun to resume).
-	nice -n 10 $(PY) -m training.train --run_dir $(EVERYDAY_RECIPE_RUN_DIR) --resume \
-		--init_from $(EVERYDAY_RECIPE_INIT) --data $(EVERYDAY_RECIPE_DATA) --dev_data training/everyday \
-		--preset small --lr_scale 0.4 --warmup_steps 1000 --keep_checkpoints 8 --checkpoint_every 500 \
-		--train_steps 12000 --dev_bleu_sentences 100 --source_noise 0.35 \
-		--source_noise_kinds lowercase,strip_accents,no_final_punct,strip_accents+lowercase+no_final_punct,strip_diacritics+lowercase \
-		--copy_substitution 0.8 --copy_figure_share 0.3 --placeholder_names 0.2
+		--notes "$(PRETRAINED_NOTES)" --reproduce "make pretrained"
 
 notebooks: $(STAMP)
 	$(VENV)/bin/jupyter lab notebooks $(if $(filter 0,$(shell id -u)),--allow-root)

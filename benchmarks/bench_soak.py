@@ -76,7 +76,7 @@ from serving.model_server.tensors import MAX_FEED_RANK
 
 SECTION = "Serving soak"
 DEFAULT_EXPORT_BASE = os.path.join(REPO_ROOT, "exports", "soak")
-BUNDLED_RUN = os.path.join(REPO_ROOT, "pretrained", "bible-catalogs-es-en")
+BUNDLED_RUN = os.path.join(REPO_ROOT, "pretrained", "es-en")
 DEFAULT_PLOT = os.path.join(REPO_ROOT, "docs", "serving_soak.png")
 
 GRPC_GOOD, REST_GOOD = "gRPC translation", "REST translation"

@@ -1,6 +1,6 @@
 """The whole job in one command (`make demo`): a trained model, export, serving, translation.
 
-1. takes the bundled pretrained model (`pretrained/bible-catalogs-es-en`, see its README.md), or with
+1. takes the bundled pretrained model (`pretrained/es-en`, see its README.md), or with
    `--train PRESET` (`make demo-train`) builds the embedded corpus if missing and trains that
    preset (`demo`: a few minutes on 2 cores) into `--run_dir`, or reuses it;
 2. exports the two signatures it calls to `exports/demo/<run>/translator/<version>` (its own

@@ -1,9 +1,9 @@
-"""Translate a file, offline: `translate-text --model pretrained/bible-catalogs-es-en < in.txt > out.txt`.
+"""Translate a file, offline: `translate-text --model pretrained/es-en < in.txt > out.txt`.
 
 Reads one sentence a line (stdin or `--input_file`, UTF-8) and writes one line per input line,
 in order (stdout or `--output_file`); a blank line gives an empty line and is not translated. The
 model runs in this process, no server: a training run directory or a bundle such as
-`pretrained/bible-catalogs-es-en` (through `model.translator.Translator`, with its `decoding.json` and the
+`pretrained/es-en` (through `model.translator.Translator`, with its `decoding.json` and the
 flags in its place), or an exported SavedModel version (through its own signatures, whose
 decoding the flags must match), as `training.evaluate` loads them.
 
@@ -210,14 +210,14 @@ def build_parser():
     parser.add_argument(
         "--model",
         required=True,
-        help="a training run directory, a bundle such as pretrained/bible-catalogs-es-en, or an "
+        help="a training run directory, a bundle such as pretrained/es-en, or an "
         "exported SavedModel version (exports/translator/N)",
     )
     parser.add_argument("--input_file", help="one sentence a line, UTF-8 (default: stdin)")
     parser.add_argument("--output_file", help="default: stdout")
     decoding_flags.add_decoding_arguments(
         parser,
-        ("beam_width", "alpha", *decoding_flags.NEXT_TOKEN_RULE_FLAGS),
+        ("beam_width", "alpha", *decoding_flags.OUTPUT_RULE_FLAGS),
         decoding_flags.RUN_OR_EXPORT_DEFAULTS,
         greedy=True,
     )
@@ -269,7 +269,7 @@ def main(argv=None):
     if not os.path.isdir(args.model):
         print(
             f"error: {args.model} not found: give a training run directory, a bundle such as "
-            "pretrained/bible-catalogs-es-en, or an exported SavedModel version.",
+            "pretrained/es-en, or an exported SavedModel version.",
             file=sys.stderr,
         )
         return 2
@@ -284,7 +284,7 @@ def main(argv=None):
             args.beam_width,
             args.n_best,
             alpha=args.alpha,
-            **decoding_flags.next_token_rules(args),
+            **decoding_flags.output_rules(args),
         )
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)

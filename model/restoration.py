@@ -107,7 +107,7 @@ def read_table(path):
         return dict(line.rstrip("\n").split("\t") for line in handle if line.strip())
 
 
-def _capitalized(words):
+def capitalized(words):
     """`words` (`tf.string`, non-empty) with their first character uppercased."""
     length = tf.strings.length(words, unit="UTF8_CHAR")
     first = tf.strings.substr(words, tf.zeros_like(length), tf.ones_like(length), "UTF8_CHAR")
@@ -138,7 +138,7 @@ def _replace_words(texts, table, lowercase_in_uncased_rows_only=False):
     recased = tf.where(
         in_lowercase,
         value,
-        tf.where(all_capitals, tf.strings.upper(value, encoding="utf-8"), _capitalized(value)),
+        tf.where(all_capitals, tf.strings.upper(value, encoding="utf-8"), capitalized(value)),
     )
     return join_words(pieces.with_flat_values(tf.where(found, recased, typed)))
 
@@ -219,7 +219,7 @@ class Restoration(tf.Module):
             pieces.with_flat_values(tf.cast(is_word, tf.int32)), axis=1, exclusive=True
         ).flat_values
         first = is_word & tf.equal(words_before, 0)
-        cased = tf.where(first, _capitalized(tf.where(first, cased, "x")), cased)
+        cased = tf.where(first, capitalized(tf.where(first, cased, "x")), cased)
         restored = join_words(pieces.with_flat_values(cased))
         lowercase_only = tf.logical_not(_has_capital(texts))
         return tf.where(lowercase_only, restored, texts)

@@ -53,6 +53,7 @@ from model.placeholders import Placeholders
 from model.restoration import Restoration
 from model.special_tokens import END_ID, PAD_ID, RESERVED_TOKENS, START_ID, UNK_ID
 from model.spelling import MODERN, modernize_graph
+from model.word_repair import REPAIR_WORDS_KEY, WordRepair
 
 CONFIG_FILE = "tokenizer_config.json"
 # The config's keys of a source tokenizer's restorations, in `Restoration.from_directory`'s order.
@@ -108,6 +109,10 @@ class Tokenizer(tf.Module):
     protects numbers and unknown names (`load_tokenizers` sets it), else None. The tokenizer
     does not apply it: the `model.translator.Translator` protects a source before tokenizing it
     and restores the words after detokenizing, since it holds both sides.
+
+    `word_repair` is the `model.word_repair.WordRepair` of a target tokenizer whose run replaces
+    made-up words (`load_tokenizers` sets it), else None; the Translator applies it, which holds
+    the alignments it needs.
     """
 
     def __init__(self, subword_tokenizer, lower_case=False, spelling=None, name=None, casing=None):
@@ -122,6 +127,7 @@ class Tokenizer(tf.Module):
         self._casing = casing
         self.restoration = None
         self.placeholders = None
+        self.word_repair = None
         self._vocab = list(subword_tokenizer.get_vocabulary())
         if tuple(self._vocab[: len(RESERVED_TOKENS)]) != RESERVED_TOKENS:
             raise ValueError(
@@ -378,6 +384,12 @@ class WordPieceTokenizer(Tokenizer):
         write_atomically(path, "".join(token + "\n" for token in self._vocab).encode("utf-8"))
 
 
+def write_tokenizer_config(directory, config):
+    """Writes `config` as the tokenizer directory's `CONFIG_FILE`."""
+    text = json.dumps(config, indent=2) + "\n"
+    write_atomically(os.path.join(directory, CONFIG_FILE), text.encode("utf-8"))
+
+
 def read_tokenizer_config(directory):
     """The `tokenizer_config.json` of a tokenizer directory, or None when there is none.
 
@@ -412,7 +424,8 @@ def load_tokenizers(directory):
         recases, restores (`Tokenizer.restoration`, from `accents.tsv`, `cases.tsv` and
         `names.tsv`; names are renamed by the Translator, `Restoration.rename`) or protects its input
         (`Tokenizer.placeholders`, from `known_words.txt`) and the target one does not, so they
-        are two objects.
+        are two objects; and two where it records "repair_words": the target tokenizer then has
+        its `Tokenizer.word_repair` (from `repair_lexicon.tsv` and `english_words.txt`).
 
     Raises:
         FileNotFoundError: no `tokenizer_config.json` there.
@@ -450,16 +463,24 @@ def load_tokenizers(directory):
             )
         return tokenizer
 
+    def load_target(side):
+        tokenizer = load(side)
+        if config.get(REPAIR_WORDS_KEY):
+            tokenizer.word_repair = WordRepair.from_directory(directory)
+        return tokenizer
+
     if config["shared"]:
-        shared = load("shared")
         source_transforms = (
             config.get("source_spelling")
             or config.get("source_casing")
             or any(config.get(key) for key in RESTORATION_KEYS)
             or config.get("placeholders")
         )
-        return (load_source("shared") if source_transforms else shared), shared
-    return load_source("src"), load("tgt")
+        if source_transforms or config.get(REPAIR_WORDS_KEY):
+            return load_source("shared"), load_target("shared")
+        shared = load("shared")
+        return shared, shared
+    return load_source("src"), load_target("tgt")
 
 
 def _dense_ids(ids):

@@ -38,7 +38,7 @@ from model.decoding.penalties import validate_repetition_controls
 from model.decoding.sampling import validate_sampling
 from model.decoding.xla import xla_buckets
 from model.placeholders import MARKERS, protect_target, restore
-from model.special_tokens import END_ID, PAD_ID, START_ID
+from model.special_tokens import END_ID, PAD_ID, RESERVED_TOKENS, START_ID
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,6 +77,10 @@ class DecodingOptions:
             decoder writes a placeholder more often than the source holds it
             (`model.decoding.copies`), so no name or number is repeated and no made-up marker
             restores to nothing; False leaves them to the model.
+        repair_words: for a run whose target tokenizer repairs made-up words
+            (`model.word_repair`), the `greedy`, `beam_search` and `alignments` signatures
+            replace each made-up word of a translation by the lexicon's English of the source
+            word it is aligned to, or by that word; False returns the model's own words.
     """
 
     beam_width: int = DEFAULT_BEAM_WIDTH
@@ -93,6 +97,7 @@ class DecodingOptions:
     sampling_temperature: float = 1.0
     num_alternatives: int = 5
     limit_placeholders: bool = True
+    repair_words: bool = True
 
     def __post_init__(self):
         # The strategies raise ValueError, saying what is allowed, for settings they cannot use.
@@ -114,10 +119,9 @@ class DecodingOptions:
         validate_repetition_controls(self.repetition_penalty, self.no_repeat_ngram_size)
         validate_sampling(self.sampling_topk, self.sampling_topp, self.sampling_temperature)
         Alternatives(GreedySearch(), self.num_alternatives)
-        if not isinstance(self.limit_placeholders, bool):
-            raise ValueError(
-                f"limit_placeholders must be true or false, got {self.limit_placeholders!r}."
-            )
+        for name in ("limit_placeholders", "repair_words"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}.")
 
     @property
     def n_best_size(self):
@@ -382,17 +386,39 @@ class Translator:
             "xla_max_batch": self.options.xla_max_batch,
         }
 
+    @property
+    def _repairs_words(self):
+        """Whether the `greedy`, `beam_search` and `alignments` translations are repaired
+        (`DecodingOptions.repair_words`, and a target tokenizer with a `WordRepair`)."""
+        return self.options.repair_words and self.target_tokenizer.word_repair is not None
+
+    def _translation(self, source_ids, decoded):
+        """The detokenized `decoded["tokens"]`, made-up words repaired where the run repairs
+        them (`decoded` then holds the `alignment`)."""
+        translations = self.target_tokenizer.detokenize(decoded["tokens"])
+        if not self._repairs_words:
+            return translations
+        return self.target_tokenizer.word_repair(
+            translations,
+            _pieces_or_empty(self.source_tokenizer, source_ids, reserved=""),
+            _pieces_or_empty(self.target_tokenizer, decoded["tokens"], reserved=""),
+            decoded["alignment"],
+        )
+
     def _greedy_decode(self, text, with_alignment=False):
         source_ids = self.source_ids(text)
         decoded = self._decode(
-            GreedySearch(), source_ids, with_alignment=with_alignment, **self._xla
+            GreedySearch(),
+            source_ids,
+            with_alignment=with_alignment or self._repairs_words,
+            **self._xla,
         )
         return source_ids, decoded
 
     def _translate_greedy(self, text):
-        _, decoded = self._greedy_decode(text)
+        source_ids, decoded = self._greedy_decode(text)
         return {
-            TRANSLATION_OUTPUT: self.target_tokenizer.detokenize(decoded["tokens"]),
+            TRANSLATION_OUTPUT: self._translation(source_ids, decoded),
             SCORE_OUTPUT: decoded["scores"],
         }
 
@@ -457,9 +483,15 @@ class Translator:
         }
 
     def _translate_beam_search(self, text):
-        decoded = self._beam_search_decode(text, self.options.beam_search)
+        source_ids = self.source_ids(text)
+        decoded = self._decode(
+            self.options.beam_search,
+            source_ids,
+            with_alignment=self._repairs_words,
+            **self._xla,
+        )
         return {
-            TRANSLATION_OUTPUT: self.target_tokenizer.detokenize(decoded["tokens"]),
+            TRANSLATION_OUTPUT: self._translation(source_ids, decoded),
             SCORE_OUTPUT: decoded["scores"],
         }
 
@@ -471,7 +503,7 @@ class Translator:
         source_ids, decoded = self._greedy_decode(text, with_alignment=True)
         target_ids = decoded["tokens"]
         return {
-            TRANSLATION_OUTPUT: self.target_tokenizer.detokenize(target_ids),
+            TRANSLATION_OUTPUT: self._translation(source_ids, decoded),
             SCORE_OUTPUT: decoded["scores"],
             SOURCE_TOKENS_OUTPUT: _pieces_or_empty(self.source_tokenizer, source_ids),
             TARGET_TOKENS_OUTPUT: _pieces_or_empty(self.target_tokenizer, target_ids),
@@ -546,6 +578,10 @@ class Translator:
         return self._on_nonempty_batch(self._translate_with_alignments, text)
 
 
-def _pieces_or_empty(tokenizer, ids):
-    """Subword pieces of `ids`, "" where `ids` is padding."""
-    return tf.where(tf.not_equal(ids, PAD_ID), tokenizer.lookup(ids), "")
+def _pieces_or_empty(tokenizer, ids, reserved=None):
+    """Subword pieces of `ids`, "" where `ids` is padding; `reserved` in place of the other
+    reserved tokens' names ([START], [END]) when given."""
+    pieces = tf.where(tf.not_equal(ids, PAD_ID), tokenizer.lookup(ids), "")
+    if reserved is None:
+        return pieces
+    return tf.where(ids >= len(RESERVED_TOKENS), pieces, reserved)

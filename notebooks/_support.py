@@ -6,7 +6,7 @@ in fast mode), subword pieces as readable labels, and attention heatmaps. (Train
 Fast mode: with the environment variable `NOTEBOOK_FAST=1` (the notebook tests set it), or when
 no trained run exists (not even the bundled pretrained model), the training notebooks train the `tiny` preset for
 a few seconds on a small word-for-word Spanish→English corpus written into a temporary directory,
-instead of reading `runs/small`, `runs/demo` or `pretrained/bible-catalogs-es-en` and the Bible corpus.
+instead of reading `runs/small`, `runs/demo` or `pretrained/es-en` and the Bible corpus.
 """
 
 import os
@@ -24,7 +24,7 @@ FAST_ENV = "NOTEBOOK_FAST"
 TRAINED_RUN_DIRS = (
     REPO_ROOT / "runs" / "small",
     REPO_ROOT / "runs" / "demo",
-    REPO_ROOT / "pretrained" / "bible-catalogs-es-en",
+    REPO_ROOT / "pretrained" / "es-en",
 )  # = artifacts.PRETRAINED_RUN
 BIBLE_DIR = REPO_ROOT / "data" / "bible"
 FAST_PRESET = "tiny"

@@ -43,7 +43,7 @@ BEST_INFO_FILE = "best.json"
 DECODING_FILE = "decoding.json"
 # The trained model committed to the repository (`training.bundle`, `make pretrained`), relative
 # to the repository root: `make demo` serves it and the notebooks fall back on it.
-PRETRAINED_RUN = os.path.join("pretrained", "bible-catalogs-es-en")
+PRETRAINED_RUN = os.path.join("pretrained", "es-en")
 # A bundle's model card (`training.bundle`): what tells a bundle from a run of one's own.
 BUNDLE_CARD_FILE = "README.md"
 # Where `training.evaluate` writes the outputs of evaluating a bundle (+ the bundle's name), so

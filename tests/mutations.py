@@ -432,6 +432,41 @@ MUTATIONS = (
         "        remaining = rate_deadline - loop.time()\n",
         ("tests/serving/model_server/test_http_server.py", "-k", "body_deadline"),
     ),
+    Mutation(
+        "a made-up word's possessive ending is not taken off before the English lookup",
+        "model/word_repair.py",
+        '        bare = tf.strings.regex_replace(keys, _POSSESSIVE, "")\n',
+        "        bare = keys\n",
+        ("tests/model/test_word_repair.py", "-k", "evaluation_counts"),
+    ),
+    Mutation(
+        "a made-up word is replaced from the source word its attention points to least",
+        "model/word_repair.py",
+        "        strongest = tf.argmax(word_alignment, axis=2, output_type=tf.int32)\n",
+        "        strongest = tf.argmin(word_alignment, axis=2, output_type=tf.int32)\n",
+        ("tests/model/test_word_repair.py", "-k", "aligned_source_word"),
+    ),
+    Mutation(
+        "a name (capitalized where its source does not start) is translated, not copied",
+        "model/word_repair.py",
+        '        return tf.where(name | tf.equal(translated, ""), source_words, translated)\n',
+        '        return tf.where(tf.equal(translated, ""), source_words, translated)\n',
+        ("tests/model/test_word_repair.py", "-k", "aligned_source_word"),
+    ),
+    Mutation(
+        "Apertium's subject of a lone verb is kept in the lexicon",
+        "training/word_repair_tables.py",
+        "    if len(parts) > 1 and parts[0].lower() in _SUBJECTS:\n",
+        "    if False:\n",
+        ("tests/model/test_word_repair.py", "-k", "lone_word"),
+    ),
+    Mutation(
+        "a made-up word's attention on [START] and [END] counts in choosing its source word",
+        "model/word_repair.py",
+        '        word_alignment = tf.einsum("btw,bts->bws", membership, alignment) * on_pieces\n',
+        '        word_alignment = tf.einsum("btw,bts->bws", membership, alignment)\n',
+        ("tests/model/test_word_repair.py", "-k", "aligned_source_word"),
+    ),
 )
 
 

@@ -34,7 +34,7 @@ DOCS = [
     "CONTRIBUTING.md",
     "serving/DEPLOY.md",
     "training/CORPUS.md",
-    "pretrained/bible-catalogs-es-en/README.md",
+    "pretrained/es-en/README.md",
     *sorted(
         os.path.relpath(path, ROOT)
         for path in glob.glob(os.path.join(ROOT, "docs", "**", "*.md"), recursive=True)
@@ -137,9 +137,7 @@ def test_the_model_card_template_writes_runnable_commands():
     card = model_card({"preset": "small"}, "model.keras", [report], "make pretrained", 2**20)
     assert command_problems(card, "model card") == []
     # The committed card's commands are the template's.
-    with open(
-        os.path.join(ROOT, "pretrained/bible-catalogs-es-en/README.md"), encoding="utf-8"
-    ) as handle:
+    with open(os.path.join(ROOT, "pretrained/es-en/README.md"), encoding="utf-8") as handle:
         committed = handle.read()
 
     def use_section(text):
@@ -422,7 +420,7 @@ def test_every_figure_of_the_summary_is_the_one_of_the_section_it_links():
         ("- BLEU 34.84, 2.0× faster.\n  [Quality](#quality), [Speed](#speed)", None),
         ("- BLEU 34.84. [Gone](#gone)", "links no section"),
         (
-            "- BLEU 34.84 in the [model card](pretrained/bible-catalogs-es-en/README.md).",
+            "- BLEU 34.84 in the [model card](pretrained/es-en/README.md).",
             "links no section",
         ),
     ],

@@ -1,6 +1,6 @@
 """Package a trained run as a self-contained pretrained model directory, with its evaluation.
 
-`.venv/bin/python -m training.bundle --run_dir runs/bundle --output_dir pretrained/bible-catalogs-es-en
+`.venv/bin/python -m training.bundle --run_dir runs/bundle --output_dir pretrained/es-en
 --reproduce "make pretrained"` writes:
 
     <output_dir>/
@@ -167,6 +167,12 @@ UNQUOTED_CORPORA = {
         "¿Desea guardar los cambios antes de salir?",
         "La contraseña debe tener al menos ocho caracteres.",
     ],
+    BACKTRANSLATION_SPEC: [
+        "Siempre llega tarde a las reuniones.",
+        "El niño se escondió detrás del árbol.",
+        "Ella habla tres idiomas con fluidez.",
+    ],
+    LEXICON_SPEC: ["tenedor", "almohada", "bombilla"],
 }
 
 
@@ -556,7 +562,7 @@ def main(argv=None):
         prog="python -m training.bundle", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("--run_dir", required=True)
-    parser.add_argument("--output_dir", default=os.path.join("pretrained", "bible-catalogs-es-en"))
+    parser.add_argument("--output_dir", default=os.path.join("pretrained", "es-en"))
     parser.add_argument(
         "--reproduce",
         required=True,

@@ -105,10 +105,18 @@ DECODING_FLAGS = {
         "placeholder more often than the source holds it",
         parse_bool,
     ),
+    "repair_words": DecodingFlag(
+        "true: for a run with a word-repair lexicon, replace each made-up word of a greedy or "
+        "beam translation by the lexicon's English of its source word, or by that word",
+        parse_bool,
+    ),
 }
 
 # The repetition controls and the placeholder limits: the rules of each step's choice.
 NEXT_TOKEN_RULE_FLAGS = ("repetition_penalty", "no_repeat_ngram_size", "limit_placeholders")
+# What an offline tool may change of a run's own decoding besides the search: the rules of each
+# step's choice and the repair of made-up words.
+OUTPUT_RULE_FLAGS = (*NEXT_TOKEN_RULE_FLAGS, "repair_words")
 
 
 def field_default(name):
@@ -174,6 +182,7 @@ def decoding_overrides(args):
     return {name: getattr(args, name) for name in DECODING_FLAGS if hasattr(args, name)}
 
 
-def next_token_rules(args):
-    """The `decoding_overrides` of the rules of each step's choice (`NEXT_TOKEN_RULE_FLAGS`)."""
-    return {name: getattr(args, name) for name in NEXT_TOKEN_RULE_FLAGS}
+def output_rules(args):
+    """The `decoding_overrides` of the rules of each step's choice and of the repair of
+    made-up words (`OUTPUT_RULE_FLAGS`)."""
+    return {name: getattr(args, name) for name in OUTPUT_RULE_FLAGS}

@@ -2,7 +2,7 @@
 
 Reports sacreBLEU's BLEU and chrF on detokenized text, with their signatures so the numbers can
 be compared with other systems, and writes the hypotheses and a JSON report to
-`<run_dir>/eval/` (or `--output_dir`); for a bundled model such as `pretrained/bible-catalogs-es-en`,
+`<run_dir>/eval/` (or `--output_dir`); for a bundled model such as `pretrained/es-en`,
 whose `eval/` is committed, to `runs/eval/<name>/` instead.
 
 A run directory is translated by `model.translator.Translator`, the same code (tokenization,
@@ -267,6 +267,8 @@ def describe_decoding(options, beam_width):
         text += f", no_repeat_ngram_size {options.no_repeat_ngram_size}"
     if not options.limit_placeholders:
         text += ", placeholders not limited"
+    if not options.repair_words:
+        text += ", made-up words kept"
     return text
 
 
@@ -401,8 +403,8 @@ def evaluate(
             sources; None or "none": the split as written.
         tfds_data_dir: TFDS data directory for a `tfds:NAME` corpus (default: the run's own).
         repetition_controls: `repetition_penalty`, `no_repeat_ngram_size`,
-            `limit_placeholders` (default: the run's own; an export must have been traced with
-            them).
+            `limit_placeholders`, `repair_words` (default: the run's own; an export must have
+            been traced with them).
 
     Returns:
         the report dict (also written as `<split>.<decoding>[.<perturb>].report.json`); for data
@@ -665,7 +667,7 @@ def main(argv=None):
     )
     decoding_flags.add_decoding_arguments(
         parser,
-        ("beam_width", "alpha", *decoding_flags.NEXT_TOKEN_RULE_FLAGS),
+        ("beam_width", "alpha", *decoding_flags.OUTPUT_RULE_FLAGS),
         decoding_flags.RUN_OR_EXPORT_DEFAULTS,
         greedy=True,
     )
@@ -674,7 +676,7 @@ def main(argv=None):
     parser.add_argument(
         "--output_dir",
         help="default <run_dir>/eval (runs/eval/<name> for a bundled model such as "
-        "pretrained/bible-catalogs-es-en), or <model dir>/eval/<version> for an export",
+        "pretrained/es-en), or <model dir>/eval/<version> for an export",
     )
     parser.add_argument(
         "--copy_rate",
@@ -702,7 +704,7 @@ def main(argv=None):
     names = [name.strip() for name in (args.perturb or UNPERTURBED).split(",")]
     if args.perturb == "all":
         names = [UNPERTURBED, *PERTURBATIONS]
-    repetition_controls = decoding_flags.next_token_rules(args)
+    repetition_controls = decoding_flags.output_rules(args)
     try:
         if args.copy_rate:
             report = evaluate_copy_rates(

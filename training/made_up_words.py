@@ -51,22 +51,33 @@ def _fold(word: str) -> str:
 
 
 @functools.lru_cache(maxsize=4)
-def english_words(cache_dir: Path = WORDLIST_CACHE_DIR) -> frozenset[str]:
-    """The words of Debian's American and British English word lists, folded (`_fold`).
+def english_word_list(cache_dir: Path = WORDLIST_CACHE_DIR) -> tuple[str, ...]:
+    """The words of Debian's American and British English word lists as they write them (a
+    name capitalized: "Sunday", "sunday" absent), sorted.
 
     The packages are downloaded into `cache_dir` once (`training.corpus.debian`).
 
     Raises:
       CorpusError: a package cannot be downloaded or unpacked.
     """
-    known = set()
+    listed = set()
     announce_downloads(Path(cache_dir), WORDLIST_PACKAGES, "English word lists")
     for package in WORDLIST_PACKAGES:
         deb = download_deb(cache_dir, package)
         unpacked = unpack_cached(deb, Path(cache_dir) / "unpacked" / package, _WORDLIST_MEMBERS)
         for path in sorted((unpacked / "usr/share/dict").glob("*-english")):
-            known.update(_fold(line.strip()) for line in path.read_text(errors="replace").split())
-    return frozenset(word for word in known if word)
+            listed.update(path.read_text(errors="replace").split())
+    return tuple(sorted(listed))
+
+
+@functools.lru_cache(maxsize=4)
+def english_words(cache_dir: Path = WORDLIST_CACHE_DIR) -> frozenset[str]:
+    """The words of `english_word_list`, folded (`_fold`).
+
+    Raises:
+      CorpusError: a package cannot be downloaded or unpacked.
+    """
+    return frozenset(word for word in map(_fold, english_word_list(cache_dir)) if word)
 
 
 class MadeUpWords:

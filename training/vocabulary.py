@@ -16,7 +16,6 @@ corpora (`training.mixture`; see `--help`).
 
 import argparse
 import io
-import json
 import logging
 import os
 
@@ -44,8 +43,10 @@ from model.tokenizer import (
     model_file,
     normalize_casing,
     read_tokenizer_config,
+    write_tokenizer_config,
 )
-from training.corpus import corpus_source_spelling
+from model.word_repair import LEXICON_FILE, REPAIR_WORDS_KEY
+from training.corpus import CorpusError, corpus_source_spelling
 from training.mixture import load_splits, mixture_source_spelling, names_corpora, parse_data
 
 logger = logging.getLogger(__name__)
@@ -54,6 +55,9 @@ SENTENCEPIECE_MODEL_TYPES = ("unigram", "bpe")
 # The tokenizer config's switches of the source tokenizer's restoration (`model.restoration`),
 # given when the vocabularies are learned or added after training (`add_restoration`).
 RESTORATION_SWITCHES = ("restore_accents", "restore_case", "restore_names")
+# The config's switches given to a trained run's directory (`add_restoration`,
+# `training.word_repair_tables.add_word_repair`): they leave the vocabularies as they were.
+ADDED_AFTER_TRAINING = (*RESTORATION_SWITCHES, REPAIR_WORDS_KEY)
 # Sentences longer than this many bytes are skipped by the SentencePiece trainer (its default is
 # 4192): long enough for any verse or ordinary sentence.
 MAX_SENTENCE_BYTES = 16384
@@ -240,7 +244,7 @@ def _learn_into(out_dir, pairs, config, source_casing, name_sources):
         config.get("restore_names", False),
         name_sources,
     )
-    _write_config(out_dir, config)
+    write_tokenizer_config(out_dir, config)
 
 
 def _tokenizer_config(arguments):
@@ -281,7 +285,7 @@ def _tokenizer_config(arguments):
 def _holds_vocabularies_of(out_dir, config):
     """Whether `out_dir` already holds vocabularies built with `config` (False: none yet).
 
-    Restoration tables given to the directory after training (`add_restoration`) do not count
+    Tables given to the directory after training (`ADDED_AFTER_TRAINING`) do not count
     as other options: they leave the vocabularies as they were, so a run resumed there (`make
     pretrained` run again) trains on with the tokenizer its exports and fine-tuned runs use.
 
@@ -291,11 +295,9 @@ def _holds_vocabularies_of(out_dir, config):
     existing = read_tokenizer_config(out_dir)
     if existing is None:
         return False
-    added = [name for name in RESTORATION_SWITCHES if existing.get(name) and name not in config]
+    added = [name for name in ADDED_AFTER_TRAINING if existing.get(name) and name not in config]
     if added:
-        logger.info(
-            "%s: the source tokenizer's restoration (%s) is kept.", out_dir, ", ".join(added)
-        )
+        logger.info("%s: the tables given after training (%s) are kept.", out_dir, ", ".join(added))
         existing = {key: value for key, value in existing.items() if key not in added}
     if existing != config:
         differences = ", ".join(
@@ -387,7 +389,7 @@ def add_restoration(tokenizer_dir, pairs, name_sources=None):
         )
     write_restoration_tables(tokenizer_dir, sources, names=names, name_sources=name_sources)
     restored = {"restore_accents": True, "restore_case": True}
-    _write_config(
+    write_tokenizer_config(
         tokenizer_dir, {**config, **restored, **({"restore_names": True} if names else {})}
     )
 
@@ -400,12 +402,6 @@ def _sources_as_seen(pairs, source_casing):
         return sources
     normalized = normalize_casing(tf.constant(sources), source_casing)
     return [text.decode("utf-8") for text in normalized.numpy()]
-
-
-def _write_config(directory, config):
-    with open(os.path.join(directory, CONFIG_FILE), "w", encoding="utf-8") as config_file:
-        json.dump(config, config_file, indent=2)
-        config_file.write("\n")
 
 
 def _training_pairs(data_dir, data):
@@ -480,9 +476,30 @@ def main(argv=None):
         "tokenizer directory) the restorations, learned from DATA_DIR/train.tsv (names: the "
         "Bible corpus only)",
     )
+    parser.add_argument(
+        "--add_word_repair",
+        action="store_true",
+        help="instead of learning vocabularies, give those already in OUT_DIR (a trained run's "
+        "tokenizer directory) the repair of made-up words (model.word_repair): English words "
+        "from Debian's word lists and the targets, a lexicon of the sources' and Debian's "
+        "Spanish words translated by Apertium (installed when missing, as root)",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     pairs, name_sources, source_spelling = _training_pairs(args.data_dir, args.data)
+    if args.add_word_repair:
+        from training.word_repair_tables import add_word_repair
+
+        try:
+            sizes = add_word_repair(args.out_dir, pairs)
+        except CorpusError as error:
+            parser.exit(1, f"error: {error}\n")
+        print(
+            f"{args.out_dir}: the target tokenizer now repairs made-up words "
+            f"({sizes['lexicon']:,} words in {LEXICON_FILE}, {sizes['english_words']:,} "
+            "English words)"
+        )
+        return
     if args.add_restoration:
         add_restoration(args.out_dir, pairs, name_sources)
         names = f", names in today's spelling ({NAMES_FILE})" * bool(

@@ -210,7 +210,7 @@ def test_a_missing_model_directory_is_one_line_and_status_2(tmp_path, capsys):
     assert main(["--model", missing]) == 2
     assert capsys.readouterr().err.splitlines() == [
         f"error: {missing} not found: give a training run directory, a bundle such as "
-        "pretrained/bible-catalogs-es-en, or an exported SavedModel version."
+        "pretrained/es-en, or an exported SavedModel version."
     ]
 
 
