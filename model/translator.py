@@ -1,14 +1,15 @@
 """Text in, text out: the translator that evaluation, training's dev BLEU and the export share.
 
 `Translator` puts a trained `Transformer`, its tokenizers and the decoders of `model.decoding`
-into one graph-friendly path: protect names and numbers (`model.placeholders`, for a run trained
-with them), tokenize, cut to the model's length, decode, detokenize, restore the names and
-numbers.
+into one graph-friendly path: cut each source to the words the model can read, protect names
+and numbers (`model.placeholders`, for a run trained with them), tokenize, cut to the model's
+length, decode, detokenize, restore the names and numbers.
 """
 
 import dataclasses
 
 import tensorflow as tf
+import tensorflow_text as tf_text
 
 from common.serving_contract import (
     ALIGNMENT_OUTPUT,
@@ -37,7 +38,7 @@ from model.decoding.common import longest_source_length, max_decoding_length_for
 from model.decoding.penalties import validate_repetition_controls
 from model.decoding.sampling import validate_sampling
 from model.decoding.xla import xla_buckets
-from model.placeholders import MARKERS, protect_target, restore
+from model.placeholders import MARKERS, NOT_WORD, protect_target, restore
 from model.special_tokens import END_ID, PAD_ID, RESERVED_TOKENS, START_ID
 
 
@@ -169,6 +170,40 @@ class DecodingOptions:
 
 # Tokens of the shortest source: every tokenized source holds [START] and [END] ("" is just that).
 MIN_SOURCE_TOKENS = 2
+# A source is cut to this many words (and whitespace-separated tokens) per token of the model's
+# positional encodings before the steps whose cost follows its length (`cut_to_words`).
+READ_WORDS_PER_TOKEN = 2
+
+
+def _first_tokens(text, count):
+    """`text` `[batch]` without what follows each row's first `count` whitespace-separated
+    tokens: `tf.strings.split` stops splitting there, so a row costs what it keeps."""
+    parts = tf.strings.split(text, maxsplit=count)
+    rest = tf.strings.reduce_join(parts[:, count:], axis=1)  # "" where nothing follows.
+    kept = tf.strings.length(text) - tf.strings.length(rest)
+    return tf.strings.substr(text, tf.zeros_like(kept), kept)
+
+
+def cut_to_words(text, count):
+    """`text` `[batch]` with each row cut after its first `count` words and its first `count`
+    whitespace-separated tokens (the bytes before the cut kept as they are; a shorter row
+    whole).
+
+    Each word (letters, digits and marks: `model.placeholders.NOT_WORD` separates them) and
+    each whitespace-separated token of a source gives the model at least one piece, so a cut at
+    more of them than the model reads pieces changes none of the pieces it reads. Renaming,
+    placeholders and tokenization cost time with a row's length, before the model cuts a
+    source to its length: on rows of 16 KiB they cost several times what the model's own work
+    on what it read of them did (`benchmarks.bench_long_rows`).
+    """
+    text = _first_tokens(text, count)
+    _, _, ends = tf_text.regex_split_with_offsets(text, NOT_WORD)
+    # The end of each row's word number `count`, where it has more words than that.
+    last_kept_end = tf.reduce_max(ends[:, count - 1 : count], axis=1)
+    kept = tf.where(
+        ends.row_lengths() > count, last_kept_end, tf.cast(tf.strings.length(text), tf.int64)
+    )
+    return tf.strings.substr(text, tf.zeros_like(kept), kept)
 
 
 def truncate_source_ids(ids, max_tokens):
@@ -259,7 +294,7 @@ class Translator:
         """Tokens of each source of `text` (`[batch]` strings) as the signatures decode it: after
         the placeholders of a run trained with them, [START] and [END] included, cut to the
         model's length (int32 `[batch]`)."""
-        text = self._renamed(text)
+        text = self._renamed(self._readable(text))
         placeholders = self.source_tokenizer.placeholders
         if placeholders is not None:
             text, _ = placeholders.protect(text)
@@ -295,9 +330,10 @@ class Translator:
         (`model.placeholders`, `source_tokenizer.placeholders`) replaces each source's numbers
         and unknown names by markers, and the same words in its target-side inputs (a prefix, a
         scored target: the string row inputs), then puts the words back in every string output
-        (translations, pieces). Names typed in today's spelling are renamed first
-        (`model.restoration`), or the placeholders would protect them as unknown."""
-        text = self._renamed(text)
+        (translations, pieces). Each source is first cut to the words the model can read
+        (`_readable`), then names typed in today's spelling are renamed (`model.restoration`),
+        or the placeholders would protect them as unknown."""
+        text = self._renamed(self._readable(text))
         placeholders = self.source_tokenizer.placeholders
         if placeholders is None:
             return translate(text, *row_inputs)
@@ -309,6 +345,13 @@ class Translator:
             name: restore(output, values) if output.dtype == tf.string else output
             for name, output in translate(text, *row_inputs).items()
         }
+
+    def _readable(self, text):
+        """`text` cut to what the model can read (`cut_to_words`, at READ_WORDS_PER_TOKEN
+        words a token of its positional encodings), before the steps whose cost follows a
+        row's length. A source that long was cut by the model before: its case (a source
+        with no capital, or in capitals) is now judged on the words kept."""
+        return cut_to_words(text, READ_WORDS_PER_TOKEN * self.model.pe_input)
 
     def _renamed(self, text):
         restoration = self.source_tokenizer.restoration

@@ -830,7 +830,7 @@ def main(argv: list[str] | None = None) -> int:
                     for row in client.status():
                         print(
                             f"version {row['version']}: {row['state']}"
-                            + (f" ({row['error_message']})" if row["error_code"] else "")
+                            + (f" ({row['error_message']})" if row["error_message"] else "")
                         )
                 if args.metadata:
                     info = client.metadata()

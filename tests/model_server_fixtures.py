@@ -17,8 +17,13 @@ import pytest
 import tensorflow as tf
 from google.protobuf import text_format
 from grpc_health.v1 import health_pb2_grpc
-from tensorflow_serving.apis import model_service_pb2_grpc, prediction_service_pb2_grpc
+from tensorflow_serving.apis import (
+    model_service_pb2_grpc,
+    predict_pb2,
+    prediction_service_pb2_grpc,
+)
 
+from common.serving_contract import TEXT_INPUT
 from serving.model_server import config as config_lib
 from serving.model_server.server import ModelServer, ServerOptions
 from serving.model_server.session_bundle_config_pb2 import BatchingParameters
@@ -29,6 +34,7 @@ from tests.serving_fixtures import (
     cpu_seconds_during,
     loop_request,
     make_model_base,
+    texts_request,
     wait_for,
 )
 
@@ -185,6 +191,18 @@ def start_rest_server(exports, root) -> Connection:
         rest_api_read_timeout_seconds=1,
         grpc_channel_arguments="grpc.max_receive_message_length=65536",
     )
+
+
+def huge_tensor_request(dtype, rows: int, value) -> predict_pb2.PredictRequest:
+    """A Predict of a few dozen bytes for `rows` rows of `text`: one value, padded to the shape
+    as Tensor::FromProto pads a short value list."""
+    request = texts_request([])
+    proto = request.inputs[TEXT_INPUT]
+    proto.Clear()
+    proto.dtype = dtype.as_datatype_enum
+    proto.tensor_shape.dim.add(size=rows)
+    getattr(proto, "string_val" if dtype == tf.string else "float_val").append(value)
+    return request
 
 
 def write_batching_file(path, **values) -> str:

@@ -467,6 +467,48 @@ MUTATIONS = (
         '        word_alignment = tf.einsum("btw,bts->bws", membership, alignment)\n',
         ("tests/model/test_word_repair.py", "-k", "aligned_source_word"),
     ),
+    Mutation(
+        "a REST body is given back to the budget at its 504, while its run still holds it",
+        "serving/model_server/http_server.py",
+        "            answer.add_done_callback(lambda _: held_by_the_handler.close())\n",
+        "            held_by_the_handler.close()\n",
+        ("tests/serving/model_server/test_http_server.py", "-k", "past_its_504"),
+    ),
+    Mutation(
+        "a request's rows are not bounded without batching",
+        "serving/model_server/core.py",
+        "check_rows(rows, self.max_rows_per_request)",
+        "check_rows(rows, 0)",
+        ("tests/serving/model_server/test_server_limits.py", "-k", "more_rows"),
+    ),
+    Mutation(
+        "batching refuses a request over max_batch_size only once its tensors are made",
+        "serving/model_server/core.py",
+        "self.batcher.check_task_size(rows)",
+        "self.batcher.check_task_size(0)",
+        ("tests/serving/model_server/test_batching.py", "-k", "max_batch_size_is_refused"),
+    ),
+    Mutation(
+        "the status API says nothing while the memory budget refuses requests",
+        "serving/model_server/core.py",
+        "                status.status.error_message = pressure\n",
+        '                status.status.error_message = ""\n',
+        ("tests/serving/model_server/test_server_limits.py", "-k", "status_api_says"),
+    ),
+    Mutation(
+        "a source is renamed, protected and tokenized whole before the model's cut",
+        "model/translator.py",
+        "        return cut_to_words(text, READ_WORDS_PER_TOKEN * self.model.pe_input)\n",
+        "        return text\n",
+        ("tests/model/test_translator.py", "-k", "costs_what"),
+    ),
+    Mutation(
+        "a source is cut to fewer words than the model reads pieces",
+        "model/translator.py",
+        "        return cut_to_words(text, READ_WORDS_PER_TOKEN * self.model.pe_input)\n",
+        "        return cut_to_words(text, self.model.pe_input // 4)\n",
+        ("tests/model/test_translator.py", "-k", "same_pieces"),
+    ),
 )
 
 

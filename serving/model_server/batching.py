@@ -174,6 +174,18 @@ class BatchScheduler:
 
     # --------------------------------------------------------------- clients
 
+    def check_task_size(self, size: int) -> None:
+        """Refuses a request of more than `max_batch_size` rows, as TF Serving's batching does.
+
+        Raises:
+            ServingError: INVALID_ARGUMENT, with TF Serving's message.
+        """
+        if size > self.options.max_batch_size:
+            raise errors.invalid_argument(
+                f"Task size {size} is larger than maximum input batch size "
+                f"{self.options.max_batch_size}"
+            )
+
     def run(
         self,
         queue_key: Hashable,
@@ -206,11 +218,7 @@ class BatchScheduler:
             self.metrics.record_input_batch_size(size)
         if size == 0:
             return run_fn(inputs, deadline)  # Nothing to merge; the model decides.
-        if size > self.options.max_batch_size:
-            raise errors.invalid_argument(
-                f"Task size {size} is larger than maximum input batch size "
-                f"{self.options.max_batch_size}"
-            )
+        self.check_task_size(size)
         pieces = self._enqueue(queue_key, run_fn, inputs, size, deadline)
         if when_caller_gone is not None and not when_caller_gone(lambda: self._drop(pieces)):
             self._drop(pieces)

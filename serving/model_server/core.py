@@ -28,9 +28,11 @@ from serving.model_server.predict import (
     DEFAULT_SERVING_SIGNATURE_DEF_KEY,
     check_deadline,
     check_predict,
+    check_rows,
     check_string_sizes,
     decode_predict,
     make_predict_response,
+    request_rows,
     run_in_pieces,
 )
 
@@ -53,6 +55,9 @@ class ServingCore:
             rows (`predict.run_in_pieces`); <= 0 runs it whole.
         max_input_string_bytes: a request holding a longer string is refused before any run
             (`predict.check_string_sizes`); <= 0 accepts any.
+        max_rows_per_request: a request of more rows is refused before its tensors are made
+            (`predict.check_rows`), as one of more than batching's `max_batch_size` is;
+            <= 0 accepts any.
         request_memory_budget_bytes: the most the decoded inputs of the requests in flight
             may hold together; a request that does not fit is refused before its tensors are
             made (`memory_budget.RequestMemoryBudget`, `predict.CheckedPredict.decoded_bytes`);
@@ -66,6 +71,7 @@ class ServingCore:
         metrics: ServerMetrics | None = None,
         max_rows_per_run: int = 0,
         max_input_string_bytes: int = 0,
+        max_rows_per_request: int = 0,
         request_memory_budget_bytes: int = 0,
     ):
         self.manager = manager
@@ -73,6 +79,7 @@ class ServingCore:
         self.metrics = metrics if metrics is not None else ServerMetrics()
         self.max_rows_per_run = max_rows_per_run
         self.max_input_string_bytes = max_input_string_bytes
+        self.max_rows_per_request = max_rows_per_request
         self.memory_budget = RequestMemoryBudget(request_memory_budget_bytes)
 
     def predict(
@@ -100,6 +107,12 @@ class ServingCore:
             check_string_sizes(checked, self.max_input_string_bytes)
             # Counted before the tensors are made: a few bytes can announce billions of rows.
             with self.memory_budget.reserve(checked.decoded_bytes()):
+                # Read from the shapes: a value padded to millions of rows costs the model
+                # runs, not the request's bytes, and is refused before it is made.
+                rows = request_rows(checked)
+                if self.batcher is not None:
+                    self.batcher.check_task_size(rows)
+                check_rows(rows, self.max_rows_per_request)
                 prepared = decode_predict(checked)
                 return self._run(request, servable, prepared, deadline, when_caller_gone)
 
@@ -209,18 +222,29 @@ class ServingCore:
     def get_model_status(
         self, request: get_model_status_pb2.GetModelStatusRequest
     ) -> get_model_status_pb2.GetModelStatusResponse:
-        """Lists the state of one version, or of every version newest first."""
+        """Lists the state of one version, or of every version newest first.
+
+        While the memory budget refuses requests (`RequestMemoryBudget.pressure`), an available
+        version's status says so in its `error_message`, its `error_code` OK and its state
+        AVAILABLE: the version serves what fits, and a client or probe that reads the code and
+        the state, as TF Serving's do, sees it ready as before, while one that reads the words
+        can hold traffic back.
+        """
         if not request.HasField("model_spec"):
             raise errors.invalid_argument("Missing ModelSpec")
         spec = request.model_spec
         version = spec.version.value if spec.HasField("version") else None
         response = get_model_status_pb2.GetModelStatusResponse()
+        pressure = self.memory_budget.pressure()
         for row in self.manager.version_statuses(spec.name, version):
             status = response.model_version_status.add(version=row.version, state=row.state)
             # An OK status is still present, with error_code OK, as in TF Serving.
             status.status.SetInParent()
             status.status.error_code = row.error.code.value[0] if row.error else 0
-            status.status.error_message = row.error.message if row.error else ""
+            if row.error:
+                status.status.error_message = row.error.message
+            elif row.state == get_model_status_pb2.ModelVersionStatus.AVAILABLE:
+                status.status.error_message = pressure
         return response
 
     def reload_config(

@@ -341,7 +341,7 @@ class _Connection:
         stays open."""
         self.handling = True  # Until the answer is written: a stop lets it go out.
         try:
-            status, payload, content_type = await self._handled(head, body)
+            status, payload, content_type = await self._handled(head, body, reservations)
             budget = self._server.memory_budget
             if budget is not None:
                 try:
@@ -362,14 +362,18 @@ class _Connection:
             self.handling = False
         return keep_alive
 
-    async def _handled(self, head: _Head, body: bytes) -> tuple[int, bytes, str]:
+    async def _handled(
+        self, head: _Head, body: bytes, reservations: contextlib.ExitStack
+    ) -> tuple[int, bytes, str]:
         """The handler's answer, or 504 at the answer deadline if it has not answered by then.
 
         The deadline runs from when the request has been read, its wait for a thread
         included, as a gRPC call's runs from the call; the handler is given it, and stops
         its model runs between pieces at it, but a run may go on past it (one that no
         timeout interrupts): its client is answered at the deadline all the same, as gRPC's
-        client is, and the late answer is dropped.
+        client is, and the late answer is dropped. What `reservations` holds (the body's
+        bytes) is then given back when the handler returns, not with the 504: the handler
+        still holds the body, and its run still computes.
         """
         timeout = self._server.answer_timeout_seconds
         deadline = time.monotonic() + timeout if timeout else None
@@ -385,6 +389,8 @@ class _Connection:
                 asyncio.shield(answer), timeout + _LATE_ANSWER_MARGIN_SECONDS
             )
         except TimeoutError:
+            held_by_the_handler = reservations.pop_all()
+            answer.add_done_callback(lambda _: held_by_the_handler.close())
             logger.info("REST client %s: no answer by the deadline, answered 504", self._peer)
             return 504, errors.rest_error_body("Deadline Exceeded"), errors.REST_JSON_CONTENT_TYPE
 

@@ -8,11 +8,14 @@ its decoded inputs (`request_bytes`, counted from the request before its tensors
 back when the request ends, answered or not. Over REST it charges too, in one reservation each
 (`RequestMemoryBudget.reservation`): a body's bytes as they arrive (never as announced), at
 most a fair share of the budget for one body; the JSON values parsed from it, at a bound
-counted before parsing; and the answer's bytes until they are sent. A request that does not fit is
+counted before parsing; and the answer's bytes until they are sent (a body past its REST
+deadline's 504, until the run that holds it ends). A request that does not fit is
 refused with RESOURCE_EXHAUSTED (REST 429) and nothing runs for it: one larger than the whole
 budget for good (the message says to split it), one that finds the budget held by others until
-they end (the message says to retry). A run's own memory is bounded apart: by its rows
-(`--max_rows_per_run`, batching's `max_execution_batch_size`) and its strings' length
+they end (the message says to retry); while it refuses, and PRESSURE_SECONDS after, the model
+status API says so (`RequestMemoryBudget.pressure`). A run's own memory is bounded apart: by
+its rows (`--max_rows_per_run`, batching's `max_execution_batch_size`; a request's by
+`--max_rows_per_request`, batching's `max_batch_size`) and its strings' length
 (`--max_input_string_bytes`).
 
 Where the process runs under a memory limit (a container's or a pod's: cgroup v2 `memory.max`,
@@ -25,6 +28,7 @@ import contextlib
 import os
 import sys
 import threading
+import time
 from collections.abc import Iterator
 
 import numpy as np
@@ -38,6 +42,11 @@ INPUTS = "inputs"
 BODY = "body bytes"
 JSON = "JSON values"
 ANSWER = "answer bytes"
+
+
+# How long after its last refusal the budget reports that it refuses (`pressure`): longer than
+# a readiness probe's period (Kubernetes's default is 10 s), so a probe sees every episode.
+PRESSURE_SECONDS = 15.0
 
 
 # The budget when the flag leaves it out: this much, or a quarter of the process's memory limit
@@ -156,6 +165,7 @@ class RequestMemoryBudget:
         self.limit_bytes = limit_bytes
         self._held = 0
         self._refusals: dict[str, int] = {}
+        self._last_refusal: float | None = None  # time.monotonic() of the latest.
         self._lock = threading.Lock()
 
     @property
@@ -168,6 +178,21 @@ class RequestMemoryBudget:
         """How many reservations were refused so far, by what they held (`INPUTS`, `BODY`)."""
         with self._lock:
             return dict(self._refusals)
+
+    def pressure(self, now: float | None = None) -> str:
+        """What the status API says while the budget refuses requests: "" when it refused none
+        in the last PRESSURE_SECONDS (before `now`, `time.monotonic()`), else when it last
+        refused and what the requests in flight hold."""
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            last, held = self._last_refusal, self._held
+        if last is None or now - last > PRESSURE_SECONDS:
+            return ""
+        return (
+            f"refusing requests for memory (RESOURCE_EXHAUSTED), the last {now - last:.1f} s "
+            f"ago: the requests in flight hold {held} of this server's {self.limit_bytes} bytes "
+            f"({FLAG})"
+        )
 
     @contextlib.contextmanager
     def reserve(self, size: int, what: str = INPUTS) -> Iterator[None]:
@@ -217,6 +242,7 @@ class RequestMemoryBudget:
                 reservation.size = total
                 return
             self._refusals[reservation.what] = self._refusals.get(reservation.what, 0) + 1
+            self._last_refusal = time.monotonic()
         raise refusal
 
     def _refusal(self, size: int, held: int, what: str) -> errors.ServingError:

@@ -15,6 +15,8 @@ open are closed, stalled clients included; the process exits at the latest
 EXIT_MARGIN_SECONDS later), `--max_rows_per_run` (without batching, a request runs in
 pieces of at most this many rows, and none starts past its deadline),
 `--max_input_string_bytes` (longer strings are refused before any run),
+`--max_rows_per_request` (a request of more rows is refused before its tensors are made;
+default 65536),
 `--request_memory_budget_bytes` (a request whose decoded inputs, counted before they are
 made, would take those of the requests in flight past it is refused before any run; left out:
 1 GiB, or a quarter of the process's cgroup memory limit when smaller),
@@ -146,6 +148,7 @@ class ServerOptions:
     xla_cpu_compilation_enabled: bool = False
     max_rows_per_run: int = 64
     max_input_string_bytes: int = 16384
+    max_rows_per_request: int = 65536
     # None: `memory_budget.default_budget_bytes()` (1 GiB, less under a smaller cgroup limit).
     request_memory_budget_bytes: int | None = None
 
@@ -281,6 +284,7 @@ class ModelServer:
             self.metrics,
             max_rows_per_run=options.max_rows_per_run,
             max_input_string_bytes=options.max_input_string_bytes,
+            max_rows_per_request=options.max_rows_per_request,
             request_memory_budget_bytes=budget,
         )
         self.metrics.memory_budget = self.core.memory_budget
@@ -598,6 +602,13 @@ def build_arg_parser() -> argparse.ArgumentParser:
         "[local] a request holding a longer string is refused (INVALID_ARGUMENT, REST 400) "
         "before any run: a model's memory can grow with the square of a string's length; 0 "
         "accepts any",
+    )
+    flag(
+        "max_rows_per_request",
+        int,
+        "[local] a request of more rows (its inputs' 0th dimension) is refused "
+        "(INVALID_ARGUMENT, REST 400) before its tensors are made, as batching's max_batch_size "
+        "refuses one; 0 accepts any",
     )
     flag(
         "request_memory_budget_bytes",

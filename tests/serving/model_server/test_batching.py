@@ -6,6 +6,7 @@ import contextlib
 import os
 import threading
 import time
+import tracemalloc
 
 import grpc
 import numpy as np
@@ -19,6 +20,7 @@ from tests.model_server_fixtures import (
     SERVING_DIR,
     expire_an_endless_call,
     http,
+    huge_tensor_request,
     rpc_error,
     start_server,
     strings,
@@ -397,6 +399,24 @@ def test_batch_limits_deadlines_and_message_size(strict_server):
     assert status == 429 and "larger than the limit of 65536 bytes" in body["error"]
     ok = strict_server.predict.Predict(texts_request(["small"]), timeout=10)
     assert strings(ok.outputs["translation"]) == [expected_greedy("small", 1)]
+
+
+def test_a_request_over_max_batch_size_is_refused_before_its_tensors_are_made(strict_server):
+    """One string padded to 2*10^7 rows was made whole (160 MB of row pointers) before batching
+    refused it; its rows are now read from the request's shape, and it is refused with TF
+    Serving's message before anything is made."""
+    request = huge_tensor_request(tf.string, 2 * 10**7, b"hola")
+    tracemalloc.start()
+    try:
+        error = rpc_error(strict_server.predict.Predict, request)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert (error.code(), error.details()) == (
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "Task size 20000000 is larger than maximum input batch size 8",
+    )
+    assert peak < 16 * 2**20, peak
 
 
 def test_large_batch_splitting_answers_as_one_unbatched_call(exports, main_server, tmp_path):

@@ -24,6 +24,7 @@ from serving.model_server.http_server import (
     MAX_REQUEST_HEAD_BYTES,
     HttpServer,
 )
+from serving.model_server.memory_budget import RequestMemoryBudget
 from serving.model_server.rest_api import RestApi
 from tests.model_server_fixtures import (
     SENTENCES,
@@ -744,34 +745,71 @@ class _StuckHandler:
         return 200, b'{"late": true}', "application/json"
 
 
+@contextlib.contextmanager
+def stuck_server(memory_budget: RequestMemoryBudget | None = None):
+    """An HttpServer over a `_StuckHandler` with a 1 s answer deadline: (server, handler); the
+    handler is released and the server stopped after the block."""
+    handler = _StuckHandler()
+    server = HttpServer(
+        ("127.0.0.1", 0),
+        handler,
+        num_threads=2,
+        max_body_bytes=1 << 20,
+        memory_budget=memory_budget,
+        answer_timeout_seconds=1,
+    )
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server, handler
+    finally:
+        handler.release.set()
+        server.stop(grace_seconds=1)
+        thread.join(timeout=30)
+
+
+def read_head(client: socket.socket) -> bytes:
+    """What the server sends up to the end of its first answer's head."""
+    head = b""
+    while b"\r\n\r\n" not in head:
+        head += client.recv(4096)
+    return head
+
+
 def test_the_rest_deadline_is_answered_at_the_deadline_while_the_run_goes_on():
     """With --rest_api_timeout_in_ms=2000, a beam_search call of 600 sentences was answered
     504 after 8.5-9.5 s, when its run ended, where gRPC's client had its DEADLINE_EXCEEDED at
     2.00 s: the transport now answers 504 at the deadline it gave the handler (the run stops
     before its next piece), whatever the handler is doing, and serves the connection on."""
-    handler = _StuckHandler()
-    server = HttpServer(
-        ("127.0.0.1", 0), handler, num_threads=2, max_body_bytes=1 << 20, answer_timeout_seconds=1
-    )
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with stuck_server() as (server, handler):
         with socket.create_connection(server.server_address, timeout=30) as client:
             started = time.monotonic()
             client.sendall(b"GET /v1/models/stuck HTTP/1.1\r\nHost: t\r\n\r\n")
             handler.started.wait(30)
-            head = b""
-            while b"\r\n\r\n" not in head:
-                head += client.recv(4096)
+            head = read_head(client)
             answered = time.monotonic() - started
             assert head.startswith(b"HTTP/1.1 504 Gateway Timeout\r\n"), head
             assert 1 <= answered < 10, answered
             # Set once the request was read, one timeout ahead; answered when it passed.
             assert started + 1 <= handler.deadlines[0] <= started + answered
-    finally:
-        handler.release.set()
-        server.stop(grace_seconds=1)
-        thread.join(timeout=30)
+
+
+def test_a_body_stays_held_in_the_budget_past_its_504_until_its_run_ends():
+    """At the REST deadline the 504 gave the body's bytes back to the budget while the
+    handler, still running, held the body: the budget counted less than the process held. They
+    are now given back when the handler returns."""
+    budget = RequestMemoryBudget(1 << 20)
+    body = b"x" * 1000
+    with stuck_server(budget) as (server, handler):
+        with socket.create_connection(server.server_address, timeout=30) as client:
+            client.sendall(
+                b"POST /v1/models/stuck:predict HTTP/1.1\r\nHost: t\r\n"
+                b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+            )
+            assert read_head(client).startswith(b"HTTP/1.1 504 Gateway Timeout\r\n")
+            assert budget.held_bytes >= len(body), "the body was given back at the 504"
+            handler.release.set()
+            wait_for(lambda: budget.held_bytes == 0, "the body to be given back after its run")
 
 
 def server_sockets_of(client: socket.socket, port: int) -> list:

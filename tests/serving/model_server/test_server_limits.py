@@ -26,7 +26,6 @@ from google.protobuf import text_format
 from tensorflow_serving.apis import (
     get_model_status_pb2,
     model_service_pb2_grpc,
-    predict_pb2,
     prediction_log_pb2,
     prediction_service_pb2_grpc,
 )
@@ -37,6 +36,7 @@ from serving.model_server import tensors
 from serving.model_server.errors import ServingError
 from serving.model_server.memory_budget import (
     DEFAULT_BUDGET_BYTES,
+    PRESSURE_SECONDS,
     RequestMemoryBudget,
     available_memory_bytes,
     cgroup_memory_limit_bytes,
@@ -47,7 +47,7 @@ from serving.model_server.predict import prepare_predict, run_in_pieces
 from serving.model_server.servable import load_servable
 from serving.model_server.server import EXIT_MARGIN_SECONDS, ServerOptions
 from serving.model_server.tensors import MAX_FEED_RANK, decoded_bytes, tensor_proto_to_ndarray
-from tests.model_server_fixtures import start_server
+from tests.model_server_fixtures import huge_tensor_request, start_server
 from tests.serving_fixtures import (
     ENDLESS_STEPS,
     MODEL_NAME,
@@ -57,6 +57,7 @@ from tests.serving_fixtures import (
     install_version,
     loop_model_base,
     loop_request,
+    make_model_base,
     memory_cgroup,
     peak_resident_bytes,
     texts_request,
@@ -439,21 +440,63 @@ def test_a_request_past_the_memory_budget_is_refused_before_any_run(tmp_path):
         connection.server.stop(grace_seconds=0)
 
 
+def test_the_status_api_says_while_the_budget_refuses_requests(exports, tmp_path):
+    """Refusals for memory were counted in a metric only: a model's status stayed AVAILABLE
+    with nothing said, so a readiness probe reading it saw nothing. While the budget refuses
+    (until PRESSURE_SECONDS after its last refusal), each available version's status now says
+    so in its `error_message`, over REST and gRPC, its `error_code` OK and its state AVAILABLE
+    (as TF Serving's clients and probes read a version that serves)."""
+    connection = start_server(
+        tmp_path,
+        model_name=MODEL_NAME,
+        model_base_path=make_model_base(exports, str(tmp_path)),
+        rest_api_port=0,
+        request_memory_budget_bytes=2**20,
+    )
+    budget = connection.server.core.memory_budget
+    status_path = f"/v1/models/{MODEL_NAME}"
+
+    def statuses() -> list:
+        """The version's status over REST, then over gRPC."""
+        _, body = http_request(connection.server.rest_port, "GET", status_path)
+        request = get_model_status_pb2.GetModelStatusRequest()
+        request.model_spec.name = MODEL_NAME
+        row = connection.models.GetModelStatus(request, timeout=30).model_version_status[0]
+        grpc_status = ("AVAILABLE", "OK", row.status.error_message)
+        assert (row.state, row.status.error_code) == (row.AVAILABLE, 0)
+        rest_row = body["model_version_status"][0]
+        rest_status = (
+            rest_row["state"],
+            rest_row["status"]["error_code"],
+            rest_row["status"]["error_message"],
+        )
+        return [rest_status, grpc_status]
+
+    try:
+        assert statuses() == [("AVAILABLE", "OK", "")] * 2
+        held = budget.limit_bytes // 2  # The status answers still fit beside it.
+        with budget.reserve(held):
+            with pytest.raises(grpc.RpcError) as refused:
+                connection.predict.Predict(huge_tensor_request(tf.string, 20_000, b"x"), timeout=30)
+            assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert refused.value.details().endswith("retry later")
+            for state, code, words in statuses():
+                assert (state, code) == ("AVAILABLE", "OK")
+                assert words.startswith(
+                    "refusing requests for memory (RESOURCE_EXHAUSTED), the last "
+                ), words
+                assert words.endswith(
+                    f"s ago: the requests in flight hold {held} of this server's 1048576 bytes "
+                    "(--request_memory_budget_bytes)"
+                ), words
+        assert budget.pressure(time.monotonic() + PRESSURE_SECONDS + 1) == ""
+    finally:
+        connection.server.stop(grace_seconds=0)
+
+
 # A container's memory limit for the server process: TensorFlow and the toy model take about
 # half of it, so a tensor of a gigabyte made whole gets the process OOM-killed.
 SERVER_MEMORY_LIMIT_BYTES = 3 * 2**29
-
-
-def huge_tensor_request(dtype, rows: int, value) -> predict_pb2.PredictRequest:
-    """A Predict of a few dozen bytes for `rows` rows of `text`: one value, padded to the shape
-    as Tensor::FromProto pads a short value list."""
-    request = texts_request([])
-    proto = request.inputs[TEXT_INPUT]
-    proto.Clear()
-    proto.dtype = dtype.as_datatype_enum
-    proto.tensor_shape.dim.add(size=rows)
-    getattr(proto, "string_val" if dtype == tf.string else "float_val").append(value)
-    return request
 
 
 def test_a_small_request_for_a_huge_tensor_is_refused_before_it_is_made(exports, tmp_path):
@@ -507,6 +550,42 @@ def test_a_small_request_for_a_huge_tensor_is_refused_before_it_is_made(exports,
         assert good_calls() > 0
         assert peak_resident_bytes(server.process.pid) - peak_before < 64 * 2**20
         assert_still_serving(server, predict, version=1)
+
+
+def test_a_request_of_more_rows_than_the_server_takes_is_refused_before_it_is_made(main_server):
+    """A 38-byte Predict of one string padded to 2*10^7 rows fitted the 1 GiB budget (840 MB
+    counted), was made and ran until its deadline, its runs taking the cores from every other
+    client. A request of more than --max_rows_per_request rows (65,536 by default) is now
+    INVALID_ARGUMENT / 400 before its tensors are made, over gRPC and REST, and the server
+    answers the next request as before."""
+    limit = ServerOptions().max_rows_per_request
+    assert main_server.server.core.max_rows_per_request == limit
+    rows = 2 * 10**7
+    request = huge_tensor_request(tf.string, rows, b"hola")
+    assert len(request.SerializeToString()) < 64
+    message = (
+        f"the request has {{rows}} rows, more than the {limit} this server accepts in one request "
+        "(--max_rows_per_request): send them in smaller requests"
+    )
+    with pytest.raises(grpc.RpcError) as refused:
+        # Within its deadline: before, the call ran until it.
+        main_server.predict.Predict(request, timeout=10)
+    assert (refused.value.code(), refused.value.details()) == (
+        grpc.StatusCode.INVALID_ARGUMENT,
+        message.format(rows=rows),
+    )
+    status, body = http_request(
+        main_server.server.rest_port,
+        "POST",
+        f"/v1/models/{MODEL_NAME}:predict",
+        json.dumps({"instances": [""] * (limit + 1)}).encode(),
+    )
+    assert (status, body["error"]) == (400, message.format(rows=limit + 1))
+    assert main_server.server.core.memory_budget.held_bytes == 0
+    response = main_server.predict.Predict(texts_request(["still up"]), timeout=60)
+    assert tf.make_ndarray(response.outputs["translation"]).tolist() == [
+        expected_greedy("still up", 2).encode()
+    ]
 
 
 def good_client_beside(server: ServerProcess):
