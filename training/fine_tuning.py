@@ -102,7 +102,9 @@ def inherit_decoding(base_dir, run_dir):
         return False
     shutil.copyfile(source, target)
     with open(source, encoding="utf-8") as handle:
-        logger.info("decoding settings of %s inherited: %s", base_dir, handle.read().strip())
+        logger.info(
+            "decoding settings of %s inherited: %s", base_dir, json.dumps(json.load(handle))
+        )
     return True
 
 
