@@ -509,6 +509,55 @@ MUTATIONS = (
         "        return cut_to_words(text, self.model.pe_input // 4)\n",
         ("tests/model/test_translator.py", "-k", "same_pieces"),
     ),
+    Mutation(
+        "a fine-tuning run's lr_scale from a config file is replaced by the fine-tuning peak's",
+        "training/config.py",
+        'if peak_rate is not None and "lr_scale" not in given and "lr_scale" not in from_file:',
+        'if peak_rate is not None and "lr_scale" not in given:',
+        ("tests/training/test_fine_tuning_defaults.py", "-k", "explicit_lr_scale"),
+    ),
+    Mutation(
+        "the fine-tuning peak is the base's rate one step past where it ended",
+        "training/fine_tuning.py",
+        "    return step, float(schedule(step - 1))\n",
+        "    return step, float(schedule(step))\n",
+        ("tests/training/test_fine_tuning_defaults.py", "-k", "peaks_below"),
+    ),
+    Mutation(
+        "a fine-tuning run that mixes in the base's corpora peaks as one that does not",
+        "training/fine_tuning.py",
+        "    fraction = MIXED_PEAK_FRACTION if mix_base else PEAK_FRACTION\n",
+        "    fraction = PEAK_FRACTION\n",
+        ("tests/training/test_fine_tuning_defaults.py", "-k", "peaks_below"),
+    ),
+    Mutation(
+        "a fine-tuning run's own decoding.json is overwritten by the base's",
+        "training/fine_tuning.py",
+        "    if os.path.exists(target):\n        return False\n",
+        "",
+        ("tests/training/test_fine_tuning_defaults.py", "-k", "decoding"),
+    ),
+    Mutation(
+        "--mix_base adds the base's corpora without scaling the run's own shares",
+        "training/fine_tuning.py",
+        "Corpus(corpus.spec, corpus.share * (1 - share), corpus.name)",
+        "Corpus(corpus.spec, corpus.share, corpus.name)",
+        ("tests/training/test_fine_tuning_defaults.py", "-k", "mix_base"),
+    ),
+    Mutation(
+        "the watch on the base's dev sets warns when they rise, not fall",
+        "training/fine_tuning.py",
+        'fall = before[name]["bleu"] - now["bleu"]',
+        'fall = now["bleu"] - before[name]["bleu"]',
+        ("tests/training/test_fine_tuning.py", "-k", "watches_its_dev_sets"),
+    ),
+    Mutation(
+        "a resumed fine-tuning run measures the base's dev sets 'before' again, on its own weights",
+        "training/fine_tuning.py",
+        '        if self.report["before"] is None:\n',
+        "        if True:\n",
+        ("tests/training/test_fine_tuning.py", "-k", "resume_continues"),
+    ),
 )
 
 

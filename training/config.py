@@ -4,6 +4,7 @@ import argparse
 import dataclasses
 import json
 import logging
+import math
 
 from common.flags import parse_bool
 from run_directory.settings import RENAMED_SETTINGS, upgrade_renamed_settings
@@ -82,6 +83,14 @@ class TrainConfig:
     # `run_directory.artifacts.select_weights`), tokenizer and vocabulary this run starts from, with a
     # fresh optimizer and schedule. "": from scratch.
     init_from: str = ""
+    # With init_from (training.fine_tuning): the first N dev sentences of each of the init_from
+    # run's corpora that are built are scored before the first step and at every checkpoint
+    # (0: off), and a fall of more than base_bleu_tolerance BLEU is warned of.
+    base_dev_sentences: int = 100
+    base_bleu_tolerance: float = 2.0
+    # With init_from: the share of the training examples drawn from the init_from run's corpora,
+    # in its proportions (0: none; they must be built).
+    mix_base: float = 0.0
     # Optimization.
     train_steps: int = 100_000
     # Wall-clock budget of the training loop (dev evaluations included, setup not); the run ends
@@ -237,9 +246,14 @@ def add_config_arguments(parser):
         )
 
 
-def resolve_config(preset, config_file=None, overrides=None, inherited=None):
+def resolve_config(preset, config_file=None, overrides=None, inherited=None, peak_rate=None):
     """preset values < `inherited` (a fine-tuning run's settings of the run it starts from) <
     config file (JSON) < command-line overrides.
+
+    `peak_rate` (a fine-tuning run's, `training.fine_tuning.fine_tuning_schedule`): a function
+    of the resolved `TrainConfig` giving a peak rate; unless the config file or the
+    overrides set `lr_scale`, it is the one whose schedule peaks at that rate after the
+    resolved `warmup_steps`.
 
     Raises:
         ValueError: an unknown preset, an unknown key in the config file, or a bad value.
@@ -247,6 +261,7 @@ def resolve_config(preset, config_file=None, overrides=None, inherited=None):
     if preset not in PRESETS:
         raise ValueError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
     values = {**PRESETS[preset], **(inherited or {})}
+    from_file = {}
     if config_file:
         with open(config_file, encoding="utf-8") as handle:
             try:
@@ -264,10 +279,22 @@ def resolve_config(preset, config_file=None, overrides=None, inherited=None):
         if unknown:
             raise ValueError(f"{config_file}: unknown setting(s) {', '.join(unknown)}")
         values.update(from_file)
-    values.update({name: value for name, value in (overrides or {}).items() if value is not None})
+    given = {name: value for name, value in (overrides or {}).items() if value is not None}
+    values.update(given)
     config = TrainConfig(**values)
+    if peak_rate is not None and "lr_scale" not in given and "lr_scale" not in from_file:
+        config = dataclasses.replace(
+            config,
+            lr_scale=lr_scale_for_peak(peak_rate(config), config.d_model, config.warmup_steps),
+        )
     validate(config)
     return config
+
+
+def lr_scale_for_peak(peak, d_model, warmup_steps):
+    """The `lr_scale` whose schedule (`training.schedule.CustomSchedule`) peaks at `peak` after
+    `warmup_steps` steps: its peak is scale · (d_model · warmup_steps)^-0.5."""
+    return peak * math.sqrt(d_model * warmup_steps)
 
 
 def validate(config):
@@ -294,7 +321,12 @@ def validate(config):
     ):
         if getattr(config, name) <= 0:
             raise ValueError(f"{name} must be positive, got {getattr(config, name)}")
-    for name in ("dev_bleu_sentences", "early_stopping_patience", "train_minutes"):
+    for name in (
+        "dev_bleu_sentences",
+        "early_stopping_patience",
+        "train_minutes",
+        "base_dev_sentences",
+    ):
         if getattr(config, name) < 0:
             raise ValueError(f"{name} must be 0 (off) or positive, got {getattr(config, name)}")
     if not 0.0 <= config.source_noise <= 1.0:
@@ -313,6 +345,10 @@ def validate(config):
             raise ValueError("subword_nbest_size (sampling) needs tokenizer sentencepiece")
         if config.subword_alpha <= 0:
             raise ValueError(f"subword_alpha must be positive, got {config.subword_alpha}")
+    if not 0.0 <= config.mix_base < 1.0:
+        raise ValueError(f"mix_base must be within [0, 1), got {config.mix_base}")
+    if config.mix_base and not config.init_from:
+        raise ValueError("mix_base mixes in the corpora of the run it starts from: needs init_from")
     if config.early_stopping_patience and not config.dev_bleu_sentences:
         raise ValueError("early_stopping_patience needs dev BLEU: set dev_bleu_sentences > 0")
 

@@ -18,9 +18,9 @@ import tensorflow as tf
 
 from common.serving_contract import TRANSLATION_OUTPUT
 from model.files import write_atomically
-from model.translator import Translator, traced
+from model.translator import DecodingOptions, Translator, traced
 from run_directory.artifacts import BEST_INFO_FILE
-from training.evaluate import BATCH_SIZE, score, translate
+from training.evaluate import BATCH_SIZE, describe_decoding, score, translate
 
 
 class DevBleu:
@@ -33,14 +33,28 @@ class DevBleu:
             several corpora, `{corpus name: dev pairs}`, the first `max_sentences` of each.
         max_sentences: int > 0.
         batch_size: sentences per decoding call (`training.evaluate`'s, so that the scores agree).
+        options: the run's `DecodingOptions` (`run_directory.artifacts.decoding_options`), of
+            which greedy search follows the rules of each step's choice (repetition controls,
+            placeholder limits), as `training.evaluate`'s greedy search of the run does.
+
+    Attributes:
+        decoding: how it decodes, for reports ("greedy, no_repeat_ngram_size 3").
     """
 
     def __init__(
-        self, model, source_tokenizer, target_tokenizer, pairs, max_sentences, batch_size=BATCH_SIZE
+        self,
+        model,
+        source_tokenizer,
+        target_tokenizer,
+        pairs,
+        max_sentences,
+        batch_size=BATCH_SIZE,
+        options=DecodingOptions(),
     ):
         if max_sentences < 1:
             raise ValueError(f"max_sentences must be positive, got {max_sentences}.")
-        translator = Translator(model, source_tokenizer, target_tokenizer)
+        translator = Translator(model, source_tokenizer, target_tokenizer, options)
+        self.decoding = describe_decoding(options, beam_width=1)
         self._greedy = traced(translator.greedy, tf.TensorSpec([None], tf.string))
         self.corpora = {
             name: list(corpus_pairs)[:max_sentences]

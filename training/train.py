@@ -31,6 +31,16 @@ from run_directory import artifacts
 from training.config import TrainConfig, add_config_arguments, resolve_config, subword_sampling
 from training.corpus import CorpusError
 from training.dev_bleu import BestCheckpoint, DevBleu
+from training.fine_tuning import (
+    BASE_DEV_FILE,
+    BaseWatch,
+    FineTuningError,
+    base_dev_splits,
+    base_end,
+    fine_tuning_schedule,
+    inherit_decoding,
+    mixed_corpora,
+)
 from training.losses import masked_token_losses
 from training.mixture import load_splits, parse_data
 from training.noise import parse_kinds
@@ -77,6 +87,9 @@ FIXED_ON_RESUME = (
     # The best checkpoint kept is the best mean dev BLEU over these corpora and --data's.
     "dev_data",
     "init_from",
+    "mix_base",
+    # The base's dev BLEU before fine-tuning, in base_dev.json, is measured on these sentences.
+    "base_dev_sentences",
     *MODEL_SETTINGS,
     # These choose the training pipeline (tokenized up front, or in tf.data), whose iterator
     # position the checkpoints hold.
@@ -183,6 +196,42 @@ def inherited_settings(init_from):
         raise TrainingError(f"--init_from: {error}") from error
     defaults = {field.name: field.default for field in dataclasses.fields(TrainConfig)}
     return {name: saved.get(name, defaults[name]) for name in MODEL_SETTINGS}
+
+
+def fine_tuning_defaults(init_from):
+    """`(inherited, peak_rate)` for `resolve_config`: the settings a run fine-tuning `init_from`
+    takes from it (`inherited_settings`) and the fine-tuning schedule's warmup, and the function
+    of the resolved `TrainConfig` that gives that schedule's peak rate (`training.fine_tuning.
+    fine_tuning_schedule`, which depends on `mix_base`); `({}, None)` without `init_from`.
+
+    Raises:
+        TrainingError: `init_from` is not a trained run.
+    """
+    if not init_from:
+        return {}, None
+    inherited = inherited_settings(init_from)
+    base_config = artifacts.read_config(init_from)
+
+    def peak_rate(config):
+        return fine_tuning_schedule(base_config, init_from, config.mix_base)[1]
+
+    warmup_steps, _ = fine_tuning_schedule(base_config, init_from, mix_base=0)
+    return {**inherited, "warmup_steps": warmup_steps}, peak_rate
+
+
+def log_fine_tuning_schedule(config):
+    """Says how the run's schedule compares with the rate where `config.init_from` ended."""
+    step, rate = base_end(artifacts.read_config(config.init_from), config.init_from)
+    schedule = CustomSchedule(config.d_model, config.warmup_steps, scale=config.lr_scale)
+    logger.info(
+        "fine-tuning schedule: %d warmup steps to a peak rate of %.3g, then decaying; %s ended "
+        "at step %d with a rate of %.3g",
+        config.warmup_steps,
+        float(schedule(config.warmup_steps - 1)),
+        config.init_from,
+        step,
+        rate,
+    )
 
 
 def check_init_from(config, run_dir):
@@ -468,8 +517,9 @@ class DevEvaluation:
     checkpoint and early stopping follow that mean BLEU.
     """
 
-    def __init__(self, trainer, dev_examples, dev_splits, tokenizers, config, out):
+    def __init__(self, trainer, dev_examples, dev_splits, tokenizers, config, out, base_splits):
         self.trainer, self.config = trainer, config
+        options = artifacts.decoding_options(out.run_dir)
         self.datasets = {
             name: make_dataset(
                 *examples[:2],
@@ -487,15 +537,33 @@ class DevEvaluation:
                 *tokenizers,
                 dev_splits if len(dev_splits) > 1 else next(iter(dev_splits.values())),
                 config.dev_bleu_sentences,
+                options=options,
             )
             self.best = BestCheckpoint(trainer.model, out.path(artifacts.BEST_DIR))
         self.writer = tf.summary.create_file_writer(
             out.path(os.path.join(artifacts.LOG_DIR, "dev"))
         )
+        # A fine-tuning run's watch on the dev sets of the run it starts from.
+        self.watch = None
+        if base_splits:
+            self.watch = BaseWatch(
+                DevBleu(
+                    trainer.model,
+                    *tokenizers,
+                    base_splits,
+                    config.base_dev_sentences,
+                    options=options,
+                ),
+                self.writer,
+                out.path(BASE_DEV_FILE),
+                config.init_from,
+                config.base_bleu_tolerance,
+            )
 
-    def __call__(self, step):
-        """Measures the current weights at `step`; returns `(dev loss, dev accuracy, BLEU note
-        for the log line, BLEU result or None)`."""
+    def __call__(self, step, watch=True):
+        """Measures the current weights at `step` (and the base's dev sets, `watch` and a
+        fine-tuning run); returns `(dev loss, dev accuracy, BLEU note for the log line, BLEU
+        result or None)`."""
         per_corpus = {
             name: self.trainer.evaluate(dataset, self.config.dev_batches)
             for name, dataset in self.datasets.items()
@@ -509,8 +577,9 @@ class DevEvaluation:
                 if len(per_corpus) > 1:
                     tf.summary.scalar(f"loss/{name}", corpus_loss)
                     tf.summary.scalar(f"accuracy/{name}", corpus_accuracy)
+        watched = self.watch(step) if watch and self.watch is not None else ""
         if self.bleu is None:
-            return loss, accuracy, "", None
+            return loss, accuracy, watched, None
         result = self.bleu()
         improved = self.best.update(step, result)
         with self.writer.as_default(step=step):
@@ -531,6 +600,7 @@ class DevEvaluation:
                 if improved
                 else f" (best {self.best.state['bleu']:.2f} at step {self.best.state['step']})"
             )
+            + watched
         )
         return loss, accuracy, note, result
 
@@ -538,11 +608,39 @@ class DevEvaluation:
         return self.best is not None and self.best.should_stop(self.config.early_stopping_patience)
 
 
+def run_corpora(config):
+    """The corpora the run trains on: `config.data`'s, and with `config.mix_base` the ones of the
+    run it starts from (`training.fine_tuning.mixed_corpora`).
+
+    Raises:
+        TrainingError: a corpus to mix in is not built, or `config.data` names it already.
+    """
+    corpora = parse_data(config.data)
+    if not config.mix_base:
+        return corpora
+    try:
+        return mixed_corpora(corpora, artifacts.read_config(config.init_from), config.mix_base)
+    except FineTuningError as error:
+        raise TrainingError(str(error)) from error
+
+
+def watched_base_splits(config):
+    """`{corpus name: dev pairs}` of the corpora of the run `config.init_from` that a fine-tuning
+    run watches (`training.fine_tuning.base_dev_splits`); {} for a run from scratch or with
+    `base_dev_sentences` 0."""
+    if not config.init_from or not config.base_dev_sentences:
+        return {}
+    try:
+        return base_dev_splits(artifacts.read_config(config.init_from), config.tfds_data_dir)
+    except CorpusError as error:
+        raise TrainingError(str(error)) from error
+
+
 def prepare_run(config, preset, out):
     """Loads the corpora, builds (or copies) the tokenizers, writes config.json, and tokenizes the
     splits: returns `(corpora, tokenizers, train_splits, dev_splits, train_examples,
     dev_examples)`, the last four `{corpus name: ...}`."""
-    corpora = parse_data(config.data)
+    corpora = run_corpora(config)
     train_splits, dev_splits = load_corpus_splits(config, corpora)
     tokenizers = run_tokenizers(train_splits, config, out.path(artifacts.TOKENIZER_DIR))
     if out.is_chief:
@@ -574,6 +672,7 @@ def train(config, run_dir, resume=False, preset=None):
     is_chief, task_id = worker_identity(strategy)
     if config.init_from:
         check_init_from(config, run_dir)
+        log_fine_tuning_schedule(config)
     check_run_directory(run_dir, config, resume)
     out = RunDirectory(run_dir, is_chief, task_id)
     set_precision(config)
@@ -612,7 +711,8 @@ def train(config, run_dir, resume=False, preset=None):
     manager = tf.train.CheckpointManager(
         checkpoint, out.path(artifacts.CHECKPOINT_DIR), max_to_keep=config.keep_checkpoints
     )
-    if resume and manager.latest_checkpoint:
+    resumed = resume and manager.latest_checkpoint
+    if resumed:
         checkpoint.restore(manager.latest_checkpoint).assert_existing_objects_matched()
         logger.info("resumed from %s", manager.latest_checkpoint)
     elif config.init_from:
@@ -622,9 +722,39 @@ def train(config, run_dir, resume=False, preset=None):
             config.init_from,
             load_initial_weights(model, config.init_from),
         )
+    if config.init_from and out.is_chief and not resumed:
+        # Not on resume: a run that started without it keeps scoring its dev BLEU as it began.
+        inherit_decoding(config.init_from, out.run_dir)
     trainer = Trainer(config, strategy, model, optimizer)
-    dev = DevEvaluation(trainer, dev_examples, dev_splits, tokenizers, config, out)
-    return train_loop(trainer, iterator, manager, schedule, dev, out)
+    dev = DevEvaluation(
+        trainer, dev_examples, dev_splits, tokenizers, config, out, watched_base_splits(config)
+    )
+    measure_before_fine_tuning(config, dev, out, resumed)
+    final = train_loop(trainer, iterator, manager, schedule, dev, out)
+    if dev.watch is not None:
+        kept = dev.watch.kept(None if dev.best is None else dev.best.state["step"])
+        if out.is_chief:
+            print(kept, flush=True)
+    return final
+
+
+def measure_before_fine_tuning(config, dev, out, resumed):
+    """A fine-tuning run's measures of the weights it starts from: the base's dev sets
+    (`dev.watch`, once per run) and, unless `resumed`, its own as step 0."""
+    if dev.watch is not None and dev.watch.report["before"] is None and resumed:
+        # "Before" is the weights the run started from, which a resumed run no longer holds.
+        logger.warning("%s holds no base dev BLEU before fine-tuning: not measured", BASE_DEV_FILE)
+        dev.watch = None
+    if dev.watch is not None:
+        before = dev.watch.before()
+        if out.is_chief:
+            print(before, flush=True)
+    if config.init_from and not resumed:
+        # The weights it starts from, scored as step 0: the dev curves start where the run
+        # does, and the best weights kept are never worse on its dev BLEU than those.
+        dev_loss, dev_accuracy, note, _ = dev(0, watch=False)
+        if out.is_chief:
+            print(dev_line(0, dev_loss, dev_accuracy, note) + ", before fine-tuning", flush=True)
 
 
 def train_loop(trainer, iterator, manager, schedule, dev, out):
@@ -664,8 +794,9 @@ def train_loop(trainer, iterator, manager, schedule, dev, out):
                 progress.update(step, [("dev_bleu", result["bleu"]), ("dev_chrf", result["chrf"])])
             if out.is_chief:
                 print(
-                    f"\nstep {step}: dev loss {dev_loss:.4f}, dev accuracy {dev_accuracy:.4f}"
-                    f"{bleu_note}, checkpoint {manager.latest_checkpoint}",
+                    "\n"
+                    + dev_line(step, dev_loss, dev_accuracy, bleu_note)
+                    + f", checkpoint {manager.latest_checkpoint}",
                     flush=True,
                 )
             window.restart_clock()
@@ -690,6 +821,11 @@ def train_loop(trainer, iterator, manager, schedule, dev, out):
     if out.is_chief:
         print(f"saved {out.path(artifacts.MODEL_FILE)}", flush=True)
     return dev_loss, dev_accuracy
+
+
+def dev_line(step, dev_loss, dev_accuracy, note):
+    """The log line of a dev evaluation (`DevEvaluation`'s results)."""
+    return f"step {step}: dev loss {dev_loss:.4f}, dev accuracy {dev_accuracy:.4f}{note}"
 
 
 class TrainWindow:
@@ -766,12 +902,12 @@ def main(argv=None):
     args = parser.parse_args(argv)
     overrides = {name: getattr(args, name) for name in TrainConfig.__dataclass_fields__}
     try:
-        inherited = inherited_settings(args.init_from)
+        inherited, peak_rate = fine_tuning_defaults(args.init_from)
     except TrainingError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
     try:
-        config = resolve_config(args.preset, args.config, overrides, inherited)
+        config = resolve_config(args.preset, args.config, overrides, inherited, peak_rate)
     except (ValueError, OSError) as error:
         parser.error(str(error))
     run_dir = args.run_dir or os.path.join("runs", args.preset)
