@@ -12,9 +12,10 @@ import tensorflow as tf
 from benchmarks.bench_long_rows import CUT, LONG, LONG_ROWS, batches
 from model.special_tokens import PAD_ID
 from model.translator import READ_WORDS_PER_TOKEN, DecodingOptions, Translator, cut_to_words
+from run_directory import artifacts
 from tests.paths import REPO_ROOT
 
-PRETRAINED = os.path.join(REPO_ROOT, "pretrained", "bible-catalogs-es-en")
+PRETRAINED = os.path.join(REPO_ROOT, artifacts.PRETRAINED_RUN)
 
 
 def _strings(tensor) -> list[str]:

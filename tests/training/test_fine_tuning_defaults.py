@@ -7,6 +7,7 @@ import math
 
 import pytest
 
+from run_directory import artifacts
 from training.config import lr_scale_for_peak, resolve_config
 from training.fine_tuning import (
     FineTuningError,
@@ -19,7 +20,7 @@ from training.mixture import Corpus, parse_data
 from training.schedule import CustomSchedule
 from training.train import fine_tuning_defaults
 
-BUNDLE = "pretrained/bible-catalogs-es-en"
+BUNDLE = artifacts.PRETRAINED_RUN
 
 
 def peak(config):
