@@ -8,7 +8,8 @@ weights, tokenizer and model settings (`training.train.inherited_settings`):
   `MIXED_PEAK_FRACTION` with `--mix_base`), then the paper's inverse square-root decay. The
   paper's schedule started afresh (a warmup of its own to the preset's peak) sends the weights
   far from the base within a few hundred steps on a small corpus, and so does the base's final
-  rate on the new corpus alone: BENCHMARKS.md, "Training: fine-tuning the bundled model".
+  rate on the new corpus alone: docs/benchmark-log.md, "Training: fine-tuning the bundled model:
+  the schedules tried".
   A `--lr_scale` or `--config`'s `lr_scale` given explicitly is used as given; a `--warmup_steps`
   alone keeps the peak.
 * **The base's decoding settings** (`inherit_decoding`): its `decoding.json` copied into the run
@@ -48,10 +49,13 @@ from training.schedule import CustomSchedule
 logger = logging.getLogger(__name__)
 
 # The fine-tuning schedule's warmup and peak (a fraction of the rate where the base ended),
-# chosen on dev BLEU, of the new corpus and of the base's (BENCHMARKS.md, "Training: fine-tuning
-# the bundled model"): on the new corpus alone the base's final rate lost more than 2 BLEU of the
-# base's in 100 steps, a fifth of it kept them within 2 while the new corpus's rose; with the
-# base's corpora mixed in (`--mix_base`), the base's final rate kept them and gained more.
+# chosen on dev BLEU, of the new corpus and of the base's, on the bundle before es-en
+# (docs/benchmark-log.md, "Training: fine-tuning the bundled model, the bundle before es-en"): on
+# the new corpus alone the base's final rate lost more than 2 BLEU of the base's in 100 steps, a
+# fifth of it kept them within 2 while the new corpus's rose; with the base's corpora mixed in
+# (`--mix_base`), the base's final rate kept them and gained more. On es-en and a corpus close to
+# its catalogs, neither kept the catalogs within 2 (BENCHMARKS.md, "Training: fine-tuning the
+# bundled model").
 WARMUP_STEPS = 50
 PEAK_FRACTION = 0.2
 MIXED_PEAK_FRACTION = 1.0

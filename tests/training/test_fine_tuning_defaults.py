@@ -37,7 +37,8 @@ def test_the_bundles_fine_tuning_schedule_peaks_below_where_the_bundle_ended():
     def resolved(**overrides):
         return resolve_config("small", None, overrides, inherited, peak_rate)
 
-    # The bundle keeps no checkpoints: it ended at its train_steps, 7500, on the paper's curve.
+    # The bundle keeps no checkpoints: its end is taken as its train_steps (its config's 12,000;
+    # the run stopped at 11,000), on the paper's curve.
     ended = bundle["lr_scale"] * (bundle["d_model"] * bundle["train_steps"]) ** -0.5
     assert base_end(bundle, BUNDLE) == (bundle["train_steps"], pytest.approx(ended, rel=1e-5))
     # On the new corpus alone a fifth of that rate; with the bundle's corpora mixed in, that rate.
