@@ -372,6 +372,7 @@ def test_command_line_export_layout_and_metadata(exported, run_dir):
         "sampling_temperature": 1.0,
         "num_alternatives": 5,
         "limit_placeholders": True,
+        "repair_words": True,
     }
     assert info["signature_options"][BEAM_SIGNATURE]["beam_width"] == BEAM_WIDTH
     assert info["signature_options"][N_BEST_SIGNATURE]["num_hypotheses"] == BEAM_WIDTH
