@@ -151,10 +151,10 @@ class WordRepair(tf.Module):
             `tf.string` `[batch]`: each translation with its made-up words replaced; a row
             without one, or whose words do not match its pieces, unchanged.
         """
-        source_ids, _ = word_ids(source_pieces)
-        source_words = _join_words(source_pieces, source_ids)
+        source_word_of, _ = word_ids(source_pieces)
+        source_words = _join_words(source_pieces, source_word_of)
         _, source_letters, _ = _parts(source_words)
-        target_ids, target_count = word_ids(target_pieces)
+        target_word_of, target_count = word_ids(target_pieces)
         words = tf.strings.split(translations, " ")
         # The words as the pieces number them; a row whose count differs is left alone.
         fits = tf.equal(tf.cast(words.row_lengths(), tf.int32), target_count)
@@ -165,11 +165,11 @@ class WordRepair(tf.Module):
         # Each target word's attention: its pieces' rows summed, over the source positions that
         # hold a piece ([START] and [END] draw attention too, and are no word); then its
         # strongest source word.
-        membership = tf.one_hot(target_ids, width, dtype=alignment.dtype)
-        on_pieces = tf.cast(source_ids >= 0, alignment.dtype)[:, None, :]
+        membership = tf.one_hot(target_word_of, width, dtype=alignment.dtype)
+        on_pieces = tf.cast(source_word_of >= 0, alignment.dtype)[:, None, :]
         word_alignment = tf.einsum("btw,bts->bws", membership, alignment) * on_pieces
         strongest = tf.argmax(word_alignment, axis=2, output_type=tf.int32)
-        aligned = tf.gather(source_ids, strongest, batch_dims=1)
+        aligned = tf.gather(source_word_of, strongest, batch_dims=1)
         aligned_word = tf.gather(source_letters, tf.maximum(aligned, 0), batch_dims=1)
         replacement = self.replacements(aligned_word, tf.equal(aligned, 0))
 
