@@ -13,7 +13,9 @@ the alignment:
    `training.made_up_words`'s definition, which the evaluation reports measure.
 2. Its source word is the one its pieces attend to most (the last decoder layer's
    cross-attention summed over the word's pieces: the `alignment` the decoders return), of
-   the source's words: the attention a piece gives [START] or [END] does not count.
+   the source's words: the attention a piece gives [START] or [END] does not count, nor, while
+   another attended word is left, the attention on a source word whose English (step 3) the
+   translation already holds as a word: that word is said.
 3. It is replaced by the English of that source word in the lexicon (`LEXICON_FILE`: a
    source word key, as `word_key_graph` keys it, to its translation), or by the source word
    itself where the lexicon lacks it or the source word is a name (capitalized where its
@@ -168,12 +170,32 @@ class WordRepair(tf.Module):
         membership = tf.one_hot(target_word_of, width, dtype=alignment.dtype)
         on_pieces = tf.cast(source_word_of >= 0, alignment.dtype)[:, None, :]
         word_alignment = tf.einsum("btw,bts->bws", membership, alignment) * on_pieces
+        before, letters, after = _parts(dense)
+        # A source word whose English the translation already holds is translated: attention
+        # often points a made-up word at its neighbour's source ("Maintern goes" for "Mañana
+        # va"), and its English again would say it twice. The strongest of the others is
+        # taken, or the strongest of all where every attended word is said.
+        source_english = self.replacements(
+            source_letters, tf.equal(tf.range(tf.shape(source_letters)[1]), 0)[None]
+        )
+        said = tf.reduce_any(
+            tf.equal(
+                word_key_graph(source_english)[:, :, None], word_key_graph(letters)[:, None, :]
+            ),
+            axis=2,
+        ) & tf.not_equal(source_english, "")
+        said_at = tf.gather(said, tf.maximum(source_word_of, 0), batch_dims=1)
+        unsaid_alignment = word_alignment * tf.cast(~said_at, alignment.dtype)[:, None, :]
+        word_alignment = tf.where(
+            tf.reduce_any(unsaid_alignment > 0, axis=2, keepdims=True),
+            unsaid_alignment,
+            word_alignment,
+        )
         strongest = tf.argmax(word_alignment, axis=2, output_type=tf.int32)
         aligned = tf.gather(source_word_of, strongest, batch_dims=1)
         aligned_word = tf.gather(source_letters, tf.maximum(aligned, 0), batch_dims=1)
         replacement = self.replacements(aligned_word, tf.equal(aligned, 0))
 
-        before, letters, after = _parts(dense)
         starts_upper = tf.strings.regex_full_match(letters, r"\p{Lu}.*")
         nonempty = tf.not_equal(replacement, "")
         replacement = tf.where(

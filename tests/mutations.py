@@ -468,6 +468,13 @@ MUTATIONS = (
         ("tests/model/test_word_repair.py", "-k", "aligned_source_word"),
     ),
     Mutation(
+        "a made-up word takes the English of a source word the translation already says",
+        "model/word_repair.py",
+        "            unsaid_alignment,\n",
+        "            word_alignment,\n",
+        ("tests/model/test_word_repair.py", "-k", "already_says"),
+    ),
+    Mutation(
         "a REST body is given back to the budget at its 504, while its run still holds it",
         "serving/model_server/http_server.py",
         "            answer.add_done_callback(lambda _: held_by_the_handler.close())\n",

@@ -110,6 +110,27 @@ def test_made_up_words_are_replaced_from_the_aligned_source_word(repair):
     ]
 
 
+def test_a_source_word_the_translation_already_says_is_passed_over():
+    repair = WordRepair(
+        {"manana": "tomorrow", "va": "goes", "llover": "rain"},
+        ("goes", "to", "weep", "tomorrow", "rain", "it"),
+    )
+    source = _pieces([["", "▁Mañana", "▁va", "▁a", "▁llover"]] * 2, 5)
+    target = _pieces([["▁Main", "tern", "▁goes", "▁to", "▁weep"]] * 2, 5)
+    alignment = np.zeros([2, 5, 5], np.float32)
+    for t, s in enumerate([2, 2, 2, 3, 4]):
+        alignment[:, t, s] = 0.6
+    # Row 0: "Maintern" looks at "va" most, then at "Mañana"; "goes" already says "va".
+    alignment[0, :2, 1] = 0.4
+    # Row 1: it looks at "va" alone: said or not, its English is the only one there is.
+    translations = tf.constant(["Maintern goes to weep"] * 2)
+    repaired = repair(translations, source, target, tf.constant(alignment))
+    assert [text.decode() for text in repaired.numpy()] == [
+        "Tomorrow goes to weep",
+        "Goes goes to weep",
+    ]
+
+
 def test_a_translation_without_made_up_words_is_returned_as_written(repair):
     source = [["", "▁El", "▁perro", "."]]
     target = [["▁The", "▁dog", "."]]
