@@ -27,7 +27,7 @@ SERVER_FLAGS := --port=$(PORT) --rest_api_port=$(REST_PORT) --model_name=$(MODEL
 	--batching_parameters_file=serving/batching.config \
 	--monitoring_config_file=serving/monitoring.config $(SERVE_ARGS)
 
-.PHONY: help setup translate test test-large test-under-load check-mutations lint data data-bible data-catalogs data-catalogs-more data-wordnet-bt data-lexicon data-test bench-everyday train average evaluate export serve query demo demo-web demo-train browser pretrained pretrained-base notebooks \
+.PHONY: help setup translate test test-large test-under-load check-mutations lint data data-bible data-catalogs data-catalogs-more data-wordnet-bt data-lexicon data-telephony data-test bench-everyday train average evaluate export serve query demo demo-web demo-train browser pretrained pretrained-base notebooks \
 	bench-train bench-decode bench-profile bench-serve bench-sweep bench-tokenizer bench-robustness \
 	bench-translate bench-cold-start bench-soak check-prometheus \
 	export-ctranslate2 clean-venv
@@ -89,7 +89,7 @@ lint: $(STAMP)  ## The house style: ruff's lint and format checks (`ruff format 
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-data: data-bible data-catalogs data-catalogs-more data-wordnet-bt data-lexicon  ## Every Spanish→English corpus: data/bible, data/catalogs, data/catalogs-more, data/wordnet-bt, data/lexicon (rebuilt only when missing).
+data: data-bible data-catalogs data-catalogs-more data-wordnet-bt data-lexicon data-telephony  ## Every Spanish→English corpus: data/bible, data/catalogs, data/catalogs-more, data/wordnet-bt, data/lexicon, data/telephony (rebuilt only when missing).
 
 data-bible: $(STAMP)  ## The embedded Bible corpus alone, data/bible.
 	$(PY) -m training.prepare_data --out data/bible
@@ -106,13 +106,17 @@ data-wordnet-bt: $(STAMP)  ## WordNet's usage examples back-translated by Aperti
 data-lexicon: $(STAMP)  ## FreeDict's and Apertium's word pairs, data/lexicon.
 	$(PY) -m training.prepare_data --corpus lexicon --out data/lexicon
 
+data-telephony: $(STAMP)  ## Asterisk's voice prompts (45 kB of packages), data/telephony: a domain to fine-tune the bundle to.
+	$(PY) -m training.prepare_data --corpus telephony --out data/telephony
+
 # The lexicon is small (a few seconds, 3 MB of packages): the tests' build is the real one.
-data-test: $(STAMP)  ## What the tests read: a few MB of real catalogs (TEST_PACKAGES), WordNet, FreeDict, word lists, Apertium.
+data-test: $(STAMP)  ## What the tests read: a few MB of real catalogs (TEST_PACKAGES), WordNet, FreeDict, Asterisk's prompts, word lists, Apertium.
 	$(PY) -m training.prepare_data --corpus catalogs --test_set --out data/catalogs-test
 	$(PY) -m training.prepare_data --corpus wordnet-bt --limit 300 --out data/wordnet-bt-test \
 		|| echo "wordnet-bt left out (Apertium: apt-get install apertium-en-es as root): its tests skip" >&2
 	$(PY) -m training.prepare_data --corpus lexicon --out data/lexicon \
 		|| echo "lexicon left out (Apertium: apt-get install apertium-en-es as root): its tests skip" >&2
+	$(PY) -m training.prepare_data --corpus telephony --out data/telephony
 	$(PY) -m training.made_up_words
 
 train: $(STAMP)  ## make train PRESET=small DATA=bible (or DATA=path/to/pairs.tsv, DATA=tfds:NAME, DATA=bible:1,catalogs:3)

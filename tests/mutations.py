@@ -468,6 +468,34 @@ MUTATIONS = (
         ("tests/model/test_word_repair.py", "-k", "aligned_source_word"),
     ),
     Mutation(
+        "a corpus of one-word references counts in the mean dev BLEU that picks the best",
+        "training/dev_bleu.py",
+        "    return long_enough >= MIN_SHARE_OF_LONG_REFERENCES * len(pairs)\n",
+        "    return True\n",
+        ("tests/training/test_dev_bleu.py", "-k", "corpus_of_words"),
+    ),
+    Mutation(
+        "the fine-tuning watch leaves out the corpora the base was only scored on",
+        "training/fine_tuning.py",
+        '        watched += parse_data(base_config["dev_data"])\n',
+        "        pass\n",
+        ("tests/training/test_fine_tuning_defaults.py", "-k", "scored_on"),
+    ),
+    Mutation(
+        "a telephony prompt in brackets (what is not said) is kept as a pair",
+        "training/corpus/telephony.py",
+        "            if match and match.group(2) and not _NOT_SAID.search(match.group(2)):\n",
+        "            if match and match.group(2):\n",
+        ("tests/training/corpus/test_telephony.py", "-k", "not_said"),
+    ),
+    Mutation(
+        "telephony pairs matched by position, not by prompt name",
+        "training/corpus/telephony.py",
+        "    return [(text, english[name]) for name, text in spanish.items() if name in english]\n",
+        "    return list(zip(spanish.values(), english.values()))\n",
+        ("tests/training/corpus/test_telephony.py", "-k", "same_prompt"),
+    ),
+    Mutation(
         "a made-up word takes the English of a source word the translation already says",
         "model/word_repair.py",
         "            unsaid_alignment,\n",
@@ -570,7 +598,8 @@ MUTATIONS = (
 
 def tracked_copy(destination):
     """The repository's tracked files (as in the working tree) copied under `destination`, with
-    the untracked build outputs the tests read (`data/`) linked in."""
+    the untracked build outputs the tests read (`data/`, and the Debian packages cached in
+    `.debs/`) linked in."""
     files = subprocess.run(
         ["git", "ls-files", "-z"], cwd=REPO_ROOT, check=True, capture_output=True
     ).stdout.split(b"\0")
@@ -580,8 +609,9 @@ def tracked_copy(destination):
             target = destination / os.fsdecode(name)
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, target)
-    if (REPO_ROOT / "data").exists():
-        (destination / "data").symlink_to(REPO_ROOT / "data")
+    for built in ("data", ".debs"):
+        if (REPO_ROOT / built).exists():
+            (destination / built).symlink_to(REPO_ROOT / built)
 
 
 def run_mutation(mutation, copy_root):

@@ -1,7 +1,8 @@
 """Dev BLEU during training: greedy translations of the dev split, the best checkpoint, patience.
 
 At every checkpoint the training loop translates the first `dev_bleu_sentences` dev sentences
-(of each corpus, in a run on several: the best and patience follow the plain mean of their BLEU)
+(of each corpus, in a run on several: the best and patience follow the plain mean of their BLEU,
+over the corpora whose references BLEU can measure, `measures_bleu`)
 with greedy decoding through `model.translator.Translator` (the path the export serves), scores
 them with sacreBLEU, and keeps the model weights of the best dev BLEU so far in
 `<run_dir>/best/` (a model-only checkpoint, with `best.json`). With `early_stopping_patience` P > 0,
@@ -22,6 +23,20 @@ from model.translator import DecodingOptions, Translator, traced
 from run_directory.artifacts import BEST_INFO_FILE
 from training.evaluate import BATCH_SIZE, describe_decoding, score, translate
 
+# BLEU's longest n-gram. A corpus whose references are nearly all shorter (a lexicon's words
+# and short phrases) scores BLEU 0 at one checkpoint and, when a few outputs run long, tens of
+# points at the next, by chance: it would choose the best checkpoint of a mixed run. Short
+# prompts among sentences (a telephony corpus's digits) leave BLEU meaningful.
+BLEU_MAX_ORDER = 4
+MIN_SHARE_OF_LONG_REFERENCES = 0.1
+
+
+def measures_bleu(pairs):
+    """Whether BLEU means something on `pairs`' references: at least
+    `MIN_SHARE_OF_LONG_REFERENCES` of them hold `BLEU_MAX_ORDER` words."""
+    long_enough = sum(len(target.split()) >= BLEU_MAX_ORDER for _, target in pairs)
+    return long_enough >= MIN_SHARE_OF_LONG_REFERENCES * len(pairs)
+
 
 class DevBleu:
     """Scores the current weights on a fixed, bounded set of dev sentences.
@@ -39,6 +54,8 @@ class DevBleu:
 
     Attributes:
         decoding: how it decodes, for reports ("greedy, no_repeat_ngram_size 3").
+        bleu_corpora: the corpora whose BLEU the mean takes (`measures_bleu`; all of them
+            where none does).
     """
 
     def __init__(
@@ -63,6 +80,9 @@ class DevBleu:
             )
         }
         self.sources = [source for chosen in self.corpora.values() for source, _ in chosen]
+        self.bleu_corpora = [
+            name for name, chosen in self.corpora.items() if measures_bleu(chosen)
+        ] or list(self.corpora)
         self.batch_size = batch_size
 
     def _score(self, pairs):
@@ -76,13 +96,14 @@ class DevBleu:
 
     def __call__(self):
         """`{"bleu", "chrf", ...}` of the current weights (see `training.evaluate.score`); for
-        several corpora `{"bleu", "chrf", "corpora": {name: {"bleu", "chrf", ...}}}`, "bleu" and
-        "chrf" the plain mean of the corpora's."""
+        several corpora `{"bleu", "chrf", "corpora": {name: {"bleu", "chrf", ...}}}`, "bleu" the
+        plain mean of the `bleu_corpora`'s, "chrf" of every corpus's."""
         if None in self.corpora:
             return self._score(self.corpora[None])
         scores = {name: self._score(pairs) for name, pairs in self.corpora.items()}
         return {
-            "bleu": sum(result["bleu"] for result in scores.values()) / len(scores),
+            "bleu": sum(scores[name]["bleu"] for name in self.bleu_corpora)
+            / len(self.bleu_corpora),
             "chrf": sum(result["chrf"] for result in scores.values()) / len(scores),
             "corpora": scores,
         }

@@ -16,8 +16,8 @@ weights, tokenizer and model settings (`training.train.inherited_settings`):
   when it starts, so that the run's dev BLEU, `training.evaluate` and its exports decode as the
   base does.
 * **A watch on what it knew** (`BaseWatch`): the first `base_dev_sentences` dev sentences of each
-  of the base's corpora that are built here are translated before the first step and at every
-  checkpoint; the BLEU and chrF go to TensorBoard's `dev` run (`base_bleu/NAME`,
+  of the base's corpora that are built here, those it trained on and those it was scored on
+  (`dev_data`), are translated before the first step and at every checkpoint; the BLEU and chrF go to TensorBoard's `dev` run (`base_bleu/NAME`,
   `base_chrf/NAME`, step 0 before training), the log line, and `<run_dir>/base_dev.json` (with,
   at the end, those of the weights the run keeps), and a fall of more than
   `base_bleu_tolerance` BLEU from before is a logged warning, recorded there.
@@ -155,10 +155,15 @@ def mixed_corpora(corpora, base_config, share):
 
 
 def base_dev_splits(base_config, tfds_data_dir=None):
-    """`{corpus name: dev pairs}` of the base's corpora that are built here; one not built is
-    left out, with a warning naming what builds it (a watch never builds a corpus)."""
+    """`{corpus name: dev pairs}` of the base's corpora that are built here, and of the corpora
+    it was only scored on (its `dev_data`: the bundle's everyday sentences, which its recipe was
+    chosen by); one not built is left out, with a warning naming what builds it (a watch never
+    builds a corpus)."""
+    watched = base_corpora(base_config)
+    if base_config.get("dev_data", "").strip():
+        watched += parse_data(base_config["dev_data"])
     at_hand = []
-    for corpus in base_corpora(base_config):
+    for corpus in watched:
         if corpus_is_at_hand(corpus.spec):
             at_hand.append(corpus)
         else:

@@ -6,6 +6,8 @@
 `--corpus wordnet-bt`: WordNet's usage examples back-translated by Apertium,
 `training.corpus.backtranslation`.
 `--corpus lexicon`: FreeDict's and Apertium's word pairs, `training.corpus.lexicon`.
+`--corpus telephony`: Asterisk's voice prompts, `training.corpus.telephony` (a domain to
+fine-tune to).
 See training/CORPUS.md.
 
 Usage:
@@ -25,11 +27,12 @@ from training.corpus.bible import build_bible_corpus
 from training.corpus.catalogs import CATALOG_PACKAGES, TEST_PACKAGES, build_catalogs_corpus
 from training.corpus.lexicon import build_lexicon_corpus
 from training.corpus.loading import build_more_catalogs_corpus
+from training.corpus.telephony import build_telephony_corpus
 from training.corpus.tsv import CorpusError
 
 logger = logging.getLogger(__name__)
 
-CORPORA = ("bible", "catalogs", "catalogs-more", "wordnet-bt", "lexicon")
+CORPORA = ("bible", "catalogs", "catalogs-more", "wordnet-bt", "lexicon", "telephony")
 
 
 def _names(text: str | None) -> list[str] | None:
@@ -41,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
         description="Build a Spanish->English corpus from Debian packages: the Bible "
         "(RV1909 -> WEB, sword-text-sparv and sword-text-web), the translated message "
         "catalogs of games and applications, WordNet's usage examples back-translated by "
-        "Apertium, or a lexicon of FreeDict's and Apertium's word pairs.",
+        "Apertium, a lexicon of FreeDict's and Apertium's word pairs, or Asterisk's voice prompts.",
     )
     parser.add_argument(
         "--corpus", choices=CORPORA, default="bible", help="which corpus (default: %(default)s)"
@@ -105,6 +108,8 @@ def main(argv: list[str] | None = None) -> int:
             build_more_catalogs_corpus(out, force=args.force)
         elif args.corpus == "lexicon":
             build_lexicon_corpus(out, args.cache or Path(".debs") / "lexicon", force=args.force)
+        elif args.corpus == "telephony":
+            build_telephony_corpus(out, args.cache or Path(".debs") / "telephony", force=args.force)
         else:
             build_catalogs_corpus(
                 out,

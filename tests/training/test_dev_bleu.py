@@ -11,7 +11,7 @@ from run_directory import artifacts
 from training.config import resolve_config
 from training.corpus import load_pairs
 from training.curves import read_scalars
-from training.dev_bleu import BestCheckpoint, DevBleu
+from training.dev_bleu import BestCheckpoint, DevBleu, measures_bleu
 from training.evaluate import evaluate
 from training.train import train
 
@@ -33,6 +33,29 @@ def test_dev_bleu_is_the_bleu_that_evaluate_reports(tiny_run, tmp_path):
     assert len(dev_bleu.sources) == 25
     assert first["bleu"] == second["bleu"] == report["bleu"] > 0
     assert first["chrf"] == report["chrf"]
+
+
+def test_the_mean_bleu_leaves_out_a_corpus_of_words(tiny_run):
+    """A lexicon's one-word references hold no 4-gram: its BLEU is chance, and would pick the
+    best checkpoint of a mixed run; its chrF still counts."""
+    model, source_tokenizer, target_tokenizer, config = artifacts.load_trained(tiny_run["run_dir"])
+    sentences = load_pairs(config["data"], "dev")[:20]
+    words = [(source, target.split()[0]) for source, target in sentences]
+    assert measures_bleu(sentences) and not measures_bleu(words)
+    # Digits and letters among sentences (a telephony corpus) leave BLEU meaningful.
+    assert measures_bleu(words[:15] + sentences[:5])
+
+    def dev_bleu(corpora):
+        return DevBleu(model, source_tokenizer, target_tokenizer, corpora, max_sentences=20)
+
+    mixed = dev_bleu({"sentences": sentences, "words": words})
+    assert mixed.bleu_corpora == ["sentences"]
+    result = mixed()
+    scores = result["corpora"]
+    assert result["bleu"] == scores["sentences"]["bleu"] > scores["words"]["bleu"]
+    assert result["chrf"] == (scores["sentences"]["chrf"] + scores["words"]["chrf"]) / 2
+    # Where no corpus measures BLEU, all of them count.
+    assert dev_bleu({"a": words, "b": words[:10]}).bleu_corpora == ["a", "b"]
 
 
 def test_best_checkpoint_keeps_the_weights_of_the_best_bleu_and_counts_patience(tmp_path):

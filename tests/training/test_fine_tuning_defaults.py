@@ -11,6 +11,7 @@ from run_directory import artifacts
 from training.config import lr_scale_for_peak, resolve_config
 from training.fine_tuning import (
     FineTuningError,
+    base_dev_splits,
     base_end,
     inherit_decoding,
     make_target,
@@ -117,6 +118,17 @@ def test_mix_base_names_what_builds_a_missing_corpus_and_refuses_a_corpus_twice(
     )
     with pytest.raises(FineTuningError, match="mine, which --data names already"):
         mixed_corpora(parse_data(mine), {"data": f"{mine}"}, share=0.5)
+
+
+def test_the_watch_scores_the_corpora_the_base_trained_on_and_was_scored_on(tmp_path, caplog):
+    first, second, everyday = (corpus_dir(tmp_path / n) for n in ("first", "second", "everyday"))
+    missing = str(tmp_path / "gone")
+    base = {"data": f"{first}:1,{second}:3", "dev_data": f"{everyday},{missing}"}
+    splits = base_dev_splits(base)
+    assert list(splits) == ["first", "second", "everyday"]
+    assert splits["everyday"] == [("hola", "hello")]
+    assert f"{missing} is not built" in caplog.text
+    assert list(base_dev_splits({"data": first})) == ["first"]
 
 
 @pytest.mark.parametrize(

@@ -16,6 +16,8 @@ One concern per module, each importing only the ones listed before it:
   (`python -m training.prepare_data --corpus wordnet-bt`).
 * `lexicon`: builds FreeDict's and Apertium's word pairs
   (`python -m training.prepare_data --corpus lexicon`).
+* `telephony`: builds Asterisk's voice prompts, a domain to fine-tune to
+  (`python -m training.prepare_data --corpus telephony`).
 * `catalogs`: builds the corpus of Debian's Spanish message catalogs
   (`python -m training.prepare_data --corpus catalogs`).
 * `loading`: `load_pairs(source_spec, split)`, the one entry point of the trainer; the

@@ -1,7 +1,7 @@
 """Parallel-corpus sources for the translation pipeline.
 
 Everything the trainer reads goes through `load_pairs(source_spec, split)`, which
-returns a list of `(source, target)` string pairs. Eight kinds of source exist:
+returns a list of `(source, target)` string pairs. Nine kinds of source exist:
 
 * `bible`: the embedded Spanish->English Bible corpus in `data/bible`, built on
   first use by `training.corpus.bible` (see training/CORPUS.md).
@@ -13,6 +13,8 @@ returns a list of `(source, target)` string pairs. Eight kinds of source exist:
   `data/wordnet-bt`, built on first use by `training.corpus.backtranslation`.
 * `lexicon`: word and short-phrase pairs of FreeDict and Apertium in `data/lexicon`, built
   on first use by `training.corpus.lexicon`.
+* `telephony`: Asterisk's voice prompts in `data/telephony`, built on first use by
+  `training.corpus.telephony`: a domain to fine-tune to.
 * a directory holding `train.tsv`, `dev.tsv` and `test.tsv`.
 * a single `.tsv` file: all of it is the user's corpus; `dev` and `test` are split
   off deterministically by a hash of the source sentence (`HELDOUT_FRACTION` each),
@@ -37,7 +39,7 @@ import os
 from pathlib import Path
 
 from model.spelling import MODERN, old_spelling
-from training.corpus import backtranslation, bible, catalogs, lexicon
+from training.corpus import backtranslation, bible, catalogs, lexicon, telephony
 from training.corpus.outputs import read_corpus_stats
 from training.corpus.splitting import HELDOUT_FRACTION, split_single_file
 from training.corpus.tsv import SPLITS, CorpusError, Pair, read_tsv
@@ -49,6 +51,7 @@ CATALOGS_SPEC = "catalogs"
 MORE_CATALOGS_SPEC = "catalogs-more"
 BACKTRANSLATION_SPEC = "wordnet-bt"
 LEXICON_SPEC = "lexicon"
+TELEPHONY_SPEC = "telephony"
 TFDS_PREFIX = "tfds:"
 # Project-relative home of the embedded corpus; `load_pairs` builds it when missing.
 DEFAULT_BIBLE_DIR = Path(__file__).resolve().parent.parent.parent / "data" / "bible"
@@ -56,6 +59,7 @@ DEFAULT_CATALOGS_DIR = DEFAULT_BIBLE_DIR.parent / "catalogs"
 DEFAULT_MORE_CATALOGS_DIR = DEFAULT_BIBLE_DIR.parent / MORE_CATALOGS_SPEC
 DEFAULT_BACKTRANSLATION_DIR = DEFAULT_BIBLE_DIR.parent / BACKTRANSLATION_SPEC
 DEFAULT_LEXICON_DIR = DEFAULT_BIBLE_DIR.parent / LEXICON_SPEC
+DEFAULT_TELEPHONY_DIR = DEFAULT_BIBLE_DIR.parent / TELEPHONY_SPEC
 # Everyday sentences with references, written for the purpose (training/CORPUS.md): a corpus
 # directory of a dev split (for choosing recipes) and a test split (for reporting), no train
 # split; never trained on.
@@ -185,6 +189,7 @@ def _builders(bible_dir, catalogs_dir):
             backtranslation.build_backtranslation_corpus,
         ),
         LEXICON_SPEC: (DEFAULT_LEXICON_DIR, lexicon.build_lexicon_corpus),
+        TELEPHONY_SPEC: (DEFAULT_TELEPHONY_DIR, telephony.build_telephony_corpus),
     }
 
 
@@ -220,7 +225,8 @@ def load_pairs(
     """The one entry point the trainer uses to get a split of a corpus.
 
     Args:
-      source_spec: `bible`; `catalogs`; `catalogs-more`; `wordnet-bt`; `lexicon`; a directory with train/dev/test.tsv; a `.tsv` file
+      source_spec: `bible`; `catalogs`; `catalogs-more`; `wordnet-bt`; `lexicon`; `telephony`;
+        a directory with train/dev/test.tsv; a `.tsv` file
         (dev/test split off by `split_single_file`); or `tfds:NAME`.
       split: `train`, `dev` or `test`.
       bible_dir: where the embedded corpus lives (built there if missing).
@@ -274,7 +280,7 @@ def load_pairs(
         return pairs
     raise CorpusError(
         f"unknown corpus source {source_spec!r}: expected 'bible', 'catalogs', 'catalogs-more', "
-        "'wordnet-bt', 'lexicon', a directory with "
+        "'wordnet-bt', 'lexicon', 'telephony', a directory with "
         "train/dev/test.tsv, an existing .tsv file, or 'tfds:NAME'"
     )
 
