@@ -32,6 +32,7 @@ from tensorflow_serving.apis import (
 )
 from tensorflow_serving.config import model_server_config_pb2
 
+from benchmarks.bench_memory_limit import resident_peak_bytes
 from common.serving_contract import ALIGNMENTS_SIGNATURE, TEXT_INPUT, WARMUP_PATH
 from serving.model_server import tensors
 from serving.model_server.errors import ServingError
@@ -61,7 +62,6 @@ from tests.serving_fixtures import (
     loop_request,
     make_model_base,
     memory_cgroup,
-    peak_resident_bytes,
     texts_request,
     wait_for,
 )
@@ -572,7 +572,7 @@ def test_a_small_request_for_a_huge_tensor_is_refused_before_it_is_made(exports,
     ):
         predict, _ = stubs(server)
         assert_still_serving(server, predict, version=1)
-        peak_before = peak_resident_bytes(server.process.pid)
+        peak_before = resident_peak_bytes(server.process.pid)
         good_calls = good_client_beside(server)
 
         floats = huge_tensor_request(tf.float32, 1_932_735_283, 1.0)
@@ -601,7 +601,7 @@ def test_a_small_request_for_a_huge_tensor_is_refused_before_it_is_made(exports,
             "(--request_memory_budget_bytes): send them in smaller requests"
         )
         assert good_calls() > 0
-        assert peak_resident_bytes(server.process.pid) - peak_before < 64 * 2**20
+        assert resident_peak_bytes(server.process.pid) - peak_before < 64 * 2**20
         assert_still_serving(server, predict, version=1)
 
 
