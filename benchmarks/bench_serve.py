@@ -162,11 +162,17 @@ def measure_interleaved(
 
 
 def start_server(
-    flags: Sequence[str], log, rest: bool = False, startup_timeout: float = 180
+    flags: Sequence[str],
+    log,
+    rest: bool = False,
+    startup_timeout: float = 180,
+    launcher: Sequence[str] = (),
 ) -> tuple:
     """Starts `python -m serving.server *flags` writing its log to `log` (a binary file) and
     returns (process, gRPC port, REST port or None) once it logs the ports it bound (the REST
     one too when `rest`, the last line before it serves) and its gRPC channel is ready.
+    `launcher`: a command prefix the server runs under, which must exec it (a memory limit's:
+    `prlimit --as=N --`), so the process is the server's.
 
     Raises:
         RuntimeError: the server exited, logged no port within `startup_timeout` seconds or
@@ -174,7 +180,7 @@ def start_server(
             (the process is killed).
     """
     process = subprocess.Popen(
-        [sys.executable, "-m", "serving.server", *flags],
+        [*launcher, sys.executable, "-m", "serving.server", *flags],
         cwd=REPO_ROOT,
         stdout=log,
         stderr=subprocess.STDOUT,

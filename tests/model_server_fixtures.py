@@ -23,7 +23,7 @@ from tensorflow_serving.apis import (
     prediction_service_pb2_grpc,
 )
 
-from common.serving_contract import TEXT_INPUT
+from benchmarks.bench_memory_limit import padded_request
 from serving.model_server import config as config_lib
 from serving.model_server.server import ModelServer, ServerOptions
 from serving.model_server.session_bundle_config_pb2 import BatchingParameters
@@ -34,7 +34,6 @@ from tests.serving_fixtures import (
     cpu_seconds_during,
     loop_request,
     make_model_base,
-    texts_request,
     wait_for,
 )
 
@@ -194,15 +193,9 @@ def start_rest_server(exports, root) -> Connection:
 
 
 def huge_tensor_request(dtype, rows: int, value) -> predict_pb2.PredictRequest:
-    """A Predict of a few dozen bytes for `rows` rows of `text`: one value, padded to the shape
-    as Tensor::FromProto pads a short value list."""
-    request = texts_request([])
-    proto = request.inputs[TEXT_INPUT]
-    proto.Clear()
-    proto.dtype = dtype.as_datatype_enum
-    proto.tensor_shape.dim.add(size=rows)
-    getattr(proto, "string_val" if dtype == tf.string else "float_val").append(value)
-    return request
+    """A Predict of a few dozen bytes for `rows` rows of `text` of the toy model: one value,
+    padded to the shape as Tensor::FromProto pads a short value list."""
+    return padded_request(MODEL_NAME, dtype, rows, value)
 
 
 def write_batching_file(path, **values) -> str:

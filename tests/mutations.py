@@ -161,6 +161,27 @@ MUTATIONS = (
         ("tests/serving/model_server/test_server_limits.py", "-k", "follow_the_cgroup_limit"),
     ),
     Mutation(
+        "the free-memory guard reads the cgroup and the host, not the address-space limit",
+        "serving/model_server/memory_budget.py",
+        "        available = min(available, address_space)\n",
+        "        available = available\n",
+        ("tests/serving/model_server/test_server_limits.py", "-k", "address_space_limit"),
+    ),
+    Mutation(
+        "the default memory budget ignores the address-space limit",
+        "serving/model_server/memory_budget.py",
+        "budget = min(budget, address_space // _DEFAULT_BUDGET_SHARE_OF_LIMIT)",
+        "budget = min(budget, DEFAULT_BUDGET_BYTES)",
+        ("tests/serving/model_server/test_server_limits.py", "-k", "address_space_limit"),
+    ),
+    Mutation(
+        "REST: a JSON body's values are counted by its bytes, not its items (14.3 MiB of [] parsed)",
+        "serving/model_server/json_tensor.py",
+        "return items * JSON_ITEM_BYTES + len(body) * _JSON_BYTES_PER_TEXT_BYTE",
+        "return len(body) * _JSON_BYTES_PER_TEXT_BYTE",
+        ("tests/serving/model_server/test_server_memory_limit.py", "-k", "address_space"),
+    ),
+    Mutation(
         "the budget counts a padded string tensor's first values only",
         "serving/model_server/tensors.py",
         "payload += (num_elements - count) * len(values[count - 1])",

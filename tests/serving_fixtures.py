@@ -365,48 +365,22 @@ class ServerProcess:
 @contextlib.contextmanager
 def memory_cgroup(limit_bytes: int) -> Iterator[tuple[str, ...]]:
     """A launcher (for `ServerProcess`) that runs its command in a new memory cgroup of
-    `limit_bytes`: a child of this process's own (cgroup v1 `memory.limit_in_bytes`, v2
-    `memory.max`), removed after the block. The kernel OOM-kills what outgrows it there, as a
-    container's limit does, without touching the rest of the machine. Skips the test where no
-    such cgroup can be made (not root, a read-only /sys/fs/cgroup, v2 without delegation).
+    `limit_bytes`, a child of this process's own (`benchmarks.bench_memory_limit.MemoryCgroup`),
+    removed after the block. The kernel OOM-kills what outgrows it there, as a container's limit
+    does, without touching the rest of the machine. Skips the test where no such cgroup can be
+    made (not root, a read-only /sys/fs/cgroup, v2 without delegation).
     """
-    directory, limit_file = None, None
-    for line in open("/proc/self/cgroup", encoding="utf-8").read().splitlines():
-        _, controllers, path = line.split(":", 2)
-        if "memory" in controllers.split(","):
-            directory, limit_file = f"/sys/fs/cgroup/memory{path}", "memory.limit_in_bytes"
-        elif controllers == "" and directory is None:
-            directory, limit_file = f"/sys/fs/cgroup{path}", "memory.max"
-    child = os.path.join(directory or "/nonexistent", f"test-{os.getpid()}-{time.monotonic_ns()}")
+    from benchmarks.bench_memory_limit import MemoryCgroup
+
     try:
-        os.mkdir(child)
-        with open(os.path.join(child, limit_file), "w") as handle:
-            handle.write(str(limit_bytes))
+        cgroup = MemoryCgroup.create(limit_bytes)
     except OSError as error:
-        with contextlib.suppress(OSError):
-            os.rmdir(child)
         pytest.skip(f"no memory cgroup can be made here: {error}")
     try:
-        yield ("sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', child)
+        yield cgroup.launcher
     finally:
-        # The processes of the block have been killed and waited for; the kernel removes
-        # a cgroup's last task a moment after it is reaped.
-        wait_for(lambda: not _cgroup_busy(child), "the memory cgroup to empty", timeout=30)
-        os.rmdir(child)
-
-
-def _cgroup_busy(directory: str) -> bool:
-    with open(os.path.join(directory, "cgroup.procs"), encoding="utf-8") as handle:
-        return bool(handle.read().strip())
-
-
-def peak_resident_bytes(pid: int) -> int:
-    """A process's peak resident memory so far (VmHWM): what it touched, however briefly."""
-    with open(f"/proc/{pid}/status", encoding="utf-8") as handle:
-        for line in handle:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    raise LookupError(f"no VmHWM for process {pid}")
+        # The processes of the block have been killed and waited for.
+        cgroup.remove()
 
 
 def texts_request(

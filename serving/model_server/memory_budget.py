@@ -18,14 +18,23 @@ its rows (`--max_rows_per_run`, batching's `max_execution_batch_size`; a request
 `--max_rows_per_request`, batching's `max_batch_size`) and its strings' length
 (`--max_input_string_bytes`).
 
-Where the process runs under a memory limit (a container's or a pod's: cgroup v2 `memory.max`,
-v1 `memory.limit_in_bytes`), the host's free memory says nothing of what the process may still
-take: the default budget (`default_budget_bytes`) and the free-memory guard of the tensor
-decoder (`available_memory_bytes`) derive from the cgroup's limit instead.
+Where the process runs under a memory limit, the host's free memory says nothing of what the
+process may still take: the default budget (`default_budget_bytes`) and the free-memory guard of
+the tensor decoder (`available_memory_bytes`) derive from the limit instead. Two limits count:
+
+- a container's or a pod's, its cgroup's (v2 `memory.max`, v1 `memory.limit_in_bytes`), which
+  bounds the memory the process touches (the kernel OOM-kills it past the limit);
+- the process's address-space limit (`RLIMIT_AS`: `ulimit -v`, `prlimit --as`, a systemd
+  unit's `LimitAS=`), which bounds the memory it maps, touched or not (an allocation past it
+  fails, and in C++ or gRPC code a failed allocation can abort the process). TensorFlow maps
+  gigabytes of address space at import, little of it resident (its libraries, a malloc arena per
+  thread), so what counts is what the limit leaves: `address_space_left_bytes`, the limit minus
+  the address space mapped when it is read.
 """
 
 import contextlib
 import os
+import resource
 import sys
 import threading
 import time
@@ -49,8 +58,8 @@ ANSWER = "answer bytes"
 PRESSURE_SECONDS = 15.0
 
 
-# The budget when the flag leaves it out: this much, or a quarter of the process's memory limit
-# when that is smaller (the model, its runs and the answers need the rest).
+# The budget when the flag leaves it out: this much, or a quarter of what the process's memory
+# limit allows when that is smaller (the model, its runs and the answers need the rest).
 DEFAULT_BUDGET_BYTES = 2**30
 _DEFAULT_BUDGET_SHARE_OF_LIMIT = 4
 # A cgroup limit at or above this is no limit (v1 writes "unlimited" as 2^63 rounded to pages).
@@ -121,26 +130,45 @@ def cgroup_memory_limit_bytes(root: str = "/") -> int | None:
     return min(limits) if limits else None
 
 
+def address_space_left_bytes() -> int | None:
+    """What this process's address-space limit (the soft `RLIMIT_AS`, the one enforced) leaves
+    it: the limit minus the address space it has mapped now (its VmSize); None when there is
+    no limit."""
+    limit, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if limit == resource.RLIM_INFINITY:
+        return None
+    return max(limit - psutil.Process().memory_info().vms, 0)
+
+
 def available_memory_bytes(root: str = "/") -> int:
     """What the process can still take: the host's available memory, or less where a cgroup
     limit leaves less (its limit minus its usage, page cache included, for the cgroup and each
-    ancestor)."""
+    ancestor) or the address-space limit does (`address_space_left_bytes`)."""
     available = psutil.virtual_memory().available
     for directory, limit_file, usage_file in _cgroup_directories(root):
         limit = _read_bytes(os.path.join(directory, limit_file))
         usage = _read_bytes(os.path.join(directory, usage_file))
         if limit is not None and usage is not None:
             available = min(available, max(limit - usage, 0))
+    address_space = address_space_left_bytes()
+    if address_space is not None:
+        available = min(available, address_space)
     return available
 
 
 def default_budget_bytes(root: str = "/") -> int:
-    """`--request_memory_budget_bytes` when the flag is left out: DEFAULT_BUDGET_BYTES, or a
-    quarter of the cgroup's memory limit when that is smaller."""
+    """`--request_memory_budget_bytes` when the flag is left out: DEFAULT_BUDGET_BYTES, or less
+    under a memory limit: a quarter of the cgroup's limit, and a quarter of what the
+    address-space limit leaves the process when this is called (the server calls it once
+    TensorFlow is imported, before any model loads), whichever is smallest."""
+    budget = DEFAULT_BUDGET_BYTES
     limit = cgroup_memory_limit_bytes(root)
-    if limit is None:
-        return DEFAULT_BUDGET_BYTES
-    return min(DEFAULT_BUDGET_BYTES, limit // _DEFAULT_BUDGET_SHARE_OF_LIMIT)
+    if limit is not None:
+        budget = min(budget, limit // _DEFAULT_BUDGET_SHARE_OF_LIMIT)
+    address_space = address_space_left_bytes()
+    if address_space is not None:
+        budget = min(budget, address_space // _DEFAULT_BUDGET_SHARE_OF_LIMIT)
+    return budget
 
 
 def request_bytes(inputs: dict[str, np.ndarray]) -> int:

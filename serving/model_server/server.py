@@ -19,7 +19,8 @@ pieces of at most this many rows, and none starts past its deadline),
 default 65536),
 `--request_memory_budget_bytes` (a request whose decoded inputs, counted before they are
 made, would take those of the requests in flight past it is refused before any run; left out:
-1 GiB, or a quarter of the process's cgroup memory limit when smaller),
+1 GiB, or a quarter of the process's cgroup memory limit, or of what its address-space limit
+leaves it, when smaller),
 `--rest_api_read_timeout_seconds` (a REST client silent this long, or whose request
 head takes longer to arrive, is disconnected), `--rest_api_body_timeout_seconds` (a REST body
 not complete this long after its head is refused, however steadily it arrives; default 120)
@@ -149,7 +150,8 @@ class ServerOptions:
     max_rows_per_run: int = 64
     max_input_string_bytes: int = 16384
     max_rows_per_request: int = 65536
-    # None: `memory_budget.default_budget_bytes()` (1 GiB, less under a smaller cgroup limit).
+    # None: `memory_budget.default_budget_bytes()` (1 GiB, less under a smaller cgroup or
+    # address-space limit).
     request_memory_budget_bytes: int | None = None
 
 
@@ -616,7 +618,8 @@ def build_arg_parser() -> argparse.ArgumentParser:
         "[local] the most the decoded inputs of the requests in flight may hold together, "
         "counted from each request before its tensors are made; a request that does not fit is "
         "refused (RESOURCE_EXHAUSTED, REST 429) before any run; 0: no budget; left out: 1 GiB, or "
-        "a quarter of the process's cgroup memory limit when that is smaller",
+        "a quarter of the process's cgroup memory limit, or of what its address-space limit "
+        "(RLIMIT_AS) leaves it, when that is smaller",
     )
     flag(
         "shutdown_grace_seconds",

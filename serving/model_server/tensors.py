@@ -160,7 +160,8 @@ def decoded_bytes(proto: tensor_pb2.TensorProto, alias: str) -> int:
 
 def check_allocatable(proto: tensor_pb2.TensorProto, alias: str) -> int:
     """`decoded_bytes(proto)`, refused where the memory the process can still take
-    (`memory_budget.available_memory_bytes`, which a cgroup limit bounds) cannot hold it.
+    (`memory_budget.available_memory_bytes`, which a cgroup or address-space limit bounds)
+    cannot hold it.
 
     A short value list is padded to the shape, so a few bytes can ask for terabytes: this
     refuses what memory cannot hold instead of relying on the allocator to fail (with
@@ -195,7 +196,8 @@ def tensor_proto_to_ndarray(proto: tensor_pb2.TensorProto, alias: str) -> np.nda
         ServingError: INVALID_ARGUMENT "tensor parsing error: <alias>" for an
             unset dtype, negative dimensions, a tensor_content of the wrong size,
             or a tensor larger than the memory the process can still take
-            (`memory_budget.available_memory_bytes`, which a cgroup limit bounds).
+            (`memory_budget.available_memory_bytes`, which a cgroup or address-space
+            limit bounds).
     """
     check_allocatable(proto, alias)
     shape = tuple(dim.size for dim in proto.tensor_shape.dim)

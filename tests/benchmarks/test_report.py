@@ -105,6 +105,7 @@ def test_every_benchmark_writes_into_an_area_of_the_results_page():
     from benchmarks import (
         bench_everyday,
         bench_length,
+        bench_memory_limit,
         bench_robustness,
         bench_soak,
         bench_tokenizer,
@@ -125,6 +126,7 @@ def test_every_benchmark_writes_into_an_area_of_the_results_page():
     defaults = [
         bench_decode.SECTION_TITLE,
         bench_length.SECTION_TITLE,
+        bench_memory_limit.SECTION,
         bench_serve.SECTION,
         bench_soak.SECTION,
         bench_tokenizer.SECTION_TITLE,

@@ -13,6 +13,7 @@ import os
 import shutil
 import signal
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -31,6 +32,7 @@ from tensorflow_serving.apis import (
 )
 from tensorflow_serving.config import model_server_config_pb2
 
+from benchmarks.bench_memory_limit import resident_peak_bytes
 from common.serving_contract import ALIGNMENTS_SIGNATURE, TEXT_INPUT, WARMUP_PATH
 from serving.model_server import tensors
 from serving.model_server.errors import ServingError
@@ -51,6 +53,7 @@ from tests.model_server_fixtures import huge_tensor_request, start_server
 from tests.serving_fixtures import (
     ENDLESS_STEPS,
     MODEL_NAME,
+    REPO_ROOT,
     ServerProcess,
     cpu_seconds_during,
     expected_greedy,
@@ -59,7 +62,6 @@ from tests.serving_fixtures import (
     loop_request,
     make_model_base,
     memory_cgroup,
-    peak_resident_bytes,
     texts_request,
     wait_for,
 )
@@ -397,6 +399,57 @@ def test_the_default_budget_and_the_free_memory_guard_follow_the_cgroup_limit(
     assert tensor_proto_to_ndarray(fits, "text").shape == (24 * 2**20,)
 
 
+# Run in a child process under a real address-space limit (RLIMIT_AS, set on itself): what
+# the memory budget's functions read there, with the address space mapped just before and after.
+_UNDER_ADDRESS_SPACE_LIMIT = """
+import json, resource, sys
+import psutil
+from serving.model_server import memory_budget
+
+def mapped():
+    return psutil.Process().memory_info().vms
+
+readings = {"unlimited": memory_budget.address_space_left_bytes()}
+for left in map(int, sys.argv[1:]):
+    limit = mapped() + left
+    resource.setrlimit(resource.RLIMIT_AS, (limit, resource.RLIM_INFINITY))
+    before = mapped()
+    values = [memory_budget.default_budget_bytes(), memory_budget.available_memory_bytes()]
+    readings[left] = [limit, before, mapped(), *values]
+    resource.setrlimit(resource.RLIMIT_AS, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+print(json.dumps(readings))
+"""
+
+
+def test_the_default_budget_and_the_free_memory_guard_follow_the_address_space_limit():
+    """Under an address-space limit (`prlimit --as`, `ulimit -v`) the budget's default and the
+    free-memory guard read the cgroup and the host only: a process with 2 GiB of address space
+    left got a 1 GiB budget and a guard of the host's free gigabytes, and an allocation past
+    the limit fails (in gRPC's or TensorFlow's C++, by aborting). Both now derive from what the
+    limit leaves (the limit minus the address space mapped), read in a process under a real
+    limit; a limit that leaves 4 GiB or more keeps the 1 GiB default."""
+    left_small, left_large = 2 * 2**30, 16 * 2**30
+    child = subprocess.run(
+        [sys.executable, "-c", _UNDER_ADDRESS_SPACE_LIMIT, str(left_small), str(left_large)],
+        env=dict(os.environ, PYTHONPATH=REPO_ROOT),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert child.returncode == 0, child.stderr[-3000:]
+    readings = json.loads(child.stdout)
+    assert readings["unlimited"] is None
+    for left in (left_small, left_large):
+        limit, mapped_before, mapped_after, budget, available = readings[str(left)]
+        # The address space mapped moved by at most what the calls themselves mapped.
+        assert limit - mapped_after <= available <= limit - mapped_before
+        assert available <= psutil.virtual_memory().available
+        expected = min(DEFAULT_BUDGET_BYTES, (limit - mapped_after) // 4)
+        assert expected <= budget <= min(DEFAULT_BUDGET_BYTES, (limit - mapped_before) // 4)
+    assert readings[str(left_small)][3] < DEFAULT_BUDGET_BYTES
+    assert readings[str(left_large)][3] == DEFAULT_BUDGET_BYTES
+
+
 def test_a_request_past_the_memory_budget_is_refused_before_any_run(tmp_path):
     """Concurrent large requests took the server from 3.8 GB to 13.5 GB: what the requests in
     flight hold is now budgeted, and a request that does not fit is refused before it runs,
@@ -519,7 +572,7 @@ def test_a_small_request_for_a_huge_tensor_is_refused_before_it_is_made(exports,
     ):
         predict, _ = stubs(server)
         assert_still_serving(server, predict, version=1)
-        peak_before = peak_resident_bytes(server.process.pid)
+        peak_before = resident_peak_bytes(server.process.pid)
         good_calls = good_client_beside(server)
 
         floats = huge_tensor_request(tf.float32, 1_932_735_283, 1.0)
@@ -548,7 +601,7 @@ def test_a_small_request_for_a_huge_tensor_is_refused_before_it_is_made(exports,
             "(--request_memory_budget_bytes): send them in smaller requests"
         )
         assert good_calls() > 0
-        assert peak_resident_bytes(server.process.pid) - peak_before < 64 * 2**20
+        assert resident_peak_bytes(server.process.pid) - peak_before < 64 * 2**20
         assert_still_serving(server, predict, version=1)
 
 
