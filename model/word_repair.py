@@ -15,7 +15,8 @@ the alignment:
    cross-attention summed over the word's pieces: the `alignment` the decoders return), of
    the source's words: the attention a piece gives [START] or [END] does not count, nor, while
    another attended word is left, the attention on a source word whose English (step 3) the
-   translation already holds as a word: that word is said.
+   translation already holds as a word, as many times as the source holds the word: that word
+   is said.
 3. It is replaced by the English of that source word in the lexicon (`LEXICON_FILE`: a
    source word key, as `word_key_graph` keys it, to its translation), or by the source word
    itself where the lexicon lacks it or the source word is a name (capitalized where its
@@ -171,19 +172,29 @@ class WordRepair(tf.Module):
         on_pieces = tf.cast(source_word_of >= 0, alignment.dtype)[:, None, :]
         word_alignment = tf.einsum("btw,bts->bws", membership, alignment) * on_pieces
         before, letters, after = _parts(dense)
-        # A source word whose English the translation already holds is translated: attention
-        # often points a made-up word at its neighbour's source ("Maintern goes" for "Mañana
-        # va"), and its English again would say it twice. The strongest of the others is
-        # taken, or the strongest of all where every attended word is said.
+        # A source word whose English the translation already holds as often as the source
+        # holds the word is said: attention often points a made-up word at its neighbour's
+        # source ("Maintern goes" for "Mañana va"), and its English again would say it twice.
+        # The strongest of the others is taken, or the strongest of all where every attended
+        # word is said. A word the source repeats ("el décimo mes: en el décimo") is said once
+        # its English is there as many times.
         source_english = self.replacements(
             source_letters, tf.equal(tf.range(tf.shape(source_letters)[1]), 0)[None]
         )
-        said = tf.reduce_any(
-            tf.equal(
-                word_key_graph(source_english)[:, :, None], word_key_graph(letters)[:, None, :]
+        source_keys = word_key_graph(source_letters)
+        in_source = tf.reduce_sum(
+            tf.cast(tf.equal(source_keys[:, :, None], source_keys[:, None, :]), tf.int32), axis=2
+        )
+        in_translation = tf.reduce_sum(
+            tf.cast(
+                tf.equal(
+                    word_key_graph(source_english)[:, :, None], word_key_graph(letters)[:, None, :]
+                ),
+                tf.int32,
             ),
             axis=2,
-        ) & tf.not_equal(source_english, "")
+        )
+        said = (in_translation >= in_source) & tf.not_equal(source_english, "")
         said_at = tf.gather(said, tf.maximum(source_word_of, 0), batch_dims=1)
         unsaid_alignment = word_alignment * tf.cast(~said_at, alignment.dtype)[:, None, :]
         word_alignment = tf.where(

@@ -517,6 +517,13 @@ MUTATIONS = (
         ("tests/training/corpus/test_telephony.py", "-k", "same_prompt"),
     ),
     Mutation(
+        "a source word said twice counts as said once its English is there once",
+        "model/word_repair.py",
+        '        said = (in_translation >= in_source) & tf.not_equal(source_english, "")\n',
+        '        said = (in_translation >= 1) & tf.not_equal(source_english, "")\n',
+        ("tests/model/test_word_repair.py", "-k", "said_twice"),
+    ),
+    Mutation(
         "a made-up word takes the English of a source word the translation already says",
         "model/word_repair.py",
         "            unsaid_alignment,\n",

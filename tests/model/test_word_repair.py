@@ -131,6 +131,24 @@ def test_a_source_word_the_translation_already_says_is_passed_over():
     ]
 
 
+def test_a_source_word_said_twice_is_said_once_its_english_is_there_twice():
+    repair = WordRepair(
+        {"decimo": "tenth", "mes": "month", "en": "in", "el": "the", "dia": "day"},
+        ("the", "tenth", "month", "in", "day"),
+    )
+    # "el mes décimo; en el décimo día": the second "décimo" is not yet said, "día" is not.
+    source = _pieces([["", "▁el", "▁mes", "▁décimo", ";", "▁en", "▁el", "▁décimo", "▁día"]], 9)
+    target = _pieces([["▁the", "▁tenth", "▁month", ";", "▁in", "▁the", "▁dec", "im"]], 8)
+    alignment = np.zeros([1, 8, 9], np.float32)
+    for t, s in enumerate([1, 3, 2, 4, 5, 6, 7, 7]):
+        alignment[0, t, s] = 0.6
+    # "decim" looks at the second "décimo" most, then at "día".
+    alignment[0, 6:, 8] = 0.3
+    translations = tf.constant(["the tenth month; in the decim"])
+    repaired = repair(translations, source, target, tf.constant(alignment))
+    assert repaired.numpy()[0].decode() == "the tenth month; in the tenth"
+
+
 def test_a_translation_without_made_up_words_is_returned_as_written(repair):
     source = [["", "▁El", "▁perro", "."]]
     target = [["▁The", "▁dog", "."]]
