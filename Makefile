@@ -280,7 +280,7 @@ bench-translate: $(STAMP) data-bible  ## translate-text on large generated files
 	$(PY) -m benchmarks.bench_translate --peers --output BENCHMARKS.md $(TRANSLATE_PEERS_ARGS)
 
 # BASELINE=DIR adds another checkout of the project (git worktree add DIR COMMIT), interleaved.
-bench-cold-start: $(STAMP)  ## translate-text's first translation from a cold start, with a breakdown (import, load, first call: tracing and optimizing), greedy and beam 4.
+bench-cold-start: $(STAMP)  ## translate-text's first translation from a cold start, with a breakdown (import, load, first call), greedy and beam 4, its first start (tracing and keeping the translation path) apart.
 	$(PY) -m benchmarks.bench_cold_start --output BENCHMARKS.md $(if $(BASELINE),--baseline_root $(BASELINE)) $(COLD_START_ARGS)
 
 # About 10 minutes by default (SOAK_ARGS="--duration 60" for a short one); the bundled model,

@@ -7,15 +7,22 @@ child that times each part: `import tensorflow`, the project's imports, loading 
 (`load_signature`: weights and tokenizers), the first call (which traces the translation path
 into a graph, has TensorFlow optimize it, and runs it) and the calls after it.
 
+A run directory's translation path is traced once and kept (`run_directory.traced_cache`,
+in `<run>/.traced/`); the rows of this tree load the kept copy, as every start after the first
+does, and the row "this tree, first start" measures the first one, which traces the path and
+keeps it (the kept copy is deleted before each of its runs).
+
 `--baseline_root DIR` runs the breakdown, interleaved with this tree's, on another checkout of
 the project (e.g. `git worktree add DIR COMMIT`), so that a change's gain is measured beside the
-same background load.
+same background load. Every breakdown's translations are compared: the section says whether
+they are the same, byte for byte, in every run of every checkout.
 """
 
 import argparse
 import json
 import os
 import shlex
+import shutil
 import statistics
 import subprocess
 import sys
@@ -23,6 +30,8 @@ import time
 
 from benchmarks.report import machine_description, shown_path, write_section
 from run_directory import artifacts
+from run_directory.traced_cache import TRACED_DIR
+from training.corpus.loading import EVERYDAY_DIR
 
 SECTION = "First run: translate-text from a cold start"
 LINES = (
@@ -32,6 +41,10 @@ LINES = (
     "No se pudo abrir el archivo.",
 )
 PARTS = ("import tensorflow", "project imports", "load", "first call", "other calls")
+# Translated after the typed lines, in translate-text's batches: that the start's gain costs the
+# later calls nothing.
+LATER_FILE = EVERYDAY_DIR / "test.tsv"
+
 # The child of the breakdown: times each part of what translate-text does before its first line.
 _BREAKDOWN = """
 import json, sys, time
@@ -43,21 +56,30 @@ project = time.perf_counter()
 signature = load_signature(sys.argv[1], int(sys.argv[2]))
 loaded = time.perf_counter()
 lines = json.loads(sys.argv[3])
-signature(tf.constant(lines[:1]))
+translations = [signature(tf.constant(lines[:1]))["translation"].numpy()[0].decode("utf-8")]
 first = time.perf_counter()
 for line in lines[1:]:
-    signature(tf.constant([line]))
+    translations.append(signature(tf.constant([line]))["translation"].numpy()[0].decode("utf-8"))
 done = time.perf_counter()
-print(json.dumps([imported - started, project - imported, loaded - project, first - loaded,
-                  done - first]))
+from inference.translate_text import BATCH_TOKENS, MAX_BATCH_SENTENCES, translate_window
+with open(sys.argv[4], encoding="utf-8") as handle:
+    sources = [line.split("\t")[0] for line in handle]
+results = translate_window(sources, signature, BATCH_TOKENS, MAX_BATCH_SENTENCES)
+later = time.perf_counter()
+translations += [hypotheses[0][0] for hypotheses in results]
+print(json.dumps([[imported - started, project - imported, loaded - project, first - loaded,
+                   done - first, later - done], translations]))
 """
+FIRST_START = "this tree, first start"
 
 
 def breakdown(root, model, beam_width):
-    """Seconds of each of `PARTS` in a fresh child run from the project checkout `root`."""
+    """`(seconds of each of PARTS and of the later file, translations of LINES and of the
+    file)` in a fresh child run from the project checkout `root`."""
     environment = {**os.environ, "PYTHONPATH": root, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    later = [str(LATER_FILE)]
     result = subprocess.run(
-        [sys.executable, "-c", _BREAKDOWN, model, str(beam_width), json.dumps(LINES)],
+        [sys.executable, "-c", _BREAKDOWN, model, str(beam_width), json.dumps(LINES), *later],
         cwd=root,
         env=environment,
         capture_output=True,
@@ -99,26 +121,39 @@ def whole_command(model, beam_width):
     return first_line, time.perf_counter() - started
 
 
-def markdown(rows, commands, command, repeats, baseline):
-    """The section: the breakdown's medians per checkout and decoding, then the whole command."""
+def later_sentences():
+    with open(LATER_FILE, encoding="utf-8") as handle:
+        return sum(1 for line in handle if line.strip())
+
+
+def markdown(rows, commands, command, repeats, baseline, identical):
+    """The section: the breakdown's medians per checkout and decoding, then the whole command;
+    `identical`: whether every run of every checkout translated `LINES` the same."""
     lines = [
         f"Machine: {machine_description()}.",
         f"Command: `{command}`.",
         "",
         f"Medians of {repeats} fresh processes each, the checkouts interleaved; {len(LINES)} "
         'typed lines, one call each. The first translation is printed after "import '
-        'tensorflow" + the rest up to "first call".',
+        'tensorflow" + the rest up to "first call". This tree loads the translation path an '
+        f"earlier start traced and kept (`<run>/{TRACED_DIR}/`); its first start traces it and "
+        f"keeps it. Then each process translates the sources of `{shown_path(str(LATER_FILE))}` "
+        "as translate-text batches them, so that the later calls are timed too. The "
+        "translations of every run of every checkout: "
+        + ("the same, byte for byte." if identical else "**not all the same**."),
         "",
-        "| checkout | decoding | " + " | ".join(PARTS) + " | first translation after the import |",
-        "| --- | --- |" + " ---: |" * (len(PARTS) + 1),
+        "| checkout | decoding | "
+        + " | ".join(PARTS)
+        + f" | first translation after the import | then {later_sentences()} sentences |",
+        "| --- | --- |" + " ---: |" * (len(PARTS) + 2),
     ]
     for (checkout, width), times in rows.items():
         medians = [statistics.median(part) for part in zip(*times)]
         after_import = sum(medians[1:4])
         lines.append(
             f"| {checkout} | {'greedy' if width == 1 else f'beam {width}'} | "
-            + " | ".join(f"{seconds:.2f} s" for seconds in medians)
-            + f" | **{after_import:.2f} s** |"
+            + " | ".join(f"{seconds:.2f} s" for seconds in medians[: len(PARTS)])
+            + f" | **{after_import:.2f} s** | {medians[len(PARTS)]:.2f} s |"
         )
     lines += [
         "",
@@ -153,12 +188,17 @@ def main(argv=None):
     checkouts = [("this tree", root)]
     if args.baseline_root:
         checkouts.append((args.baseline_name, os.path.abspath(args.baseline_root)))
-    rows = {(name, width): [] for name, _ in checkouts for width in widths}
+    names = [checkouts[0][0], FIRST_START, *(name for name, _ in checkouts[1:])]
+    rows = {(name, width): [] for name in names for width in widths}
+    translations = {width: set() for width in widths}
     commands = {width: [] for width in widths}
     for _ in range(args.repeats):
         for width in widths:
-            for name, checkout in checkouts:
-                rows[name, width].append(breakdown(checkout, model, width))
+            shutil.rmtree(os.path.join(model, TRACED_DIR), ignore_errors=True)
+            for name, checkout in [(FIRST_START, root), *checkouts]:
+                times, translated = breakdown(checkout, model, width)
+                rows[name, width].append(times)
+                translations[width].add(tuple(translated))
             commands[width].append(whole_command(model, width))
     # Another checkout is named by its role, not by where it lies on this machine.
     baseline_forms = {args.baseline_root, f"--baseline_root={args.baseline_root}"}
@@ -174,7 +214,8 @@ def main(argv=None):
     baseline = (
         args.baseline_root and f"{args.baseline_name}, a checkout of the project beside this one"
     )
-    text = markdown(rows, commands, command, args.repeats, baseline)
+    identical = all(len(translated) == 1 for translated in translations.values())
+    text = markdown(rows, commands, command, args.repeats, baseline, identical)
     print(text)
     if args.output:
         write_section(args.output, SECTION, text)

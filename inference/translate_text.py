@@ -5,7 +5,9 @@ in order (stdout or `--output_file`); a blank line gives an empty line and is no
 model runs in this process, no server: a training run directory or a bundle such as
 `pretrained/es-en` (through `model.translator.Translator`, with its `decoding.json` and the
 flags in its place), or an exported SavedModel version (through its own signatures, whose
-decoding the flags must match), as `training.evaluate` loads them.
+decoding the flags must match), as `training.evaluate` loads them. A run's translation path is
+traced once and kept (`run_directory.traced_cache`, in `<run>/.traced/`): later starts load it
+instead of tracing it again (`--no_cache`: trace it here, keep nothing).
 
 The input is read in windows of `--window_lines` lines: each window's sentences are sorted by
 length into batches of at most `--batch_tokens` padded source tokens (estimated from the
@@ -33,9 +35,8 @@ from common.serving_contract import (
     TRANSLATION_OUTPUT,
     TRANSLATIONS_OUTPUT,
 )
-from run_directory import artifacts
+from run_directory import artifacts, traced_cache
 from training import decoding_flags
-from training.evaluate import export_signature, run_signature
 
 WINDOW_LINES = 10_000
 # Large batches: on a file of short everyday sentences 64 sentences were the binding limit,
@@ -55,12 +56,15 @@ class InputError(Exception):
     """A line of the input that is not UTF-8; the message names the file and the line."""
 
 
-def load_signature(model_dir, beam_width=1, n_best=1, **overrides):
+def load_signature(model_dir, beam_width=1, n_best=1, cache=True, **overrides):
     """`[batch]` tf.string → `{translation, score}` of an export version (its `serving_default`,
     or `beam_search` when `beam_width` > 1, whose options must equal `overrides`) or of a run
     directory (its decoding options with `overrides` in their place); with `n_best` > 1,
     `{translations, scores}` `[batch, n_best]` of the `n_best` signature (`Translator.n_best`
     with `num_hypotheses` `n_best`; an export's must have been traced with it).
+
+    A run's signature is loaded from the traced copy a previous start kept
+    (`run_directory.traced_cache`), else traced, and kept with `cache`.
 
     Raises:
         ValueError: an override an export was not traced with; an invalid decoding option.
@@ -68,8 +72,12 @@ def load_signature(model_dir, beam_width=1, n_best=1, **overrides):
     if n_best > 1:
         overrides["num_hypotheses"] = n_best
     if tf.saved_model.contains_saved_model(model_dir):
+        # Here, not at the top: training.evaluate's imports cost a run's start what it never
+        # uses.
+        from training.evaluate import export_signature
+
         return export_signature(model_dir, beam_width, **overrides)[0]
-    return run_signature(model_dir, beam_width, **overrides)[0]
+    return traced_cache.load_or_trace(model_dir, beam_width, cache, **overrides)
 
 
 def estimated_tokens(text):
@@ -250,6 +258,14 @@ def build_parser():
         help="lines read, sorted and translated together before they are written",
     )
     parser.add_argument("--no_progress", action="store_true", help="no progress bar on stderr")
+    parser.add_argument(
+        "--no_cache",
+        action="store_true",
+        help="a run directory's translation path is traced in this process and not kept "
+        f"(default: traced once and kept in <run>/{traced_cache.TRACED_DIR}/, or under "
+        f"~/.cache/{traced_cache.USER_CACHE_PATH}/ when the run cannot be written; later starts "
+        "load it instead of tracing it again)",
+    )
     return parser
 
 
@@ -283,6 +299,7 @@ def main(argv=None):
             args.model,
             args.beam_width,
             args.n_best,
+            not args.no_cache,
             alpha=args.alpha,
             **decoding_flags.output_rules(args),
         )

@@ -31,6 +31,7 @@ import os
 
 import tensorflow as tf
 import tensorflow_text as tf_text
+from tensorflow_text.python.ops.regex_split_ops import gen_regex_split_ops
 
 from model.casing import normalize_casing
 
@@ -42,6 +43,7 @@ KNOWN_WORDS_FILE = "known_words.txt"
 # separates words, markers included.
 NOT_WORD = r"[^\pL\pN\pM]+"
 _NUMBER = r"\pN+"
+_ANY_MARKER = f"[{''.join(MARKERS)}]"
 CAPITALIZED = r"\p{Lu}[\pL\pM]*"
 
 
@@ -76,10 +78,28 @@ def _without_markers(texts):
     )
 
 
+def regex_split_with_offsets(texts, delimiter, kept_delimiter=""):
+    """`tf_text.regex_split_with_offsets` of `texts` `[batch]`: ragged `[batch, (pieces)]`
+    pieces, their begin and their end byte offsets.
+
+    The same op, without the checks that tensorflow-text adds on the row splits the op itself
+    returns: three assertions per output, each a condition and two functions of the graph,
+    which were most of the translation graph's functions, and a cold start traced, loaded and
+    optimized them all (BENCHMARKS.md, "First run: translate-text from a cold start").
+    """
+    pieces, begins, ends, row_splits = gen_regex_split_ops.regex_split_with_offsets(
+        texts, f"({delimiter})", f"({kept_delimiter})"
+    )
+    return tuple(
+        tf.RaggedTensor.from_row_splits(values, row_splits, validate=False)
+        for values in (pieces, begins, ends)
+    )
+
+
 def split_words(texts):
     """`texts` `[batch]` as ragged `[batch, (pieces)]`: words and the text between
     them, in order, so that joining a row gives its text back."""
-    return tf_text.regex_split(texts, NOT_WORD, NOT_WORD)
+    return regex_split_with_offsets(texts, NOT_WORD, NOT_WORD)[0]
 
 
 def join_words(pieces):
@@ -101,9 +121,16 @@ def restore(texts, values):
         flat = tf.reshape(texts, [-1])
         repeated = tf.repeat(values, tf.shape(texts)[1], axis=0)
         return tf.reshape(restore(flat, repeated), tf.shape(texts))
-    for slot, marker in enumerate(MARKERS):
-        texts = replace_all(texts, marker, values[:, slot])
-    return texts
+    # One split at every marker, each marker a piece of its own, rather than a `replace_all` per
+    # marker: the same texts (a value holds no marker: `protect` takes them from texts without
+    # any) from a tenth of the ops, in a graph every signature holds and a cold start traces,
+    # loads and optimizes.
+    pieces = regex_split_with_offsets(texts, _ANY_MARKER, _ANY_MARKER)[0]
+    rows = pieces.value_rowids()
+    is_marker = tf.equal(pieces.flat_values[:, None], tf.constant(MARKERS))
+    words = tf.strings.reduce_join(tf.where(is_marker, tf.gather(values, rows), ""), axis=1)
+    restored = tf.where(tf.reduce_any(is_marker, axis=1), words, pieces.flat_values)
+    return tf.strings.unsorted_segment_join(restored, rows, num_segments=pieces.nrows())
 
 
 def replace_all(texts, marker, replacements):

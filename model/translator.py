@@ -9,7 +9,6 @@ length, decode, detokenize, restore the names and numbers.
 import dataclasses
 
 import tensorflow as tf
-import tensorflow_text as tf_text
 
 from common.serving_contract import (
     ALIGNMENT_OUTPUT,
@@ -38,7 +37,13 @@ from model.decoding.common import longest_source_length, max_decoding_length_for
 from model.decoding.penalties import validate_repetition_controls
 from model.decoding.sampling import validate_sampling
 from model.decoding.xla import xla_buckets
-from model.placeholders import MARKERS, NOT_WORD, protect_target, restore
+from model.placeholders import (
+    MARKERS,
+    NOT_WORD,
+    protect_target,
+    regex_split_with_offsets,
+    restore,
+)
 from model.special_tokens import END_ID, PAD_ID, RESERVED_TOKENS, START_ID
 
 
@@ -197,7 +202,7 @@ def cut_to_words(text, count):
     on what it read of them did (`benchmarks.bench_long_rows`).
     """
     text = _first_tokens(text, count)
-    _, _, ends = tf_text.regex_split_with_offsets(text, NOT_WORD)
+    _, _, ends = regex_split_with_offsets(text, NOT_WORD)
     # The end of each row's word number `count`, where it has more words than that.
     last_kept_end = tf.reduce_max(ends[:, count - 1 : count], axis=1)
     kept = tf.where(

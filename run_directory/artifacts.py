@@ -24,7 +24,6 @@ import keras
 
 from model import Transformer
 from model.precision import BFLOAT16_WEIGHTS
-from model.tokenizer import load_tokenizers, read_tokenizer_config
 from model.translator import DecodingOptions
 from run_directory.settings import upgrade_renamed_settings
 
@@ -168,6 +167,8 @@ def is_bundle(run_dir):
 def source_spelling(run_dir):
     """The spelling the run's source tokenizer reads (`model.spelling.MODERN`), or None for a
     run trained before the corpus was modernized (its tokenizer config records none)."""
+    from model.tokenizer import read_tokenizer_config
+
     config = read_tokenizer_config(os.path.join(run_dir, TOKENIZER_DIR))
     return None if config is None else config.get("source_spelling")
 
@@ -256,6 +257,10 @@ def load_trained(run_dir, compute_dtype=None):
         raise ValueError(
             f"compute_dtype must be one of {list(COMPUTE_DTYPES)}, got {compute_dtype!r}."
         )
+    # Here, not at the top: keras-hub, which the tokenizers import, is slow to import, and a
+    # start that loads a kept translation (`run_directory.traced_cache`) never needs it.
+    from model.tokenizer import load_tokenizers
+
     config = read_config(run_dir)
     source_tokenizer, target_tokenizer = load_tokenizers(os.path.join(run_dir, TOKENIZER_DIR))
     checkpoint_path, loaded = select_weights(run_dir)

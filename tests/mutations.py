@@ -621,6 +621,71 @@ MUTATIONS = (
         "        if True:\n",
         ("tests/training/test_fine_tuning.py", "-k", "resume_continues"),
     ),
+    Mutation(
+        "a kept translation's entry is named without the decoding settings (another width loads it)",
+        "run_directory/traced_cache.py",
+        '"options": dataclasses.asdict(options),',
+        '"options": {},',
+        ("tests/run_directory/test_traced_cache.py", "-k", "named_by"),
+    ),
+    Mutation(
+        "a kept translation's entry is named without the run's weights (retrained weights load it)",
+        "run_directory/traced_cache.py",
+        "return sorted([os.path.join(run_dir, artifacts.CONFIG_FILE), *tokenizer, *weights])",
+        "return sorted([os.path.join(run_dir, artifacts.CONFIG_FILE), *tokenizer])",
+        ("tests/run_directory/test_traced_cache.py", "-k", "named_by or stale_entry"),
+    ),
+    Mutation(
+        "the code a kept translation is named by leaves out the subpackages (model/decoding/)",
+        "run_directory/traced_cache.py",
+        'for path in (root / package).rglob("*.py")',
+        'for path in (root / package).glob("*.py")',
+        ("tests/run_directory/test_traced_cache.py", "-k", "code_digest"),
+    ),
+    Mutation(
+        "a run's new entry leaves the entries of its old weights behind",
+        "run_directory/traced_cache.py",
+        'for part in ("format", "run_files", "code", "libraries")',
+        "for part in ()",
+        ("tests/run_directory/test_traced_cache.py", "-k", "stale_entry"),
+    ),
+    Mutation(
+        "an entry is saved in its place, not in a staging directory renamed into it",
+        "run_directory/traced_cache.py",
+        '    staging = os.path.join(directory, f"{_STAGING_PREFIX}{uuid.uuid4().hex}")\n'
+        "    os.mkdir(staging)\n",
+        "    staging = os.path.join(directory, entry_name)\n"
+        "    os.makedirs(staging, exist_ok=True)\n",
+        ("tests/run_directory/test_traced_cache.py", "-k", "written_whole"),
+    ),
+    Mutation(
+        "a run directory that cannot be written keeps no translation (no user cache)",
+        "run_directory/traced_cache.py",
+        "return [os.path.join(run_dir, TRACED_DIR), os.path.join(user_cache, USER_CACHE_PATH)]",
+        "return [os.path.join(run_dir, TRACED_DIR)]",
+        ("tests/run_directory/test_traced_cache.py", "-k", "cannot_be_written"),
+    ),
+    Mutation(
+        "a kept beam search is looked for as the greedy signature (traced again at every start)",
+        "run_directory/traced_cache.py",
+        "            loaded = _load_entry(entry, name)\n",
+        "            loaded = _load_entry(entry, GREEDY_SIGNATURE)\n",
+        ("tests/run_directory/test_traced_cache.py", "-k", "byte_for_byte and beam2"),
+    ),
+    Mutation(
+        "restore leaves the markers of a translation as they are",
+        "model/placeholders.py",
+        "restored = tf.where(tf.reduce_any(is_marker, axis=1), words, pieces.flat_values)",
+        "restored = pieces.flat_values",
+        ("tests/model/test_placeholders.py", "-k", "restore"),
+    ),
+    Mutation(
+        "split_words drops what separates the words (a joined row is not its text)",
+        "model/placeholders.py",
+        "return regex_split_with_offsets(texts, NOT_WORD, NOT_WORD)[0]",
+        "return regex_split_with_offsets(texts, NOT_WORD)[0]",
+        ("tests/model/test_placeholders.py", "-k", "restore_inverts or protect_examples"),
+    ),
 )
 
 
