@@ -92,9 +92,13 @@ MUTATIONS = (
     Mutation(
         "only the served greedy signature cuts sources one token shorter than the model allows",
         "model/translator.py",
-        "        _, decoded = self._greedy_decode(text)\n        return {",
-        "        ids = truncate_source_ids(self.source_tokenizer.tokenize(text), self.model.pe_input - 1)\n"
-        "        decoded = self._decode(GreedySearch(), ids, with_alignment=False)\n"
+        "        source_ids, decoded = self._greedy_decode(text)\n        return {",
+        "        source_ids = truncate_source_ids(\n"
+        "            self.source_tokenizer.tokenize(text), self.model.pe_input - 1\n"
+        "        )\n"
+        "        decoded = self._decode(\n"
+        "            GreedySearch(), source_ids, with_alignment=self._repairs_words, **self._xla\n"
+        "        )\n"
         "        return {",
         ("tests/inference/test_export.py", "-k", "long_input"),
     ),
@@ -351,7 +355,7 @@ MUTATIONS = (
     Mutation(
         "a run given restoration after training cannot resume (make pretrained run again)",
         "training/vocabulary.py",
-        "    added = [name for name in RESTORATION_SWITCHES if existing.get(name) and name not in config]",
+        "    added = [name for name in ADDED_AFTER_TRAINING if existing.get(name) and name not in config]",
         "    added = []",
         ("tests/training/test_train.py", "-k", "restoration_after"),
     ),
