@@ -140,6 +140,27 @@ class WordRepair(tf.Module):
         name = tf.strings.regex_full_match(source_words, r"\p{Lu}.*") & ~is_first
         return tf.where(name | tf.equal(translated, ""), source_words, translated)
 
+    def said(self, source_words, words):
+        """bool `[batch, m]`: which of each row's `source_words` `[batch, m]` (letters, ""
+        where none) the row's `words` `[batch, n]` already translate: the English
+        `replacements` gives a source word is among `words` as many times as the source holds
+        the word ("el décimo ... en el décimo" is said once "tenth" is there twice)."""
+        english = self.replacements(
+            source_words, tf.equal(tf.range(tf.shape(source_words)[1]), 0)[None]
+        )
+        source_keys = word_key_graph(source_words)
+        in_source = tf.reduce_sum(
+            tf.cast(tf.equal(source_keys[:, :, None], source_keys[:, None, :]), tf.int32), axis=2
+        )
+        in_translation = tf.reduce_sum(
+            tf.cast(
+                tf.equal(word_key_graph(english)[:, :, None], word_key_graph(words)[:, None, :]),
+                tf.int32,
+            ),
+            axis=2,
+        )
+        return (in_translation >= in_source) & tf.not_equal(english, "")
+
     def __call__(self, translations, source_pieces, target_pieces, alignment):
         """Repairs `translations`.
 
@@ -172,29 +193,10 @@ class WordRepair(tf.Module):
         on_pieces = tf.cast(source_word_of >= 0, alignment.dtype)[:, None, :]
         word_alignment = tf.einsum("btw,bts->bws", membership, alignment) * on_pieces
         before, letters, after = _parts(dense)
-        # A source word whose English the translation already holds as often as the source
-        # holds the word is said: attention often points a made-up word at its neighbour's
-        # source ("Maintern goes" for "Mañana va"), and its English again would say it twice.
-        # The strongest of the others is taken, or the strongest of all where every attended
-        # word is said. A word the source repeats ("el décimo mes: en el décimo") is said once
-        # its English is there as many times.
-        source_english = self.replacements(
-            source_letters, tf.equal(tf.range(tf.shape(source_letters)[1]), 0)[None]
-        )
-        source_keys = word_key_graph(source_letters)
-        in_source = tf.reduce_sum(
-            tf.cast(tf.equal(source_keys[:, :, None], source_keys[:, None, :]), tf.int32), axis=2
-        )
-        in_translation = tf.reduce_sum(
-            tf.cast(
-                tf.equal(
-                    word_key_graph(source_english)[:, :, None], word_key_graph(letters)[:, None, :]
-                ),
-                tf.int32,
-            ),
-            axis=2,
-        )
-        said = (in_translation >= in_source) & tf.not_equal(source_english, "")
+        # Attention often points a made-up word at its neighbour's source ("Maintern goes" for
+        # "Mañana va"), whose English again would say it twice: the strongest of the source
+        # words not yet said is taken, or the strongest of all where every attended one is said.
+        said = self.said(source_letters, letters)
         said_at = tf.gather(said, tf.maximum(source_word_of, 0), batch_dims=1)
         unsaid_alignment = word_alignment * tf.cast(~said_at, alignment.dtype)[:, None, :]
         word_alignment = tf.where(

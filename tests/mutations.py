@@ -523,8 +523,8 @@ MUTATIONS = (
     Mutation(
         "a source word said twice counts as said once its English is there once",
         "model/word_repair.py",
-        '        said = (in_translation >= in_source) & tf.not_equal(source_english, "")\n',
-        '        said = (in_translation >= 1) & tf.not_equal(source_english, "")\n',
+        '        return (in_translation >= in_source) & tf.not_equal(english, "")\n',
+        '        return (in_translation >= 1) & tf.not_equal(english, "")\n',
         ("tests/model/test_word_repair.py", "-k", "said_twice"),
     ),
     Mutation(
