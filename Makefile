@@ -275,9 +275,10 @@ bench-everyday: $(STAMP) data-bible data-catalogs  ## Everyday sentences (traini
 
 # A quick size by default; the million-line file (hours):
 # TRANSLATE_BENCH_ARGS="--lines 1000000 --small_lines 100000 --window_lines 10000".
-bench-translate: $(STAMP) data-bible  ## translate-text on large generated files with the bundled model (sentences/s, peak RSS at two sizes, memory plot in docs/), then beside CTranslate2 float32/int8 on the same weights and Apertium
+bench-translate: $(STAMP) data-bible  ## translate-text on large generated files with the bundled model (sentences/s, peak RSS at two sizes, memory plot in docs/), then beside CTranslate2 float32/int8 on the same weights and Apertium, and where one call's time goes
 	$(PY) -m benchmarks.bench_translate --output BENCHMARKS.md --plot docs/translate_memory.png $(TRANSLATE_BENCH_ARGS)
 	$(PY) -m benchmarks.bench_translate --peers --output BENCHMARKS.md $(TRANSLATE_PEERS_ARGS)
+	$(PY) -m benchmarks.profile_translate_call --output BENCHMARKS.md
 
 # BASELINE=DIR adds another checkout of the project (git worktree add DIR COMMIT), interleaved.
 bench-cold-start: $(STAMP)  ## translate-text's first translation from a cold start, with a breakdown (import, load, first call), greedy and beam 4, its first start (tracing and keeping the translation path) apart.

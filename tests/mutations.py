@@ -507,6 +507,13 @@ MUTATIONS = (
         ("tests/training/test_fine_tuning_defaults.py", "-k", "scored_on"),
     ),
     Mutation(
+        "the word repair's share of a call is the whole call, not the difference",
+        "benchmarks/profile_translate_call.py",
+        '        ("the word repair (whole − repair off)", whole - no_repair),\n',
+        '        ("the word repair (whole − repair off)", whole),\n',
+        ("tests/benchmarks/test_profile_translate_call.py", "-m", "large"),
+    ),
+    Mutation(
         "a telephony prompt in brackets (what is not said) is kept as a pair",
         "training/corpus/telephony.py",
         "            if match and match.group(2) and not _NOT_SAID.search(match.group(2)):\n",
