@@ -28,7 +28,7 @@ import subprocess
 import sys
 import time
 
-from benchmarks.report import machine_description, shown_path, write_section
+from benchmarks.report import machine_description, publish, shown_path
 from run_directory import artifacts
 from run_directory.traced_cache import TRACED_DIR
 from training.corpus.loading import EVERYDAY_DIR
@@ -216,9 +216,7 @@ def main(argv=None):
     )
     identical = all(len(translated) == 1 for translated in translations.values())
     text = markdown(rows, commands, command, args.repeats, baseline, identical)
-    print(text)
-    if args.output:
-        write_section(args.output, SECTION, text)
+    publish(text, args.output, SECTION)
     return 0
 
 

@@ -13,13 +13,12 @@ export traces it) on 64 rows of each kind, in interleaved rounds (`bench_decode.
 """
 
 import argparse
-import shlex
 import sys
 
 import tensorflow as tf
 
 from benchmarks.bench_decode import time_cases
-from benchmarks.report import machine_description, write_section
+from benchmarks.report import command_line, machine_description, publish
 from benchmarks.sentences import SPANISH_SENTENCES
 from model.translator import READ_WORDS_PER_TOKEN, Translator, cut_to_words, traced
 from run_directory import artifacts
@@ -93,18 +92,9 @@ def main(argv=None):
     ]
     timed = time_cases(cases, args.rounds, warmup=1)
     seconds = {name: timed[(name, ROWS)] for name, *_ in cases}
-    command = shlex.join(
-        [
-            "python",
-            "-m",
-            "benchmarks.bench_long_rows",
-            *(argv if argv is not None else sys.argv[1:]),
-        ]
-    )
+    command = command_line("benchmarks.bench_long_rows", argv)
     text = markdown(args.run_dir, seconds, args.rounds, command)
-    print(text)
-    if args.output:
-        write_section(args.output, SECTION, text)
+    publish(text, args.output, SECTION)
     return 0
 
 

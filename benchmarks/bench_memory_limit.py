@@ -32,7 +32,6 @@ import gzip
 import http.client
 import json
 import os
-import shlex
 import shutil
 import sys
 import tempfile
@@ -48,7 +47,7 @@ from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
 
 from benchmarks.bench_serve import start_server
 from benchmarks.bench_soak import bundled_export, predict_request
-from benchmarks.report import machine_description, shown_path, write_section
+from benchmarks.report import command_line, machine_description, publish, shown_path
 from benchmarks.sentences import SPANISH_SENTENCES
 from common.serving_contract import TEXT_INPUT, TRANSLATION_OUTPUT
 from serving.model_server.tensors import decoded_bytes
@@ -673,14 +672,7 @@ def main(argv=None) -> int:
     )
     parser.add_argument("--output", help="Markdown file to write the section into")
     args = parser.parse_args(argv)
-    command = shlex.join(
-        [
-            "python",
-            "-m",
-            "benchmarks.bench_memory_limit",
-            *(argv if argv is not None else sys.argv[1:]),
-        ]
-    )
+    command = command_line("benchmarks.bench_memory_limit", argv)
     if args.export_dir is None:
         args.export_dir = bundled_export()
     args.export_dir = os.path.abspath(args.export_dir)
@@ -688,9 +680,7 @@ def main(argv=None) -> int:
     needs, runs = measure(args)
     load = (load_before, os.getloadavg()[0])
     text = markdown(needs, runs, shown_path(args.export_dir), command, load)
-    print(text)
-    if args.output:
-        write_section(args.output, SECTION, text)
+    publish(text, args.output, SECTION)
     return 0
 
 

@@ -10,13 +10,12 @@ called on the same batch of everyday test sentences, the calls interleaved after
 
 import argparse
 import dataclasses
-import shlex
 import sys
 
 import tensorflow as tf
 
 from benchmarks.bench_decode import time_cases
-from benchmarks.report import machine_description, write_section
+from benchmarks.report import command_line, machine_description, publish
 from model.translator import Translator, traced
 from run_directory import artifacts
 from training.corpus import load_pairs
@@ -80,18 +79,9 @@ def main(argv=None):
     ]
     timed = time_cases(cases, args.rounds, warmup=1)
     seconds = {name: timed[(name, len(sources))] for name, *_ in cases}
-    command = shlex.join(
-        [
-            "python",
-            "-m",
-            "benchmarks.profile_translate_call",
-            *(argv if argv is not None else sys.argv[1:]),
-        ]
-    )
+    command = command_line("benchmarks.profile_translate_call", argv)
     text = markdown(args.run_dir, len(sources), seconds, args.rounds, command)
-    print(text)
-    if args.output:
-        write_section(args.output, SECTION, text)
+    publish(text, args.output, SECTION)
     return 0
 
 

@@ -4,6 +4,8 @@ section only; the page's history is docs/benchmark-log.md, which no benchmark wr
 import os
 import platform
 import re
+import shlex
+import sys
 
 import tensorflow as tf
 
@@ -114,3 +116,17 @@ def shown_path(path):
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     absolute = os.path.abspath(path)
     return os.path.relpath(absolute, root) if absolute.startswith(root + os.sep) else path
+
+
+def command_line(module, argv):
+    """The command a benchmark ran as, for its section: `python -m module` and its arguments
+    (`argv`, or the process's own when None)."""
+    return shlex.join(["python", "-m", module, *(argv if argv is not None else sys.argv[1:])])
+
+
+def publish(text, output, title):
+    """Prints a benchmark's section `text`, and writes it as the section `title` of the results
+    page `output` when one is given (`write_section`)."""
+    print(text)
+    if output:
+        write_section(output, title, text)
