@@ -1,15 +1,8 @@
 """benchmarks/bench_long_rows.py: a section with a row per kind of 64 rows, in its area."""
 
-import shutil
-
 import pytest
 
-from tests.benchmarks.test_report import (
-    RESULTS_PAGE,
-    area_around,
-    read_results_page,
-    section_text,
-)
+from tests.benchmarks.test_report import section_written_by
 
 
 @pytest.mark.large
@@ -18,14 +11,8 @@ def test_bench_long_rows_writes_a_section_with_a_row_per_kind(tmp_path):
     from benchmarks.bench_long_rows import main as bench_long_rows
 
     # Written into a copy of the results page: the section lands in its area, the rest stays.
-    output = tmp_path / "BENCHMARKS.md"
-    shutil.copyfile(RESULTS_PAGE, output)
-    bench_long_rows(["--rounds", "1", "--output", str(output)])
-    text = output.read_text(encoding="utf-8")
-    written = section_text(text, SECTION)
-    assert area_around(text, SECTION) == "Serving performance"
-    assert text.replace(written, "") == read_results_page().replace(
-        section_text(read_results_page(), SECTION), ""
+    written = section_written_by(
+        bench_long_rows, ["--rounds", "1"], SECTION, "Serving performance", tmp_path
     )
     assert "Command: `python -m benchmarks.bench_long_rows --rounds 1 --output " in written
     for kind in (EVERYDAY, LONG, CUT):

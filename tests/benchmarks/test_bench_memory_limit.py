@@ -1,16 +1,9 @@
 """benchmarks/bench_memory_limit.py: a section with a row per limit and probe, in its area, the
 good calls lost and the stated bound (the toy model served: three servers start)."""
 
-import shutil
-
 import pytest
 
-from tests.benchmarks.test_report import (
-    RESULTS_PAGE,
-    area_around,
-    read_results_page,
-    section_text,
-)
+from tests.benchmarks.test_report import section_written_by
 
 
 @pytest.mark.large
@@ -19,14 +12,12 @@ def test_bench_memory_limit_writes_a_section_with_a_row_per_limit_and_probe(expo
     from benchmarks.bench_memory_limit import main as bench_memory_limit
 
     # Written into a copy of the results page: the section lands in its area, the rest stays.
-    output = tmp_path / "BENCHMARKS.md"
-    shutil.copyfile(RESULTS_PAGE, output)
-    bench_memory_limit(["--export_dir", exports[1], "--warm_calls", "2", "--output", str(output)])
-    text = output.read_text(encoding="utf-8")
-    written = section_text(text, SECTION)
-    assert area_around(text, SECTION) == "Serving performance"
-    assert text.replace(written, "") == read_results_page().replace(
-        section_text(read_results_page(), SECTION), ""
+    written = section_written_by(
+        bench_memory_limit,
+        ["--export_dir", exports[1], "--warm_calls", "2"],
+        SECTION,
+        "Serving performance",
+        tmp_path,
     )
     assert "Command: `python -m benchmarks.bench_memory_limit --export_dir " in written
     # The probes' names do not depend on the budget.

@@ -2,6 +2,7 @@
 
 import os
 import re
+import shutil
 
 import pytest
 
@@ -40,6 +41,22 @@ def area_around(text, title):
         elif match.group(2) == title:
             return area
     raise AssertionError(f"no ### {title} in the page")
+
+
+def section_written_by(run, arguments, title, area, tmp_path):
+    """Runs a benchmark's `main` (`run`) with `arguments` and `--output` a copy of the results
+    page, checks that its section `title` lands in `area` and that the rest of the page stays as
+    it was; returns the section."""
+    output = tmp_path / "BENCHMARKS.md"
+    shutil.copyfile(RESULTS_PAGE, output)
+    run([*arguments, "--output", str(output)])
+    text = output.read_text(encoding="utf-8")
+    written = section_text(text, title)
+    assert area_around(text, title) == area
+    assert text.replace(written, "") == read_results_page().replace(
+        section_text(read_results_page(), title), ""
+    )
+    return written
 
 
 def test_write_section_replaces_its_section_of_the_results_page_and_nothing_else(tmp_path):
