@@ -12,6 +12,11 @@ in `<run>/.traced/`); the rows of this tree load the kept copy, as every start a
 does, and the row "this tree, first start" measures the first one, which traces the path and
 keeps it (the kept copy is deleted before each of its runs).
 
+The other offline tools load a run the same way: `training.evaluate` (greedy, on the first of
+the everyday dev sentences) and `translate-score` (the same pairs) are timed as whole commands,
+each with the kept translation path and with `--no_cache` (traced at every start, as before it
+was kept).
+
 `--baseline_root DIR` runs the breakdown, interleaved with this tree's, on another checkout of
 the project (e.g. `git worktree add DIR COMMIT`), so that a change's gain is measured beside the
 same background load. Every breakdown's translations are compared: the section says whether
@@ -26,6 +31,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 from benchmarks.report import machine_description, publish, shown_path
@@ -121,14 +127,60 @@ def whole_command(model, beam_width):
     return first_line, time.perf_counter() - started
 
 
+def tool_commands(model, pairs_file, output_dir):
+    """`{tool: command}` of the other offline tools on `pairs_file` (`source<TAB>target`)."""
+    return {
+        "python -m training.evaluate": [
+            *("-m", "training.evaluate", "--run_dir", model, "--data", str(EVERYDAY_DIR)),
+            *("--split", "dev", "--limit", str(len(LINES)), "--output_dir", output_dir),
+        ],
+        "translate-score": ["-m", "training.score", "--run_dir", model, "--input_file", pairs_file],
+    }
+
+
+def tool_seconds(arguments, cache):
+    """Wall seconds of `python <arguments>` (with `--no_cache` unless `cache`)."""
+    command = [sys.executable, *arguments, *([] if cache else ["--no_cache"])]
+    started = time.perf_counter()
+    result = subprocess.run(
+        command,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
+    )
+    if result.returncode != 0:
+        raise RuntimeError(f"{shlex.join(command)} failed: {result.stderr.strip()[-2000:]}")
+    return time.perf_counter() - started
+
+
+def time_tools(model, repeats, work_dir):
+    """`{(tool, kept): [seconds]}` of each of `tool_commands`, kept and `--no_cache`
+    interleaved, `repeats` each (after one start that keeps what the kept rows load)."""
+    pairs_file = os.path.join(work_dir, "pairs.tsv")
+    with (
+        open(EVERYDAY_DIR / "dev.tsv", encoding="utf-8") as source,
+        open(pairs_file, "w", encoding="utf-8") as pairs,
+    ):
+        pairs.writelines(line for line, _ in zip(source, LINES))
+    commands = tool_commands(model, pairs_file, os.path.join(work_dir, "eval"))
+    for arguments in commands.values():
+        tool_seconds(arguments, cache=True)
+    times = {(tool, kept): [] for tool in commands for kept in (True, False)}
+    for _ in range(repeats):
+        for (tool, kept), seconds in times.items():
+            seconds.append(tool_seconds(commands[tool], cache=kept))
+    return times
+
+
 def later_sentences():
     with open(LATER_FILE, encoding="utf-8") as handle:
         return sum(1 for line in handle if line.strip())
 
 
-def markdown(rows, commands, command, repeats, baseline, identical):
-    """The section: the breakdown's medians per checkout and decoding, then the whole command;
-    `identical`: whether every run of every checkout translated `LINES` the same."""
+def markdown(rows, commands, tools, command, repeats, baseline, identical):
+    """The section: the breakdown's medians per checkout and decoding, then the whole command,
+    then the other tools' (`time_tools`); `identical`: whether every run of every checkout
+    translated `LINES` the same."""
     lines = [
         f"Machine: {machine_description()}.",
         f"Command: `{command}`.",
@@ -166,6 +218,17 @@ def markdown(rows, commands, command, repeats, baseline, identical):
         first, total = (statistics.median(part) for part in zip(*times))
         name = "greedy" if width == 1 else f"beam {width}"
         lines.append(f"| {name} | {first:.1f} s | {total:.1f} s |")
+    lines += [
+        "",
+        f"The other offline tools, whole command on the first {len(LINES)} everyday dev "
+        "sentences (greedy; translate-score on their pairs), wall time:",
+        "",
+        "| command | translation path kept | traced at every start (`--no_cache`) |",
+        "| --- | ---: | ---: |",
+    ]
+    for tool in dict.fromkeys(tool for tool, _ in tools):
+        kept, traced = (statistics.median(tools[tool, cache]) for cache in (True, False))
+        lines.append(f"| `{tool}` | {kept:.1f} s | {traced:.1f} s |")
     if baseline:
         lines += ["", f"Baseline: {baseline}."]
     return "\n".join(lines)
@@ -200,6 +263,8 @@ def main(argv=None):
                 rows[name, width].append(times)
                 translations[width].add(tuple(translated))
             commands[width].append(whole_command(model, width))
+    with tempfile.TemporaryDirectory() as work_dir:
+        tools = time_tools(model, args.repeats, work_dir)
     # Another checkout is named by its role, not by where it lies on this machine.
     baseline_forms = {args.baseline_root, f"--baseline_root={args.baseline_root}"}
     shown = [
@@ -215,7 +280,7 @@ def main(argv=None):
         args.baseline_root and f"{args.baseline_name}, a checkout of the project beside this one"
     )
     identical = all(len(translated) == 1 for translated in translations.values())
-    text = markdown(rows, commands, command, args.repeats, baseline, identical)
+    text = markdown(rows, commands, tools, command, args.repeats, baseline, identical)
     publish(text, args.output, SECTION)
     return 0
 

@@ -70,7 +70,7 @@ from common.serving_contract import (
     WARMUP_PATH,
 )
 from common.serving_contract import INPUT_DTYPES as INPUT_DTYPE_NAMES
-from model.translator import MIN_SOURCE_TOKENS, DecodingOptions, Translator
+from model.translator import MIN_SOURCE_TOKENS, DecodingOptions, Translator, input_signature
 from run_directory import artifacts
 from training import decoding_flags
 
@@ -99,14 +99,6 @@ _MAX_VERSION_ATTEMPTS = 100
 
 # The dtype of each signature input (`common.serving_contract.INPUTS`), every one `[batch]`.
 INPUT_DTYPES = {name: tf.as_dtype(dtype) for name, dtype in INPUT_DTYPE_NAMES.items()}
-
-
-def input_signature(signature_name):
-    """The `tf.TensorSpec`s of a signature's inputs, in `Translator`'s argument order."""
-    return [
-        tf.TensorSpec([None], INPUT_DTYPES[record.name], name=record.name)
-        for record in SIGNATURES_BY_NAME[signature_name].inputs
-    ]
 
 
 def signature_options(options):

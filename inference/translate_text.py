@@ -258,14 +258,7 @@ def build_parser():
         help="lines read, sorted and translated together before they are written",
     )
     parser.add_argument("--no_progress", action="store_true", help="no progress bar on stderr")
-    parser.add_argument(
-        "--no_cache",
-        action="store_true",
-        help="a run directory's translation path is traced in this process and not kept "
-        f"(default: traced once and kept in <run>/{traced_cache.TRACED_DIR}/, or under "
-        f"~/.cache/{traced_cache.USER_CACHE_PATH}/ when the run cannot be written; later starts "
-        "load it instead of tracing it again)",
-    )
+    traced_cache.add_no_cache_argument(parser)
     return parser
 
 

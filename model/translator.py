@@ -12,8 +12,10 @@ import tensorflow as tf
 
 from common.serving_contract import (
     ALIGNMENT_OUTPUT,
+    INPUT_DTYPES,
     SCORE_OUTPUT,
     SCORES_OUTPUT,
+    SIGNATURES_BY_NAME,
     SOURCE_TOKENS_OUTPUT,
     TARGET_TOKENS_OUTPUT,
     TOKEN_SCORES_OUTPUT,
@@ -228,6 +230,15 @@ def truncate_source_ids(ids, max_tokens):
     dense = tf.cast(ids[:, :max_tokens].to_tensor(default_value=PAD_ID), tf.int32)
     is_last_column = tf.equal(tf.range(tf.shape(dense)[1]), max_tokens - 1)
     return tf.where(was_cut[:, tf.newaxis] & is_last_column[tf.newaxis, :], END_ID, dense)
+
+
+def input_signature(signature_name):
+    """The `tf.TensorSpec`s of a signature's inputs (`common.serving_contract.SIGNATURES`), each
+    `[batch]`, in the order its `Translator` method takes them."""
+    return [
+        tf.TensorSpec([None], tf.as_dtype(INPUT_DTYPES[record.name]), name=record.name)
+        for record in SIGNATURES_BY_NAME[signature_name].inputs
+    ]
 
 
 def traced(method, *input_signature):

@@ -1,5 +1,7 @@
 """A run's translation path traced once and kept on disk, so that a later process loads it
-instead of tracing it again (`load_or_trace`; `translate-text` starts with it).
+instead of tracing it again (`load_or_trace`; `translate-text`, `training.evaluate` and
+`translate-score` start with it, `--no_cache` (`add_no_cache_argument`) to trace and keep
+nothing).
 
 Tracing `Translator.greedy` (or `beam_search`, `n_best`) into a graph is most of what a fresh
 process spends before its first translation, after loading the model (BENCHMARKS.md, "First run:
@@ -44,7 +46,7 @@ from common.serving_contract import (
     SIGNATURES_BY_NAME,
     TEXT_INPUT,
 )
-from model.translator import Translator, traced
+from model.translator import Translator, input_signature, traced
 from run_directory import artifacts
 
 logger = logging.getLogger(__name__)
@@ -63,8 +65,6 @@ REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
 # A staging directory this old was left by a process that died while writing it.
 STALE_STAGING_SECONDS = 3600
 _STAGING_PREFIX = ".staging-"
-
-TEXT_SPEC = tf.TensorSpec([None], tf.string, name=TEXT_INPUT)
 
 
 def signature_name(beam_width=1, num_hypotheses=None):
@@ -142,19 +142,40 @@ def cache_directories(run_dir):
     return [os.path.join(run_dir, TRACED_DIR), os.path.join(user_cache, USER_CACHE_PATH)]
 
 
+def add_no_cache_argument(parser):
+    """`--no_cache` on `parser` (an argparse parser) of a command that loads runs through
+    `load_or_trace`: `args.no_cache` True traces in the process and keeps nothing."""
+    parser.add_argument(
+        "--no_cache",
+        action="store_true",
+        help="a run directory's translation path is traced in this process and not kept "
+        f"(default: traced once and kept in <run>/{TRACED_DIR}/, or under "
+        f"~/.cache/{USER_CACHE_PATH}/ when the run cannot be written; later starts load it "
+        "instead of tracing it again)",
+    )
+
+
 def load_or_trace(run_dir, beam_width=1, cache=True, **overrides):
     """`[batch]` tf.string → the dict of the signature's outputs, for a training run: the
     signature `signature_name` picks, with the run's decoding options and `overrides` in their
-    place (as `training.evaluate.run_signature`), loaded from a cache entry when one matches,
-    else traced (and, with `cache`, written as an entry for the next process).
+    place (as `training.evaluate.run_signature`), through `load_or_trace_signature`.
 
     Raises:
         ValueError: an invalid decoding option.
     """
     options = artifacts.decoding_options(run_dir, beam_width=beam_width, **overrides)
     name = signature_name(beam_width, overrides.get("num_hypotheses"))
+    return load_or_trace_signature(run_dir, name, options, cache)
+
+
+def load_or_trace_signature(run_dir, name, options, cache=True):
+    """A `TranslationCall` of the run's signature `name` (any of
+    `common.serving_contract.SIGNATURES`: its inputs in order, `[batch]` each, → the dict of its
+    outputs) under `options` (a `DecodingOptions`): loaded from a cache entry when one matches,
+    else traced (and, with `cache`, written as an entry for the next process)."""
     if not cache:
-        return TranslationCall(_trace(run_dir, name, options)[0].get_concrete_function())
+        function = _trace(run_dir, name, options)[0]
+        return TranslationCall(function.get_concrete_function(), _input_names(name))
     info = entry_info(run_dir, name, options)
     entry_name = f"{name}-{entry_key(info)}"
     for directory in cache_directories(run_dir):
@@ -165,7 +186,7 @@ def load_or_trace(run_dir, beam_width=1, cache=True, **overrides):
                 return loaded
     function, module = _trace(run_dir, name, options)
     _keep(function, module, entry_name, info)
-    return TranslationCall(function.get_concrete_function())
+    return TranslationCall(function.get_concrete_function(), _input_names(name))
 
 
 def _keep(function, module, entry_name, info):
@@ -213,8 +234,9 @@ def start_up_config():
 
 
 class TranslationCall:
-    """Calls a traced or loaded translation function (a `ConcreteFunction` of one `[batch]`
-    string input) with a `[batch]` string tensor, optimized with `start_up_config`.
+    """Calls a traced or loaded signature function (a `ConcreteFunction` of a signature's
+    `[batch]` inputs) with tensors of them, in the signature's order (`text` first), optimized
+    with `start_up_config`.
 
     Through the `StatefulPartitionedCall` op, whose `config_proto` holds the config of this
     function's graph optimization alone: the process's own settings
@@ -223,24 +245,39 @@ class TranslationCall:
 
     Args:
         function: the `ConcreteFunction`.
+        input_names: the signature's inputs, in its order (`Signature.input_names`).
         owner: what must outlive it (a loaded SavedModel owns the variables and tables its
             signatures read: a signature outliving it finds them deleted), or None.
     """
 
-    def __init__(self, function, owner=None):
+    def __init__(self, function, input_names=(TEXT_INPUT,), owner=None):
         self.function = function
         self.owner = owner
         self._output_types = [output.dtype for output in function.outputs]
         self._config = start_up_config().SerializeToString()
+        # The function's own argument order: a traced one takes the signature's order, a
+        # loaded signature its inputs sorted by name ("target" before "text").
+        self._argument_names = [
+            spec.name for spec in tf.nest.flatten(function.structured_input_signature)
+        ]
+        self._input_names = input_names
 
-    def __call__(self, text):
+    def __call__(self, *inputs):
+        by_name = dict(zip(self._input_names, inputs, strict=True))
         outputs = tf.raw_ops.StatefulPartitionedCall(
-            args=[text, *self.function.captured_inputs],
+            args=[
+                *(by_name[name] for name in self._argument_names),
+                *self.function.captured_inputs,
+            ],
             Tout=self._output_types,
             f=self.function,
             config_proto=self._config,
         )
         return tf.nest.pack_sequence_as(self.function.structured_outputs, outputs)
+
+
+def _input_names(name):
+    return SIGNATURES_BY_NAME[name].input_names
 
 
 def _load_entry(entry, name):
@@ -250,7 +287,7 @@ def _load_entry(entry, name):
 
     try:
         loaded = tf.saved_model.load(entry)
-        return TranslationCall(loaded.signatures[name], owner=loaded)
+        return TranslationCall(loaded.signatures[name], _input_names(name), owner=loaded)
     # A cache must not stop the command: whatever a damaged entry raises, it is traced again.
     except Exception as error:
         logger.warning("ignoring the traced translation %s, which does not load: %s", entry, error)
@@ -259,11 +296,13 @@ def _load_entry(entry, name):
 
 
 def _trace(run_dir, name, options):
-    """`(function, module)`: the `Translator` method of signature `name` traced for `[None]`
-    strings, and a `tf.Module` tracking what it reads (`traced_resources`)."""
+    """`(function, module)`: the `Translator` method of signature `name` traced for its
+    `[None]` inputs (`input_signature`), and a `tf.Module` tracking what it reads
+    (`traced_resources`)."""
     model, source_tokenizer, target_tokenizer, _ = artifacts.load_trained(run_dir)
     translator = Translator(model, source_tokenizer, target_tokenizer, options)
-    function = traced(getattr(translator, SIGNATURES_BY_NAME[name].method), TEXT_SPEC)
+    method = getattr(translator, SIGNATURES_BY_NAME[name].method)
+    function = traced(method, *input_signature(name))
     function.get_concrete_function()
     module = tf.Module()
     module.resources = traced_resources(model, source_tokenizer, target_tokenizer)

@@ -684,6 +684,27 @@ MUTATIONS = (
         ("tests/run_directory/test_traced_cache.py", "-k", "byte_for_byte and beam2"),
     ),
     Mutation(
+        "a loaded signature is called with its inputs in the signature's order, not its own",
+        "run_directory/traced_cache.py",
+        "                *(by_name[name] for name in self._argument_names),\n",
+        "                *inputs,\n",
+        ("tests/run_directory/test_traced_cache.py", "-k", "score_signature"),
+    ),
+    Mutation(
+        "training.evaluate keeps its traced translation under --no_cache",
+        "training/evaluate.py",
+        "            args.changed_only,\n            cache=not args.no_cache,\n",
+        "            args.changed_only,\n            cache=True,\n",
+        ("tests/run_directory/test_traced_cache.py", "-k", "evaluate_keeps"),
+    ),
+    Mutation(
+        "a bundle's evaluation keeps its traced translation inside the bundle",
+        "training/bundle.py",
+        "    evaluation = load_for_evaluation(staging, beam_width=beam_width, cache=False)",
+        "    evaluation = load_for_evaluation(staging, beam_width=beam_width)",
+        ("tests/training/test_bundle.py", "-k", "without_checkpoints"),
+    ),
+    Mutation(
         "restore leaves the markers of a translation as they are",
         "model/placeholders.py",
         "restored = tf.where(tf.reduce_any(is_marker, axis=1), words, pieces.flat_values)",

@@ -442,7 +442,15 @@ def evaluate_everyday(run_dir, beam_width, alpha):
     the hypotheses the beam's. The run's outputs are written to `run_dir/eval/everyday/`."""
     output_dir = os.path.join(run_dir, "eval", "everyday")
     reports = [
-        evaluate(run_dir, "test", width, alpha, output_dir=output_dir, data=str(EVERYDAY_DIR))
+        evaluate(
+            run_dir,
+            "test",
+            width,
+            alpha,
+            output_dir=output_dir,
+            data=str(EVERYDAY_DIR),
+            cache=False,
+        )
         for width in sorted({1, beam_width})
     ]
     with open(
@@ -526,13 +534,14 @@ def _evaluate_and_describe(staging, output_dir, decoding, model_card_options):
     (greedy and the bundle's beam), examples of each and the everyday sentences;
     `model_card_options` are `model_card`'s other arguments."""
     beam_width, alpha = decoding["beam_width"], decoding["alpha"]
-    evaluation = load_for_evaluation(staging, beam_width=beam_width)
+    # Nothing traced is kept: a bundle holds its files alone, and its size counts them.
+    evaluation = load_for_evaluation(staging, beam_width=beam_width, cache=False)
     eval_dir = os.path.join(staging, "eval")
     reports = [
         report
         for width in sorted({1, beam_width})
         for report in evaluate_perturbations(
-            [UNPERTURBED], staging, "test", width, alpha, output_dir=eval_dir
+            [UNPERTURBED], staging, "test", width, alpha, output_dir=eval_dir, cache=False
         )
     ]
     beam_reports = [report for report in reports if report["decoding"] == reports[-1]["decoding"]]

@@ -7,7 +7,9 @@ whose `eval/` is committed, to `runs/eval/<name>/` instead.
 
 A run directory is translated by `model.translator.Translator`, the same code (tokenization,
 truncation, output-length bound, decoding, detokenization) that the export's signatures run, so
-its BLEU is the BLEU of what TF Serving serves. `--export_dir` scores an exported SavedModel
+its BLEU is the BLEU of what TF Serving serves; its traced translation path is kept for the next
+start, as translate-text keeps it (`run_directory.traced_cache`; `--no_cache`: kept nowhere).
+`--export_dir` scores an exported SavedModel
 version instead, through its own signatures (`serving_default`, or `beam_search` with
 `--beam_width` > 1, whose width is the export's).
 
@@ -42,7 +44,7 @@ from common.serving_contract import (
     TRANSLATION_OUTPUT,
 )
 from model.translator import DecodingOptions, Translator, traced
-from run_directory import artifacts
+from run_directory import artifacts, traced_cache
 from training import decoding_flags
 from training.copying import KINDS, copy_rate_sets, copy_rates, corpus_words, proper_names
 from training.corpus import CorpusError, apertium, corpus_is_at_hand, load_run_pairs
@@ -272,10 +274,15 @@ def describe_decoding(options, beam_width):
     return text
 
 
-def load_for_evaluation(run_dir=None, export_dir=None, beam_width=1, alpha=None, **overrides):
+def load_for_evaluation(
+    run_dir=None, export_dir=None, beam_width=1, alpha=None, cache=True, **overrides
+):
     """An `EvaluatedModel` of a run directory (decoding with its `decoding.json`, `alpha` and
     `overrides` in their place when not None) or of an export (its own decoding; `overrides`
     must match it).
+
+    A run's translation is the traced signature a previous process kept, else traced here
+    and, with `cache`, kept for the next (`run_directory.traced_cache.load_or_trace`).
 
     Raises:
         ValueError: neither or both directories given; an override an export does not have.
@@ -292,10 +299,12 @@ def load_for_evaluation(run_dir=None, export_dir=None, beam_width=1, alpha=None,
             export_dir,
             describe_decoding(options, beam_width),
         )
+    # First: a directory without a config is named as no run at all.
+    config = artifacts.read_config(run_dir)
     options = artifacts.decoding_options(run_dir, beam_width=beam_width, alpha=alpha, **overrides)
-    translate_batch, config = run_translate_function(run_dir, beam_width, alpha=alpha, **overrides)
+    signature = traced_cache.load_or_trace(run_dir, beam_width, cache, alpha=alpha, **overrides)
     return EvaluatedModel(
-        translate_batch,
+        lambda text: signature(text)[TRANSLATION_OUTPUT],
         config,
         artifacts.source_spelling(run_dir),
         run_dir,
@@ -389,6 +398,7 @@ def evaluate(
     export_dir=None,
     perturb=None,
     tfds_data_dir=None,
+    cache=True,
     **repetition_controls,
 ):
     """Translates `split` of the run's corpus (or `data`), scores it, writes the outputs.
@@ -402,6 +412,8 @@ def evaluate(
         perturb: a `training.noise` perturbation name (or "+"-composition) applied to the
             sources; None or "none": the split as written.
         tfds_data_dir: TFDS data directory for a `tfds:NAME` corpus (default: the run's own).
+        cache: keep a run's traced translation for the next process, and load the one kept
+            (`load_for_evaluation`).
         repetition_controls: `repetition_penalty`, `no_repeat_ngram_size`,
             `limit_placeholders`, `repair_words` (default: the run's own; an export must have
             been traced with them).
@@ -422,6 +434,7 @@ def evaluate(
         data,
         export_dir,
         tfds_data_dir,
+        cache=cache,
         **repetition_controls,
     )[0]
 
@@ -439,6 +452,7 @@ def evaluate_perturbations(
     export_dir=None,
     tfds_data_dir=None,
     changed_only=False,
+    cache=True,
     **repetition_controls,
 ):
     """`evaluate` for each name of `perturbations` ("none": as written), the model loaded once.
@@ -461,7 +475,9 @@ def evaluate_perturbations(
     functions = {
         name: None if name == UNPERTURBED else perturbation(name) for name in perturbations
     }
-    model = load_for_evaluation(run_dir, export_dir, beam_width, alpha, **repetition_controls)
+    model = load_for_evaluation(
+        run_dir, export_dir, beam_width, alpha, cache=cache, **repetition_controls
+    )
     splits = model.corpus_splits(split, data, tfds_data_dir)
     made_up = model.made_up_words()
     directory = _output_dir(output_dir, run_dir, export_dir)
@@ -534,6 +550,7 @@ def evaluate_copy_rates(
     export_dir=None,
     tfds_data_dir=None,
     training_data=None,
+    cache=True,
     **repetition_controls,
 ):
     """How often translations copy a name or a number never seen in training
@@ -546,7 +563,9 @@ def evaluate_copy_rates(
     `<split>.<decoding>.copy.report.json`): per kind ("names", "numbers") the sentences, how
     many translations hold the value, the rate and a few misses.
     """
-    model = load_for_evaluation(run_dir, export_dir, beam_width, alpha, **repetition_controls)
+    model = load_for_evaluation(
+        run_dir, export_dir, beam_width, alpha, cache=cache, **repetition_controls
+    )
     pairs = model.split_pairs(split, data, tfds_data_dir)
     training_pairs = model.split_pairs("train", training_data or data, tfds_data_dir)
     sets = copy_rate_sets(
@@ -696,6 +715,7 @@ def main(argv=None):
         help="with --perturb, score only the pairs whose source a perturbation changes (every "
         "row on the same pairs)",
     )
+    traced_cache.add_no_cache_argument(parser)
     args = parser.parse_args(argv)
     if args.beam_width < 1:
         parser.error("--beam_width must be at least 1")
@@ -717,6 +737,7 @@ def main(argv=None):
                 args.data,
                 args.export_dir,
                 args.tfds_data_dir,
+                cache=not args.no_cache,
                 **repetition_controls,
             )
             print(copy_rate_table(report))
@@ -735,6 +756,7 @@ def main(argv=None):
             args.export_dir,
             args.tfds_data_dir,
             args.changed_only,
+            cache=not args.no_cache,
             **repetition_controls,
         )
     except (CorpusError, FileNotFoundError, ValueError) as error:

@@ -25,17 +25,17 @@ from common.serving_contract import (
     TEXT_INPUT,
     TOKEN_SCORES_OUTPUT,
 )
-from model.translator import Translator, traced
-from run_directory import artifacts
-from training.evaluate import BATCH_SIZE, TEXT_SPEC, load_export
+from model.translator import DecodingOptions
+from run_directory import artifacts, traced_cache
+from training.evaluate import BATCH_SIZE, load_export
 
 
-def run_score_function(run_dir):
-    """`score(text, target)` of a run directory or bundle: `Translator.score` traced once,
-    `[batch]` string tensors in, the `score` signature's outputs out."""
-    model, source_tokenizer, target_tokenizer, _ = artifacts.load_trained(run_dir)
-    translator = Translator(model, source_tokenizer, target_tokenizer)
-    return traced(translator.score, TEXT_SPEC, TEXT_SPEC)
+def run_score_function(run_dir, cache=True):
+    """`score(text, target)` of a run directory or bundle: `Translator.score` under the default
+    `DecodingOptions` (their output-length bound cuts a longer target), `[batch]` string tensors in, the
+    `score` signature's outputs out; the traced signature a previous process kept, else traced
+    here and, with `cache`, kept for the next (`run_directory.traced_cache`)."""
+    return traced_cache.load_or_trace_signature(run_dir, SCORE_SIGNATURE, DecodingOptions(), cache)
 
 
 def export_score_function(export_dir):
@@ -112,6 +112,7 @@ def main(argv=None):
     parser.add_argument(
         "--batch_size", type=int, default=BATCH_SIZE, help="pairs per call (default %(default)s)"
     )
+    traced_cache.add_no_cache_argument(parser)
     args = parser.parse_args(argv)
     if args.batch_size <= 0:
         parser.error("--batch_size must be positive")
@@ -128,7 +129,7 @@ def main(argv=None):
         return 2
     if args.run_dir:
         artifacts.require_trained_run(args.run_dir)
-        score = run_score_function(args.run_dir)
+        score = run_score_function(args.run_dir, cache=not args.no_cache)
     else:
         score = export_score_function(args.export_dir)
     for result in score_pairs(score, pairs, args.batch_size):

@@ -33,6 +33,14 @@ def test_a_cold_start_is_timed_part_by_part_and_as_the_whole_command(tiny_run, t
     first_starts = [line for line in written.splitlines() if line.startswith(f"| {FIRST_START} |")]
     assert [row.split(" | ")[1] for row in first_starts] == ["greedy", "beam 2"]
     assert "The translations of every run of every checkout: the same, byte for byte." in written
+    tools = [line for line in written.splitlines() if line.startswith("| `")]
+    assert [row.split(" | ")[0] for row in tools] == [
+        "| `python -m training.evaluate`",
+        "| `translate-score`",
+    ]
+    for row in tools:
+        kept, traced = (float(cell.strip(" s|")) for cell in row.split(" | ")[1:])
+        assert 0 < kept and 0 < traced
 
 
 def test_the_breakdown_child_times_what_translate_text_does_before_its_first_line():

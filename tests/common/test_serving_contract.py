@@ -29,7 +29,7 @@ from common.serving_contract import (
     Signature,
 )
 from inference import export
-from model.translator import DecodingOptions, Translator
+from model.translator import DecodingOptions, Translator, input_signature
 from serving import client
 
 # Every option away from its default, and what export_info.json recorded for them before the
@@ -121,7 +121,7 @@ def test_the_warmup_inputs_are_one_value_per_text_of_each_inputs_dtype(record):
         proto = tf.make_tensor_proto(values[item.name], tf.as_dtype(item.dtype))
         assert tf.make_ndarray(proto).shape == (len(texts),), item.name
     assert values[TEXT_INPUT] == [text.encode("utf-8") for text in texts]
-    assert [spec.dtype for spec in export.input_signature(record.name)] == [
+    assert [spec.dtype for spec in input_signature(record.name)] == [
         tf.as_dtype(item.dtype) for item in record.inputs
     ]
 

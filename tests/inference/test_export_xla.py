@@ -50,7 +50,7 @@ from common.serving_contract import (
 )
 from inference import export
 from model.decoding.xla import pad_to_xla_buckets, xla_batch_size, xla_slots
-from model.translator import MIN_SOURCE_TOKENS, Translator
+from model.translator import MIN_SOURCE_TOKENS, Translator, input_signature
 from run_directory import artifacts
 from serving.model_server import servable as servable_lib
 from serving.model_server.errors import ServingError
@@ -136,7 +136,7 @@ def loaded(versions, translator):
         N_BEST_SIGNATURE: translator.n_best,
     }
     loaded["plain"] = {
-        name: tf.function(method, input_signature=export.input_signature(name))
+        name: tf.function(method, input_signature=input_signature(name))
         for name, method in methods.items()
     }
     return loaded

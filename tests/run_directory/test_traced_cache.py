@@ -12,9 +12,10 @@ import keras
 import pytest
 import tensorflow as tf
 
-from common.serving_contract import BEAM_SIGNATURE, GREEDY_SIGNATURE, TEXT_INPUT
+from common.serving_contract import BEAM_SIGNATURE, GREEDY_SIGNATURE, SCORE_SIGNATURE, TEXT_INPUT
 from model.restoration import write_table
 from model.tokenizer import read_tokenizer_config, write_tokenizer_config
+from model.translator import Translator, input_signature, traced
 from model.word_repair import ENGLISH_WORDS_FILE, LEXICON_FILE, REPAIR_WORDS_KEY
 from run_directory import artifacts, traced_cache
 from run_directory.traced_cache import (
@@ -28,7 +29,9 @@ from run_directory.traced_cache import (
     write_entry,
 )
 from tests.paths import REPO_ROOT
+from training.evaluate import main as evaluate_main
 from training.evaluate import run_signature
+from training.score import run_score_function
 from training.toy_corpus import ES_EN
 
 # Toy sentences, one word the run never saw, and an empty line.
@@ -58,6 +61,8 @@ def outputs(signature):
 
 
 def entries(directory):
+    if not os.path.isdir(directory):
+        return []
     return sorted(name for name in os.listdir(directory) if not name.startswith("."))
 
 
@@ -113,6 +118,51 @@ def test_a_kept_translation_translates_as_the_traced_path_byte_for_byte(run_dir,
     assert any("-en" in text for text in repaired), f"the repair is not exercised: {repaired}"
     name = GREEDY_SIGNATURE if beam_width == 1 else BEAM_SIGNATURE
     assert entries(kept)[0].startswith(name + "-")
+
+
+@pytest.mark.large
+def test_a_kept_score_signature_scores_as_the_traced_path_byte_for_byte(run_dir):
+    """translate-score's forced decoding, two inputs in, kept and loaded like a translation."""
+    model, source_tokenizer, target_tokenizer, _ = artifacts.load_trained(run_dir)
+    translator = Translator(model, source_tokenizer, target_tokenizer)
+    plain = traced(translator.score, *input_signature(SCORE_SIGNATURE))
+    texts = tf.constant(SOURCES[:3])
+    targets = tf.constant(["the dog eats bread", "the girl reads a big book", "the blue cat"])
+
+    def scores(function):
+        result = function(texts, targets)
+        return {
+            name: value.numpy().tolist() if value.dtype == tf.string else value.numpy().tobytes()
+            for name, value in result.items()
+        }
+
+    expected = scores(plain)
+    first = run_score_function(run_dir)
+    assert first.owner is None and scores(first) == expected
+    loaded = run_score_function(run_dir)
+    assert loaded.owner is not None, "the second start loads the kept entry"
+    assert scores(loaded) == expected
+    (entry,) = entries(os.path.join(run_dir, TRACED_DIR))
+    assert entry.startswith(SCORE_SIGNATURE + "-")
+
+
+@pytest.mark.large
+def test_evaluate_keeps_its_traced_translation_unless_told_not_to(run_dir, tmp_path):
+    """`training.evaluate` loads a run as translate-text does: the first start keeps the
+    traced translation, the next loads it and scores the same; `--no_cache` keeps nothing."""
+    reports = []
+    for attempt, flags in enumerate(([], [], ["--no_cache"])):
+        if flags:
+            shutil.rmtree(os.path.join(run_dir, TRACED_DIR))
+        output_dir = tmp_path / f"eval{attempt}"
+        arguments = ["--run_dir", run_dir, "--split", "dev", "--output_dir", str(output_dir)]
+        assert evaluate_main([*arguments, *flags]) == 0
+        with open(output_dir / "dev.greedy.report.json", encoding="utf-8") as handle:
+            report = json.load(handle)
+        reports.append((report["bleu"], report["chrf"]))
+        kept = entries(os.path.join(run_dir, TRACED_DIR))
+        assert len(kept) == (0 if flags else 1), (attempt, kept)
+    assert reports[0] == reports[1] == reports[2]
 
 
 def scale_weights(run_dir, factor):

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from run_directory import artifacts
+from run_directory.traced_cache import TRACED_DIR
 from tests.paths import REPO_ROOT
 from training.average import average_run
 from training.bundle import EVERYDAY_EXAMPLES, bundle, main
@@ -54,6 +55,8 @@ def test_the_bundle_is_a_run_directory_without_checkpoints(bundled):
     ):
         assert os.path.exists(os.path.join(bundle_dir, name)), name
     assert not os.path.exists(os.path.join(bundle_dir, artifacts.CHECKPOINT_DIR))
+    # Its evaluation kept no traced translation: the bundle's size counts its files alone.
+    assert not os.path.exists(os.path.join(bundle_dir, TRACED_DIR))
     assert artifacts.select_weights(bundle_dir) == (None, artifacts.MODEL_FILE)
     assert not [name for name in os.listdir(os.path.dirname(bundle_dir)) if name.startswith(".")]
 
