@@ -35,6 +35,7 @@ evaluation and the exported SavedModel alike.
 """
 
 import collections
+import itertools
 import os
 import re
 import unicodedata
@@ -44,6 +45,7 @@ import tensorflow as tf
 from model.placeholders import join_words, split_words
 
 ACCENTS_FILE = "accents.tsv"
+ACCENT_CONTEXTS_FILE = "accent_contexts.tsv"
 CASES_FILE = "cases.tsv"
 NAMES_FILE = "names.tsv"
 # The combining acute accent and diaeresis (NFD): the marks a bare form leaves out.
@@ -52,6 +54,16 @@ ACCENT_MARKS = "[\u0301\u0308]"
 WORD = re.compile(r"[^\W\d_]+")
 # Where a sentence starts, so its first word's capital says nothing of the word.
 _SENTENCE_START = re.compile(r"(^|[.!?:;¿¡\"«“‘(—]\s*)$")
+# The neighbour of a text's first word before it, and of its last word after it.
+TEXT_START, TEXT_END = "^", "$"
+# The evidence a context of `context_accent_table` needs: this many occurrences of the word
+# there, this share of them in one form (chosen on the dev sets of the bundle's corpora).
+CONTEXT_MIN_COUNT = 2
+CONTEXT_MIN_SHARE = 0.7
+# Accented letters, precomposed or as combining marks: a source with any was typed with accents.
+_ANY_ACCENT = "áéíóúüÁÉÍÓÚÜ\u0301\u0308"
+# What separates two words without punctuation (RE2's `\s` and the Unicode separators).
+_SPACE = "\t\n\f\r\\p{Z}"
 
 
 def strip_accents(text):
@@ -96,6 +108,117 @@ def case_table(texts):
     return table
 
 
+def _is_word_character(char):
+    # As `model.placeholders.NOT_WORD` draws words: letters, digits and combining marks.
+    return unicodedata.category(char)[0] in "LNM"
+
+
+def _is_space(char):
+    # As `_SPACE` (RE2) reads it.
+    return char in "\t\n\f\r" or unicodedata.category(char)[0] == "Z"
+
+
+def word_contexts(text):
+    """`[(word, previous, next)]`: the words of `text` (str) as `split_words` cuts them (runs of
+    letters, digits and combining marks), in order, each with its neighbours on either side:
+    the word beside it, lowercase and without accents, where only spaces separate them; else
+    the punctuation character nearest to it ("hola, que" → "," and "que"); `TEXT_START` or
+    `TEXT_END` at the ends of `text`."""
+    pieces = ["".join(run) for _, run in itertools.groupby(text, _is_word_character)]
+
+    def neighbour(index, step, edge):
+        between, beside = index + step, index + 2 * step
+        if not 0 <= between < len(pieces):
+            return edge
+        punctuation = "".join(char for char in pieces[between] if not _is_space(char))
+        if punctuation:
+            return punctuation[-1] if step < 0 else punctuation[0]
+        if not 0 <= beside < len(pieces):
+            return edge
+        return strip_accents(pieces[beside].lower())
+
+    return [
+        (piece, neighbour(index, -1, TEXT_START), neighbour(index, 1, TEXT_END))
+        for index, piece in enumerate(pieces)
+        if _is_word_character(piece[0])
+    ]
+
+
+def _majority(forms, min_count, min_share):
+    """The form most of `forms` (a Counter) are, if they are at least `min_count` and it is at
+    least `min_share` of them (ties: the first in sorted order); else None."""
+    total = sum(forms.values())
+    if total < min_count:
+        return None
+    form, count = min(forms.items(), key=lambda item: (-item[1], item[0]))
+    return form if count >= min_share * total else None
+
+
+def context_accent_table(texts, min_count=CONTEXT_MIN_COUNT, min_share=CONTEXT_MIN_SHARE):
+    """`{(previous, bare form, next): word}` of the ambiguous bare forms of `texts` (iterable of
+    str), in lowercase: a bare form is ambiguous where it is a word of `texts` and another word
+    loses its accents to it ("esta": "está", "ésta").
+
+    Each occurrence of a word with an ambiguous bare form counts the word (lowercase) in four
+    contexts of its neighbours (`word_contexts`): both, the previous only (next ""), the next
+    only (previous ""), none ("", form, ""). A context decides the form that is the majority
+    there (`min_count` occurrences, `min_share` of them); one without it decides nothing.
+    `Restoration` reads the first of those four a bare form is typed in that the table holds,
+    and keeps the form as typed where it holds none: so an entry is kept only where what it
+    decides differs from what the contexts after it would give, which makes the table's
+    reading that of every decided context backing off in that order. An entry whose word is
+    the bare form itself ("", "esta", "es") stops a context after it from accenting it.
+    """
+    texts = [unicodedata.normalize("NFC", text) for text in texts]
+    words = {word.lower() for text in texts for word, _, _ in word_contexts(text)}
+    ambiguous = {strip_accents(word) for word in words if strip_accents(word) != word} & words
+    counts = collections.defaultdict(collections.Counter)
+    for text in texts:
+        for word, previous, following in word_contexts(text):
+            word = word.lower()
+            bare = strip_accents(word)
+            if bare in ambiguous:
+                for context in ((previous, following), (previous, ""), ("", following), ("", "")):
+                    counts[(context[0], bare, context[1])][word] += 1
+    decided = {}
+    for context, forms in sorted(counts.items()):
+        form = _majority(forms, min_count, min_share)
+        if form is not None:
+            decided[context] = form
+    return _entries_that_decide(decided)
+
+
+def _entries_that_decide(decided):
+    """The entries of `decided` (`{(previous, bare, next): form}`) whose form differs from what
+    the lookup (`Restoration`: both neighbours, previous, next, none, else the bare form) would
+    give without them."""
+
+    def alone(bare):
+        return decided.get(("", bare, ""), bare)
+
+    def after_next(bare, following):
+        return decided.get(("", bare, following)) or alone(bare)
+
+    # A previous-only context is read before any next one: the forms these would give.
+    next_forms = collections.defaultdict(set)
+    for (previous, bare, following), form in decided.items():
+        if not previous and following:
+            next_forms[bare].add(form)
+    table = {}
+    for (previous, bare, following), form in decided.items():
+        if previous and following:
+            below = {decided.get((previous, bare, "")) or after_next(bare, following)}
+        elif previous:
+            below = next_forms[bare] | {alone(bare)}
+        elif following:
+            below = {alone(bare)}
+        else:
+            below = {bare}
+        if below != {form}:
+            table[(previous, bare, following)] = form
+    return table
+
+
 def write_table(path, table):
     """Writes `table` to `path`: `key<TAB>value` lines."""
     with open(path, "w", encoding="utf-8") as handle:
@@ -105,6 +228,19 @@ def write_table(path, table):
 def read_table(path):
     with open(path, encoding="utf-8") as handle:
         return dict(line.rstrip("\n").split("\t") for line in handle if line.strip())
+
+
+def write_context_table(path, table):
+    """Writes `table` (`context_accent_table`'s) to `path`: `previous<TAB>bare<TAB>next<TAB>word`
+    lines (no neighbour is a space, so none holds a tab)."""
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.writelines("\t".join((*context, word)) + "\n" for context, word in table.items())
+
+
+def read_context_table(path):
+    with open(path, encoding="utf-8") as handle:
+        rows = (line.rstrip("\n").split("\t") for line in handle if line.strip())
+        return {tuple(row[:3]): row[3] for row in rows}
 
 
 def capitalized(words):
@@ -132,15 +268,68 @@ def _replace_words(texts, table, lowercase_in_uncased_rows_only=False):
     if lowercase_in_uncased_rows_only:
         uncased_row = tf.gather(tf.logical_not(_has_capital(texts)), pieces.value_rowids())
         found &= tf.logical_not(in_lowercase) | uncased_row
+    recased = _in_typed_case(typed, in_lowercase, value)
+    return join_words(pieces.with_flat_values(tf.where(found, recased, typed)))
+
+
+def _in_typed_case(typed, in_lowercase, values):
+    """`values` (lowercase words, none empty) in the case of the words `typed`: lowercase where
+    `in_lowercase`, all capitals where `typed` is (two letters or more), else capitalized."""
     all_capitals = tf.equal(tf.strings.upper(typed, encoding="utf-8"), typed) & (
         tf.strings.length(typed, unit="UTF8_CHAR") > 1
     )
-    recased = tf.where(
+    return tf.where(
         in_lowercase,
-        value,
-        tf.where(all_capitals, tf.strings.upper(value, encoding="utf-8"), capitalized(value)),
+        values,
+        tf.where(all_capitals, tf.strings.upper(values, encoding="utf-8"), capitalized(values)),
     )
+
+
+def _restore_accents_in_context(texts, table):
+    """`texts` `[batch]` with the ambiguous bare forms of a text typed without any accent given
+    the word `table` (a `_WordTable` of `context_accent_table`'s entries, keys joined by tabs)
+    reads for their neighbours, in the typed word's case; texts with an accent unchanged."""
+    pieces = split_words(texts)
+    typed = pieces.flat_values
+    lowered = tf.strings.lower(typed, encoding="utf-8")
+    rows = pieces.value_rowids()
+    index = tf.range(tf.size(typed, out_type=tf.int64))
+    # How many pieces of its row each piece has before and after it.
+    before = index - tf.gather(pieces.row_starts(), rows)
+    after = tf.gather(pieces.row_limits(), rows) - index - 1
+    # In a text without accents a lowercase word is its bare form.
+    punctuation = tf.strings.regex_replace(typed, f"[{_SPACE}]+", "")
+    previous = _neighbours(lowered, punctuation, before, -1, TEXT_START)
+    following = _neighbours(lowered, punctuation, after, 1, TEXT_END)
+    value, found = lowered, tf.zeros_like(before, tf.bool)
+    # The most specific context last, so that the first the table holds wins.
+    for context in ([None, None], [None, following], [previous, None], [previous, following]):
+        sides = [tf.fill(tf.shape(lowered), "") if side is None else side for side in context]
+        in_table, words = table.lookup(tf.strings.join([sides[0], lowered, sides[1]], "\t"))
+        value = tf.where(in_table, words, value)
+        found |= in_table
+    unaccented = tf.strings.regex_full_match(texts, f"(?s)[^{_ANY_ACCENT}]*")
+    is_word = tf.strings.regex_full_match(typed, r"(?s)[\pL\pN\pM].*")
+    found &= is_word & tf.gather(unaccented, rows) & tf.not_equal(value, lowered)
+    recased = _in_typed_case(typed, tf.equal(typed, lowered), value)
     return join_words(pieces.with_flat_values(tf.where(found, recased, typed)))
+
+
+def _neighbours(lowered, punctuation, room, step, edge):
+    """Each piece's neighbour on one side (`step` -1: before it, 1: after it), as
+    `word_contexts` says, from the pieces of the flat `[pieces]` `lowered` and their
+    `punctuation` (without spaces), with `room` pieces of its row on that side."""
+    index = tf.range(tf.size(lowered, out_type=tf.int64))
+    last = tf.maximum(tf.size(lowered, out_type=tf.int64) - 1, 0)
+    between = tf.gather(punctuation, tf.clip_by_value(index + step, 0, last))
+    beside = tf.gather(lowered, tf.clip_by_value(index + 2 * step, 0, last))
+    nearest = r"^(?s:.*)(.)$" if step < 0 else r"^(.)(?s:.*)$"
+    character = tf.strings.regex_replace(between, nearest, r"\1")
+    return tf.where(
+        room < 1,
+        edge,
+        tf.where(tf.not_equal(between, ""), character, tf.where(room < 2, edge, beside)),
+    )
 
 
 class _WordTable(tf.Module):
@@ -174,27 +363,40 @@ class Restoration(tf.Module):
         accents: `accent_table`'s dict, or None: accents left as typed.
         cases: `case_table`'s dict, or None: capitals left as typed.
         names: `model.spelling.name_table`'s dict, or None: names left as typed.
+        accent_contexts: `context_accent_table`'s dict, or None: ambiguous bare forms left as
+            typed.
     """
 
-    def __init__(self, accents=None, cases=None, names=None, name=None):
+    def __init__(self, accents=None, cases=None, names=None, accent_contexts=None, name=None):
         super().__init__(name=name)
         self.accents = None if accents is None else _WordTable(accents)
         self.cases = None if cases is None else _WordTable(cases)
         self.names = None if names is None else _WordTable(names)
+        self.accent_contexts = (
+            None
+            if accent_contexts is None
+            else _WordTable({"\t".join(key): word for key, word in accent_contexts.items()})
+        )
 
     @classmethod
     def from_directory(cls, directory, accents=True, cases=True, names=False):
         """The tables a tokenizer directory holds (`ACCENTS_FILE`, `CASES_FILE`, `NAMES_FILE`),
-        those asked."""
+        those asked; with the accents, `ACCENT_CONTEXTS_FILE` where it is there (directories
+        written before it restore only the forms that are not words)."""
+        contexts = os.path.join(directory, ACCENT_CONTEXTS_FILE)
         return cls(
             read_table(os.path.join(directory, ACCENTS_FILE)) if accents else None,
             read_table(os.path.join(directory, CASES_FILE)) if cases else None,
             read_table(os.path.join(directory, NAMES_FILE)) if names else None,
+            read_context_table(contexts) if accents and os.path.exists(contexts) else None,
         )
 
     def __call__(self, texts):
         """`texts` `[batch]` with accents and capitals restored, as the tables say."""
         texts = tf.convert_to_tensor(texts, tf.string)
+        # First, while the text is as typed: which texts have no accent at all.
+        if self.accent_contexts is not None:
+            texts = _restore_accents_in_context(texts, self.accent_contexts)
         if self.accents is not None:
             texts = _replace_words(texts, self.accents)
         if self.cases is not None:
