@@ -2,36 +2,48 @@
 
 People type Spanish without its accents ("amaras a tu projimo") and in lowercase ("jesus fue a
 galilea"), and the model learned from a text that writes every accent and capital. Most words
-leave no doubt about what was meant, so two tables learned from the training sources put them
-back before the subword model:
+leave no doubt about what was meant, so tables learned from the training sources put them back
+before the subword model:
 
 - `accent_table`: each bare form ("projimo") that is not itself a word of the sources, with the
   word that loses its accents to it ("prójimo"; the most frequent one where several do). A form
-  that is a word ("esta": this; "está": is) is left as typed. Accents here are the acute accent
-  and the diaeresis (á é í ó ú ü), typed with a dead key and left out; ñ is a letter of its own
-  (`training.noise` strips the same marks in its `strip_accents` perturbation). The typed word's
-  case is kept ("PROJIMO" → "PRÓJIMO").
+  that is a word ("esta": this; "está": is) is left as typed by it. Accents here are the acute
+  accent and the diaeresis (á é í ó ú ü), typed with a dead key and left out; ñ is a letter of
+  its own (`training.noise` strips the same marks in its `strip_accents` perturbation). The
+  typed word's case is kept ("PROJIMO" → "PRÓJIMO").
+- `context_accent_table`: the forms left as typed by the first table, read by their neighbours
+  ("no se donde esta" → "no sé dónde está"). For each context of a word with such a bare form,
+  its previous and next words (bare, lowercase; the nearest punctuation character where
+  punctuation separates them, `TEXT_START` and `TEXT_END` at the ends), the form the sources
+  write there, where enough of its occurrences (`CONTEXT_MIN_COUNT`) clearly agree
+  (`CONTEXT_MIN_SHARE`); a context backs off to the previous word alone, then the next word
+  alone, then the word alone, and a word no context decides is left as typed. It is applied
+  only to a source typed without any accent (á é í ó ú ü, in either case): a writer who types
+  accents meant "se" by "se". The typed word's case is kept ("NO SE" → "NO SÉ").
 - `case_table`: each lowercase word that the sources write mostly capitalized where a sentence
   does not start ("jesús" → "Jesús", "dios" → "Dios"), as Moses's truecaser learns it. It is
   applied only to a source with no capital letter at all, whose first letter is then capitalized
   too: a source with any capital was cased by its writer, and is left alone.
 
-Text written correctly is unchanged by both. What they gain on the bundled model is in
+Text written correctly is unchanged by the accent and case tables; the context table changes
+only a source without any accent, where a word the sources write accented in that context is
+most often an accent left out. What the accent and case tables gain on the bundled model is in
 docs/benchmark-log.md, "Accents and capitals restored".
 
-A third table, `names` (`model.spelling.name_table`), maps the forms in which people write names
+Another table, `names` (`model.spelling.name_table`), maps the forms in which people write names
 today to the forms of the training sources ("Belén" → "Bethlehem", "Betania" → "Bethania" for
 the 1909 Bible), so the model reads a name it learned instead of copying an unknown one. Its keys
 are never words of the sources, so it changes nothing the model was trained on. It is applied to
 a word typed capitalized or in capitals, and to a lowercase word only in a source with no capital
-at all ("set" in a cased sentence is not the name Set). Unlike the other two it must run before
+at all ("set" in a cased sentence is not the name Set). Unlike the others it must run before
 the placeholders (`model.placeholders`), which would otherwise protect "Belén" as an unknown
 name: the Translator applies it first (`Restoration.rename`), the source tokenizer does not.
 
-A run's tokenizer directory holds its tables (`ACCENTS_FILE`, `CASES_FILE`, `NAMES_FILE`,
-written by `training.vocabulary`), and its source tokenizer applies the first two
-(`Tokenizer.restoration`) after modernizing the spelling and normalizing the case: in training,
-evaluation and the exported SavedModel alike.
+A run's tokenizer directory holds its tables (`ACCENTS_FILE`, `ACCENT_CONTEXTS_FILE`,
+`CASES_FILE`, `NAMES_FILE`, written by `training.vocabulary`), and its source tokenizer applies
+the accents and capitals (`Tokenizer.restoration`) after modernizing the spelling and normalizing
+the case: in training, evaluation and the exported SavedModel alike. A directory written before
+`ACCENT_CONTEXTS_FILE` existed restores accents with the first table only, as it did.
 """
 
 import collections

@@ -558,9 +558,7 @@ def test_a_directory_without_the_context_table_restores_as_before(tmp_path):
     not os.path.exists(os.path.join(PRETRAINED_TOKENIZER, CASES_FILE)),
     reason="the bundle has no restoration tables",
 )
-def test_the_bundle_as_committed_has_no_context_table_and_a_copy_given_one_restores_in_a_saved_model(
-    tmp_path,
-):
+def test_the_bundle_has_no_context_table_and_a_copy_given_one_restores_in_a_saved_model(tmp_path):
     from model.tokenizer import load_tokenizers
 
     assert not os.path.exists(os.path.join(PRETRAINED_TOKENIZER, ACCENT_CONTEXTS_FILE))
