@@ -16,10 +16,12 @@ before the subword model:
   its previous and next words (bare, lowercase; the nearest punctuation character where
   punctuation separates them, `TEXT_START` and `TEXT_END` at the ends), the form the sources
   write there, where enough of its occurrences (`CONTEXT_MIN_COUNT`) clearly agree
-  (`CONTEXT_MIN_SHARE`); a context backs off to the previous word alone, then the next word
-  alone, then the word alone, and a word no context decides is left as typed. It is applied
-  only to a source typed without any accent (á é í ó ú ü, in either case): a writer who types
-  accents meant "se" by "se". The typed word's case is kept ("NO SE" → "NO SÉ").
+  (`CONTEXT_MIN_SHARE`); a context backs off to one neighbour alone, the one whose form is the
+  larger share of its occurrences where both decide (ties: the previous word; so "que hora es"
+  is read by "que hora", not by the start of the text), then to the word alone, and a word no
+  context decides is left as typed. It is applied only to a source typed without any accent
+  (á é í ó ú ü, in either case): a writer who types accents meant "se" by "se". The typed
+  word's case is kept ("NO SE" → "NO SÉ").
 - `case_table`: each lowercase word that the sources write mostly capitalized where a sentence
   does not start ("jesús" → "Jesús", "dios" → "Dios"), as Moses's truecaser learns it. It is
   applied only to a source with no capital letter at all, whose first letter is then capitalized
@@ -47,6 +49,7 @@ the case: in training, evaluation and the exported SavedModel alike. A directory
 """
 
 import collections
+import fractions
 import itertools
 import os
 import re
@@ -157,29 +160,31 @@ def word_contexts(text):
 
 
 def _majority(forms, min_count, min_share):
-    """The form most of `forms` (a Counter) are, if they are at least `min_count` and it is at
-    least `min_share` of them (ties: the first in sorted order); else None."""
+    """`(form, share)`: the form most of `forms` (a Counter) are, and the share of them it is (a
+    `fractions.Fraction`), if they are at least `min_count` and it is at least `min_share` of
+    them (ties: the first in sorted order); else None."""
     total = sum(forms.values())
     if total < min_count:
         return None
     form, count = min(forms.items(), key=lambda item: (-item[1], item[0]))
-    return form if count >= min_share * total else None
+    return (form, fractions.Fraction(count, total)) if count >= min_share * total else None
 
 
 def context_accent_table(texts, min_count=CONTEXT_MIN_COUNT, min_share=CONTEXT_MIN_SHARE):
-    """`{(previous, bare form, next): word}` of the ambiguous bare forms of `texts` (iterable of
-    str), in lowercase: a bare form is ambiguous where it is a word of `texts` and another word
-    loses its accents to it ("esta": "está", "ésta").
+    """`{(previous, bare form, next): (word, share)}` of the ambiguous bare forms of `texts`
+    (iterable of str), in lowercase: a bare form is ambiguous where it is a word of `texts` and
+    another word loses its accents to it ("esta": "está", "ésta").
 
     Each occurrence of a word with an ambiguous bare form counts the word (lowercase) in four
     contexts of its neighbours (`word_contexts`): both, the previous only (next ""), the next
     only (previous ""), none ("", form, ""). A context decides the form that is the majority
-    there (`min_count` occurrences, `min_share` of them); one without it decides nothing.
-    `Restoration` reads the first of those four a bare form is typed in that the table holds,
-    and keeps the form as typed where it holds none: so an entry is kept only where what it
-    decides differs from what the contexts after it would give, which makes the table's
-    reading that of every decided context backing off in that order. An entry whose word is
-    the bare form itself ("", "esta", "es") stops a context after it from accenting it.
+    there (`min_count` occurrences, `min_share` of them), with the share of them it is; one
+    without it decides nothing. `Restoration` reads both neighbours' entry; else, of the two
+    one-sided entries the table holds, the one of the larger share (ties: the previous word's);
+    else the word alone's; else keeps the form as typed (`context_lookup`). An entry is kept only
+    where leaving it out would change what that reading gives for some neighbours, which makes
+    the table's reading that of every decided context. An entry whose word is the bare form
+    itself ("", "esta", "es") stops a context after it from accenting it.
     """
     texts = [unicodedata.normalize("NFC", text) for text in texts]
     words = {word.lower() for text in texts for word, _, _ in word_contexts(text)}
@@ -194,40 +199,53 @@ def context_accent_table(texts, min_count=CONTEXT_MIN_COUNT, min_share=CONTEXT_M
                     counts[(context[0], bare, context[1])][word] += 1
     decided = {}
     for context, forms in sorted(counts.items()):
-        form = _majority(forms, min_count, min_share)
-        if form is not None:
-            decided[context] = form
+        majority = _majority(forms, min_count, min_share)
+        if majority is not None:
+            decided[context] = majority
     return _entries_that_decide(decided)
 
 
+def context_lookup(table, previous, bare, following):
+    """The word `table` (`context_accent_table`'s) reads for `bare` between `previous` and
+    `following`, as `Restoration` does: both neighbours' entry; else the one-sided entry of the
+    larger share (ties: the previous word's); else the word alone's; else `bare`."""
+    if (previous, bare, following) in table:
+        return table[(previous, bare, following)][0]
+    before, after = table.get((previous, bare, "")), table.get(("", bare, following))
+    if before and after:
+        return (before if before[1] >= after[1] else after)[0]
+    return (before or after or table.get(("", bare, ""), (bare,)))[0]
+
+
 def _entries_that_decide(decided):
-    """The entries of `decided` (`{(previous, bare, next): form}`) whose form differs from what
-    the lookup (`Restoration`: both neighbours, previous, next, none, else the bare form) would
-    give without them."""
+    """The entries of `decided` (`{(previous, bare, next): (form, share)}`) without which
+    `context_lookup` would give another form for some neighbours."""
 
     def alone(bare):
-        return decided.get(("", bare, ""), bare)
+        return decided.get(("", bare, ""), (bare,))[0]
 
-    def after_next(bare, following):
-        return decided.get(("", bare, following)) or alone(bare)
-
-    # A previous-only context is read before any next one: the forms these would give.
-    next_forms = collections.defaultdict(set)
-    for (previous, bare, following), form in decided.items():
-        if not previous and following:
-            next_forms[bare].add(form)
+    # Per bare form and side, the lowest share of a one-sided entry that accents otherwise than
+    # the word alone: an entry of the word alone's form on the other side matters where it
+    # would outweigh one of those.
+    lowest = collections.defaultdict(lambda: float("inf"))
+    for (previous, bare, following), (form, share) in decided.items():
+        if bool(previous) != bool(following) and form != alone(bare):
+            side = "previous" if previous else "next"
+            lowest[(bare, side)] = min(lowest[(bare, side)], share)
     table = {}
-    for (previous, bare, following), form in decided.items():
+    for (previous, bare, following), (form, share) in decided.items():
         if previous and following:
-            below = {decided.get((previous, bare, "")) or after_next(bare, following)}
+            keys = ((previous, bare, ""), ("", bare, following), ("", bare, ""))
+            below = {key: decided[key] for key in keys if key in decided}
+            keep = form != context_lookup(below, previous, bare, following)
         elif previous:
-            below = next_forms[bare] | {alone(bare)}
+            keep = form != alone(bare) or share >= lowest[(bare, "next")]
         elif following:
-            below = {alone(bare)}
+            keep = form != alone(bare) or share > lowest[(bare, "previous")]
         else:
-            below = {bare}
-        if below != {form}:
-            table[(previous, bare, following)] = form
+            keep = form != bare
+        if keep:
+            table[(previous, bare, following)] = (form, share)
     return table
 
 
@@ -243,16 +261,20 @@ def read_table(path):
 
 
 def write_context_table(path, table):
-    """Writes `table` (`context_accent_table`'s) to `path`: `previous<TAB>bare<TAB>next<TAB>word`
-    lines (no neighbour is a space, so none holds a tab)."""
+    """Writes `table` (`context_accent_table`'s) to `path`:
+    `previous<TAB>bare<TAB>next<TAB>word<TAB>share` lines, the share a fraction ("3/4", "1"; no
+    neighbour is a space, so none holds a tab)."""
     with open(path, "w", encoding="utf-8") as handle:
-        handle.writelines("\t".join((*context, word)) + "\n" for context, word in table.items())
+        handle.writelines(
+            "\t".join((*context, word, str(share))) + "\n"
+            for context, (word, share) in table.items()
+        )
 
 
 def read_context_table(path):
     with open(path, encoding="utf-8") as handle:
         rows = (line.rstrip("\n").split("\t") for line in handle if line.strip())
-        return {tuple(row[:3]): row[3] for row in rows}
+        return {tuple(row[:3]): (row[3], fractions.Fraction(row[4])) for row in rows}
 
 
 def capitalized(words):
@@ -299,8 +321,8 @@ def _in_typed_case(typed, in_lowercase, values):
 
 def _restore_accents_in_context(texts, table):
     """`texts` `[batch]` with the ambiguous bare forms of a text typed without any accent given
-    the word `table` (a `_WordTable` of `context_accent_table`'s entries, keys joined by tabs)
-    reads for their neighbours, in the typed word's case; texts with an accent unchanged."""
+    the word `table` (a `_ContextTable`) reads for their neighbours (`context_lookup`), in the
+    typed word's case; texts with an accent unchanged."""
     pieces = split_words(texts)
     typed = pieces.flat_values
     lowered = tf.strings.lower(typed, encoding="utf-8")
@@ -313,13 +335,25 @@ def _restore_accents_in_context(texts, table):
     punctuation = tf.strings.regex_replace(typed, f"[{_SPACE}]+", "")
     previous = _neighbours(lowered, punctuation, before, -1, TEXT_START)
     following = _neighbours(lowered, punctuation, after, 1, TEXT_END)
-    value, found = lowered, tf.zeros_like(before, tf.bool)
-    # The most specific context last, so that the first the table holds wins.
-    for context in ([None, None], [None, following], [previous, None], [previous, following]):
-        sides = [tf.fill(tf.shape(lowered), "") if side is None else side for side in context]
-        in_table, words = table.lookup(tf.strings.join([sides[0], lowered, sides[1]], "\t"))
-        value = tf.where(in_table, words, value)
-        found |= in_table
+    none = tf.fill(tf.shape(lowered), "")
+    both, before, after, alone = (
+        table.lookup(tf.strings.join([left, lowered, right], "\t"))
+        for left, right in (
+            (previous, following),
+            (previous, none),
+            (none, following),
+            (none, none),
+        )
+    )
+    # `(found, word, share)` each: of the one-sided entries, the larger share (ties: before).
+    after_wins = after[0] & tf.logical_not(before[0] & (before[2] >= after[2]))
+    one_sided = tf.where(after_wins, after[1], before[1])
+    value = tf.where(
+        both[0],
+        both[1],
+        tf.where(before[0] | after[0], one_sided, tf.where(alone[0], alone[1], lowered)),
+    )
+    found = both[0] | before[0] | after[0] | alone[0]
     unaccented = tf.strings.regex_full_match(texts, f"(?s)[^{_ANY_ACCENT}]*")
     is_word = tf.strings.regex_full_match(typed, r"(?s)[\pL\pN\pM].*")
     found &= is_word & tf.gather(unaccented, rows) & tf.not_equal(value, lowered)
@@ -367,6 +401,30 @@ class _WordTable(tf.Module):
         return found, tf.where(found, values, words)
 
 
+class _ContextTable(tf.Module):
+    """`context_accent_table`'s entries, keys joined by tabs, in the graph: their words (a
+    `_WordTable`) and their shares."""
+
+    def __init__(self, table, name=None):
+        super().__init__(name=name)
+        keys = ["\t".join(key) for key in table]
+        self.words = _WordTable(dict(zip(keys, (word for word, _ in table.values()))))
+        self._shares = tf.lookup.StaticHashTable(
+            tf.lookup.KeyValueTensorInitializer(
+                tf.constant(keys or [""], tf.string),
+                # Shares of counts below 2**26 as doubles: equal where they are, in the same order.
+                tf.constant([float(share) for _, share in table.values()] or [0.0], tf.float64),
+            ),
+            default_value=0.0,
+        )
+
+    def lookup(self, keys):
+        """`(found, words, shares)`: where `keys` are keys, their words (the key itself where
+        not, as `_WordTable.lookup`) and their shares (0 where not)."""
+        found, words = self.words.lookup(keys)
+        return found, words, self._shares.lookup(keys)
+
+
 class Restoration(tf.Module):
     """Puts accents, then capitals, back on sources, and renames names (the module docstring),
     in the graph.
@@ -384,11 +442,7 @@ class Restoration(tf.Module):
         self.accents = None if accents is None else _WordTable(accents)
         self.cases = None if cases is None else _WordTable(cases)
         self.names = None if names is None else _WordTable(names)
-        self.accent_contexts = (
-            None
-            if accent_contexts is None
-            else _WordTable({"\t".join(key): word for key, word in accent_contexts.items()})
-        )
+        self.accent_contexts = None if accent_contexts is None else _ContextTable(accent_contexts)
 
     @classmethod
     def from_directory(cls, directory, accents=True, cases=True, names=False):

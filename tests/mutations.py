@@ -319,8 +319,8 @@ MUTATIONS = (
     Mutation(
         "an accent in context kept without a clear majority there",
         "model/restoration.py",
-        "return form if count >= min_share * total else None",
-        "return form",
+        "return (form, fractions.Fraction(count, total)) if count >= min_share * total else None",
+        "return (form, fractions.Fraction(count, total))",
         ("tests/model/test_restoration.py", "-k", "context_accent_table"),
     ),
     Mutation(
@@ -333,8 +333,30 @@ MUTATIONS = (
     Mutation(
         "the context table drops the entries that keep a bare form (a wider context accents it)",
         "model/restoration.py",
-        "        if below != {form}:",
-        "        if form != bare:",
+        "            keep = form != context_lookup(below, previous, bare, following)\n",
+        "            keep = form != bare\n",
+        ("tests/model/test_restoration.py", "-k", "backing_off"),
+    ),
+    Mutation(
+        "the context table drops the next word's entries of the word alone's form",
+        "model/restoration.py",
+        'keep = form != alone(bare) or share > lowest[(bare, "previous")]',
+        "keep = form != alone(bare)",
+        ("tests/model/test_restoration.py", "-k", "backing_off"),
+    ),
+    Mutation(
+        "the context table keeps a previous word's entry of the word alone's form only where it "
+        "outweighs, not ties, a next word's",
+        "model/restoration.py",
+        'share >= lowest[(bare, "next")]',
+        'share > lowest[(bare, "next")]',
+        ("tests/model/test_restoration.py", "-k", "backing_off"),
+    ),
+    Mutation(
+        "the context table's reading gives a tie of the one-sided entries to the next word",
+        "model/restoration.py",
+        "return (before if before[1] >= after[1] else after)[0]",
+        "return (before if before[1] > after[1] else after)[0]",
         ("tests/model/test_restoration.py", "-k", "backing_off"),
     ),
     Mutation(
@@ -347,9 +369,32 @@ MUTATIONS = (
     Mutation(
         "the context's one-sided entries read before the two-sided ones",
         "model/restoration.py",
-        "for context in ([None, None], [None, following], [previous, None], [previous, following]):",
-        "for context in ([previous, following], [None, None], [None, following], [previous, None]):",
+        "        both[0],\n        both[1],\n"
+        "        tf.where(before[0] | after[0], one_sided, tf.where(alone[0], alone[1], lowered)),\n",
+        "        before[0] | after[0],\n        one_sided,\n"
+        "        tf.where(both[0], both[1], tf.where(alone[0], alone[1], lowered)),\n",
         ("tests/model/test_restoration.py", "-k", "random_rows"),
+    ),
+    Mutation(
+        "the context's previous word read before the next word whatever their shares",
+        "model/restoration.py",
+        "after_wins = after[0] & tf.logical_not(before[0] & (before[2] >= after[2]))",
+        "after_wins = after[0] & tf.logical_not(before[0])",
+        ("tests/model/test_restoration.py", "-k", "random_rows"),
+    ),
+    Mutation(
+        "the context's tie of the one-sided entries goes to the next word in the graph",
+        "model/restoration.py",
+        "after_wins = after[0] & tf.logical_not(before[0] & (before[2] >= after[2]))",
+        "after_wins = after[0] & tf.logical_not(before[0] & (before[2] > after[2]))",
+        ("tests/model/test_restoration.py", "-k", "random_rows"),
+    ),
+    Mutation(
+        "the context table's shares not read back from its file",
+        "model/restoration.py",
+        "(row[3], fractions.Fraction(row[4]))",
+        "(row[3], fractions.Fraction(1))",
+        ("tests/model/test_restoration.py", "-k", "without_the_context_table"),
     ),
     Mutation(
         "accents put in context on a source its writer typed with accents",

@@ -3,6 +3,7 @@ on examples, the graph ops against a plain-Python reference on real verses typed
 text written correctly left alone, and the tokenizers and a SavedModel that carry them."""
 
 import collections
+import fractions
 import itertools
 import json
 import os
@@ -23,6 +24,7 @@ from model.restoration import (
     accent_table,
     case_table,
     context_accent_table,
+    context_lookup,
     read_context_table,
     read_table,
     strip_accents,
@@ -301,25 +303,37 @@ def test_word_contexts_take_neighbours_bare_and_punctuation_nearest_the_word():
 
 def test_context_accent_table_keeps_clear_majorities_with_enough_evidence():
     texts = ["no sé nada"] * 3 + ["no se fue", "se fue", "se fue"]
-    # "no se": 3 of 4 are "sé", and "se nada" too. "se" starts a text twice: that context is
-    # kept though it says "se", since the next word's contexts of "se" are read after it and one
-    # of them says "sé". "no se fue" is seen once: not enough to keep "se" there.
-    assert context_accent_table(texts) == {
-        ("no", "se", ""): "sé",
-        ("", "se", "nada"): "sé",
-        ("^", "se", ""): "se",
+    # "no se": 3 of 4 are "sé"; "se nada": all 3. "se" starting a text (2) and "se fue" (3) are
+    # always "se", the word alone's form (3 of 6 are "sé": no majority there), kept only since
+    # each outweighs a context on the other side that says "sé": "^ se nada" ties with "se
+    # nada", and a tie goes to the previous word; "se fue" outweighs "no se" in "no se fue".
+    table = context_accent_table(texts)
+    assert table == {
+        ("no", "se", ""): ("sé", fractions.Fraction(3, 4)),
+        ("", "se", "nada"): ("sé", 1),
+        ("^", "se", ""): ("se", 1),
+        ("", "se", "fue"): ("se", 1),
     }
-    # One occurrence is evidence enough: "no se fue" keeps "se" against "no se".
-    assert context_accent_table(texts, min_count=1) == {
-        ("no", "se", ""): "sé",
-        ("", "se", "nada"): "sé",
-        ("^", "se", ""): "se",
-        ("no", "se", "fue"): "se",
+    assert [
+        context_lookup(table, *context) for context in (("^", "se", "nada"), ("no", "se", "fue"))
+    ] == ["se", "se"]
+    assert (
+        context_lookup(table, "no", "se", "va") == "sé"
+        and context_lookup(table, "y", "se", "va") == "se"
+    )
+    # One occurrence is evidence enough: "no se fue" (once) says "se", as its contexts read it.
+    assert context_accent_table(texts, min_count=1) == table
+    # Two are not at 3: "se" starting a text decides nothing, and "se nada" there reads "sé".
+    assert context_accent_table(texts, min_count=3) == {
+        ("no", "se", ""): ("sé", fractions.Fraction(3, 4)),
+        ("", "se", "nada"): ("sé", 1),
+        ("", "se", "fue"): ("se", 1),
     }
-    # 3 of 4 is no clear majority at 0.8: "no se" backs off to the next word.
+    # 3 of 4 is no clear majority at 0.8: "no se" backs off to the next word, and "se fue"
+    # outweighs nothing that says otherwise.
     assert context_accent_table(texts, min_share=0.8) == {
-        ("", "se", "nada"): "sé",
-        ("^", "se", ""): "se",
+        ("", "se", "nada"): ("sé", 1),
+        ("^", "se", ""): ("se", 1),
     }
     # No form is ambiguous: nothing to learn.
     assert context_accent_table(["Está aquí, está allí", "el día"]) == {}
@@ -328,21 +342,22 @@ def test_context_accent_table_keeps_clear_majorities_with_enough_evidence():
 def test_context_accent_table_reads_punctuation_and_the_ends_of_a_text():
     texts = ["¿Qué?", "¿Qué dices?", "Dice que no.", "Dice que sí.", "Sí, claro.", "Si puedo, voy."]
     assert context_accent_table(texts + ["Dime qué"], min_count=1) == {
-        ("¿", "que", ""): "qué",
-        ("dice", "que", ""): "que",
-        ("dime", "que", ""): "qué",
-        ("", "que", "?"): "qué",
-        ("", "que", "dices"): "qué",
-        ("", "que", "$"): "qué",
-        ("que", "si", ""): "sí",
-        ("", "si", ","): "sí",
-        ("", "si", "."): "sí",
+        ("¿", "que", ""): ("qué", 1),
+        ("dice", "que", ""): ("que", 1),
+        ("dime", "que", ""): ("qué", 1),
+        ("", "que", "?"): ("qué", 1),
+        ("", "que", "dices"): ("qué", 1),
+        ("", "que", "$"): ("qué", 1),
+        ("que", "si", ""): ("sí", 1),
+        ("", "si", ","): ("sí", 1),
+        ("", "si", "."): ("sí", 1),
     }
 
 
 def _backoff_reference(texts, min_count, min_share):
     """`lookup(previous, bare, next)`: every context of `texts` that has a clear majority,
-    read both neighbours first, then the previous, the next, none, else the bare form."""
+    read both neighbours first; then of the previous and the next, the one whose majority is the
+    larger share (ties: the previous), or the one there is; then none; else the bare form."""
     forms = collections.defaultdict(collections.Counter)
     occurrences = [
         (word.lower(), previous, following)
@@ -356,25 +371,27 @@ def _backoff_reference(texts, min_count, min_share):
             for p, n in ((previous, following), (previous, ""), ("", following), ("", "")):
                 forms[(p, bare, n)][word] += 1
 
+    def majority(key):
+        """`(share, form)` of the context `key`, or None."""
+        counts = forms.get(key, {})
+        total = sum(counts.values())
+        if total and total >= min_count:
+            best, count = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[0]
+            if count >= min_share * total:
+                return count * 1.0 / total, best
+        return None
+
     def lookup(previous, bare, following):
-        keys = ((previous, bare, following), (previous, bare, ""), ("", bare, following))
-        for key in (*keys, ("", bare, "")):
-            counts = forms.get(key, {})
-            total = sum(counts.values())
-            if total and total >= min_count:
-                best, count = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[0]
-                if count >= min_share * total:
-                    return best
+        one_sided = [majority((previous, bare, "")), majority(("", bare, following))]
+        if all(one_sided):
+            # The larger share; a tie to the previous word (whose index sorts first).
+            one_sided = [max(one_sided, key=lambda share_form: share_form[0])]
+        for found in (majority((previous, bare, following)), *one_sided, majority(("", bare, ""))):
+            if found:
+                return found[1]
         return bare
 
     return lookup
-
-
-def _table_lookup(table, previous, bare, following):
-    for key in ((previous, bare, following), (previous, bare, ""), ("", bare, following)):
-        if key in table:
-            return table[key]
-    return table.get(("", bare, ""), bare)
 
 
 AMBIGUOUS = ["se", "sé", "esta", "está", "ésta", "el", "él", "si", "sí", "que", "qué"]
@@ -401,11 +418,11 @@ def test_context_accent_table_reads_as_every_decided_context_backing_off(min_cou
     reference = _backoff_reference(texts, min_count, min_share)
     sides = ["^", "$", ",", "?", "¿", ".", "zzz"] + [strip_accents(w) for w in AMBIGUOUS + OTHERS]
     disagreements = [
-        (p, bare, n, _table_lookup(table, p, bare, n), reference(p, bare, n))
+        (p, bare, n, context_lookup(table, p, bare, n), reference(p, bare, n))
         for bare in ("se", "esta", "el", "si", "que", "no")
         for p in sides
         for n in sides
-        if _table_lookup(table, p, bare, n) != reference(p, bare, n)
+        if context_lookup(table, p, bare, n) != reference(p, bare, n)
     ]
     assert not disagreements, disagreements[:5]
 
@@ -439,7 +456,7 @@ def reference_context_restore(text, table):
             else:
                 sides.append(runs[beside].lower() if 0 <= beside < len(runs) else edge)
         lower = piece.lower()
-        word = _table_lookup(table, sides[0], lower, sides[1])
+        word = context_lookup(table, sides[0], lower, sides[1])
         if word == lower:
             out.append(piece)
         elif piece == lower:
@@ -453,7 +470,7 @@ def reference_context_restore(text, table):
 
 def _random_context_table(rng):
     """Entries of every kind over the words and neighbours of `_random_text`, some of them the
-    bare form itself (those stop a context after them)."""
+    bare form itself (those stop a context after them), of shares that often tie."""
     bare_forms = sorted({strip_accents(word) for word in AMBIGUOUS})
     sides = ["^", "$", ",", "?", "¿", "."] + bare_forms + OTHERS
     forms = collections.defaultdict(list)
@@ -464,7 +481,8 @@ def _random_context_table(rng):
         bare = rng.choice(bare_forms)
         previous = rng.choice(["", "", *sides])
         following = rng.choice(["", "", *sides])
-        table[(previous, bare, following)] = rng.choice(forms[bare])
+        share = fractions.Fraction(rng.randint(2, 4), 4)
+        table[(previous, bare, following)] = (rng.choice(forms[bare]), share)
     return table
 
 
@@ -484,13 +502,14 @@ def test_context_restoration_matches_the_python_reference_on_random_rows():
 
 def test_context_restoration_keeps_the_typed_case_and_leaves_accented_rows_alone():
     table = {
-        ("no", "se", ""): "sé",
-        ("", "donde", ""): "dónde",
-        ("donde", "esta", ""): "está",
-        ("^", "esta", ""): "esta",
-        ("", "esta", "$"): "está",
-        ("", "que", "hora"): "qué",
-        ("", "si", ","): "sí",
+        ("no", "se", ""): ("sé", 0.9),
+        ("", "donde", ""): ("dónde", 0.8),
+        ("donde", "esta", ""): ("está", 1),
+        ("^", "esta", ""): ("esta", 0.9),
+        ("", "esta", "$"): ("está", 0.9),
+        ("^", "que", ""): ("que", 0.85),
+        ("", "que", "hora"): ("qué", 1),
+        ("", "si", ","): ("sí", 0.9),
     }
     restoration = Restoration({"telefono": "teléfono"}, None, accent_contexts=table)
     typed = [
@@ -498,8 +517,10 @@ def test_context_restoration_keeps_the_typed_case_and_leaves_accented_rows_alone
         "NO SE DONDE ESTA",
         "No se Donde esta",
         "esta casa, donde esta",
-        "Esta",  # the start backs off no further: "esta" stays
+        "Esta",  # a tie of the start and the end: the previous word's "esta" stays
         "¿que hora es? si, claro",
+        "que hora es",  # "que hora" outweighs the start's "que"
+        "que casa",
         "no se dónde esta",  # typed with an accent: the writer meant "se" and "esta"
         "NO SE DÓNDE",
         "no se donde esta mi teléfono",
@@ -511,6 +532,8 @@ def test_context_restoration_keeps_the_typed_case_and_leaves_accented_rows_alone
         "esta casa, dónde está",
         "Esta",
         "¿qué hora es? sí, claro",
+        "qué hora es",
+        "que casa",
         "no se dónde esta",
         "NO SE DÓNDE",
         "no se donde esta mi teléfono",
@@ -546,8 +569,9 @@ def test_a_directory_without_the_context_table_restores_as_before(tmp_path):
     before = Restoration.from_directory(directory)
     assert before.accent_contexts is None
     assert _decode(before(typed)) == ["No se donde esta mi teléfono", "Dios"]
-    write_context_table(directory / ACCENT_CONTEXTS_FILE, {("no", "se", ""): "sé"})
-    assert read_context_table(directory / ACCENT_CONTEXTS_FILE) == {("no", "se", ""): "sé"}
+    table = {("no", "se", ""): ("sé", fractions.Fraction(2, 3)), ("", "se", "$"): ("se", 1)}
+    write_context_table(directory / ACCENT_CONTEXTS_FILE, table)
+    assert read_context_table(directory / ACCENT_CONTEXTS_FILE) == table
     after = Restoration.from_directory(directory)
     assert _decode(after(typed)) == ["No sé donde esta mi teléfono", "Dios"]
     # Read with the accents only.
@@ -568,7 +592,11 @@ def test_the_bundle_has_no_context_table_and_a_copy_given_one_restores_in_a_save
     shutil.copytree(PRETRAINED_TOKENIZER, copy)
     write_context_table(
         copy / ACCENT_CONTEXTS_FILE,
-        {("no", "se", ""): "sé", ("", "donde", ""): "dónde", ("donde", "esta", ""): "está"},
+        {
+            ("no", "se", ""): ("sé", 1),
+            ("", "donde", ""): ("dónde", 1),
+            ("donde", "esta", ""): ("está", 1),
+        },
     )
     restoring, _ = load_tokenizers(copy)
     typed = tf.constant(["no se donde esta mi telefono", "No se donde está"])
