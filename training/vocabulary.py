@@ -24,11 +24,14 @@ import tensorflow as tf
 
 from model.placeholders import MARKERS, write_known_words
 from model.restoration import (
+    ACCENT_CONTEXTS_FILE,
     ACCENTS_FILE,
     CASES_FILE,
     NAMES_FILE,
     accent_table,
     case_table,
+    context_accent_table,
+    write_context_table,
     write_table,
 )
 from model.special_tokens import END_ID, PAD_ID, RESERVED_TOKENS, START_ID, UNK_ID
@@ -356,9 +359,13 @@ def write_restoration_tables(
 ):
     """Writes the `model.restoration` tables asked for, learned from `sources` (the training
     sources as the source tokenizer sees them, after its case normalization); the names table
-    from `name_sources` instead when given (its forms never words of `sources`)."""
+    from `name_sources` instead when given (its forms never words of `sources`). The accents are
+    two tables: the bare forms that are not words, and those that are, in context."""
     if accents:
         write_table(os.path.join(directory, ACCENTS_FILE), accent_table(sources))
+        write_context_table(
+            os.path.join(directory, ACCENT_CONTEXTS_FILE), context_accent_table(sources)
+        )
     if cases:
         write_table(os.path.join(directory, CASES_FILE), case_table(sources))
     if names:
@@ -507,7 +514,7 @@ def main(argv=None):
         )
         print(
             f"{args.out_dir}: the source tokenizer now restores accents and capitals "
-            f"({ACCENTS_FILE}, {CASES_FILE}){names}"
+            f"({ACCENTS_FILE}, {ACCENT_CONTEXTS_FILE}, {CASES_FILE}){names}"
         )
         return
     source_tokenizer, target_tokenizer = build_tokenizers(

@@ -320,7 +320,7 @@ def test_the_bible_tables_come_from_the_bible_side_only(tmp_path):
     vocabulary_main(
         ["--data", config.data, "--out_dir", str(tmp_path / "added"), "--add_restoration"]
     )
-    for table in ("names.tsv", "accents.tsv"):
+    for table in ("names.tsv", "accents.tsv", "accent_contexts.tsv"):
         assert filecmp.cmp(tmp_path / "tokenizer" / table, tmp_path / "added" / table), table
 
 
