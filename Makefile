@@ -236,7 +236,9 @@ PRETRAINED_NOTES := Trained in two stages (make pretrained-base, then make pretr
 	Its source tokenizer restores accents and capitals (python -m training.vocabulary \
 	--add_restoration, model.restoration: tables learned from the training sources put back the \
 	accents of a source typed without them, and the capitals of one typed in lowercase; \
-	docs/benchmark-log.md, Accents and capitals restored), and reads names typed in today's \
+	docs/benchmark-log.md, Accents and capitals restored; in a source typed without any accent, \
+	also the accents of words that are words either way, as se and sé, where their neighbours \
+	in the sources call for them: docs/benchmark-log.md, Accents restored in context), and reads names typed in today's \
 	spelling as the 1909 text writes them (Belén as Bethlehem; BENCHMARKS.md, Names in today's \
 	spelling). Its greedy and beam translations repair made-up words (python -m \
 	training.vocabulary --add_word_repair, model.word_repair): a word of the output that is no \
@@ -278,7 +280,7 @@ bench-everyday: $(STAMP) data-bible data-catalogs  ## Everyday sentences (traini
 bench-translate: $(STAMP) data-bible  ## translate-text on large generated files with the bundled model (sentences/s, peak RSS at two sizes, memory plot in docs/), then beside CTranslate2 float32/int8 on the same weights and Apertium, and where one call's time goes
 	$(PY) -m benchmarks.bench_translate --output BENCHMARKS.md --plot docs/translate_memory.png $(TRANSLATE_BENCH_ARGS)
 	$(PY) -m benchmarks.bench_translate --peers --output BENCHMARKS.md $(TRANSLATE_PEERS_ARGS)
-	$(PY) -m benchmarks.profile_translate_call --output BENCHMARKS.md
+	$(PY) -m benchmarks.profile_translate_call --peer_lines 2000 --output BENCHMARKS.md
 
 # BASELINE=DIR adds another checkout of the project (git worktree add DIR COMMIT), interleaved.
 bench-cold-start: $(STAMP)  ## translate-text's first translation from a cold start, with a breakdown (import, load, first call), greedy and beam 4, its first start (tracing and keeping the translation path) apart.

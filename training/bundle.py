@@ -491,7 +491,10 @@ def bundle(
     model, _, _, config = artifacts.load_trained(run_dir)
     parent = os.path.dirname(os.path.abspath(output_dir))
     os.makedirs(parent, exist_ok=True)
-    staging = os.path.join(parent, f".{os.path.basename(output_dir)}.{uuid.uuid4().hex}")
+    name = os.path.basename(os.path.normpath(output_dir))
+    work = os.path.join(parent, f".{name}.{uuid.uuid4().hex}")
+    # Staged under the bundle's own name, which its evaluation reports record.
+    staging = os.path.join(work, name)
     try:
         os.makedirs(staging)
         model.save(os.path.join(staging, artifacts.MODEL_FILE))
@@ -517,15 +520,19 @@ def bundle(
         )
         with open(os.path.join(staging, artifacts.BUNDLE_CARD_FILE), "w", encoding="utf-8") as f:
             f.write(card)
-        previous = None
-        if os.path.exists(output_dir):
-            previous = f"{staging}.old"
+        previous = os.path.join(work, "previous")
+        replacing = os.path.exists(output_dir)
+        if replacing:
             os.rename(output_dir, previous)
-        os.rename(staging, output_dir)
-        if previous:
-            shutil.rmtree(previous)
+        try:
+            os.rename(staging, output_dir)
+        except OSError:
+            # The bundle that was there stays there.
+            if replacing:
+                os.rename(previous, output_dir)
+            raise
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        shutil.rmtree(work, ignore_errors=True)
     return reports
 
 

@@ -582,23 +582,18 @@ def test_a_directory_without_the_context_table_restores_as_before(tmp_path):
     not os.path.exists(os.path.join(PRETRAINED_TOKENIZER, CASES_FILE)),
     reason="the bundle has no restoration tables",
 )
-def test_the_bundle_has_no_context_table_and_a_copy_given_one_restores_in_a_saved_model(tmp_path):
+def test_the_bundles_context_table_restores_in_a_saved_model_and_a_copy_without_it_does_not(
+    tmp_path,
+):
     from model.tokenizer import load_tokenizers
 
-    assert not os.path.exists(os.path.join(PRETRAINED_TOKENIZER, ACCENT_CONTEXTS_FILE))
-    source, _ = load_tokenizers(PRETRAINED_TOKENIZER)
-    assert source.restoration.accent_contexts is None
+    restoring, _ = load_tokenizers(PRETRAINED_TOKENIZER)
+    assert restoring.restoration.accent_contexts is not None
     copy = tmp_path / "tokenizer"
     shutil.copytree(PRETRAINED_TOKENIZER, copy)
-    write_context_table(
-        copy / ACCENT_CONTEXTS_FILE,
-        {
-            ("no", "se", ""): ("sé", 1),
-            ("", "donde", ""): ("dónde", 1),
-            ("donde", "esta", ""): ("está", 1),
-        },
-    )
-    restoring, _ = load_tokenizers(copy)
+    os.remove(copy / ACCENT_CONTEXTS_FILE)
+    source, _ = load_tokenizers(copy)
+    assert source.restoration.accent_contexts is None
     typed = tf.constant(["no se donde esta mi telefono", "No se donde está"])
     expected = source.tokenize(
         tf.constant(["no sé dónde está mi teléfono", "No se donde está"])

@@ -55,6 +55,9 @@ def test_the_bundle_is_a_run_directory_without_checkpoints(bundled):
     ):
         assert os.path.exists(os.path.join(bundle_dir, name)), name
     assert not os.path.exists(os.path.join(bundle_dir, artifacts.CHECKPOINT_DIR))
+    # Its reports name the bundle, not the directory it was staged in.
+    with open(os.path.join(bundle_dir, "eval", "test.greedy.report.json"), encoding="utf-8") as f:
+        assert json.load(f)["run_dir"] == os.path.basename(bundle_dir)
     # Its evaluation kept no traced translation: the bundle's size counts its files alone.
     assert not os.path.exists(os.path.join(bundle_dir, TRACED_DIR))
     assert artifacts.select_weights(bundle_dir) == (None, artifacts.MODEL_FILE)
