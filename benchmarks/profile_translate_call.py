@@ -6,16 +6,31 @@ alone (`Translator.source_lengths`: the cut to what the model reads, renaming, p
 tokenization, as the signatures run them); what the repair costs and what is left for the
 decoding loop and the detokenization are the differences. Each function is traced once and
 called on the same batch of everyday test sentences, the calls interleaved after a warm-up.
+
+`--peer_lines N` then compares the decoding with CTranslate2's on the same weights
+(`inference.export_ctranslate2`, float32), batch by batch: the first N lines of
+`bench_translate`'s file (the everyday and Bible test sentences and their variations), cut into
+translate-text's batches (`length_batches`), each translated by the greedy signature without
+what CTranslate2 does not do (the word repair, the n-gram block) and by CTranslate2's
+`translate_batch` on the same subword pieces, interleaved. Which batches the gap is in says
+what it grows with.
 """
 
 import argparse
+import contextlib
 import dataclasses
+import io
+import os
+import statistics
 import sys
+import tempfile
 
 import tensorflow as tf
 
 from benchmarks.bench_decode import time_cases
+from benchmarks.bench_translate import generated_lines
 from benchmarks.report import command_line, machine_description, publish
+from inference.translate_text import length_batches
 from model.translator import Translator, traced
 from run_directory import artifacts
 from training.corpus import load_pairs
@@ -52,6 +67,78 @@ def markdown(run_dir, sentences, seconds, rounds, command):
     )
 
 
+def peer_batches(run_dir, translator, lines, rounds):
+    """`[(sentences, mean source pieces, mean output pieces, seconds, CTranslate2's seconds)]`
+    per translate-text batch of `lines`: medians of `rounds` interleaved calls after a warm-up
+    of `translator`'s greedy signature (`[batch]` strings) and of CTranslate2 float32 on the
+    same weights and subword pieces."""
+    import ctranslate2
+    import sentencepiece
+
+    from inference.export_ctranslate2 import main as export_ctranslate2
+
+    positions = artifacts.read_config(run_dir)["max_sequence_length"]
+    pieces = sentencepiece.SentencePieceProcessor(
+        model_file=os.path.join(run_dir, artifacts.TOKENIZER_DIR, "spm.shared.model")
+    )
+    greedy = traced(translator.greedy, tf.TensorSpec([None], tf.string))
+    with tempfile.TemporaryDirectory() as directory:
+        with contextlib.redirect_stdout(io.StringIO()):  # its how-to-call notes
+            export_ctranslate2(["--run_dir", run_dir, "--output_dir", directory + "/ct2"])
+        peer = ctranslate2.Translator(directory + "/ct2", device="cpu", compute_type="float32")
+        rows = []
+        for batch in length_batches(lines):
+            texts = [lines[index] for index in batch]
+            tokens = [pieces.encode_as_pieces(text) for text in texts]
+
+            def theirs(tokens=tokens):
+                return peer.translate_batch(
+                    tokens,
+                    max_batch_size=len(tokens),
+                    max_input_length=positions - 2,
+                    max_decoding_length=positions,
+                    suppress_sequences=[["[PAD]"]],
+                )
+
+            cases = [("ours", greedy, 0, tf.constant(texts)), ("peer", lambda _: theirs(), 0, None)]
+            timed = time_cases(cases, rounds, warmup=1)
+            outputs = [len(result.hypotheses[0]) for result in theirs()]
+            rows.append(
+                (
+                    len(texts),
+                    statistics.mean(len(row) for row in tokens),
+                    statistics.mean(outputs),
+                    timed[("ours", 0)][0],
+                    timed[("peer", 0)][0],
+                )
+            )
+    return rows
+
+
+def peer_markdown(rows, lines):
+    """The batch-by-batch comparison's table and totals."""
+    ours, theirs = sum(row[3] for row in rows), sum(row[4] for row in rows)
+    table = [
+        "",
+        f"The first {lines} lines of `benchmarks.bench_translate`'s file in translate-text's "
+        "batches, shortest first; greedy, the word repair and the n-gram block off; CTranslate2 "
+        "float32 on the same weights and subword pieces (`translate_batch`, every core); "
+        "medians, seconds a batch:",
+        "",
+        "| sentences | source pieces | output pieces (CTranslate2's) | greedy signature | "
+        "CTranslate2 | × CTranslate2's time |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: |",
+        *(
+            f"| {count} | {source:.1f} | {output:.1f} | {mine:.3f} | {peer:.3f} | "
+            f"{mine / peer:.2f}× |"
+            for count, source, output, mine, peer in rows
+        ),
+        f"| all {sum(row[0] for row in rows)} | | | {ours:.3f} | {theirs:.3f} | "
+        f"{ours / theirs:.2f}× |",
+    ]
+    return "\n".join(table)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.profile_translate_call", description=__doc__.split("\n\n")[0]
@@ -59,6 +146,13 @@ def main(argv=None):
     parser.add_argument("--run_dir", default=artifacts.PRETRAINED_RUN)
     parser.add_argument("--sentences", type=int, default=256, help="the batch's sentences")
     parser.add_argument("--rounds", type=int, default=5, help="timed calls of each part")
+    parser.add_argument(
+        "--peer_lines",
+        type=int,
+        default=0,
+        help="also compare with CTranslate2 float32 batch by batch on this many lines of "
+        "bench_translate's file (0: not)",
+    )
     parser.add_argument("--output", help="Markdown file to write the section into")
     args = parser.parse_args(argv)
     model, source_tokenizer, target_tokenizer, _ = artifacts.load_trained(args.run_dir)
@@ -81,6 +175,14 @@ def main(argv=None):
     seconds = {name: timed[(name, len(sources))] for name, *_ in cases}
     command = command_line("benchmarks.profile_translate_call", argv)
     text = markdown(args.run_dir, len(sources), seconds, args.rounds, command)
+    if args.peer_lines:
+        sentences = [source for source, _ in load_pairs(EVERYDAY, "test")]
+        sentences += [source for source, _ in load_pairs("bible", "test")]
+        lines = generated_lines(sentences, args.peer_lines)
+        bare = translator(repair_words=False, no_repeat_ngram_size=0)
+        text += "\n" + peer_markdown(
+            peer_batches(args.run_dir, bare, lines, args.rounds), len(lines)
+        )
     publish(text, args.output, SECTION)
     return 0
 

@@ -813,6 +813,13 @@ MUTATIONS = (
         ("tests/training/test_bundle.py", "-k", "without_checkpoints"),
     ),
     Mutation(
+        "the batch-by-batch comparison with CTranslate2 divides its time by ours",
+        "benchmarks/profile_translate_call.py",
+        'f"{mine / peer:.2f}× |"',
+        'f"{peer / mine:.2f}× |"',
+        ("tests/benchmarks/test_profile_translate_call.py", "-m", "large", "-k", "ctranslate2"),
+    ),
+    Mutation(
         "restore leaves the markers of a translation as they are",
         "model/placeholders.py",
         "restored = tf.where(tf.reduce_any(is_marker, axis=1), words, pieces.flat_values)",
