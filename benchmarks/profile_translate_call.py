@@ -20,10 +20,13 @@ import argparse
 import contextlib
 import dataclasses
 import io
+import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
+import time
 
 import tensorflow as tf
 
@@ -67,52 +70,75 @@ def markdown(run_dir, sentences, seconds, rounds, command):
     )
 
 
+# Times CTranslate2 on batches of subword pieces in a process of its own, as its users run it:
+# in this process, beside TensorFlow's thread pools, it ran slower and more unevenly.
+_PEER_CHILD = """
+import json, statistics, sys, time
+import ctranslate2
+model_dir, batches_path, positions, rounds = sys.argv[1:]
+with open(batches_path, encoding="utf-8") as handle:
+    batches = json.load(handle)
+peer = ctranslate2.Translator(model_dir, device="cpu", compute_type="float32")
+def run(tokens):
+    return peer.translate_batch(
+        tokens, max_batch_size=len(tokens), max_input_length=int(positions) - 2,
+        max_decoding_length=int(positions), suppress_sequences=[["[PAD]"]])
+outputs = [statistics.mean(len(r.hypotheses[0]) for r in run(tokens)) for tokens in batches]
+times = [[] for _ in batches]
+for _ in range(int(rounds)):
+    for tokens, seconds in zip(batches, times):
+        started = time.perf_counter()
+        run(tokens)
+        seconds.append(time.perf_counter() - started)
+print(json.dumps([outputs, [statistics.median(seconds) for seconds in times]]))
+"""
+
+
 def peer_batches(run_dir, translator, lines, rounds):
     """`[(sentences, mean source pieces, mean output pieces, seconds, CTranslate2's seconds)]`
-    per translate-text batch of `lines`: medians of `rounds` interleaved calls after a warm-up
-    of `translator`'s greedy signature (`[batch]` strings) and of CTranslate2 float32 on the
-    same weights and subword pieces."""
-    import ctranslate2
+    per translate-text batch of `lines`, each side warmed up on every batch, then `rounds`
+    rounds over the batches (medians): `translator`'s greedy signature (`[batch]` strings) here,
+    CTranslate2 float32 on the same weights and subword pieces in a child process
+    (`_PEER_CHILD`)."""
     import sentencepiece
 
     from inference.export_ctranslate2 import main as export_ctranslate2
 
-    positions = artifacts.read_config(run_dir)["max_sequence_length"]
     pieces = sentencepiece.SentencePieceProcessor(
         model_file=os.path.join(run_dir, artifacts.TOKENIZER_DIR, "spm.shared.model")
     )
     greedy = traced(translator.greedy, tf.TensorSpec([None], tf.string))
+    batches = [[lines[index] for index in batch] for batch in length_batches(lines)]
+    inputs = [tf.constant(texts) for texts in batches]
+    for text in inputs:
+        greedy(text)["translation"].numpy()
+    seconds = [[] for _ in batches]
+    for _ in range(rounds):
+        for text, times in zip(inputs, seconds):
+            started = time.perf_counter()
+            greedy(text)["translation"].numpy()
+            times.append(time.perf_counter() - started)
+    tokens = [[pieces.encode_as_pieces(text) for text in texts] for texts in batches]
     with tempfile.TemporaryDirectory() as directory:
         with contextlib.redirect_stdout(io.StringIO()):  # its how-to-call notes
             export_ctranslate2(["--run_dir", run_dir, "--output_dir", directory + "/ct2"])
-        peer = ctranslate2.Translator(directory + "/ct2", device="cpu", compute_type="float32")
-        rows = []
-        for batch in length_batches(lines):
-            texts = [lines[index] for index in batch]
-            tokens = [pieces.encode_as_pieces(text) for text in texts]
-
-            def theirs(tokens=tokens):
-                return peer.translate_batch(
-                    tokens,
-                    max_batch_size=len(tokens),
-                    max_input_length=positions - 2,
-                    max_decoding_length=positions,
-                    suppress_sequences=[["[PAD]"]],
-                )
-
-            cases = [("ours", greedy, 0, tf.constant(texts)), ("peer", lambda _: theirs(), 0, None)]
-            timed = time_cases(cases, rounds, warmup=1)
-            outputs = [len(result.hypotheses[0]) for result in theirs()]
-            rows.append(
-                (
-                    len(texts),
-                    statistics.mean(len(row) for row in tokens),
-                    statistics.mean(outputs),
-                    timed[("ours", 0)][0],
-                    timed[("peer", 0)][0],
-                )
-            )
-    return rows
+        with open(os.path.join(directory, "batches.json"), "w", encoding="utf-8") as handle:
+            json.dump(tokens, handle)
+        positions = str(artifacts.read_config(run_dir)["max_sequence_length"])
+        arguments = [directory + "/ct2", os.path.join(directory, "batches.json"), positions]
+        result = subprocess.run(
+            [sys.executable, "-c", _PEER_CHILD, *arguments, str(rounds)],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+    outputs, peer_seconds = json.loads(result.stdout.strip().splitlines()[-1])
+    return [
+        (len(texts), statistics.mean(map(len, batch)), output, statistics.median(times), peer)
+        for texts, batch, output, times, peer in zip(
+            batches, tokens, outputs, seconds, peer_seconds, strict=True
+        )
+    ]
 
 
 def peer_markdown(rows, lines):
@@ -122,8 +148,9 @@ def peer_markdown(rows, lines):
         "",
         f"The first {lines} lines of `benchmarks.bench_translate`'s file in translate-text's "
         "batches, shortest first; greedy, the word repair and the n-gram block off; CTranslate2 "
-        "float32 on the same weights and subword pieces (`translate_batch`, every core); "
-        "medians, seconds a batch:",
+        "float32 on the same weights and subword pieces (`translate_batch`, every core, in a "
+        "process of its own); each side warmed up on every batch, then medians of the rounds "
+        "over them, seconds a batch:",
         "",
         "| sentences | source pieces | output pieces (CTranslate2's) | greedy signature | "
         "CTranslate2 | × CTranslate2's time |",
