@@ -9,9 +9,8 @@ A run directory is translated by `model.translator.Translator`, the same code (t
 truncation, output-length bound, decoding, detokenization) that the export's signatures run, so
 its BLEU is the BLEU of what TF Serving serves; its traced translation path is kept for the next
 start, as translate-text keeps it (`run_directory.traced_cache`; `--no_cache`: kept nowhere).
-`--export_dir` scores an exported SavedModel
-version instead, through its own signatures (`serving_default`, or `beam_search` with
-`--beam_width` > 1, whose width is the export's).
+`--export_dir` scores an exported SavedModel version instead, through its own signatures
+(`serving_default`, or `beam_search` with `--beam_width` > 1, whose width is the export's).
 
 A run on several corpora (`--data bible:1,catalogs:3`, `training.mixture`) is scored on each
 corpus's split apart, its files in `<output dir>/<corpus name>/`.
