@@ -820,6 +820,13 @@ MUTATIONS = (
         ("tests/benchmarks/test_profile_translate_call.py", "-m", "large", "-k", "ctranslate2"),
     ),
     Mutation(
+        "dev BLEU translates a corpus again that the same measurement scored already",
+        "training/dev_bleu.py",
+        "        if known is not None and key in known:\n            return known[key]\n",
+        "",
+        ("tests/training/test_dev_bleu.py", "-k", "not_translated_again"),
+    ),
+    Mutation(
         "restore leaves the markers of a translation as they are",
         "model/placeholders.py",
         "restored = tf.where(tf.reduce_any(is_marker, axis=1), words, pieces.flat_values)",

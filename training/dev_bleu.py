@@ -85,22 +85,35 @@ class DevBleu:
         ] or list(self.corpora)
         self.batch_size = batch_size
 
-    def _score(self, pairs):
+    def _score(self, pairs, known):
+        key = tuple(pairs)
+        if known is not None and key in known:
+            return known[key]
         hypotheses = translate(
             [source for source, _ in pairs],
             lambda text: self._greedy(text)[TRANSLATION_OUTPUT],
             self.batch_size,
             show_progress=False,
         )
-        return score(hypotheses, [target for _, target in pairs])
+        result = score(hypotheses, [target for _, target in pairs])
+        if known is not None:
+            known[key] = result
+        return result
 
-    def __call__(self):
+    def __call__(self, known=None):
         """`{"bleu", "chrf", ...}` of the current weights (see `training.evaluate.score`); for
         several corpora `{"bleu", "chrf", "corpora": {name: {"bleu", "chrf", ...}}}`, "bleu" the
-        plain mean of the `bleu_corpora`'s, "chrf" of every corpus's."""
+        plain mean of the `bleu_corpora`'s, "chrf" of every corpus's.
+
+        Args:
+            known: None, or `{tuple of pairs: score}` of these same weights decoded the same
+                way, which another `DevBleu` filled in this measurement (a fine-tuning run's own
+                dev set and its watch of the base's hold the same corpora): pairs scored there
+                are not translated again, and what this call scores is added to it.
+        """
         if None in self.corpora:
-            return self._score(self.corpora[None])
-        scores = {name: self._score(pairs) for name, pairs in self.corpora.items()}
+            return self._score(self.corpora[None], known)
+        scores = {name: self._score(pairs, known) for name, pairs in self.corpora.items()}
         return {
             "bleu": sum(scores[name]["bleu"] for name in self.bleu_corpora)
             / len(self.bleu_corpora),

@@ -220,10 +220,10 @@ class BaseWatch:
             for name in scores
         )
 
-    def __call__(self, step):
-        """Scores the current weights at `step`, warns on a fall beyond the tolerance; returns
-        the note for the checkpoint's log line."""
-        scores = self._measure(step)
+    def __call__(self, step, known=None):
+        """Scores the current weights at `step` (`known`: as `DevBleu`'s), warns on a fall
+        beyond the tolerance; returns the note for the checkpoint's log line."""
+        scores = self._measure(step, known)
         before = self.report["before"]
         self.report["checkpoints"][str(step)] = scores
         for name, now in scores.items():
@@ -257,8 +257,8 @@ class BaseWatch:
             for name, now in measured[step].items()
         )
 
-    def _measure(self, step):
-        result = self.bleu()
+    def _measure(self, step, known=None):
+        result = self.bleu(known)
         scores = {
             name: {"bleu": corpus["bleu"], "chrf": corpus["chrf"]}
             for name, corpus in result["corpora"].items()

@@ -577,10 +577,13 @@ class DevEvaluation:
                 if len(per_corpus) > 1:
                     tf.summary.scalar(f"loss/{name}", corpus_loss)
                     tf.summary.scalar(f"accuracy/{name}", corpus_accuracy)
-        watched = self.watch(step) if watch and self.watch is not None else ""
+        # What the watch translates of the base's dev sets, the run's own dev BLEU does not
+        # translate again: the same weights, decoded the same way.
+        known = {}
+        watched = self.watch(step, known) if watch and self.watch is not None else ""
         if self.bleu is None:
             return loss, accuracy, watched, None
-        result = self.bleu()
+        result = self.bleu(known)
         improved = self.best.update(step, result)
         with self.writer.as_default(step=step):
             tf.summary.scalar("bleu", result["bleu"])

@@ -58,6 +58,30 @@ def test_the_mean_bleu_leaves_out_a_corpus_of_words(tiny_run):
     assert dev_bleu({"a": words, "b": words[:10]}).bleu_corpora == ["a", "b"]
 
 
+def test_a_corpus_scored_in_the_same_measurement_is_not_translated_again(tiny_run):
+    """A fine-tuning run's dev BLEU and its watch of the base's dev sets hold the same corpora:
+    what one scored of the current weights the other reads from `known`."""
+    model, source_tokenizer, target_tokenizer, config = artifacts.load_trained(tiny_run["run_dir"])
+    sentences = load_pairs(config["data"], "dev")[:20]
+    words = [(source, target.split()[0]) for source, target in sentences]
+
+    def dev_bleu(corpora):
+        return DevBleu(model, source_tokenizer, target_tokenizer, corpora, max_sentences=20)
+
+    known = {}
+    watched = dev_bleu({"sentences": sentences})(known)
+    assert list(known) == [tuple(sentences)]
+    alone = dev_bleu({"sentences": sentences, "words": words})()
+    assert alone["corpora"]["sentences"] == watched["corpora"]["sentences"]
+    # A stand-in for the known score shows that it is read, not translated again; the corpus
+    # not yet scored is translated, and added.
+    known[tuple(sentences)] = {"bleu": -1.0, "chrf": -1.0}
+    shared = dev_bleu({"sentences": sentences, "words": words})(known)
+    assert shared["corpora"]["sentences"] == {"bleu": -1.0, "chrf": -1.0}
+    assert shared["corpora"]["words"] == alone["corpora"]["words"]
+    assert known[tuple(words)] == alone["corpora"]["words"]
+
+
 def test_best_checkpoint_keeps_the_weights_of_the_best_bleu_and_counts_patience(tmp_path):
     model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
     best = BestCheckpoint(model, str(tmp_path / "best"))
