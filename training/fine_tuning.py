@@ -208,11 +208,11 @@ class BaseWatch:
             with open(path, encoding="utf-8") as handle:
                 self.report = json.load(handle)
 
-    def before(self):
+    def before(self, known=None):
         """Scores the weights the run starts from (once per run: a resumed run keeps its
-        "before"); returns the line to print."""
+        "before"; `known`: as `DevBleu`'s); returns the line to print."""
         if self.report["before"] is None:
-            self.report["before"] = self._measure(0)
+            self.report["before"] = self._measure(0, known)
             self._write()
         scores = self.report["before"]
         return f"base dev BLEU before fine-tuning ({self.report['decoding']}): " + ", ".join(

@@ -560,10 +560,10 @@ class DevEvaluation:
                 config.base_bleu_tolerance,
             )
 
-    def __call__(self, step, watch=True):
+    def __call__(self, step, watch=True, known=None):
         """Measures the current weights at `step` (and the base's dev sets, `watch` and a
-        fine-tuning run); returns `(dev loss, dev accuracy, BLEU note for the log line, BLEU
-        result or None)`."""
+        fine-tuning run; `known`: scores of these weights already made, `DevBleu`'s); returns
+        `(dev loss, dev accuracy, BLEU note for the log line, BLEU result or None)`."""
         per_corpus = {
             name: self.trainer.evaluate(dataset, self.config.dev_batches)
             for name, dataset in self.datasets.items()
@@ -579,7 +579,7 @@ class DevEvaluation:
                     tf.summary.scalar(f"accuracy/{name}", corpus_accuracy)
         # What the watch translates of the base's dev sets, the run's own dev BLEU does not
         # translate again: the same weights, decoded the same way.
-        known = {}
+        known = {} if known is None else known
         watched = self.watch(step, known) if watch and self.watch is not None else ""
         if self.bleu is None:
             return loss, accuracy, watched, None
@@ -748,14 +748,16 @@ def measure_before_fine_tuning(config, dev, out, resumed):
         # "Before" is the weights the run started from, which a resumed run no longer holds.
         logger.warning("%s holds no base dev BLEU before fine-tuning: not measured", BASE_DEV_FILE)
         dev.watch = None
+    # The base's dev sets and the run's own hold the same corpora: scored once for both.
+    known = {}
     if dev.watch is not None:
-        before = dev.watch.before()
+        before = dev.watch.before(known)
         if out.is_chief:
             print(before, flush=True)
     if config.init_from and not resumed:
         # The weights it starts from, scored as step 0: the dev curves start where the run
         # does, and the best weights kept are never worse on its dev BLEU than those.
-        dev_loss, dev_accuracy, note, _ = dev(0, watch=False)
+        dev_loss, dev_accuracy, note, _ = dev(0, watch=False, known=known)
         if out.is_chief:
             print(dev_line(0, dev_loss, dev_accuracy, note) + ", before fine-tuning", flush=True)
 
