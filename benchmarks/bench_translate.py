@@ -202,19 +202,23 @@ translator.translate_file(
 """
 
 
+def sentencepiece_models(model_dir):
+    """`(source model, target model)`: the paths of a run's SentencePiece models, the same file
+    twice for a shared vocabulary."""
+    tokenizer_dir = Path(model_dir) / artifacts.TOKENIZER_DIR
+    shared = tokenizer_dir / "spm.shared.model"
+    if shared.is_file():
+        return shared, shared
+    return tokenizer_dir / "spm.src.model", tokenizer_dir / "spm.tgt.model"
+
+
 def peer_commands(model_dir, ct2_dirs, beam_width, window_lines):
     """`{system: command(input path, output path)}`: translate-text, CTranslate2 on the same
     weights at each compute type of `ct2_dirs` (`{compute type: converted model}`,
     `_CT2_CHILD`) at the same beam width, and Apertium `spa-eng` (when it runs here,
     `training.corpus.apertium`)."""
     positions = str(artifacts.read_config(model_dir)["max_sequence_length"])
-    tokenizer_dir = Path(model_dir) / artifacts.TOKENIZER_DIR
-    shared = tokenizer_dir / "spm.shared.model"
-    source_model, target_model = (
-        (shared, shared)
-        if shared.is_file()
-        else (tokenizer_dir / "spm.src.model", tokenizer_dir / "spm.tgt.model")
-    )
+    source_model, target_model = sentencepiece_models(model_dir)
     commands = {
         TRANSLATE_TEXT: lambda source, output: translate_text_command(
             model_dir, source, output, window_lines, beam_width

@@ -31,7 +31,7 @@ import time
 import tensorflow as tf
 
 from benchmarks.bench_decode import time_cases
-from benchmarks.bench_translate import generated_lines
+from benchmarks.bench_translate import generated_lines, sentencepiece_models
 from benchmarks.report import command_line, machine_description, publish
 from inference.translate_text import length_batches
 from model.translator import Translator, traced
@@ -104,9 +104,7 @@ def peer_batches(run_dir, translator, lines, rounds):
 
     from inference.export_ctranslate2 import main as export_ctranslate2
 
-    pieces = sentencepiece.SentencePieceProcessor(
-        model_file=os.path.join(run_dir, artifacts.TOKENIZER_DIR, "spm.shared.model")
-    )
+    pieces = sentencepiece.SentencePieceProcessor(model_file=str(sentencepiece_models(run_dir)[0]))
     greedy = traced(translator.greedy, tf.TensorSpec([None], tf.string))
     batches = [[lines[index] for index in batch] for batch in length_batches(lines)]
     inputs = [tf.constant(texts) for texts in batches]
