@@ -203,6 +203,27 @@ def test_rename_keeps_the_typed_case_and_a_lowercase_word_of_a_cased_source():
     not os.path.exists(os.path.join(PRETRAINED_TOKENIZER, CASES_FILE)),
     reason="the bundle has no restoration tables",
 )
+def assert_tokenizes_in_a_saved_model(tokenizer, typed, expected, directory):
+    """`tokenizer` saved in a SavedModel and loaded back gives `typed` the ids `expected`: its
+    restoration tables travel with it, as to TF Serving."""
+
+    class Carrier(tf.Module):
+        def __init__(self, tokenizer):
+            super().__init__()
+            self.tokenizer = tokenizer
+
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+        def ids(self, text):
+            return self.tokenizer.tokenize(text).to_tensor()
+
+    tf.saved_model.save(Carrier(tokenizer), str(directory / "carrier"))
+    loaded = tf.saved_model.load(str(directory / "carrier"))
+    assert (
+        loaded.ids(typed).numpy().tolist()
+        == tf.ragged.constant(expected).to_tensor().numpy().tolist()
+    )
+
+
 def test_the_bundles_source_tokenizer_restores_in_a_saved_model(tmp_path):
     """Typed without accents or capitals, a source gets the bundle's ids of the source as
     written, from the tokenizer and from a SavedModel that carries it."""
@@ -214,22 +235,7 @@ def test_the_bundles_source_tokenizer_restores_in_a_saved_model(tmp_path):
     typed = tf.constant(["amaras a tu projimo como a ti mismo.", "DIOS ES AMOR."])
     expected = source.tokenize(written).to_list()
     assert source.tokenize(typed).to_list() == expected
-
-    class Carrier(tf.Module):
-        def __init__(self, tokenizer):
-            super().__init__()
-            self.tokenizer = tokenizer
-
-        @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
-        def ids(self, text):
-            return self.tokenizer.tokenize(text).to_tensor()
-
-    tf.saved_model.save(Carrier(source), str(tmp_path / "carrier"))
-    loaded = tf.saved_model.load(str(tmp_path / "carrier"))
-    assert (
-        loaded.ids(typed).numpy().tolist()
-        == tf.ragged.constant(expected).to_tensor().numpy().tolist()
-    )
+    assert_tokenizes_in_a_saved_model(source, typed, expected, tmp_path)
 
 
 def test_vocabularies_carry_the_tables_asked_for(tmp_path):
@@ -600,19 +606,4 @@ def test_the_bundles_context_table_restores_in_a_saved_model_and_a_copy_without_
     ).to_list()
     assert restoring.tokenize(typed).to_list() == expected
     assert source.tokenize(typed).to_list() != expected
-
-    class Carrier(tf.Module):
-        def __init__(self, tokenizer):
-            super().__init__()
-            self.tokenizer = tokenizer
-
-        @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
-        def ids(self, text):
-            return self.tokenizer.tokenize(text).to_tensor()
-
-    tf.saved_model.save(Carrier(restoring), str(tmp_path / "carrier"))
-    loaded = tf.saved_model.load(str(tmp_path / "carrier"))
-    assert (
-        loaded.ids(typed).numpy().tolist()
-        == tf.ragged.constant(expected).to_tensor().numpy().tolist()
-    )
+    assert_tokenizes_in_a_saved_model(restoring, typed, expected, tmp_path)
