@@ -158,7 +158,7 @@ def add_no_cache_argument(parser):
 def load_or_trace(run_dir, beam_width=1, cache=True, **overrides):
     """`[batch]` tf.string → the dict of the signature's outputs, for a training run: the
     signature `signature_name` picks, with the run's decoding options and `overrides` in their
-    place (as `training.evaluate.run_signature`), through `load_or_trace_signature`.
+    place, through `load_or_trace_signature` (`training.evaluate.run_signature` calls it).
 
     Raises:
         ValueError: an invalid decoding option.

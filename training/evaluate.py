@@ -42,7 +42,7 @@ from common.serving_contract import (
     TEXT_INPUT,
     TRANSLATION_OUTPUT,
 )
-from model.translator import DecodingOptions, Translator, traced
+from model.translator import DecodingOptions
 from run_directory import artifacts, traced_cache
 from training import decoding_flags
 from training.copying import KINDS, copy_rate_sets, copy_rates, corpus_words, proper_names
@@ -51,38 +51,36 @@ from training.made_up_words import MadeUpWords, english_words, words
 from training.mixture import load_splits, parse_data
 from training.noise import PERTURBATIONS, perturbation
 
-TEXT_SPEC = tf.TensorSpec([None], tf.string)
 # Sentences per decoding call. A batch decodes up to a length bound set by its longest source, so
 # a sentence that never produces [END] is cut where its batch says: scores compare only at the
 # same batch size (training's dev BLEU uses this one too).
 BATCH_SIZE = 32
 
 
-def run_signature(run_dir, beam_width=1, **overrides):
+def run_signature(run_dir, beam_width=1, cache=True, **overrides):
     """`(signature, config)` for a training run: `signature` maps a `[batch]` string tensor to the
-    dict of its outputs (`common.serving_contract.TRANSLATION_OUTPUTS`), traced once
-    (`Translator.greedy`, or `beam_search` when `beam_width` > 1, or `n_best` when `overrides`
-    sets `num_hypotheses`: `common.serving_contract.SIGNATURE_OUTPUTS`), as the export's
-    signature of that name does.
+    dict of its outputs (`common.serving_contract.TRANSLATION_OUTPUTS`): `Translator.greedy`, or
+    `beam_search` when `beam_width` > 1, or `n_best` when `overrides` sets `num_hypotheses`
+    (`common.serving_contract.SIGNATURE_OUTPUTS`), as the export's signature of that name does;
+    the traced signature a previous process kept, else traced here and, with `cache`, kept for
+    the next (`run_directory.traced_cache.load_or_trace`).
 
     The decoding options are the run's (`run_directory.artifacts.decoding_options`: its
     `decoding.json`, or the defaults), with `overrides` (`DecodingOptions` fields, None: the
     run's) in their place.
+
+    Raises:
+        FileNotFoundError: `run_dir` holds no config: it is no training run.
     """
-    options = artifacts.decoding_options(run_dir, beam_width=beam_width, **overrides)
-    model, source_tokenizer, target_tokenizer, config = artifacts.load_trained(run_dir)
-    translator = Translator(model, source_tokenizer, target_tokenizer, options)
-    if overrides.get("num_hypotheses") is not None:
-        method = translator.n_best
-    else:
-        method = translator.greedy if beam_width == 1 else translator.beam_search
-    return traced(method, TEXT_SPEC), config
+    # First: a directory without a config is named as no run at all.
+    config = artifacts.read_config(run_dir)
+    return traced_cache.load_or_trace(run_dir, beam_width, cache, **overrides), config
 
 
-def run_translate_function(run_dir, beam_width=1, **overrides):
+def run_translate_function(run_dir, beam_width=1, cache=True, **overrides):
     """`(translate, config)` for a training run: `translate` maps a `[batch]` string tensor to
     translations (`run_signature`'s translation output)."""
-    signature, config = run_signature(run_dir, beam_width, **overrides)
+    signature, config = run_signature(run_dir, beam_width, cache, **overrides)
     return (lambda text: signature(text)[TRANSLATION_OUTPUT]), config
 
 
@@ -298,12 +296,12 @@ def load_for_evaluation(
             export_dir,
             describe_decoding(options, beam_width),
         )
-    # First: a directory without a config is named as no run at all.
-    config = artifacts.read_config(run_dir)
+    translate_batch, config = run_translate_function(
+        run_dir, beam_width, cache, alpha=alpha, **overrides
+    )
     options = artifacts.decoding_options(run_dir, beam_width=beam_width, alpha=alpha, **overrides)
-    signature = traced_cache.load_or_trace(run_dir, beam_width, cache, alpha=alpha, **overrides)
     return EvaluatedModel(
-        lambda text: signature(text)[TRANSLATION_OUTPUT],
+        translate_batch,
         config,
         artifacts.source_spelling(run_dir),
         run_dir,
