@@ -840,6 +840,27 @@ MUTATIONS = (
         "return regex_split_with_offsets(texts, NOT_WORD)[0]",
         ("tests/model/test_placeholders.py", "-k", "restore_inverts or protect_examples"),
     ),
+    Mutation(
+        "a fine-tuning run keeps no copy of its base's settings",
+        "training/train.py",
+        "        keep_base_config(config.init_from, out.run_dir)\n",
+        "",
+        ("tests/training/test_fine_tuning.py", "-k", "base_has_gone"),
+    ),
+    Mutation(
+        "a resumed fine-tuning run reads its base again instead of its own settings",
+        "training/train.py",
+        "    if config.init_from and not (resume and checkpointed_config(run_dir)):",
+        "    if config.init_from:",
+        ("tests/training/test_fine_tuning.py", "-k", "base_has_gone"),
+    ),
+    Mutation(
+        "a resumed fine-tuning run takes its schedule from the base again",
+        "training/train.py",
+        'if resumed_config is not None and resumed_config.get("init_from"):',
+        "if False:",
+        ("tests/training/test_fine_tuning.py", "-k", "base_has_gone"),
+    ),
 )
 
 

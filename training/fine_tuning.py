@@ -72,6 +72,8 @@ PROJECT_CORPORA = (
 )
 # What `training.train` writes about the base's dev sets (`BaseWatch`).
 BASE_DEV_FILE = "base_dev.json"
+# The base's config.json, as the run found it when it started (`keep_base_config`).
+BASE_CONFIG_FILE = "base_config.json"
 
 
 class FineTuningError(RuntimeError):
@@ -113,6 +115,33 @@ def inherit_decoding(base_dir, run_dir):
             "decoding settings of %s inherited: %s", base_dir, json.dumps(json.load(handle))
         )
     return True
+
+
+def keep_base_config(base_dir, run_dir):
+    """Copies the base's config.json into `run_dir` as `BASE_CONFIG_FILE`, unless the run holds
+    one: what a resumed run needs of its base is read there (`read_base_config`), so the run goes
+    on when the base has since been moved, replaced or deleted."""
+    target = os.path.join(run_dir, BASE_CONFIG_FILE)
+    if not os.path.exists(target):
+        write_atomically(target, json.dumps(artifacts.read_config(base_dir), indent=2))
+
+
+def read_base_config(base_dir, run_dir):
+    """The base run's config dict: the run's copy (`keep_base_config`), else the base's own.
+
+    Raises:
+        FileNotFoundError: neither is there; the message names both.
+    """
+    kept = os.path.join(run_dir, BASE_CONFIG_FILE)
+    if os.path.exists(kept):
+        with open(kept, encoding="utf-8") as handle:
+            return json.load(handle)
+    try:
+        return artifacts.read_config(base_dir)
+    except FileNotFoundError as error:
+        raise FileNotFoundError(
+            f"{error}; nor does {run_dir} keep a copy of it ({BASE_CONFIG_FILE})"
+        ) from error
 
 
 def base_corpora(base_config):

@@ -9,7 +9,8 @@ vocabularies, TensorBoard logs, checkpoints every `--checkpoint_every` steps, an
 `--resume` continues from the last checkpoint: same step counter, optimizer state and data
 iterator position (the shuffle buffer is part of the checkpoint; multi-worker runs restart the
 data order, as TF cannot checkpoint their iterator), so a crash or `kill -9` costs at most one
-checkpoint interval. A non-finite loss stops the run with a message; checkpoints are
+checkpoint interval. A fine-tuning run (`--init_from`) resumes from what it keeps of its base
+(`training.fine_tuning.keep_base_config`), so the base may have moved since. A non-finite loss stops the run with a message; checkpoints are
 only written after finite steps, so the last one is good.
 """
 
@@ -39,7 +40,9 @@ from training.fine_tuning import (
     base_end,
     fine_tuning_schedule,
     inherit_decoding,
+    keep_base_config,
     mixed_corpora,
+    read_base_config,
 )
 from training.losses import masked_token_losses
 from training.mixture import load_splits, parse_data
@@ -217,6 +220,26 @@ def fine_tuning_defaults(init_from):
 
     warmup_steps, _ = fine_tuning_schedule(base_config, init_from, mix_base=0)
     return {**inherited, "warmup_steps": warmup_steps}, peak_rate
+
+
+def checkpointed_config(run_dir):
+    """The config dict of the run in `run_dir` when it has a checkpoint to resume from, else
+    None."""
+    checkpoint_dir = os.path.join(run_dir, artifacts.CHECKPOINT_DIR)
+    if tf.train.latest_checkpoint(checkpoint_dir) is None:
+        return None
+    try:
+        return artifacts.read_config(run_dir)
+    except FileNotFoundError:
+        return None
+
+
+def resumed_fine_tuning_settings(saved):
+    """What a fine-tuning run resumed from its checkpoint takes in place of `fine_tuning_defaults`:
+    the model settings and schedule it started with, from its own config dict `saved`, so that
+    resuming needs nothing of a base that has since been moved or replaced."""
+    names = (*MODEL_SETTINGS, "warmup_steps", "lr_scale")
+    return {name: saved[name] for name in names if name in saved}
 
 
 def log_fine_tuning_schedule(config):
@@ -611,30 +634,41 @@ class DevEvaluation:
         return self.best is not None and self.best.should_stop(self.config.early_stopping_patience)
 
 
-def run_corpora(config):
+def run_corpora(config, run_dir):
     """The corpora the run trains on: `config.data`'s, and with `config.mix_base` the ones of the
-    run it starts from (`training.fine_tuning.mixed_corpora`).
+    run it starts from (`training.fine_tuning.mixed_corpora`; its settings as the run in
+    `run_dir` kept them, `read_base_config`).
 
     Raises:
-        TrainingError: a corpus to mix in is not built, or `config.data` names it already.
+        TrainingError: a corpus to mix in is not built, `config.data` names it already, or the
+            base's settings are nowhere.
     """
     corpora = parse_data(config.data)
     if not config.mix_base:
         return corpora
     try:
-        return mixed_corpora(corpora, artifacts.read_config(config.init_from), config.mix_base)
+        base_config = read_base_config(config.init_from, run_dir)
+        return mixed_corpora(corpora, base_config, config.mix_base)
+    except FileNotFoundError as error:
+        raise TrainingError(f"--mix_base: {error}") from error
     except FineTuningError as error:
         raise TrainingError(str(error)) from error
 
 
-def watched_base_splits(config):
+def watched_base_splits(config, run_dir):
     """`{corpus name: dev pairs}` of the corpora of the run `config.init_from` that a fine-tuning
-    run watches (`training.fine_tuning.base_dev_splits`); {} for a run from scratch or with
-    `base_dev_sentences` 0."""
+    run watches (`training.fine_tuning.base_dev_splits`); {} for a run from scratch, with
+    `base_dev_sentences` 0, or resumed where neither the base nor the run's copy of its settings
+    is (a warning)."""
     if not config.init_from or not config.base_dev_sentences:
         return {}
     try:
-        return base_dev_splits(artifacts.read_config(config.init_from), config.tfds_data_dir)
+        base_config = read_base_config(config.init_from, run_dir)
+    except FileNotFoundError as error:
+        logger.warning("the base run's dev sets are not watched: %s", error)
+        return {}
+    try:
+        return base_dev_splits(base_config, config.tfds_data_dir)
     except CorpusError as error:
         raise TrainingError(str(error)) from error
 
@@ -643,7 +677,7 @@ def prepare_run(config, preset, out):
     """Loads the corpora, builds (or copies) the tokenizers, writes config.json, and tokenizes the
     splits: returns `(corpora, tokenizers, train_splits, dev_splits, train_examples,
     dev_examples)`, the last four `{corpus name: ...}`."""
-    corpora = run_corpora(config)
+    corpora = run_corpora(config, out.run_dir)
     train_splits, dev_splits = load_corpus_splits(config, corpora)
     tokenizers = run_tokenizers(train_splits, config, out.path(artifacts.TOKENIZER_DIR))
     if out.is_chief:
@@ -673,7 +707,7 @@ def train(config, run_dir, resume=False, preset=None):
     strategy = make_strategy(config.distribution)
     logger.info("%s: %d replica(s) in sync", type(strategy).__name__, strategy.num_replicas_in_sync)
     is_chief, task_id = worker_identity(strategy)
-    if config.init_from:
+    if config.init_from and not (resume and checkpointed_config(run_dir)):
         check_init_from(config, run_dir)
         log_fine_tuning_schedule(config)
     check_run_directory(run_dir, config, resume)
@@ -728,9 +762,16 @@ def train(config, run_dir, resume=False, preset=None):
     if config.init_from and out.is_chief and not resumed:
         # Not on resume: a run that started without it keeps scoring its dev BLEU as it began.
         inherit_decoding(config.init_from, out.run_dir)
+        keep_base_config(config.init_from, out.run_dir)
     trainer = Trainer(config, strategy, model, optimizer)
     dev = DevEvaluation(
-        trainer, dev_examples, dev_splits, tokenizers, config, out, watched_base_splits(config)
+        trainer,
+        dev_examples,
+        dev_splits,
+        tokenizers,
+        config,
+        out,
+        watched_base_splits(config, run_dir),
     )
     measure_before_fine_tuning(config, dev, out, resumed)
     final = train_loop(trainer, iterator, manager, schedule, dev, out)
@@ -906,8 +947,13 @@ def main(argv=None):
     parser = build_parser()
     args = parser.parse_args(argv)
     overrides = {name: getattr(args, name) for name in TrainConfig.__dataclass_fields__}
+    run_dir = args.run_dir or os.path.join("runs", args.preset)
+    resumed_config = checkpointed_config(run_dir) if args.resume else None
     try:
-        inherited, peak_rate = fine_tuning_defaults(args.init_from)
+        if resumed_config is not None and resumed_config.get("init_from"):
+            inherited, peak_rate = resumed_fine_tuning_settings(resumed_config), None
+        else:
+            inherited, peak_rate = fine_tuning_defaults(args.init_from)
     except TrainingError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
@@ -915,7 +961,6 @@ def main(argv=None):
         config = resolve_config(args.preset, args.config, overrides, inherited, peak_rate)
     except (ValueError, OSError) as error:
         parser.error(str(error))
-    run_dir = args.run_dir or os.path.join("runs", args.preset)
     try:
         train(config, run_dir, resume=args.resume, preset=args.preset)
     except TrainingError as error:

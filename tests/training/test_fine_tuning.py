@@ -6,6 +6,7 @@ import filecmp
 import json
 import os
 import re
+import shutil
 
 import numpy as np
 import pytest
@@ -132,6 +133,34 @@ def test_resume_continues_the_fine_tuning_run_itself(house_run, domains, tmp_pat
     assert read_scalars(os.path.join(run_dir, "logs", "dev"))["base_bleu/house"][0] == (0, 10, 20)
     # The dff of the run it started from (96), not the tiny preset's (64).
     assert json.load(open(os.path.join(run_dir, "config.json")))["dff"] == 96
+
+
+def test_a_fine_tuning_run_resumes_after_its_base_has_gone(house_run, domains, tmp_path, capsys):
+    """A bundle replaced by a newer one (as `git pull` does) must not strand the runs fine-tuned
+    from it: the run keeps the base's settings (base_config.json), and resumed after the base was
+    moved away it goes on with its schedule, the base's corpora mixed in and its dev sets
+    watched; without that copy, what needs the base says so."""
+    _, _, office = domains
+    base, run_dir = str(tmp_path / "base"), str(tmp_path / "tuned")
+    shutil.copytree(house_run, base)
+    args = ["--preset", "tiny", "--data", office, "--init_from", base, "--run_dir", run_dir]
+    args += ["--mix_base", "0.5", "--checkpoint_every", "10"]
+    assert main([*args, "--train_steps", "10"]) == 0
+    started = artifacts.read_config(run_dir)
+    os.rename(base, str(tmp_path / "moved"))
+    assert main([*args, "--train_steps", "20", "--resume"]) == 0
+    state = tf.train.get_checkpoint_state(os.path.join(run_dir, "checkpoints"))
+    assert [artifacts.checkpoint_step(p) for p in state.all_model_checkpoint_paths] == [10, 20]
+    assert artifacts.read_config(run_dir) == {**started, "train_steps": 20}
+    watched = json.load(open(os.path.join(run_dir, "base_dev.json")))
+    assert list(watched["checkpoints"]) == ["10", "20"]
+
+    os.remove(os.path.join(run_dir, "base_config.json"))
+    capsys.readouterr()
+    assert main([*args, "--train_steps", "30", "--resume"]) == 1
+    error = capsys.readouterr().err
+    assert f"--mix_base: {base}/config.json not found" in error
+    assert "nor does" in error and "base_config.json" in error
 
 
 @pytest.mark.parametrize(
