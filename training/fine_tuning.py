@@ -140,7 +140,7 @@ def read_base_config(base_dir, run_dir):
         return artifacts.read_config(base_dir)
     except FileNotFoundError as error:
         raise FileNotFoundError(
-            f"{error}; nor does {run_dir} keep a copy of it ({BASE_CONFIG_FILE})"
+            f"{error} Nor does {run_dir} keep a copy of its settings ({BASE_CONFIG_FILE})."
         ) from error
 
 
