@@ -2,7 +2,8 @@
 
 A name or a number that a translation must carry over unchanged is a *copy slot*. A pair has one
 when the same proper name is written identically on both sides ("Israel" … "Israel"), or when
-each side holds exactly one cardinal and it is the same number ("siete días" … "seven days").
+each side holds exactly one cardinal and it is the same number ("siete días" … "seven days", or
+"seven days" … "siete días" in a reversed run's pairs).
 `copy_templates` finds the slot of each pair and marks it with `SLOT` on both sides, once, in
 Python; the rest works on those templates:
 
@@ -91,13 +92,19 @@ def proper_names(pairs):
 
 
 def _number_slot(source, target):
-    spanish = _SPANISH_NUMBER.findall(source)
-    english = _ENGLISH_NUMBER.findall(target)
-    if len(spanish) != 1 or len(english) != 1:
-        return None
-    for spanish_word, english_word in _CARDINALS.values():
-        if spanish[0].lower() == spanish_word and english[0].lower() == english_word:
-            return spanish[0], english[0]
+    """`(source word, target word)`: the one number word of each side, when they are the same
+    cardinal, Spanish on one side and English on the other, either way round (a reversed run's
+    pairs, `training.corpus.load_run_pairs`, are English first); else None."""
+    for source_numbers, target_numbers, spanish_first in (
+        (_SPANISH_NUMBER, _ENGLISH_NUMBER, True),
+        (_ENGLISH_NUMBER, _SPANISH_NUMBER, False),
+    ):
+        in_source, in_target = source_numbers.findall(source), target_numbers.findall(target)
+        if len(in_source) != 1 or len(in_target) != 1:
+            continue
+        words = (in_source[0].lower(), in_target[0].lower())
+        if (words if spanish_first else words[::-1]) in _CARDINALS.values():
+            return in_source[0], in_target[0]
     return None
 
 

@@ -165,3 +165,18 @@ def test_copy_rates_count_whole_word_copies():
     assert report[NAMES]["copied"] == 1 and report[NAMES]["rate"] == 0.5
     assert report[NAMES]["missed"] == [("Vino Kivo.", "Kivos came.")]
     assert report[NUMBERS] == {"sentences": 0, "copied": 0, "rate": 0.0, "missed": []}
+
+
+def test_a_number_slot_is_found_either_way_round():
+    """A reversed run's pairs (`training.corpus.load_run_pairs`) are English first: the same
+    cardinal is a slot there too, and a side with two number words, or another number, is not."""
+    forward = ("Y vivió siete años.", "And he lived seven years.")
+    for source, target in (forward, forward[::-1]):
+        (template,) = copying.copy_templates([(source, target)], set())
+        assert template.kind == NUMBERS
+        assert SLOT in template.source and SLOT in template.target
+        assert not re.search(r"siete|seven", template.source + template.target)
+    assert copying.copy_templates([("He lived seven years.", "Vivió ocho años.")], set()) == [None]
+    assert copying.copy_templates(
+        [("one hundred fifty years", "ciento cincuenta años")], set()
+    ) == [None]
