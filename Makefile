@@ -51,8 +51,9 @@ $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 
 # The tokenizer tests read every sentence of the embedded corpus, the catalog tests a few MB of
 # real catalogs, the back-translation, lexicon and made-up-word tests WordNet, FreeDict, the
-# English word lists and Apertium: `data-bible` and `data-test` fetch them when missing (not
-# the 2 GB of `data`). Apertium is installed with apt, as root; without it its tests skip.
+# English and Spanish word lists and Apertium: `data-bible` and `data-test` fetch them when
+# missing (not the 2 GB of `data`). Apertium is installed with apt, as root; without it its
+# tests skip.
 # Then the CPU-dependent tests (pytest.ini's cpu_dependent marker) again with oneDNN's rewrite
 # off: the Eigen kernels an AVX2-only CPU multiplies bfloat16 with (common/cpu.py), so every
 # machine checks both kinds of CPU.

@@ -533,8 +533,8 @@ MUTATIONS = (
     Mutation(
         "a word copied from the source counts as made up",
         "training/made_up_words.py",
-        "            if _fold(word) not in copied and not self.is_english(word)\n",
-        "            if not self.is_english(word)\n",
+        "            if _fold(word) not in copied and not self.is_known(word)\n",
+        "            if not self.is_known(word)\n",
         ("tests/training/test_made_up_words.py",),
     ),
     Mutation(

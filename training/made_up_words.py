@@ -1,10 +1,13 @@
 """How often a translation makes words up: "supermercated", "censumber".
 
-A word of a translation is *made up* when it is neither an English word nor copied from its
-source. English words are those of Debian's word lists (`wamerican`, `wbritish`: about 100,000
-words each, with inflections, possessives and contractions; downloaded once into the package
-cache and unpacked, never installed) together with every word of the target side of the
-training data (a corpus's names and jargon are words the model was taught). Copied means the
+A word of a translation is *made up* when it is neither a word of the target language nor
+copied from its source. English words are those of Debian's word lists (`wamerican`,
+`wbritish`: about 100,000 words each, with inflections, possessives and contractions; downloaded
+once into the package cache and unpacked, never installed) together with every word of the
+target side of the training data (a corpus's names and jargon are words the model was taught).
+A reversed run's translations are Spanish (`training.config.TrainConfig.reverse`): its words
+are those of Debian's Spanish word list (`wspanish`, `spanish_words`) and of its training
+targets, the corpora's Spanish side. Copied means the
 source holds the word too, letter case and accents aside: a name carried through, or an
 untranslated word, is an error of another kind, which BLEU and chrF already see.
 
@@ -31,6 +34,7 @@ from training.corpus.debian import (
 )
 
 WORDLIST_PACKAGES = ("wamerican", "wbritish")
+SPANISH_WORDLIST_PACKAGE = "wspanish"
 WORDLIST_CACHE_DIR = DEFAULT_CACHE_DIR / "wordlists"
 _WORDLIST_MEMBERS = ("usr/share/dict/*",)
 _WORD = re.compile(r"[^\W\d_]+(?:['’][^\W\d_]+)*")
@@ -80,11 +84,38 @@ def english_words(cache_dir: Path = WORDLIST_CACHE_DIR) -> frozenset[str]:
     return frozenset(word for word in map(_fold, english_word_list(cache_dir)) if word)
 
 
+@functools.lru_cache(maxsize=4)
+def spanish_word_list(cache_dir: Path = WORDLIST_CACHE_DIR) -> tuple[str, ...]:
+    """The words of Debian's Spanish word list (`wspanish`, 86,000 words, as written),
+    downloaded into `cache_dir` once.
+
+    Raises:
+      CorpusError: the package cannot be downloaded or unpacked.
+    """
+    announce_downloads(Path(cache_dir), [SPANISH_WORDLIST_PACKAGE], "the Spanish word list")
+    deb = download_deb(cache_dir, SPANISH_WORDLIST_PACKAGE)
+    unpacked = unpack_cached(
+        deb, Path(cache_dir) / "unpacked" / SPANISH_WORDLIST_PACKAGE, _WORDLIST_MEMBERS
+    )
+    text = (unpacked / "usr/share/dict/spanish").read_text(encoding="utf-8", errors="replace")
+    return tuple(text.split())
+
+
+@functools.lru_cache(maxsize=4)
+def spanish_words(cache_dir: Path = WORDLIST_CACHE_DIR) -> frozenset[str]:
+    """The words of `spanish_word_list`, folded (`_fold`).
+
+    Raises:
+      CorpusError: the package cannot be downloaded or unpacked.
+    """
+    return frozenset(word for word in map(_fold, spanish_word_list(cache_dir)) if word)
+
+
 class MadeUpWords:
     """Finds the made-up words of translations (see the module's docstring).
 
     Args:
-      known_words: the words that count as English, any case.
+      known_words: the words that count as words of the target language, any case.
     """
 
     def __init__(self, known_words: Iterable[str]):
@@ -98,7 +129,7 @@ class MadeUpWords:
         data's target side)."""
         return cls(english_words(cache_dir) | {word for text in targets for word in words(text)})
 
-    def is_english(self, word: str) -> bool:
+    def is_known(self, word: str) -> bool:
         """Whether `word` is a known word, or one with a possessive ending ("Carlos'",
         "taxi's") or whose apostrophe-joined parts are each known."""
         folded = _fold(word)
@@ -108,12 +139,12 @@ class MadeUpWords:
         return len(parts) > 1 and all(part in self._known for part in parts if part)
 
     def made_up(self, translation: str, source: str) -> list[str]:
-        """The made-up words of `translation`, in order: not English, not in `source`."""
+        """The made-up words of `translation`, in order: not known, not in `source`."""
         copied = {_fold(word) for word in words(source)}
         return [
             word
             for word in words(translation)
-            if _fold(word) not in copied and not self.is_english(word)
+            if _fold(word) not in copied and not self.is_known(word)
         ]
 
     def report(self, translations: Sequence[str], sources: Sequence[str]) -> dict:
@@ -138,8 +169,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """`python -m training.made_up_words [--translations FILE --sources FILE]`: the rate of a
     translated file (one sentence a line, its sources line by line), known words the word
     lists and the targets of `--targets` (a TSV corpus's train split, optional); without files,
-    fetches the word lists into the package cache (`make data-test`) and says how many words
-    they hold."""
+    fetches the word lists, English and Spanish (a reversed run's), into the package cache
+    (`make data-test`) and says how many words they hold."""
     import argparse
     import json
     import sys
@@ -155,7 +186,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--translations and --sources go together")
     try:
         if args.translations is None:
-            print(f"{len(english_words()):,} English words in {WORDLIST_CACHE_DIR}")
+            print(
+                f"{len(english_words()):,} English words and {len(spanish_words()):,} Spanish "
+                f"words in {WORDLIST_CACHE_DIR}"
+            )
             return 0
         targets = [t for _, t in load_pairs(args.targets, "train")] if args.targets else []
         translations = args.translations.read_text(encoding="utf-8").splitlines()

@@ -39,29 +39,17 @@ from training.corpus.apertium import (
     has_unknown_marks,
     translate,
 )
-from training.corpus.debian import announce_downloads, download_deb, unpack_cached
-from training.made_up_words import WORDLIST_CACHE_DIR, english_word_list, words
+from training.made_up_words import (
+    WORDLIST_CACHE_DIR,
+    english_word_list,
+    spanish_word_list,
+    words,
+)
 
 logger = logging.getLogger(__name__)
 
-SPANISH_WORDLIST_PACKAGE = "wspanish"
 # The subject Apertium gives a lone verb ("It barks"), dropped from the lexicon's English.
 _SUBJECTS = frozenset({"i", "you", "he", "she", "it", "we", "they"})
-
-
-def spanish_word_list(cache_dir: Path = WORDLIST_CACHE_DIR) -> list[str]:
-    """The words of Debian's Spanish word list (`wspanish`), downloaded into `cache_dir` once.
-
-    Raises:
-      CorpusError: the package cannot be downloaded or unpacked.
-    """
-    announce_downloads(Path(cache_dir), [SPANISH_WORDLIST_PACKAGE], "the Spanish word list")
-    deb = download_deb(cache_dir, SPANISH_WORDLIST_PACKAGE)
-    unpacked = unpack_cached(
-        deb, Path(cache_dir) / "unpacked" / SPANISH_WORDLIST_PACKAGE, ("usr/share/dict/*",)
-    )
-    text = (unpacked / "usr/share/dict/spanish").read_text(encoding="utf-8", errors="replace")
-    return text.split()
 
 
 def word_key(word: str) -> str:
