@@ -161,6 +161,13 @@ def main(argv=None):
     parser.add_argument("--output", help="Markdown file to write the section into")
     parser.add_argument("--section", help=f"default: '{SECTION_PREFIX}: <run name>'")
     args = parser.parse_args(argv)
+    if artifacts.read_config(args.run_dir).get("reverse"):
+        # Its coverage, its table and its peer read the sentences as Spanish sources.
+        parser.error(
+            f"{args.run_dir} is a reversed run (English→Spanish): this benchmark scores "
+            "Spanish→English runs; score it with .venv/bin/python -m training.evaluate "
+            f"--run_dir {args.run_dir} --data training/everyday"
+        )
     pairs = read_tsv(EVERYDAY_DIR / f"{args.split}.tsv", strict=True)
     reports, outputs = [], []
     with tempfile.TemporaryDirectory() as output_dir:

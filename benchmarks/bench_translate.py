@@ -26,7 +26,7 @@ import psutil
 from benchmarks.report import machine_description, shown_path, write_section
 from inference.translate_text import BATCH_TOKENS
 from run_directory import artifacts
-from training.corpus import apertium, load_pairs, load_run_pairs
+from training.corpus import apertium, load_run_pairs
 from training.corpus.loading import EVERYDAY_DIR
 
 SECTION = "Translating a file offline (translate-text)"
@@ -154,7 +154,9 @@ def measure(model_dir, sizes, window_lines, sample_seconds=5.0):
     """`[(lines, seconds, peak RSS bytes), ...]` per file size of `sizes`, and the memory samples
     of each run (`ProgressSampler.samples`) in the same order."""
     config = artifacts.read_config(model_dir)
-    pairs = load_run_pairs(config["data"], "test", artifacts.source_spelling(model_dir))
+    pairs = load_run_pairs(
+        config["data"], "test", artifacts.source_spelling(model_dir), config.get("reverse", False)
+    )
     sources = [source for source, _ in pairs]
     results, traces = [], []
     with tempfile.TemporaryDirectory() as directory:
@@ -215,9 +217,10 @@ def sentencepiece_models(model_dir):
 def peer_commands(model_dir, ct2_dirs, beam_width, window_lines):
     """`{system: command(input path, output path)}`: translate-text, CTranslate2 on the same
     weights at each compute type of `ct2_dirs` (`{compute type: converted model}`,
-    `_CT2_CHILD`) at the same beam width, and Apertium `spa-eng` (when it runs here,
-    `training.corpus.apertium`)."""
-    positions = str(artifacts.read_config(model_dir)["max_sequence_length"])
+    `_CT2_CHILD`) at the same beam width, and Apertium in the run's direction (`spa-eng`, or
+    `eng-spa` for a reversed run; when it runs here, `training.corpus.apertium`)."""
+    config = artifacts.read_config(model_dir)
+    positions = str(config["max_sequence_length"])
     source_model, target_model = sentencepiece_models(model_dir)
     commands = {
         TRANSLATE_TEXT: lambda source, output: translate_text_command(
@@ -243,10 +246,11 @@ def peer_commands(model_dir, ct2_dirs, beam_width, window_lines):
         )
     try:
         apertium.ensure_apertium()
-        commands[f"Apertium {apertium.apertium_version()} spa-eng"] = lambda source, output: [
+        direction = apertium.run_direction(config.get("reverse", False))
+        commands[f"Apertium {apertium.apertium_version()} {direction}"] = lambda source, output: [
             "apertium",
             "-u",
-            "spa-eng",
+            direction,
             source,
             output,
         ]
@@ -269,8 +273,12 @@ def compare(model_dir, sizes, beam_width, window_lines, directory):
         with contextlib.redirect_stdout(io.StringIO()):  # its how-to-call notes, once per model
             export_ctranslate2([*arguments, "--quantization", compute_type])
     commands = peer_commands(model_dir, ct2_dirs, beam_width, window_lines)
-    sources = [source for source, _ in load_pairs(str(EVERYDAY_DIR), "test")]
-    sources += [source for source, _ in load_pairs("bible", "test")]
+    reverse = artifacts.read_config(model_dir).get("reverse", False)
+    sources = [
+        source
+        for spec in (str(EVERYDAY_DIR), "bible")
+        for source, _ in load_run_pairs(spec, "test", reverse=reverse)
+    ]
     results = {system: [] for system in commands}
     for count in sizes:
         input_path = os.path.join(directory, f"{count}.txt")

@@ -36,6 +36,7 @@ from model.decoding.beam import DEFAULT_ALPHA, DEFAULT_BEAM_WIDTH
 from model.translator import DecodingOptions
 from run_directory import artifacts
 from training import decoding_flags
+from training.corpus.apertium import run_direction
 from training.corpus.loading import (
     BACKTRANSLATION_SPEC,
     DEFAULT_BACKTRANSLATION_DIR,
@@ -46,9 +47,11 @@ from training.corpus.loading import (
     EVERYDAY_DIR,
     LEXICON_SPEC,
     MORE_CATALOGS_SPEC,
+    load_run_pairs,
+    run_languages,
 )
 from training.corpus.outputs import read_corpus_stats
-from training.corpus.tsv import SPLITS, read_tsv
+from training.corpus.tsv import SPLITS
 from training.curves import plot_training_curves
 from training.evaluate import (
     UNPERTURBED,
@@ -159,20 +162,37 @@ _CORPUS_DOMAINS = {
 KNOWN_EXAMPLES = 3
 # Corpora whose text the bundle does not hold (their licences ask for their sources beside
 # it; `make data` builds them on the user's machine): the card shows sentences of their kind
-# written for it instead of their test pairs, and their translations of the test split are
-# not kept in `eval/`, only the scores.
+# written for it instead of their test pairs (in the run's source language), and their
+# translations of the test split are not kept in `eval/`, only the scores.
 UNQUOTED_CORPORA = {
-    "catalogs": [
-        "No se pudo abrir el archivo.",
-        "¿Desea guardar los cambios antes de salir?",
-        "La contraseña debe tener al menos ocho caracteres.",
-    ],
-    BACKTRANSLATION_SPEC: [
-        "Siempre llega tarde a las reuniones.",
-        "El niño se escondió detrás del árbol.",
-        "Ella habla tres idiomas con fluidez.",
-    ],
-    LEXICON_SPEC: ["tenedor", "almohada", "bombilla"],
+    "catalogs": {
+        "Spanish": [
+            "No se pudo abrir el archivo.",
+            "¿Desea guardar los cambios antes de salir?",
+            "La contraseña debe tener al menos ocho caracteres.",
+        ],
+        "English": [
+            "Could not open the file.",
+            "Do you want to save the changes before quitting?",
+            "The password must be at least eight characters long.",
+        ],
+    },
+    BACKTRANSLATION_SPEC: {
+        "Spanish": [
+            "Siempre llega tarde a las reuniones.",
+            "El niño se escondió detrás del árbol.",
+            "Ella habla tres idiomas con fluidez.",
+        ],
+        "English": [
+            "She always arrives late to meetings.",
+            "The boy hid behind the tree.",
+            "She speaks three languages fluently.",
+        ],
+    },
+    LEXICON_SPEC: {
+        "Spanish": ["tenedor", "almohada", "bombilla"],
+        "English": ["fork", "pillow", "light bulb"],
+    },
 }
 
 
@@ -181,9 +201,9 @@ def _cell(text):
     return text.replace("|", chr(92) + "|")
 
 
-def _example_table(rows, peer=False):
+def _example_table(rows, source_language, peer=False):
     lines = [
-        "| Spanish | reference | translation |" + (" Apertium |" if peer else ""),
+        f"| {source_language} | reference | translation |" + (" Apertium |" if peer else ""),
         "|---|---|---|" + ("---|" if peer else ""),
     ]
     lines += ["| " + " | ".join(_cell(text) for text in row) + " |" for row in rows]
@@ -222,12 +242,12 @@ def _model_section(config, weights, size_bytes, parameters, decoding):
     return lines + [""]
 
 
-def _intended_use_section(corpora):
+def _intended_use_section(corpora, languages):
     domains = [f"{_CORPUS_DOMAINS.get(name, f'the text of `{name}`')}" for name in corpora]
     return [
         "## Intended use",
         "",
-        "Spanish → English translation of sentences like those it was trained on: "
+        f"{' → '.join(languages)} translation of sentences like those it was trained on: "
         + "; and ".join(domains)
         + ". A small model (it trains on 2 CPU cores) to serve, study and fine-tune "
         "(`--init_from`, docs/training.md) on a corpus of your own. Not for text whose "
@@ -237,7 +257,7 @@ def _intended_use_section(corpora):
     ]
 
 
-def _evaluation_section(reports, everyday):
+def _evaluation_section(reports, everyday, languages, apertium_direction):
     mixed = any("corpus" in report for report in reports)
     lines = [
         "## Evaluation",
@@ -263,17 +283,19 @@ def _evaluation_section(reports, everyday):
     if everyday:
         everyday_reports, pairs, _, peer_hypotheses = everyday
         peer = (
-            " beside Apertium (`apertium spa-eng`, the rule-based translator Debian ships)"
+            f" beside Apertium (`apertium {apertium_direction}`, the rule-based translator "
+            "Debian ships)"
             if peer_hypotheses
             else ""
         )
         lines += [
-            "Everyday Spanish (home, food, travel, work, school, health, weather, time, prices, "
+            f"Everyday {languages[0]} (home, food, travel, work, school, health, weather, time, "
+            "prices, "
             "shopping, family, feelings, phones and computers, directions, sport, animals; "
             f"some typed in lowercase, without accents or in capitals): the {len(pairs)} "
             "sentences of `training/everyday/test.tsv`, written for the purpose and never "
             f"trained or tuned on{peer}. Made-up words: the share of output words neither "
-            "English nor copied from the source (`training.made_up_words`; known words: "
+            f"{languages[1]} nor copied from the source (`training.made_up_words`; known words: "
             f"{everyday_reports[0]['made_up_known_words']}).",
             "",
             "| system | BLEU | chrF | made-up words |",
@@ -288,7 +310,7 @@ def _evaluation_section(reports, everyday):
     return lines
 
 
-def _limitations_section(known_examples, everyday):
+def _limitations_section(known_examples, everyday, source_language):
     lines = ["## Limitations", ""]
     if known_examples:
         lines += [
@@ -297,7 +319,9 @@ def _limitations_section(known_examples, everyday):
             "",
         ]
         for corpus, rows in known_examples.items():
-            lines += ([f"`{corpus}`:", ""] if corpus else []) + _example_table(rows)
+            lines += ([f"`{corpus}`:", ""] if corpus else []) + _example_table(
+                rows, source_language
+            )
     if everyday:
         _, pairs, hypotheses, peer_hypotheses = everyday
         step = max(1, -(-len(pairs) // EVERYDAY_EXAMPLES))
@@ -306,11 +330,11 @@ def _limitations_section(known_examples, everyday):
             for index, ((source, reference), hypothesis) in enumerate(zip(pairs, hypotheses))
         ][::step]
         lines += [
-            "What it does not know as well: everyday Spanish beyond its corpora; "
+            f"What it does not know as well: everyday {source_language} beyond its corpora; "
             f"{len(rows)} of the everyday sentences (Evaluation)"
             + (", with Apertium's translations:" if peer_hypotheses else ":"),
             "",
-            *_example_table(rows, peer=bool(peer_hypotheses)),
+            *_example_table(rows, source_language, peer=bool(peer_hypotheses)),
         ]
     lines += [
         "Words its corpora never hold are guessed from their pieces or copied; a sentence "
@@ -341,20 +365,22 @@ def model_card(
 
     `reports`: test-split reports of `training.evaluate` (with a "corpus" each for a mixed run).
     `everyday`: `evaluate_everyday`'s `(reports, pairs, hypotheses, peer hypotheses)`, or None.
-    `known_examples`: `{corpus name or "": [(Spanish, reference, translation), ...]}`, or None.
+    `known_examples`: `{corpus name or "": [(source, reference, translation), ...]}`, or None.
     `parameters`: the model's parameter count; `decoding`: `decoding.json`'s options.
+    The languages are the run's (`training.corpus.run_languages`: `config`'s `reverse`).
     """
+    languages = run_languages(config.get("reverse", False))
     name = os.path.basename(os.path.normpath(bundle_dir))
     corpora = corpus_names(config.get("data"))
     settings = [
         f"- {key}: {value}" for key, value in config.items() if key not in ("data", "tfds_data_dir")
     ]
     lines = [
-        "# Spanish→English Transformer "
+        f"# {'→'.join(languages)} Transformer "
         f"({' + '.join(_CORPUS_TITLES.get(c, c) for c in corpora) or 'own'} corpus)",
         "",
         *_model_section(config, weights, size_bytes, parameters, decoding),
-        *_intended_use_section(corpora),
+        *_intended_use_section(corpora, languages),
         "## Training data",
         "",
         "| corpus | source | train / dev / test pairs | licence |",
@@ -364,8 +390,10 @@ def model_card(
         "Built on the user's machine from Debian packages by `make data` "
         "([training/CORPUS.md](../../training/CORPUS.md)); no text of them is committed.",
         "",
-        *_evaluation_section(reports, everyday),
-        *_limitations_section(known_examples, everyday),
+        *_evaluation_section(
+            reports, everyday, languages, run_direction(config.get("reverse", False))
+        ),
+        *_limitations_section(known_examples, everyday, languages[0]),
         "## Use",
         "",
         "From the repository root, after the README's Quickstart:",
@@ -396,18 +424,24 @@ def model_card(
 
 
 def known_examples(
-    output_dir, reports, pairs_by_corpus, stem, translate_texts, count=KNOWN_EXAMPLES
+    output_dir,
+    reports,
+    pairs_by_corpus,
+    stem,
+    translate_texts,
+    count=KNOWN_EXAMPLES,
+    source_language="Spanish",
 ):
-    """`{corpus name or "": [(Spanish, reference, translation)] * count}`: the first test pairs
+    """`{corpus name or "": [(source, reference, translation)] * count}`: the first test pairs
     of each corpus with the translations `evaluate` wrote to `output_dir` (a mixed run's in
     `<output_dir>/<corpus>/`); for a corpus whose text is not committed (`UNQUOTED_CORPORA`),
-    sentences of its kind written for the card instead, translated by `translate_texts`
-    (reference "")."""
+    sentences of its kind in `source_language` written for the card instead, translated by
+    `translate_texts` (reference "")."""
     examples = {}
     for report in reports:
         corpus = report.get("corpus", "")
         if corpus in UNQUOTED_CORPORA:
-            sources = UNQUOTED_CORPORA[corpus]
+            sources = UNQUOTED_CORPORA[corpus][source_language]
             examples[corpus] = [
                 (source, "", translation)
                 for source, translation in zip(sources, translate_texts(sources))
@@ -439,7 +473,8 @@ def evaluate_everyday(run_dir, beam_width, alpha):
     """`(reports, pairs, hypotheses, peer hypotheses)` of `run_dir` on the everyday test
     sentences: the reports of greedy search, of beam `beam_width` and of Apertium beside them
     (`training.evaluate.apertium_report`; left out, its hypotheses None, where it cannot run),
-    the hypotheses the beam's. The run's outputs are written to `run_dir/eval/everyday/`."""
+    the hypotheses the beam's, the pairs as the run reads them (`training.corpus.load_run_pairs`).
+    The run's outputs are written to `run_dir/eval/everyday/`."""
     output_dir = os.path.join(run_dir, "eval", "everyday")
     reports = [
         evaluate(
@@ -457,9 +492,11 @@ def evaluate_everyday(run_dir, beam_width, alpha):
         os.path.join(output_dir, f"{output_stem('test', beam_width)}.hyp.txt"), encoding="utf-8"
     ) as handle:
         hypotheses = handle.read().splitlines()
-    pairs = read_tsv(EVERYDAY_DIR / "test.tsv")
-    made_up = made_up_words_for(artifacts.read_config(run_dir).get("data"))
-    peer, peer_hypotheses = apertium_report(pairs, made_up)
+    config = artifacts.read_config(run_dir)
+    reverse = config.get("reverse", False)
+    pairs = load_run_pairs(str(EVERYDAY_DIR), "test", reverse=reverse)
+    made_up = made_up_words_for(config.get("data"), reverse)
+    peer, peer_hypotheses = apertium_report(pairs, made_up, reverse)
     if peer is None:
         return reports, pairs, hypotheses, None
     return [*reports, peer], pairs, hypotheses, peer_hypotheses
@@ -558,6 +595,7 @@ def _evaluate_and_describe(staging, output_dir, decoding, model_card_options):
         evaluation.corpus_splits("test"),
         output_stem("test", beam_width),
         lambda texts: translate(texts, evaluation.translate_batch, show_progress=False),
+        source_language=run_languages(evaluation.reverse)[0],
     )
     drop_unquoted_translations(eval_dir)
     everyday = evaluate_everyday(staging, beam_width, alpha)
@@ -578,7 +616,11 @@ def main(argv=None):
         prog="python -m training.bundle", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("--run_dir", required=True)
-    parser.add_argument("--output_dir", default=os.path.join("pretrained", "es-en"))
+    parser.add_argument(
+        "--output_dir",
+        help="default pretrained/es-en; pretrained/en-es for a reversed run (never the other "
+        "direction's bundle)",
+    )
     parser.add_argument(
         "--reproduce",
         required=True,
@@ -593,6 +635,10 @@ def main(argv=None):
     parser.add_argument("--notes", default="", help="a paragraph for the model card")
     args = parser.parse_args(argv)
     try:
+        reverse = artifacts.read_config(args.run_dir).get("reverse", False)
+        args.output_dir = args.output_dir or os.path.join(
+            "pretrained", "en-es" if reverse else "es-en"
+        )
         reports = bundle(
             args.run_dir,
             args.output_dir,

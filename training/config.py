@@ -9,7 +9,8 @@ import math
 from common.flags import parse_bool
 from run_directory.settings import RENAMED_SETTINGS, upgrade_renamed_settings
 from training.mixture import parse_data
-from training.noise import DEFAULT_NOISE_KINDS, parse_kinds
+from training.noise import DEFAULT_NOISE_KINDS, SPANISH_ONLY, parse_kinds, spanish_only
+from training.vocabulary import RESTORATION_SWITCHES
 
 logger = logging.getLogger(__name__)
 
@@ -27,6 +28,9 @@ class TrainConfig:
     # ("": none).
     dev_data: str = ""
     tfds_data_dir: str = ""  # TFDS data directory for tfds:NAME ("": TFDS's, ~/tensorflow_datasets)
+    # The other direction: every pair of the corpora read target first (English→Spanish on the
+    # project's corpora; training.corpus.load_run_pairs), wherever the run reads them.
+    reverse: bool = False
     tokenizer: str = "sentencepiece"  # sentencepiece | wordpiece (model/tokenizer.py)
     subword_model: str = "unigram"  # SentencePiece's unigram | bpe
     vocab_size: int = 8000
@@ -334,6 +338,8 @@ def validate(config):
     if not 0.0 <= config.source_noise <= 1.0:
         raise ValueError(f"source_noise must be within [0, 1], got {config.source_noise}")
     parse_kinds(config.source_noise_kinds)
+    if config.reverse:
+        validate_reversed(config)
     if not 0.0 <= config.copy_substitution <= 1.0:
         raise ValueError(f"copy_substitution must be within [0, 1], got {config.copy_substitution}")
     if not 0.0 <= config.placeholder_names <= 1.0:
@@ -353,6 +359,28 @@ def validate(config):
         raise ValueError("mix_base mixes in the corpora of the run it starts from: needs init_from")
     if config.early_stopping_patience and not config.dev_bleu_sentences:
         raise ValueError("early_stopping_patience needs dev BLEU: set dev_bleu_sentences > 0")
+
+
+def validate_reversed(config):
+    """Refuses what reads a reversed run's English sources as Spanish.
+
+    Raises:
+        ValueError: a restoration table, or a noise kind that writes Spanish, asked for.
+    """
+    restoring = [name for name in RESTORATION_SWITCHES if getattr(config, name)]
+    if restoring:
+        raise ValueError(
+            f"{', '.join(restoring)}: the restoration tables put back what people leave out "
+            "when they type Spanish (model.restoration: accents, capitals, the 1909 Bible's "
+            "names), and a reversed run's sources are English: leave them out with --reverse"
+        )
+    spanish = spanish_only(parse_kinds(config.source_noise_kinds))
+    if spanish:
+        raise ValueError(
+            f"source_noise_kinds {', '.join(spanish)}: these perturbations write Spanish "
+            f"({', '.join(SPANISH_ONLY)}, training.noise), and a reversed run's sources are "
+            "English: leave them out with --reverse"
+        )
 
 
 def subword_sampling(config):

@@ -46,8 +46,8 @@ from model.translator import DecodingOptions
 from run_directory import artifacts, traced_cache
 from training import decoding_flags
 from training.copying import KINDS, copy_rate_sets, copy_rates, corpus_words, proper_names
-from training.corpus import CorpusError, apertium, corpus_is_at_hand, load_run_pairs
-from training.made_up_words import MadeUpWords, english_words, words
+from training.corpus import CorpusError, apertium, corpus_is_at_hand
+from training.made_up_words import MadeUpWords, english_words, spanish_words, words
 from training.mixture import load_splits, parse_data
 from training.noise import PERTURBATIONS, perturbation
 
@@ -175,10 +175,16 @@ class EvaluatedModel:
         return load_splits(
             parse_data(data or self.config["data"]),
             split,
-            load=load_run_pairs,
             run_source_spelling=self.source_spelling,
+            reverse=self.reverse,
             tfds_data_dir=tfds_data_dir or self.config.get("tfds_data_dir") or None,
         )
+
+    @property
+    def reverse(self):
+        """Whether the model translates its corpora's pairs the other way round (the run's
+        `reverse`): they are read swapped, and its translations are Spanish."""
+        return bool(self.config.get("reverse"))
 
     def split_pairs(self, split, data=None, tfds_data_dir=None):
         """The pairs of `corpus_splits`, every corpus's in the order of the data spec."""
@@ -186,53 +192,58 @@ class EvaluatedModel:
         return [pair for pairs in splits.values() for pair in pairs]
 
     def made_up_words(self):
-        """`made_up_words_for` the model's training data."""
-        return made_up_words_for(self.config.get("data"))
+        """`made_up_words_for` the model's training data and direction."""
+        return made_up_words_for(self.config.get("data"), self.reverse)
 
 
-def made_up_words_for(data):
-    """`(MadeUpWords, what it knows)`: the English word lists and the target side of the
-    training corpora of `data` (a data spec, or None) that are at hand; a corpus that would have
-    to be built or downloaded first is left out, and named in what it knows. `(None, why)` where
-    the word lists cannot be had (no apt, offline before their first download): reports then
-    hold no rate (`made_up_report`)."""
+def made_up_words_for(data, reverse=False):
+    """`(MadeUpWords, what it knows)`: the word lists of the target language (English; Spanish
+    for a `reverse` run, whose translations are Spanish) and the target side of the training
+    corpora of `data` (a data spec, or None) that are at hand, as the run reads them; a corpus
+    that would have to be built or downloaded first is left out, and named in what it knows.
+    `(None, why)` where the word lists cannot be had (no apt, offline before their first
+    download): reports then hold no rate (`made_up_report`)."""
+    lists = (
+        "Spanish word list (wspanish)" if reverse else "English word lists (wamerican, wbritish)"
+    )
     try:
-        english = english_words()
+        listed = spanish_words() if reverse else english_words()
     except CorpusError as error:
-        return None, f"not measured: the English word lists could not be had ({error})"
+        return None, f"not measured: the {lists} could not be had ({error})"
     corpora = parse_data(data) if data else []
     at_hand = [corpus for corpus in corpora if corpus_is_at_hand(corpus.spec)]
     targets = [
         target
-        for pairs in (load_splits(at_hand, "train").values() if at_hand else ())
+        for pairs in (load_splits(at_hand, "train", reverse=reverse).values() if at_hand else ())
         for _, target in pairs
     ]
-    known = "English word lists (wamerican, wbritish)"
+    known = lists
     if at_hand:
         known += ", training targets of " + ", ".join(corpus.name for corpus in at_hand)
     missing = [corpus.name for corpus in corpora if corpus not in at_hand]
     if missing:
         known += f" (not built here: {', '.join(missing)})"
-    return MadeUpWords(english | {word for text in targets for word in words(text)}), known
+    return MadeUpWords(listed | {word for text in targets for word in words(text)}), known
 
 
-def apertium_report(pairs, made_up):
-    """Apertium `spa-eng` (`apertium -u`: unknown words copied unmarked, as a user reads them),
-    the peer a Debian user could pick, on the sources of `pairs`, scored like a run's report
-    (`decoding` "Apertium <version> spa-eng"; `seconds` the whole command's, its start
-    included), with `made_up` as `made_up_words_for` gives it; and its outputs.
-    `(None, message)` where Apertium is missing and cannot be installed
-    (`training.corpus.apertium.ensure_apertium`)."""
+def apertium_report(pairs, made_up, reverse=False):
+    """Apertium `spa-eng` (`eng-spa` for a `reverse` run's pairs, English first; `apertium
+    -u`: unknown words copied unmarked, as a user reads them), the peer a Debian user could
+    pick, on the sources of `pairs`, scored like a run's report (`decoding` "Apertium <version>
+    <direction>"; `seconds` the whole command's, its start included), with `made_up` as
+    `made_up_words_for` gives it; and its outputs. `(None, message)` where Apertium is missing
+    and cannot be installed (`training.corpus.apertium.ensure_apertium`)."""
     try:
         apertium.ensure_apertium()
     except CorpusError as error:
         return None, f"Apertium skipped: {error}"
     sources = [source for source, _ in pairs]
+    direction = apertium.run_direction(reverse)
     started = time.perf_counter()
-    hypotheses = apertium.translate(sources, apertium.SPANISH_TO_ENGLISH, mark_unknown=False)
+    hypotheses = apertium.translate(sources, direction, mark_unknown=False)
     seconds = time.perf_counter() - started
     report = {
-        "decoding": f"Apertium {apertium.apertium_version()} spa-eng",
+        "decoding": f"Apertium {apertium.apertium_version()} {direction}",
         "seconds": round(seconds, 1),
         **score(hypotheses, [target for _, target in pairs]),
         **made_up_report(made_up, hypotheses, sources),

@@ -190,7 +190,7 @@ def base_dev_splits(base_config, tfds_data_dir=None):
     """`{corpus name: dev pairs}` of the base's corpora that are built here, and of the corpora
     it was only scored on (its `dev_data`: the bundle's everyday sentences, which its recipe was
     chosen by); one not built is left out, with a warning naming what builds it (a watch never
-    builds a corpus)."""
+    builds a corpus); each pair as the base reads it (swapped for a reversed base)."""
     watched = base_corpora(base_config)
     if base_config.get("dev_data", "").strip():
         watched += parse_data(base_config["dev_data"])
@@ -205,7 +205,12 @@ def base_dev_splits(base_config, tfds_data_dir=None):
                 corpus.spec,
                 make_target(corpus),
             )
-    return load_splits(at_hand, "dev", tfds_data_dir=tfds_data_dir or None)
+    return load_splits(
+        at_hand,
+        "dev",
+        reverse=base_config.get("reverse", False),
+        tfds_data_dir=tfds_data_dir or None,
+    )
 
 
 class BaseWatch:

@@ -25,7 +25,7 @@ import os
 import re
 
 from model.spelling import MODERN
-from training.corpus import CorpusError, corpus_source_spelling, load_pairs
+from training.corpus import CorpusError, corpus_source_spelling, load_run_pairs
 
 # A weight looks like a number: what follows a corpus's last colon when it starts like one.
 _LOOKS_NUMERIC = re.compile(r"[-+.0-9]")
@@ -117,9 +117,9 @@ def parse_data(data):
     return [Corpus(spec, weight / total, name) for (spec, weight), name in zip(weighted, names)]
 
 
-def load_splits(corpora, split, load=load_pairs, **load_options):
-    """`{corpus name: pairs}` of `split` of each corpus, by `load(spec, split, **load_options)`
-    (`training.corpus.load_pairs` or `load_run_pairs`-like).
+def load_splits(corpora, split, **load_options):
+    """`{corpus name: pairs}` of `split` of each corpus as a run sees it, by
+    `training.corpus.load_run_pairs(spec, split, **load_options)` (`reverse`: swapped).
 
     Raises:
         CorpusError: a corpus cannot be read (unknown, missing split, ...); the message names it.
@@ -127,7 +127,7 @@ def load_splits(corpora, split, load=load_pairs, **load_options):
     splits = {}
     for corpus in corpora:
         try:
-            splits[corpus.name] = load(corpus.spec, split, **load_options)
+            splits[corpus.name] = load_run_pairs(corpus.spec, split, **load_options)
         except CorpusError as error:
             if len(corpora) == 1:
                 raise

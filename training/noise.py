@@ -16,6 +16,11 @@ input pipeline (`perturb_sources`, per example) and perturbs whole test splits i
   do not type the opening one. Opening quotes stay (they are not final). A sentence without
   final punctuation is unchanged.
 
+On English sources (a reversed run's, `training.config.TrainConfig.reverse`) `lowercase`,
+`uppercase` and `no_final_punct` work as on Spanish, and `strip_accents` and `strip_diacritics`
+change only the few words English writes with marks ("café"); the perturbations that write
+Spanish (`SPANISH_ONLY`) are refused there.
+
 `PERTURBATIONS` maps each name to its function; a composition is spelled with "+"
 ("strip_accents+lowercase", applied left to right) and parsed by `perturbation`.
 """
@@ -83,6 +88,11 @@ PERTURBATIONS = {
     "modern_names": modern_names_graph,
 }
 
+# The perturbations that write Spanish, which a reversed run's English sources
+# (`training.config.TrainConfig.reverse`) must not get ("a" → "á"); the others leave what they
+# do not apply to as it is (no accent to strip in most English).
+SPANISH_ONLY = ("old_spelling", "modern_names")
+
 # What training noises sources with by default: each way of typing of issue #23, and the
 # commonest combination (a phone's lowercase, no accents, no final mark).
 DEFAULT_NOISE_KINDS = (
@@ -125,6 +135,12 @@ def parse_kinds(text):
     for kind in kinds:
         perturbation(kind)
     return kinds
+
+
+def spanish_only(kinds):
+    """The kinds of `kinds` (names or "+"-compositions, `parse_kinds`) that use one of
+    `SPANISH_ONLY`."""
+    return [kind for kind in kinds if set(kind.split("+")) & set(SPANISH_ONLY)]
 
 
 def perturb_sources(sources, rate, kinds, seed):

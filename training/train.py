@@ -83,6 +83,8 @@ MODEL_SETTINGS = (
     "restore_accents",
     "restore_case",
     "restore_names",
+    # The weights translate one way: the same corpora reversed are another task.
+    "reverse",
 )
 # A resumed run must keep these.
 FIXED_ON_RESUME = (
@@ -324,8 +326,9 @@ def dev_only_corpora(config, corpora):
 
 def load_corpus_splits(config, corpora):
     """`(train, dev)`: `{corpus name: pairs}` of each split of each corpus of the run; dev also
-    holds the corpora of `config.dev_data` (`dev_only_corpora`)."""
-    load_options = {"tfds_data_dir": config.tfds_data_dir or None}
+    holds the corpora of `config.dev_data` (`dev_only_corpora`); every pair swapped when
+    `config.reverse` (`training.corpus.load_run_pairs`)."""
+    load_options = {"tfds_data_dir": config.tfds_data_dir or None, "reverse": config.reverse}
     try:
         train_splits = load_splits(corpora, "train", **load_options)
         dev_splits = load_splits(corpora + dev_only_corpora(config, corpora), "dev", **load_options)

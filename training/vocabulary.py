@@ -11,7 +11,9 @@ asking for other options than the recorded ones raises instead of mixing vocabul
 
 Command line: `python -m training.vocabulary --data_dir DATA --out_dir VOCAB --vocab_size 8000`
 learns from `DATA/train.tsv`, `--data bible:1,catalogs:3` from the training splits of a run's
-corpora (`training.mixture`; see `--help`).
+corpora (`training.mixture`; see `--help`). Given a reversed run's tokenizer directory as
+`--out_dir` (`training.config.TrainConfig.reverse`), it reads the pairs swapped, as the run
+did, and refuses the tables of Spanish sources and English targets (`NOT_FOR_REVERSED`).
 """
 
 import argparse
@@ -49,7 +51,8 @@ from model.tokenizer import (
     write_tokenizer_config,
 )
 from model.word_repair import LEXICON_FILE, REPAIR_WORDS_KEY
-from training.corpus import CorpusError, corpus_source_spelling
+from run_directory import artifacts
+from training.corpus import CorpusError, corpus_source_spelling, load_run_pairs
 from training.mixture import load_splits, mixture_source_spelling, names_corpora, parse_data
 
 logger = logging.getLogger(__name__)
@@ -321,7 +324,8 @@ def build_run_tokenizers(pairs_by_corpus, config, out_dir):
     `training.mixture.load_splits`; for a config of one corpus, its pairs will do): every
     corpus's pairs for the vocabulary and the accent and case tables, the 1909 Bible's for the
     names table; the source spelling is the one the corpora record
-    (`training.mixture.mixture_source_spelling`)."""
+    (`training.mixture.mixture_source_spelling`), none for a reversed run (`reverse`), whose
+    sources are the corpora's English."""
     settings = config if isinstance(config, dict) else vars(config)
     corpora = parse_data(settings["data"])
     if not isinstance(pairs_by_corpus, dict):
@@ -344,7 +348,7 @@ def build_run_tokenizers(pairs_by_corpus, config, out_dir):
         shared=settings["shared_vocab"],
         lower_case=settings["lower_case"],
         model_type=settings["subword_model"],
-        source_spelling=mixture_source_spelling(corpora),
+        source_spelling=None if settings.get("reverse") else mixture_source_spelling(corpora),
         source_casing=settings.get("source_casing", "keep"),
         placeholders=settings.get("placeholders", False),
         restore_accents=settings.get("restore_accents", False),
@@ -411,21 +415,42 @@ def _sources_as_seen(pairs, source_casing):
     return [text.decode("utf-8") for text in normalized.numpy()]
 
 
-def _training_pairs(data_dir, data):
+def _training_pairs(data_dir, data, reverse=False):
     """`(pairs, name_sources, source_spelling)` for the command line: `data_dir`'s train.tsv
-    (`name_sources` None: all of them), or the training splits of the data spec `data`."""
+    (`name_sources` None: all of them), or the training splits of the data spec `data`, swapped
+    for a reversed run (`reverse`)."""
     if data_dir is not None:
-        from training.corpus.tsv import read_tsv
-
-        pairs = read_tsv(os.path.join(data_dir, "train.tsv"))
-        return pairs, None, corpus_source_spelling(data_dir)
+        pairs = load_run_pairs(data_dir, "train", reverse=reverse)
+        return pairs, None, None if reverse else corpus_source_spelling(data_dir)
     corpora = parse_data(data)
-    splits = load_splits(corpora, "train")
+    splits = load_splits(corpora, "train", reverse=reverse)
     name_sources = [
         source for corpus in names_corpora(corpora) for source, _ in splits[corpus.name]
     ]
     pairs = [pair for corpus in corpora for pair in splits[corpus.name]]
-    return pairs, name_sources if len(corpora) > 1 else None, mixture_source_spelling(corpora)
+    spelling = None if reverse else mixture_source_spelling(corpora)
+    return pairs, name_sources if len(corpora) > 1 else None, spelling
+
+
+def reversed_run(tokenizer_dir):
+    """Whether `tokenizer_dir` is the tokenizer directory of a reversed run (`reverse` in the
+    config of the run directory holding it); False for a directory of no run."""
+    run_dir = os.path.dirname(os.path.abspath(tokenizer_dir))
+    try:
+        return bool(artifacts.read_config(run_dir).get("reverse"))
+    except FileNotFoundError:
+        return False
+
+
+# Why the tables given after training do not fit a reversed run, whose sources are English and
+# whose translations are Spanish.
+NOT_FOR_REVERSED = {
+    "add_restoration": "the restoration tables put back what people leave out when they type "
+    "Spanish sources (accents, capitals, the 1909 Bible's names: model.restoration)",
+    "add_word_repair": "the repair of made-up words replaces a made-up English word by "
+    "Apertium's spa-eng translation of the Spanish source word it comes from "
+    "(model.word_repair)",
+}
 
 
 def main(argv=None):
@@ -493,7 +518,14 @@ def main(argv=None):
     )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-    pairs, name_sources, source_spelling = _training_pairs(args.data_dir, args.data)
+    reverse = reversed_run(args.out_dir)
+    for option, why in NOT_FOR_REVERSED.items():
+        if getattr(args, option) and reverse:
+            parser.error(
+                f"--{option}: {args.out_dir} is the tokenizer of a reversed run, whose "
+                f"sources are its corpora's targets (English), and {why}"
+            )
+    pairs, name_sources, source_spelling = _training_pairs(args.data_dir, args.data, reverse)
     if args.add_word_repair:
         from training.word_repair_tables import add_word_repair
 

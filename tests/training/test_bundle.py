@@ -174,7 +174,7 @@ def test_a_corpus_whose_text_is_not_committed_is_shown_by_sentences_of_its_kind(
         count=2,
     )
     assert examples["bible"] == [("uno", "one", "bible one"), ("dos", "two", "bible two")]
-    sentences = UNQUOTED_CORPORA["catalogs"]
+    sentences = UNQUOTED_CORPORA["catalogs"]["Spanish"]
     assert examples["catalogs"] == [(text, "", text.upper()) for text in sentences]
     drop_unquoted_translations(str(tmp_path))
     assert sorted(os.listdir(tmp_path / "catalogs")) == ["test.beam4.report.json"]

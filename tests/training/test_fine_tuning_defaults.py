@@ -129,6 +129,9 @@ def test_the_watch_scores_the_corpora_the_base_trained_on_and_was_scored_on(tmp_
     assert splits["everyday"] == [("hola", "hello")]
     assert f"{missing} is not built" in caplog.text
     assert list(base_dev_splits({"data": first})) == ["first"]
+    # A reversed base (`reverse`) is watched on its dev sets as it reads them: swapped.
+    reversed_base = {**base, "reverse": True}
+    assert base_dev_splits(reversed_base)["everyday"] == [("hello", "hola")]
 
 
 @pytest.mark.parametrize(

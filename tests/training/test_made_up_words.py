@@ -94,3 +94,28 @@ def test_a_report_without_word_lists_holds_no_rate_and_says_why(checker):
     assert made_up_cell(report) == "n/a"
     measured = made_up_report((checker, "lists"), ["The supermercated."], ["El súper."])
     assert made_up_cell(measured) == "50.0% (1)" and measured["made_up_known_words"] == "lists"
+
+
+def test_a_reversed_runs_spanish_is_counted_against_spanish_words_and_its_targets(tmp_path):
+    """A reversed run translates into Spanish (`training.evaluate.made_up_words_for`): Debian's
+    Spanish word list and its training targets, the corpus's Spanish side, are its known words,
+    and English words are made up there; a forward run counts the other way round."""
+    from training.corpus.tsv import SPLITS, write_tsv
+    from training.evaluate import made_up_words_for
+
+    if not (WORDLIST_CACHE_DIR / "unpacked" / "wspanish" / ".unpacked").is_file():
+        pytest.fail(f"the Spanish word list is not in {WORDLIST_CACHE_DIR}: run `make data-test`")
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for split in SPLITS:
+        write_tsv(
+            corpus / f"{split}.tsv", [("El gato zorbolino duerme.", "The zorbolin cat sleeps.")]
+        )
+    spanish, known = made_up_words_for(str(corpus), reverse=True)
+    assert known == "Spanish word list (wspanish), training targets of corpus"
+    assert spanish.made_up("El gato zorbolino duerme en la casa.", "The cat.") == []
+    assert {"zorbolin", "sleeps"} <= set(spanish.made_up("The zorbolin cat sleeps.", ""))
+    english, known = made_up_words_for(str(corpus))
+    assert known.startswith("English word lists (wamerican, wbritish)")
+    assert english.made_up("The zorbolin cat sleeps in the house.", "") == []
+    assert {"zorbolino", "duerme"} <= set(english.made_up("El gato zorbolino duerme.", ""))

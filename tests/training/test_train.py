@@ -107,6 +107,8 @@ def test_refuses_to_overwrite_or_resume_with_another_model(corpus, tmp_path):
         train(tiny(corpus, train_steps=5), run_dir)
     with pytest.raises(TrainingError, match="different d_model: 32 -> 64"):
         train(tiny(corpus, train_steps=10, d_model=64), run_dir, resume=True)
+    with pytest.raises(TrainingError, match="different reverse: False -> True"):
+        train(tiny(corpus, train_steps=10, reverse=True), run_dir, resume=True)
     assert os.path.getmtime(os.path.join(run_dir, "model.keras")) == before
 
 
@@ -620,6 +622,16 @@ def test_a_run_with_source_noise_sampling_and_source_lowercasing(corpus, tmp_pat
         (
             {"subword_nbest_size": -1, "tokenizer": "wordpiece"},
             "subword_nbest_size (sampling) needs tokenizer sentencepiece",
+        ),
+        # A reversed run's sources are English: what reads them as Spanish is refused.
+        (
+            {"reverse": True, "restore_case": True},
+            "restore_case: the restoration tables put back what people leave out when they "
+            "type Spanish",
+        ),
+        (
+            {"reverse": True, "source_noise_kinds": "lowercase,strip_accents+old_spelling"},
+            "source_noise_kinds strip_accents+old_spelling: these perturbations write Spanish",
         ),
     ],
 )

@@ -21,7 +21,8 @@ One concern per module, each importing only the ones listed before it:
 * `catalogs`: builds the corpus of Debian's Spanish message catalogs
   (`python -m training.prepare_data --corpus catalogs`).
 * `loading`: `load_pairs(source_spec, split)`, the one entry point of the trainer; the
-  spelling a corpus records (`corpus_source_spelling`) and a run's view of it (`load_run_pairs`).
+  spelling a corpus records (`corpus_source_spelling`) and a run's view of it (`load_run_pairs`:
+  its spelling, and its direction, `run_languages`).
 
 The entry point and its error are importable from the package itself:
 `from training.corpus import CorpusError, load_pairs`.
@@ -32,6 +33,7 @@ from training.corpus.loading import (
     corpus_source_spelling,
     load_pairs,
     load_run_pairs,
+    run_languages,
 )
 from training.corpus.tsv import CorpusError
 
@@ -41,4 +43,5 @@ __all__ = [
     "corpus_source_spelling",
     "load_pairs",
     "load_run_pairs",
+    "run_languages",
 ]

@@ -25,6 +25,7 @@ logger = logging.getLogger(__name__)
 APERTIUM_PACKAGE = "apertium-en-es"
 SPANISH_TO_ENGLISH = "spa-eng"
 ENGLISH_TO_SPANISH = "eng-spa"
+
 # A mark at the start of a word: `*unknown`, `#uninflected`, `@untranslated`.
 _UNKNOWN_MARK = re.compile(r"(?:^|(?<=[\s¿¡(\"'«]))[*#@][^\W\d_]")
 # Apertium keeps a blank line as a paragraph break, which no rule reorders words across: the
@@ -33,6 +34,12 @@ _SEGMENT_SEPARATOR = "\n\n"
 _SEGMENT_SPLIT = re.compile(r"\n[ \t]*\n")
 # Segments per apertium process: a few seconds of work each, for progress.
 _BATCH = 2000
+
+
+def run_direction(reverse):
+    """Apertium's direction of a run's translations: the corpora's pairs are Spanish→English,
+    and a reversed run (`training.config.TrainConfig.reverse`) translates English."""
+    return ENGLISH_TO_SPANISH if reverse else SPANISH_TO_ENGLISH
 
 
 def has_unknown_marks(text: str) -> bool:

@@ -308,22 +308,38 @@ def corpus_source_spelling(
     return (read_corpus_stats(directory) or {}).get("source_spelling")
 
 
+def run_languages(reverse: bool) -> tuple[str, str]:
+    """`(source language, target language)` of a run: the corpora's pairs are Spanish→English,
+    and a reversed run (`reverse`, `training.config.TrainConfig.reverse`) reads them the other
+    way round."""
+    return ("English", "Spanish") if reverse else ("Spanish", "English")
+
+
 def load_run_pairs(
     source_spec: str,
     split: str,
-    run_source_spelling: str | None,
+    run_source_spelling: str | None = MODERN,
+    reverse: bool = False,
     bible_dir: str | os.PathLike = DEFAULT_BIBLE_DIR,
     tfds_data_dir: str | os.PathLike | None = None,
 ) -> list[Pair]:
-    """`load_pairs` as a run trained with `run_source_spelling` saw its corpus.
+    """`load_pairs` as a run saw its corpus: the one place where a run's pairs are read, for
+    training, its dev BLEU, a fine-tuning run's watch, its vocabulary and its evaluation.
+
+    A reversed run (`reverse`) reads every pair swapped, `(target, source)`: it translates the
+    corpus's target language into its source language (`run_languages`).
 
     A run records the spelling of the corpus it learned its vocabulary from (its tokenizer
-    config's "source_spelling"). A run that recorded none (trained before the Bible corpus was
-    modernized) was trained and evaluated on the 1909 spelling, so a modern-spelled corpus is
-    shown to it with `model.spelling.old_spelling` applied to the sources: the same sources it
-    was evaluated on, but for the few 1909 irregularities listed in training/CORPUS.md. Targets are never changed.
+    config's "source_spelling"); the default, "modern", reads the corpus as built, as a run
+    trains on it. A run that recorded none (trained before the Bible corpus was modernized) was
+    trained and evaluated on the 1909 spelling, so a modern-spelled corpus is shown to it with
+    `model.spelling.old_spelling` applied to the sources: the same sources it was evaluated on,
+    but for the few 1909 irregularities listed in training/CORPUS.md. Targets are never
+    changed, nor is a reversed run's Spanish side: it was trained on the corpus as built.
     """
     pairs = load_pairs(source_spec, split, bible_dir=bible_dir, tfds_data_dir=tfds_data_dir)
+    if reverse:
+        return [(target, source) for source, target in pairs]
     if run_source_spelling != MODERN and corpus_source_spelling(source_spec, bible_dir) == MODERN:
         pairs = [(old_spelling(source), target) for source, target in pairs]
     return pairs

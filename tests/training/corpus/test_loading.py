@@ -202,3 +202,26 @@ def test_load_pairs_unknown_spec_names_it(tmp_path):
 def test_load_pairs_rejects_unknown_split(tmp_path):
     with pytest.raises(CorpusError, match="unknown split 'validation'"):
         loading.load_pairs("bible", "validation", bible_dir=tmp_path)
+
+
+def test_a_reversed_run_reads_every_pair_swapped_and_its_spanish_as_built(tmp_path):
+    """`load_run_pairs` is where a run's pairs are read: a reversed run gets each target as its
+    source, and the corpus's Spanish as built, even where a run that records no spelling gets
+    the 1909 one; `training.mixture.load_splits` reads every corpus so."""
+    from model.spelling import old_spelling
+    from training.mixture import load_splits, parse_data
+
+    corpus = tmp_path / "modern"
+    corpus.mkdir()
+    pairs = [("Él fue a casa.", "He went home."), ("Vino a verla.", "He came to see her.")]
+    for split in tsv.SPLITS:
+        tsv.write_tsv(corpus / f"{split}.tsv", pairs)
+    (corpus / "stats.json").write_text('{"source_spelling": "modern"}', encoding="utf-8")
+    assert loading.load_run_pairs(str(corpus), "dev", None) == [
+        (old_spelling(source), target) for source, target in pairs
+    ]
+    assert old_spelling(pairs[0][0]) != pairs[0][0]
+    swapped = [(target, source) for source, target in pairs]
+    assert loading.load_run_pairs(str(corpus), "dev", None, reverse=True) == swapped
+    assert load_splits(parse_data(str(corpus)), "test", reverse=True) == {"modern": swapped}
+    assert load_splits(parse_data(str(corpus)), "test") == {"modern": pairs}
