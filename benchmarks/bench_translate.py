@@ -28,6 +28,7 @@ from inference.translate_text import BATCH_TOKENS
 from run_directory import artifacts
 from training.corpus import apertium, load_run_pairs
 from training.corpus.loading import EVERYDAY_DIR
+from training.mixture import load_splits, parse_data
 
 SECTION = "Translating a file offline (translate-text)"
 PEERS_SECTION = "Translating a file offline: beside CTranslate2 and Apertium"
@@ -150,14 +151,23 @@ def run_child(command, output_path, sample_seconds=5.0):
     return seconds, int(lines[-1]) * 1024, sampler.samples  # ru_maxrss: kilobytes on Linux
 
 
+def run_test_sources(model_dir):
+    """The sources of the test splits of every corpus the run trained on (its `data`, a mix of
+    several as the bundle's is), as the run reads them (`training.mixture.load_splits`)."""
+    config = artifacts.read_config(model_dir)
+    splits = load_splits(
+        parse_data(config["data"]),
+        "test",
+        run_source_spelling=artifacts.source_spelling(model_dir),
+        reverse=config.get("reverse", False),
+    )
+    return [source for pairs in splits.values() for source, _ in pairs]
+
+
 def measure(model_dir, sizes, window_lines, sample_seconds=5.0):
     """`[(lines, seconds, peak RSS bytes), ...]` per file size of `sizes`, and the memory samples
     of each run (`ProgressSampler.samples`) in the same order."""
-    config = artifacts.read_config(model_dir)
-    pairs = load_run_pairs(
-        config["data"], "test", artifacts.source_spelling(model_dir), config.get("reverse", False)
-    )
-    sources = [source for source, _ in pairs]
+    sources = run_test_sources(model_dir)
     results, traces = [], []
     with tempfile.TemporaryDirectory() as directory:
         for count in sizes:
@@ -372,7 +382,7 @@ def markdown(model_dir, results, window_lines, command, plot_link=None):
             f"Command: `{command}`.",
             "",
             f"`translate-text --model {model_dir}`, greedy, its default batching, windows of "
-            f"{window_lines:,} lines, on files of the test split's sources repeated with "
+            f"{window_lines:,} lines, on files of the test splits' sources repeated with "
             "variations (as written, lower-cased, without the final mark, cut at the first "
             "comma); wall time of the whole process, start-up (TensorFlow, the model, tracing) "
             "included, and its peak resident memory (`ru_maxrss`).",

@@ -34,6 +34,28 @@ def test_bench_translate_reports_throughput_past_start_up_and_the_growth_of_peak
     assert "Peak RSS from 500 to 2,000 lines: +10 MiB." in body
 
 
+def test_bench_translate_reads_the_test_splits_of_every_corpus_a_mixed_run_trained_on(tmp_path):
+    """The bundle trains on a mix (`bible:1,catalogs:1,...`): its data spec is several corpora,
+    not one."""
+    import json
+
+    from benchmarks.bench_translate import run_test_sources
+    from training.toy_corpus import ES_EN_OFFICE, write_corpus
+
+    house = write_corpus(tmp_path / "house", dev=5, test=6)
+    office = write_corpus(tmp_path / "office", train=20, dev=5, test=4, glossary=ES_EN_OFFICE)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "config.json").write_text(json.dumps({"data": f"{house}:1,{office}:0.5"}))
+    test_sources = [
+        line.split("\t")[0]
+        for corpus in (house, office)
+        for line in (corpus / "test.tsv").read_text(encoding="utf-8").splitlines()
+    ]
+    assert run_test_sources(str(run_dir)) == test_sources
+    assert len(test_sources) == 10
+
+
 def test_bench_translate_counts_written_lines_incrementally_across_appends(tmp_path):
     from benchmarks.bench_translate import ProgressSampler
 
