@@ -11,7 +11,9 @@ Pipeline:
      directory, and unpack only its Spanish catalogs and its copyright file; a package that
      cannot be downloaded is reported and skipped.
   2. `read_catalog`: the catalog's messages with polib; `package_licence` from the copyright.
-  3. `clean_message` (training/corpus/catalog_cleaning.py): each rule drops or cleans a pair.
+  3. `clean_message` (training/corpus/catalog_cleaning.py): placeholders filled
+     (training/corpus/catalog_fills.py; a plural message's plural forms, `message_forms`),
+     then each rule drops or cleans a pair.
   4. `choose_locale_variants`: one Spanish per English in a package, the first locale of
      `LOCALE_PREFERENCE` (es, es_ES, es_419, es_MX, ... es_AR's voseo last).
   5. Duplicates removed across packages by `near_duplicate_key` (first package wins).
@@ -35,7 +37,7 @@ from pathlib import Path
 import polib
 from tqdm import tqdm
 
-from training.corpus.catalog_cleaning import clean_message, near_duplicate_key
+from training.corpus.catalog_cleaning import clean_message, near_duplicate_key, needs_filling
 from training.corpus.debian import (
     DEFAULT_CACHE_DIR,
     announce_downloads,
@@ -111,7 +113,9 @@ CATALOG_MEMBERS = (
 )
 DEV_FRACTION = TEST_FRACTION = 0.02
 SPLIT_SALT = "catalogs-es-en-v1"
-CORPUS_FORMAT_VERSION = 1
+# Recorded in stats.json; a corpus built with another version is rebuilt. 1: messages with
+# placeholders dropped; 2: their placeholders filled (training/corpus/catalog_fills.py).
+CORPUS_FORMAT_VERSION = 2
 DUPLICATE = "duplicate"
 OTHER_LOCALE_VARIANT = "other_locale_variant"
 
@@ -124,11 +128,16 @@ class CatalogMessage:
       english: the msgid (a plural message's singular).
       spanish: the msgstr (a plural message's first form).
       locale: the catalog's locale directory, e.g. `es_419`.
+      english_plural: a plural message's msgid_plural ("" for other messages).
+      spanish_plural: its second msgstr form, the one Spanish uses for every count but one
+        ("" for other messages).
     """
 
     english: str
     spanish: str
     locale: str
+    english_plural: str = ""
+    spanish_plural: str = ""
 
 
 def locale_rank(locale: str) -> tuple[int, str]:
@@ -152,10 +161,23 @@ def read_catalog(path: Path) -> list[CatalogMessage]:
     locale = path.parent.parent.name
     messages = []
     for entry in catalog:
-        spanish = entry.msgstr or (entry.msgstr_plural or {}).get(0, "")
+        forms = entry.msgstr_plural or {}
+        spanish = entry.msgstr or forms.get(0, "")
         if entry.msgid and spanish:
-            messages.append(CatalogMessage(entry.msgid, spanish, locale))
+            plural = (entry.msgid_plural, forms.get(1, "")) if entry.msgid_plural else ("", "")
+            messages.append(CatalogMessage(entry.msgid, spanish, locale, *plural))
     return messages
+
+
+def message_forms(message: CatalogMessage) -> tuple[str, str]:
+    """The `(english, spanish)` of `message` to clean: its singular, or, for a plural message
+    whose singular holds placeholders, its plural forms, which every count filled in them but
+    one reads right in both languages ("%d files" / "%d archivos": the count drawn is 2 or more
+    where a noun follows; the singular "%d file" would read wrong with any count but 1)."""
+    if message.english_plural and message.spanish_plural:
+        if needs_filling(message.english, message.spanish):
+            return message.english_plural, message.spanish_plural
+    return message.english, message.spanish
 
 
 def choose_locale_variants(messages: Iterable[CatalogMessage]) -> tuple[list[CatalogMessage], int]:
@@ -180,10 +202,12 @@ def choose_locale_variants(messages: Iterable[CatalogMessage]) -> tuple[list[Cat
 
 @dataclasses.dataclass
 class PackageYield:
-    """What one package gave: its manifest entry and its kept pairs."""
+    """What one package gave: its manifest entry, its kept pairs, and those of them whose
+    placeholders were filled."""
 
     manifest: dict
     pairs: list[Pair]
+    filled: set[Pair] = dataclasses.field(default_factory=set)
 
 
 def read_package(package: str, cache_dir: Path) -> PackageYield:
@@ -208,13 +232,16 @@ def read_package(package: str, cache_dir: Path) -> PackageYield:
     chosen, variants = choose_locale_variants(messages)
     dropped: collections.Counter = collections.Counter()
     dropped[OTHER_LOCALE_VARIANT] = variants
-    pairs = []
+    pairs, filled = [], set()
     for message in chosen:
-        pair, reason = clean_message(message.english, message.spanish)
+        english, spanish = message_forms(message)
+        pair, reason = clean_message(english, spanish)
         if pair is None:
             dropped[reason] += 1
-        else:
-            pairs.append(pair)
+            continue
+        pairs.append(pair)
+        if needs_filling(english, spanish):
+            filled.add(pair)
     manifest = {
         "package": package,
         "version": deb_version(deb),
@@ -223,9 +250,10 @@ def read_package(package: str, cache_dir: Path) -> PackageYield:
         "catalogs": [str(path.relative_to(root)) for path in catalogs],
         "messages": len(messages),
         "cleaned": len(pairs),
+        "filled": len(filled),
         "dropped": dict(sorted((reason, count) for reason, count in dropped.items() if count)),
     }
-    return PackageYield(manifest, pairs)
+    return PackageYield(manifest, pairs, filled)
 
 
 def remove_duplicates(
@@ -272,9 +300,16 @@ def _packages_digest(packages: Sequence[str]) -> str:
 
 
 def _corpus_stats(
-    manifests: list[dict], splits: dict[str, list[Pair]], removed: int, digest: str, started: float
+    yields: list[PackageYield],
+    splits: dict[str, list[Pair]],
+    removed: int,
+    digest: str,
+    started: float,
 ) -> dict:
-    """What stats.json records: the totals, the split, and each package's manifest."""
+    """What stats.json records: the totals, the split (and how many pairs of each split had
+    their placeholders filled), and each package's manifest."""
+    manifests = [package_yield.manifest for package_yield in yields]
+    filled = set().union(*(package_yield.filled for package_yield in yields))
     dropped: collections.Counter = collections.Counter()
     for manifest in manifests:
         dropped.update(manifest.get("dropped", {}))
@@ -290,6 +325,7 @@ def _corpus_stats(
         "messages_read": sum(m.get("messages", 0) for m in manifests),
         "dropped": dict(dropped.most_common()),
         "split_pairs": {split: len(splits[split]) for split in SPLITS},
+        "filled_pairs": {split: sum(pair in filled for pair in splits[split]) for split in SPLITS},
         "split_rule": describe_split(
             SPLIT_SALT, "near-duplicate key of the English", DEV_FRACTION, TEST_FRACTION
         ),
@@ -339,12 +375,18 @@ def build_catalogs_corpus(
         }
 
     def stale_reason(stats: dict) -> str | None:
-        if (stats.get("format_version"), stats.get("packages_digest")) == (
-            CORPUS_FORMAT_VERSION,
-            digest,
-        ):
-            return None
-        return f"{out_dir} was built from another package list or format: rebuilding it"
+        version = stats.get("format_version")
+        if version != CORPUS_FORMAT_VERSION:
+            return (
+                f"{out_dir} is of format version {version}, this build writes version "
+                f"{CORPUS_FORMAT_VERSION} (placeholders filled, not dropped): rebuilding it"
+            )
+        if stats.get("packages_digest") != digest:
+            return (
+                f"{out_dir} was built from another package list, or apart from another "
+                "build of the other corpus: rebuilding it"
+            )
+        return None
 
     if not needs_build(out_dir, force, stale_reason):
         return {}
@@ -364,7 +406,7 @@ def build_catalogs_corpus(
         )
     splits, removed = split_pairs(keyed_pairs)
     write_splits(out_dir, splits)
-    stats = _corpus_stats([y.manifest for y in yields], splits, removed, digest, started)
+    stats = _corpus_stats(yields, splits, removed, digest, started)
     write_corpus_stats(out_dir, stats)
     logger.info(
         "catalogs corpus: %d pairs from %d packages (%s), built in %.0f s",
