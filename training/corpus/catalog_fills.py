@@ -356,6 +356,7 @@ _FILE_WORDS = set(
 )
 # "Failed to save the file: %s": the system's reason.
 _FAILURE_WORDS = set("error errors failed failure unable cannot could couldn't impossible".split())
+_PLACE_WORDS = set("location place city town ubicación lugar ciudad".split())
 _ENGLISH_DETERMINERS = set("the a an your my his her their its this that".split())
 # A placeholder that starts the English and is followed by one of these is its subject.
 _SUBJECT_VERBS = set(
@@ -369,16 +370,18 @@ _DRAWN_WEIGHTS = (35, 30, 10, 15, 10)
 
 def _is_verb(next_words: tuple[str, ...]) -> bool:
     """Whether the word after a sentence-initial placeholder is its verb ("%s wishes to ...",
-    "%1$s bashes ..."): a known one, or a third-person "-s" that is no counted noun or unit."""
+    "%1$s bashes ...", "%s moved ..."): a known one, a third-person "-s" that is no counted
+    noun or unit, or a past "-ed"."""
     word = next_words[0] if next_words else ""
     plural_noun = word in _COUNTED_NOUNS or word in _UNITS
-    return word in _SUBJECT_VERBS or (word.endswith("s") and len(word) > 3 and not plural_noun)
+    third_person = word.endswith("s") and len(word) > 3 and not plural_noun
+    return word in _SUBJECT_VERBS or third_person or word.endswith("ed")
 
 
 def context_category(context: Context, rng: random.Random) -> str:
     """What a text slot holds by the words around it: "a las %s" a time, "on %s" with "el %s"
     a date, "%s MB" a quantity, "%s files" and "page %s" a count, "version %s" a version, near
-    "user" or "file" a person or a file, "by %s" and Spanish's personal "a %s" a person,
+    "user", "location" or "file" a person, a place or a file, "%s's", "by %s" and Spanish's personal "a %s" a person,
     "Failed ...: %s" an error, "'%s'" and "%s: ..." a title, "the %s" a thing, "in %s" with
     "en %s" a place, "%s wishes ..." a person; otherwise a seeded draw."""
     english_last = context.english_before[-1:]
@@ -394,7 +397,8 @@ def context_category(context: Context, rng: random.Random) -> str:
         (values.INTEGER, bool(set(english_next) & _COUNTED_NOUNS)),
         (values.INTEGER, bool(set(english_last) & _NUMBER_NOUNS_BEFORE)),
         (values.VERSION, english_last == ("version",) or spanish_last == ("versión",)),
-        (values.PERSON, bool(window & _PERSON_WORDS)),
+        (values.PERSON, bool(window & _PERSON_WORDS) or english_next == ("s",)),  # "%s's"
+        (values.PLACE, bool(window & _PLACE_WORDS)),
         (values.FILE, bool(window & _FILE_WORDS)),
         (values.PERSON, english_last in {("by",), ("with",), ("from",)}),
         (values.THING, bool(set(english_last) & _ENGLISH_DETERMINERS)),

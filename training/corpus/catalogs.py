@@ -334,6 +334,23 @@ def _corpus_stats(
     }
 
 
+def _stale_reason(stats: dict, out_dir: Path, digest: str) -> str | None:
+    """Why a complete catalogs corpus with these statistics must be rebuilt (another format
+    version, another package list or other corpus apart from), or None."""
+    version = stats.get("format_version")
+    if version != CORPUS_FORMAT_VERSION:
+        return (
+            f"{out_dir} is of format version {version}, this build writes version "
+            f"{CORPUS_FORMAT_VERSION} (placeholders filled, not dropped): rebuilding it"
+        )
+    if stats.get("packages_digest") != digest:
+        return (
+            f"{out_dir} was built from another package list, or apart from another "
+            "build of the other corpus: rebuilding it"
+        )
+    return None
+
+
 def build_catalogs_corpus(
     out_dir: Path | str,
     cache_dir: Path | str = DEFAULT_CACHE_DIR / "catalogs",
@@ -374,21 +391,7 @@ def build_catalogs_corpus(
             for _, english in read_tsv(Path(apart_from) / f"{split}.tsv")
         }
 
-    def stale_reason(stats: dict) -> str | None:
-        version = stats.get("format_version")
-        if version != CORPUS_FORMAT_VERSION:
-            return (
-                f"{out_dir} is of format version {version}, this build writes version "
-                f"{CORPUS_FORMAT_VERSION} (placeholders filled, not dropped): rebuilding it"
-            )
-        if stats.get("packages_digest") != digest:
-            return (
-                f"{out_dir} was built from another package list, or apart from another "
-                "build of the other corpus: rebuilding it"
-            )
-        return None
-
-    if not needs_build(out_dir, force, stale_reason):
+    if not needs_build(out_dir, force, lambda stats: _stale_reason(stats, out_dir, digest)):
         return {}
     started = time.monotonic()
     announce_downloads(cache_dir, packages, "catalogs corpus")
