@@ -6,11 +6,14 @@ sentences glued together by code. Each rule below is one small function; `clean_
 applies them in order and names the first that rejects a pair (the manifest counts pairs
 dropped by that name, training/CORPUS.md lists them).
 
-Placeholders are filled rather than cut out ("%s home page" without its "%s" is not a sentence
-any more): `training.corpus.catalog_fills` gives each the same value on both sides, as the
-program would at run time, and the filled pair then meets every other rule. A message whose
-placeholders it cannot fill is dropped under its own reason, and a filled pair that another
-rule rejects is counted under that rule's reason behind `FILLED_THEN`.
+Placeholders drop the pair in `clean_message` rather than being cut out: "%s home page" without
+its "%s" is not a sentence any more. `clean_filled_message` fills them instead
+(`training.corpus.catalog_fills`: each the same value on both sides, as the program would at
+run time), and the filled pair then meets every other rule: the `catalog-fills` corpus, kept
+apart from the catalogs corpus so that the one the bundled model was trained and scored on
+stays as it was. A message whose placeholders it cannot fill is dropped under its own reason,
+and a filled pair that another rule rejects is counted under that rule's reason behind
+`FILLED_THEN`.
 """
 
 from __future__ import annotations
@@ -19,11 +22,17 @@ import html
 import re
 import unicodedata
 
-from training.corpus.catalog_fills import PLACEHOLDER_NOT_FILLED, fill_placeholders
+from training.corpus.catalog_fills import (
+    PLACEHOLDER_NOT_FILLED,
+    blank_placeholders,
+    fill_placeholders,
+)
 from training.corpus.tsv import Pair
 
-# The drop reasons, in the order `clean_message` applies the rules (after those of
-# `catalog_fills`: `PLACEHOLDERS_MISMATCHED`, `PLACEHOLDER_NOT_FILLED`).
+# The drop reasons, in the order `clean_message` applies the rules (`clean_filled_message`
+# fills placeholders first, with `catalog_fills`'s reasons, `PLACEHOLDERS_MISMATCHED` and
+# `PLACEHOLDER_NOT_FILLED`, instead of dropping them under `PLACEHOLDER`).
+PLACEHOLDER = "placeholder"
 ID_LIKE = "id_like_msgid"
 URL_OR_CODE = "url_or_code"
 PLACEHOLDER_BEHIND_ENTITY = "placeholder_behind_entity"
@@ -201,17 +210,45 @@ def looks_spanish(text: str) -> bool:
     return spanish >= english and not (english >= 2 and spanish == 0)
 
 
+def without_placeholders(text: str) -> str:
+    """`text` with every placeholder blanked out, those `catalog_fills` reads first
+    (`%PRODUCTNAME` whole), then any other `has_placeholder` finds, markup tags too: what a
+    message says whatever the program fills in."""
+    blanked = _MARKUP_TAG.sub(" ", blank_placeholders(text))
+    return _OTHER_TAG.sub(" ", _PLACEHOLDER.sub(" ", blanked))
+
+
 def needs_filling(english: str, spanish: str) -> bool:
     """Whether a message (msgid, msgstr) holds a placeholder on either side, which
-    `clean_message` fills."""
+    `clean_filled_message` fills."""
     english, spanish = strip_context_key(english), strip_context_key(spanish)
     return has_placeholder(english) or has_placeholder(spanish)
 
 
 def clean_message(english: str, spanish: str) -> tuple[Pair | None, str | None]:
-    """One catalog message made a training pair, or the rule that rejects it.
+    """One catalog message made a training pair, or the rule that rejects it: the catalogs
+    corpus's rules, which drop a message with placeholders (`PLACEHOLDER`).
 
-    Placeholders are filled first (`catalog_fills.fill_placeholders`), then the other rules
+    Args:
+      english: the msgid (the singular of a plural message).
+      spanish: its msgstr.
+
+    Returns:
+      `((spanish, english), None)` with both sides cleaned, or `(None, reason)`, the reason
+      one of this module's drop constants.
+    """
+    english = remove_accelerators(strip_context_key(english))
+    spanish = remove_accelerators(strip_context_key(spanish))
+    if has_placeholder(english) or has_placeholder(spanish):
+        return None, PLACEHOLDER
+    pair, reason = _apply_rules(english, spanish)
+    # The catalogs corpus counts a placeholder an entity hid with the others, as it always has.
+    return pair, PLACEHOLDER if reason == PLACEHOLDER_BEHIND_ENTITY else reason
+
+
+def clean_filled_message(english: str, spanish: str) -> tuple[Pair | None, str | None]:
+    """One catalog message made a training pair with its placeholders filled
+    (`catalog_fills.fill_placeholders`), or the rule that rejects it; the other rules then
     see the filled text.
 
     Args:
@@ -219,9 +256,9 @@ def clean_message(english: str, spanish: str) -> tuple[Pair | None, str | None]:
       spanish: its msgstr (of the same form).
 
     Returns:
-      `((spanish, english), None)` with both sides cleaned, or `(None, reason)`, the reason
-      one of this module's drop constants; behind `FILLED_THEN` when the message held
-      placeholders and was filled.
+      `((spanish, english), None)` filled and cleaned, or `(None, reason)`, the reason one of
+      this module's drop constants or `catalog_fills`'s; behind `FILLED_THEN` when the message
+      held placeholders and was filled.
     """
     filled = needs_filling(english, spanish)
     english, spanish = strip_context_key(english), strip_context_key(spanish)
@@ -238,8 +275,8 @@ def clean_message(english: str, spanish: str) -> tuple[Pair | None, str | None]:
 
 
 def _apply_rules(english: str, spanish: str) -> tuple[Pair | None, str | None]:
-    """`clean_message`'s rules after the placeholders, in order: the first that rejects the
-    pair names the reason."""
+    """The rules after the placeholders, in order: the first that rejects the pair names the
+    reason."""
     if is_id_like(english):
         return None, ID_LIKE
     if has_url_or_code(english) or has_url_or_code(spanish):

@@ -194,6 +194,12 @@ def find_placeholders(text: str) -> list[Placeholder]:
     return found
 
 
+def blank_placeholders(text: str) -> str:
+    """`text` with every placeholder this module reads (`find_placeholders`'s, of any kind)
+    blanked out, each a space: `%PRODUCTNAME` whole, not just its `%P`."""
+    return _TOKEN.sub(" ", text)
+
+
 def message_rng(english: str, spanish: str) -> random.Random:
     """The random draws of one message: seeded by its text, so the same message is always
     filled alike (on every machine and run) and different messages draw apart."""

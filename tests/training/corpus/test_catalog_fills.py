@@ -74,7 +74,7 @@ def test_each_kind_of_placeholder_is_filled_with_one_value_on_both_sides(kind):
         assert _numbers(english_value) == _numbers(spanish_value)
     else:
         assert english_value == spanish_value
-    pair, reason = cleaning.clean_message(english, spanish)
+    pair, reason = cleaning.clean_filled_message(english, spanish)
     assert reason is None and pair == (filled_spanish, filled_english)
 
 
@@ -189,7 +189,7 @@ def test_a_noun_agrees_with_the_spanish_article_and_an_error_follows_a_failure()
 )
 def test_mismatched_placeholders_are_dropped_with_their_reason(english, spanish):
     assert fills.fill_placeholders(english, spanish) == (None, fills.PLACEHOLDERS_MISMATCHED)
-    assert cleaning.clean_message(english, spanish) == (None, fills.PLACEHOLDERS_MISMATCHED)
+    assert cleaning.clean_filled_message(english, spanish) == (None, fills.PLACEHOLDERS_MISMATCHED)
 
 
 @pytest.mark.parametrize(
@@ -205,15 +205,15 @@ def test_mismatched_placeholders_are_dropped_with_their_reason(english, spanish)
     ],
 )
 def test_placeholders_of_kinds_not_filled_drop_the_pair(english, spanish):
-    assert cleaning.clean_message(english, spanish) == (None, fills.PLACEHOLDER_NOT_FILLED)
+    assert cleaning.clean_filled_message(english, spanish) == (None, fills.PLACEHOLDER_NOT_FILLED)
 
 
 def test_a_filled_pair_another_rule_rejects_is_counted_apart():
-    assert cleaning.clean_message("Hi %s", "Hola %s") == (
+    assert cleaning.clean_filled_message("Hi %s", "Hola %s") == (
         None,
         cleaning.FILLED_THEN + cleaning.NOT_A_SENTENCE,
     )
-    assert cleaning.clean_message("Open", "Abrir") == (None, cleaning.NOT_A_SENTENCE)
+    assert cleaning.clean_filled_message("Open", "Abrir") == (None, cleaning.NOT_A_SENTENCE)
 
 
 def test_the_same_message_is_filled_alike_in_any_process():
