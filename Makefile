@@ -27,7 +27,7 @@ SERVER_FLAGS := --port=$(PORT) --rest_api_port=$(REST_PORT) --model_name=$(MODEL
 	--batching_parameters_file=serving/batching.config \
 	--monitoring_config_file=serving/monitoring.config $(SERVE_ARGS)
 
-.PHONY: help setup translate test test-large test-under-load check-mutations lint data data-bible data-catalogs data-catalogs-more data-wordnet-bt data-lexicon data-telephony data-test bench-everyday train average evaluate export serve query demo demo-web demo-train browser pretrained pretrained-base notebooks \
+.PHONY: help setup translate test test-large test-under-load check-mutations lint data data-bible data-catalogs data-catalogs-more data-catalog-fills data-catalog-fills-more data-wordnet-bt data-lexicon data-telephony data-test bench-everyday train average evaluate export serve query demo demo-web demo-train browser pretrained pretrained-base notebooks \
 	bench-train bench-decode bench-profile bench-serve bench-sweep bench-tokenizer bench-robustness \
 	bench-translate bench-cold-start bench-soak check-prometheus \
 	export-ctranslate2 clean-venv
@@ -90,7 +90,7 @@ lint: $(STAMP)  ## The house style: ruff's lint and format checks (`ruff format 
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-data: data-bible data-catalogs data-catalogs-more data-wordnet-bt data-lexicon data-telephony  ## Every Spanish→English corpus: data/bible, data/catalogs, data/catalogs-more, data/wordnet-bt, data/lexicon, data/telephony (rebuilt only when missing).
+data: data-bible data-catalogs data-catalogs-more data-catalog-fills data-catalog-fills-more data-wordnet-bt data-lexicon data-telephony  ## Every Spanish→English corpus: data/bible, data/catalogs, data/catalogs-more, data/catalog-fills, data/catalog-fills-more, data/wordnet-bt, data/lexicon, data/telephony (rebuilt only when missing).
 
 data-bible: $(STAMP)  ## The embedded Bible corpus alone, data/bible.
 	$(PY) -m training.prepare_data --out data/bible
@@ -100,6 +100,12 @@ data-catalogs: $(STAMP)  ## Debian's translated message catalogs, data/catalogs 
 
 data-catalogs-more: $(STAMP) data-catalogs  ## The catalogs of 44 more packages, apart from data/catalogs (downloads 0.6 GB into .debs/catalogs-more once).
 	$(PY) -m training.prepare_data --corpus catalogs-more --out data/catalogs-more
+
+data-catalog-fills: $(STAMP) data-catalogs  ## The messages data/catalogs drops for their placeholders, filled, apart from it, data/catalog-fills (the packages in .debs/catalogs; nothing more to download).
+	$(PY) -m training.prepare_data --corpus catalog-fills --out data/catalog-fills
+
+data-catalog-fills-more: $(STAMP) data-catalogs-more data-catalog-fills  ## The filled messages of the catalogs-more packages, apart from data/catalogs, data/catalogs-more and data/catalog-fills, data/catalog-fills-more (nothing more to download).
+	$(PY) -m training.prepare_data --corpus catalog-fills-more --out data/catalog-fills-more
 
 data-wordnet-bt: $(STAMP)  ## WordNet's usage examples back-translated by Apertium (installs apertium-en-es), data/wordnet-bt.
 	$(PY) -m training.prepare_data --corpus wordnet-bt --out data/wordnet-bt

@@ -39,13 +39,17 @@ from training import decoding_flags
 from training.corpus.apertium import run_direction
 from training.corpus.loading import (
     BACKTRANSLATION_SPEC,
+    CATALOG_FILLS_SPEC,
     DEFAULT_BACKTRANSLATION_DIR,
     DEFAULT_BIBLE_DIR,
+    DEFAULT_CATALOG_FILLS_DIR,
     DEFAULT_CATALOGS_DIR,
     DEFAULT_LEXICON_DIR,
+    DEFAULT_MORE_CATALOG_FILLS_DIR,
     DEFAULT_MORE_CATALOGS_DIR,
     EVERYDAY_DIR,
     LEXICON_SPEC,
+    MORE_CATALOG_FILLS_SPEC,
     MORE_CATALOGS_SPEC,
     load_run_pairs,
     run_languages,
@@ -69,6 +73,8 @@ _BUILT_CORPORA = {
     "bible": DEFAULT_BIBLE_DIR,
     "catalogs": DEFAULT_CATALOGS_DIR,
     MORE_CATALOGS_SPEC: DEFAULT_MORE_CATALOGS_DIR,
+    CATALOG_FILLS_SPEC: DEFAULT_CATALOG_FILLS_DIR,
+    MORE_CATALOG_FILLS_SPEC: DEFAULT_MORE_CATALOG_FILLS_DIR,
     BACKTRANSLATION_SPEC: DEFAULT_BACKTRANSLATION_DIR,
     LEXICON_SPEC: DEFAULT_LEXICON_DIR,
 }
@@ -76,6 +82,8 @@ _CORPUS_TITLES = {
     "bible": "Bible",
     "catalogs": "message catalogs",
     MORE_CATALOGS_SPEC: "more message catalogs",
+    CATALOG_FILLS_SPEC: "message catalogs' filled placeholders",
+    MORE_CATALOG_FILLS_SPEC: "more message catalogs' filled placeholders",
     BACKTRANSLATION_SPEC: "back-translated WordNet",
     LEXICON_SPEC: "lexicon",
 }
@@ -155,6 +163,8 @@ _CORPUS_DOMAINS = {
     "bible": "Bible verses in the language of the 1909 Reina-Valera (modern spelling)",
     "catalogs": "the text of software and games: menus, messages, help and game dialogue",
     MORE_CATALOGS_SPEC: "more software and games: money, family history, notes, chat, mail",
+    CATALOG_FILLS_SPEC: "software's and games' messages with names, figures, dates and times",
+    MORE_CATALOG_FILLS_SPEC: "more software's messages with names, figures, dates and times",
     BACKTRANSLATION_SPEC: "everyday English phrasing (WordNet's usage examples)",
     LEXICON_SPEC: "the words of everyday talk, one by one (dictionaries)",
 }
@@ -192,6 +202,30 @@ UNQUOTED_CORPORA = {
     LEXICON_SPEC: {
         "Spanish": ["tenedor", "almohada", "bombilla"],
         "English": ["fork", "pillow", "light bulb"],
+    },
+    CATALOG_FILLS_SPEC: {
+        "Spanish": [
+            "Se copiaron 12 archivos en la carpeta Documentos.",
+            "María se ha unido a la conversación.",
+            "La descarga terminará a las 21:15.",
+        ],
+        "English": [
+            "12 files were copied to the Documents folder.",
+            "María has joined the conversation.",
+            "The download will finish at 21:15.",
+        ],
+    },
+    MORE_CATALOG_FILLS_SPEC: {
+        "Spanish": [
+            "Tiene 3 recordatorios para el 6 de junio.",
+            "Pedro le ha enviado 2 mensajes nuevos.",
+            "El saldo de la cuenta es de 1.250,75 euros.",
+        ],
+        "English": [
+            "You have 3 reminders for June 6.",
+            "Pedro has sent you 2 new messages.",
+            "The account balance is 1,250.75 euros.",
+        ],
     },
 }
 

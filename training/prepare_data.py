@@ -3,6 +3,10 @@
 `--corpus bible` (the default): the Spanish->English Bible, `training.corpus.bible`.
 `--corpus catalogs`: Debian's translated message catalogs, `training.corpus.catalogs`.
 `--corpus catalogs-more`: the catalogs of 44 more packages, apart from `catalogs`.
+`--corpus catalog-fills`: the messages `catalogs` drops for their placeholders, filled,
+`training.corpus.catalog_fills_corpus`, apart from `catalogs` (same packages and cache).
+`--corpus catalog-fills-more`: the same of the `catalogs-more` packages, apart from `catalogs`,
+`catalogs-more` and `catalog-fills`.
 `--corpus wordnet-bt`: WordNet's usage examples back-translated by Apertium,
 `training.corpus.backtranslation`.
 `--corpus lexicon`: FreeDict's and Apertium's word pairs, `training.corpus.lexicon`.
@@ -26,13 +30,32 @@ from training.corpus.backtranslation import build_backtranslation_corpus
 from training.corpus.bible import build_bible_corpus
 from training.corpus.catalogs import CATALOG_PACKAGES, TEST_PACKAGES, build_catalogs_corpus
 from training.corpus.lexicon import build_lexicon_corpus
-from training.corpus.loading import build_more_catalogs_corpus
+from training.corpus.loading import (
+    build_catalog_fills_corpus,
+    build_more_catalog_fills_corpus,
+    build_more_catalogs_corpus,
+)
 from training.corpus.telephony import build_telephony_corpus
 from training.corpus.tsv import CorpusError
 
 logger = logging.getLogger(__name__)
 
-CORPORA = ("bible", "catalogs", "catalogs-more", "wordnet-bt", "lexicon", "telephony")
+CORPORA = (
+    "bible",
+    "catalogs",
+    "catalogs-more",
+    "catalog-fills",
+    "catalog-fills-more",
+    "wordnet-bt",
+    "lexicon",
+    "telephony",
+)
+# The corpora built apart from others, in the cache of the catalogs corpus of their packages.
+_APART_BUILDERS = {
+    "catalogs-more": (build_more_catalogs_corpus, "catalogs-more"),
+    "catalog-fills": (build_catalog_fills_corpus, "catalogs"),
+    "catalog-fills-more": (build_more_catalog_fills_corpus, "catalogs-more"),
+}
 
 
 def _names(text: str | None) -> list[str] | None:
@@ -58,7 +81,8 @@ def main(argv: list[str] | None = None) -> int:
         "--cache",
         type=Path,
         help="directory for the downloaded and unpacked .deb packages "
-        "(default: .debs for the Bible, .debs/CORPUS for the others)",
+        "(default: .debs for the Bible, .debs/CORPUS for the others; catalogs-more, "
+        "catalog-fills and catalog-fills-more take none: .debs/catalogs-more, .debs/catalogs)",
     )
     parser.add_argument(
         "--force",
@@ -102,10 +126,11 @@ def main(argv: list[str] | None = None) -> int:
             build_backtranslation_corpus(
                 out, args.cache or Path(".debs") / "wordnet", force=args.force, limit=args.limit
             )
-        elif args.corpus == "catalogs-more":
+        elif args.corpus in _APART_BUILDERS:
+            build, cache = _APART_BUILDERS[args.corpus]
             if args.cache is not None:
-                parser.error("--cache is not for --corpus catalogs-more (.debs/catalogs-more)")
-            build_more_catalogs_corpus(out, force=args.force)
+                parser.error(f"--cache is not for --corpus {args.corpus} (.debs/{cache})")
+            build(out, force=args.force)
         elif args.corpus == "lexicon":
             build_lexicon_corpus(out, args.cache or Path(".debs") / "lexicon", force=args.force)
         elif args.corpus == "telephony":

@@ -10,6 +10,8 @@ One concern per module, each importing only the ones listed before it:
 * `debian`: `apt-get download` into a cache and unpack without installing.
 * `bible`: downloads and builds the embedded Spanish->English Bible corpus
   (command line: `python -m training.prepare_data`).
+* `fill_values`: the values placeholders are filled with, written in English and Spanish.
+* `catalog_fills`: a message-catalog entry's placeholders filled alike on both sides.
 * `catalog_cleaning`: the rules that make message-catalog entries sentence pairs.
 * `apertium`: Apertium, Debian's rule-based translator, as a tool.
 * `backtranslation`: builds WordNet's usage examples back-translated by Apertium
@@ -20,6 +22,8 @@ One concern per module, each importing only the ones listed before it:
   (`python -m training.prepare_data --corpus telephony`).
 * `catalogs`: builds the corpus of Debian's Spanish message catalogs
   (`python -m training.prepare_data --corpus catalogs`).
+* `catalog_fills_corpus`: builds the corpus of the catalogs' messages with placeholders, filled,
+  apart from the catalogs corpus (`python -m training.prepare_data --corpus catalog-fills`).
 * `loading`: `load_pairs(source_spec, split)`, the one entry point of the trainer; the
   spelling a corpus records (`corpus_source_spelling`) and a run's view of it (`load_run_pairs`:
   its spelling, and its direction, `run_languages`).

@@ -6,8 +6,14 @@ sentences glued together by code. Each rule below is one small function; `clean_
 applies them in order and names the first that rejects a pair (the manifest counts pairs
 dropped by that name, training/CORPUS.md lists them).
 
-Placeholders drop the pair rather than being cut out: "%s home page" without its "%s" is not
-a sentence any more, and the model carries names and numbers through its own placeholders.
+Placeholders drop the pair in `clean_message` rather than being cut out: "%s home page" without
+its "%s" is not a sentence any more. `clean_filled_message` fills them instead
+(`training.corpus.catalog_fills`: each the same value on both sides, as the program would at
+run time), and the filled pair then meets every other rule: the `catalog-fills` corpus, kept
+apart from the catalogs corpus so that the one the bundled model was trained and scored on
+stays as it was. A message whose placeholders it cannot fill is dropped under its own reason,
+and a filled pair that another rule rejects is counted under that rule's reason behind
+`FILLED_THEN`.
 """
 
 from __future__ import annotations
@@ -16,12 +22,20 @@ import html
 import re
 import unicodedata
 
+from training.corpus.catalog_fills import (
+    PLACEHOLDER_NOT_FILLED,
+    blank_placeholders,
+    fill_placeholders,
+)
 from training.corpus.tsv import Pair
 
-# The drop reasons, in the order `clean_message` applies the rules.
+# The drop reasons, in the order `clean_message` applies the rules (`clean_filled_message`
+# fills placeholders first, with `catalog_fills`'s reasons, `PLACEHOLDERS_MISMATCHED` and
+# `PLACEHOLDER_NOT_FILLED`, instead of dropping them under `PLACEHOLDER`).
 PLACEHOLDER = "placeholder"
 ID_LIKE = "id_like_msgid"
 URL_OR_CODE = "url_or_code"
+PLACEHOLDER_BEHIND_ENTITY = "placeholder_behind_entity"
 MARKUP_LEFT = "markup_left"
 UNTRANSLATED = "untranslated"
 NOT_A_SENTENCE = "not_a_sentence"
@@ -29,6 +43,9 @@ TOO_LONG = "too_long"
 CUT_MID_SENTENCE = "cut_mid_sentence"
 LENGTH_RATIO = "length_ratio"
 NOT_SPANISH = "not_spanish"
+# A filled message that a rule then rejects counts as this prefix and the rule's reason
+# (`filled_then_not_a_sentence`), apart from the messages without placeholders.
+FILLED_THEN = "filled_then_"
 
 # A pair is kept as a sentence with this many English words, or with `MIN_PHRASE_WORDS` and
 # final punctuation ("Brace yourselves.", "Where are you going?"): short clean phrases are what
@@ -193,8 +210,24 @@ def looks_spanish(text: str) -> bool:
     return spanish >= english and not (english >= 2 and spanish == 0)
 
 
+def without_placeholders(text: str) -> str:
+    """`text` with every placeholder blanked out, those `catalog_fills` reads first
+    (`%PRODUCTNAME` whole), then any other `has_placeholder` finds, markup tags too: what a
+    message says whatever the program fills in."""
+    blanked = _MARKUP_TAG.sub(" ", blank_placeholders(text))
+    return _OTHER_TAG.sub(" ", _PLACEHOLDER.sub(" ", blanked))
+
+
+def needs_filling(english: str, spanish: str) -> bool:
+    """Whether a message (msgid, msgstr) holds a placeholder on either side, which
+    `clean_filled_message` fills."""
+    english, spanish = strip_context_key(english), strip_context_key(spanish)
+    return has_placeholder(english) or has_placeholder(spanish)
+
+
 def clean_message(english: str, spanish: str) -> tuple[Pair | None, str | None]:
-    """One catalog message made a training pair, or the rule that rejects it.
+    """One catalog message made a training pair, or the rule that rejects it: the catalogs
+    corpus's rules, which drop a message with placeholders (`PLACEHOLDER`).
 
     Args:
       english: the msgid (the singular of a plural message).
@@ -208,14 +241,50 @@ def clean_message(english: str, spanish: str) -> tuple[Pair | None, str | None]:
     spanish = remove_accelerators(strip_context_key(spanish))
     if has_placeholder(english) or has_placeholder(spanish):
         return None, PLACEHOLDER
+    pair, reason = _apply_rules(english, spanish)
+    # The catalogs corpus counts a placeholder an entity hid with the others, as it always has.
+    return pair, PLACEHOLDER if reason == PLACEHOLDER_BEHIND_ENTITY else reason
+
+
+def clean_filled_message(english: str, spanish: str) -> tuple[Pair | None, str | None]:
+    """One catalog message made a training pair with its placeholders filled
+    (`catalog_fills.fill_placeholders`), or the rule that rejects it; the other rules then
+    see the filled text.
+
+    Args:
+      english: the msgid (the singular of a plural message, or its plural form).
+      spanish: its msgstr (of the same form).
+
+    Returns:
+      `((spanish, english), None)` filled and cleaned, or `(None, reason)`, the reason one of
+      this module's drop constants or `catalog_fills`'s; behind `FILLED_THEN` when the message
+      held placeholders and was filled.
+    """
+    filled = needs_filling(english, spanish)
+    english, spanish = strip_context_key(english), strip_context_key(spanish)
+    if filled:
+        pair, reason = fill_placeholders(english, spanish)
+        if pair is None:
+            return None, reason
+        english, spanish = pair
+        # What the filling does not read (markup-like tags, wiki links) is still there.
+        if has_placeholder(english) or has_placeholder(spanish):
+            return None, PLACEHOLDER_NOT_FILLED
+    pair, reason = _apply_rules(remove_accelerators(english), remove_accelerators(spanish))
+    return pair, FILLED_THEN + reason if reason and filled else reason
+
+
+def _apply_rules(english: str, spanish: str) -> tuple[Pair | None, str | None]:
+    """The rules after the placeholders, in order: the first that rejects the pair names the
+    reason."""
     if is_id_like(english):
         return None, ID_LIKE
     if has_url_or_code(english) or has_url_or_code(spanish):
         return None, URL_OR_CODE
     english, spanish = strip_markup(english), strip_markup(spanish)
-    # Again: an entity may have hidden one (KDE's "&percnt;1" is "%1").
+    # An entity may have hidden one (KDE's "&percnt;1" is "%1").
     if has_placeholder(english) or has_placeholder(spanish):
-        return None, PLACEHOLDER
+        return None, PLACEHOLDER_BEHIND_ENTITY
     if _LEFT_OVER_MARKUP.search(english) or _LEFT_OVER_MARKUP.search(spanish):
         return None, MARKUP_LEFT
     if not spanish or is_untranslated(english, spanish):

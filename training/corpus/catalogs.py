@@ -11,7 +11,9 @@ Pipeline:
      directory, and unpack only its Spanish catalogs and its copyright file; a package that
      cannot be downloaded is reported and skipped.
   2. `read_catalog`: the catalog's messages with polib; `package_licence` from the copyright.
-  3. `clean_message` (training/corpus/catalog_cleaning.py): each rule drops or cleans a pair.
+  3. `clean_message` (training/corpus/catalog_cleaning.py): each rule drops or cleans a pair; a
+     message with placeholders is dropped (the corpus `catalog-fills` holds them filled:
+     training/corpus/catalog_fills_corpus.py).
   4. `choose_locale_variants`: one Spanish per English in a package, the first locale of
      `LOCALE_PREFERENCE` (es, es_ES, es_419, es_MX, ... es_AR's voseo last).
   5. Duplicates removed across packages by `near_duplicate_key` (first package wins).
@@ -25,11 +27,12 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import hashlib
 import json
 import logging
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 import polib
@@ -111,6 +114,7 @@ CATALOG_MEMBERS = (
 )
 DEV_FRACTION = TEST_FRACTION = 0.02
 SPLIT_SALT = "catalogs-es-en-v1"
+# Recorded in stats.json; a corpus built with another version is rebuilt.
 CORPUS_FORMAT_VERSION = 1
 DUPLICATE = "duplicate"
 OTHER_LOCALE_VARIANT = "other_locale_variant"
@@ -124,11 +128,16 @@ class CatalogMessage:
       english: the msgid (a plural message's singular).
       spanish: the msgstr (a plural message's first form).
       locale: the catalog's locale directory, e.g. `es_419`.
+      english_plural: a plural message's msgid_plural ("" for other messages).
+      spanish_plural: its second msgstr form, the one Spanish uses for every count but one
+        ("" for other messages).
     """
 
     english: str
     spanish: str
     locale: str
+    english_plural: str = ""
+    spanish_plural: str = ""
 
 
 def locale_rank(locale: str) -> tuple[int, str]:
@@ -152,9 +161,11 @@ def read_catalog(path: Path) -> list[CatalogMessage]:
     locale = path.parent.parent.name
     messages = []
     for entry in catalog:
-        spanish = entry.msgstr or (entry.msgstr_plural or {}).get(0, "")
+        forms = entry.msgstr_plural or {}
+        spanish = entry.msgstr or forms.get(0, "")
         if entry.msgid and spanish:
-            messages.append(CatalogMessage(entry.msgid, spanish, locale))
+            plural = (entry.msgid_plural, forms.get(1, "")) if entry.msgid_plural else ("", "")
+            messages.append(CatalogMessage(entry.msgid, spanish, locale, *plural))
     return messages
 
 
@@ -180,14 +191,38 @@ def choose_locale_variants(messages: Iterable[CatalogMessage]) -> tuple[list[Cat
 
 @dataclasses.dataclass
 class PackageYield:
-    """What one package gave: its manifest entry and its kept pairs."""
+    """What one package gave: its manifest entry, its kept pairs, and the message each pair
+    was made of (`sources[i]` gave `pairs[i]`)."""
 
     manifest: dict
     pairs: list[Pair]
+    sources: list[CatalogMessage] = dataclasses.field(default_factory=list)
 
 
-def read_package(package: str, cache_dir: Path) -> PackageYield:
-    """Downloads (or finds cached), unpacks and cleans one package's Spanish catalogs.
+# What a corpus makes of one message: `(pair, None)`, `(None, reason)` counted in the manifest,
+# or `(None, None)` for a message that is not this corpus's to count.
+MessageCleaner = Callable[[CatalogMessage], tuple[Pair | None, str | None]]
+
+
+def clean_catalog_message(message: CatalogMessage) -> tuple[Pair | None, str | None]:
+    """The catalogs corpus's `MessageCleaner`: `clean_message` on the singular (a message with
+    placeholders is dropped)."""
+    return clean_message(message.english, message.spanish)
+
+
+def _package_licence(root: Path, package: str) -> str:
+    """The licence of `package`'s copyright file in its unpacked tree `root`."""
+    copyrights = sorted(root.glob(f"usr/share/doc/{package}/copyright"))
+    if not copyrights:
+        return "no copyright file (its doc directory links to another package's)"
+    return package_licence(copyrights[0].read_text(encoding="utf-8", errors="replace"))
+
+
+def read_package(
+    package: str, cache_dir: Path, clean: MessageCleaner = clean_catalog_message
+) -> PackageYield:
+    """Downloads (or finds cached), unpacks and cleans one package's Spanish catalogs: `clean`
+    makes each message of the chosen locale (`choose_locale_variants`) a pair or a drop.
 
     A package that cannot be downloaded or read yields no pair; its manifest entry says why.
     """
@@ -199,33 +234,40 @@ def read_package(package: str, cache_dir: Path) -> PackageYield:
     except CorpusError as exc:
         logger.warning("skipping %s: %s", package, exc)
         return PackageYield({"package": package, "error": str(exc)}, [])
-    copyrights = sorted(root.glob(f"usr/share/doc/{package}/copyright"))
-    licence = (
-        package_licence(copyrights[0].read_text(encoding="utf-8", errors="replace"))
-        if copyrights
-        else "no copyright file (its doc directory links to another package's)"
-    )
     chosen, variants = choose_locale_variants(messages)
     dropped: collections.Counter = collections.Counter()
     dropped[OTHER_LOCALE_VARIANT] = variants
-    pairs = []
+    package_yield = PackageYield({}, [])
     for message in chosen:
-        pair, reason = clean_message(message.english, message.spanish)
-        if pair is None:
+        pair, reason = clean(message)
+        if pair is not None:
+            package_yield.pairs.append(pair)
+            package_yield.sources.append(message)
+        elif reason is not None:
             dropped[reason] += 1
-        else:
-            pairs.append(pair)
-    manifest = {
+    package_yield.manifest = {
         "package": package,
         "version": deb_version(deb),
-        "licence": licence,
+        "licence": _package_licence(root, package),
         "deb_megabytes": round(deb.stat().st_size / 1e6, 1),
         "catalogs": [str(path.relative_to(root)) for path in catalogs],
         "messages": len(messages),
-        "cleaned": len(pairs),
+        "cleaned": len(package_yield.pairs),
         "dropped": dict(sorted((reason, count) for reason, count in dropped.items() if count)),
     }
-    return PackageYield(manifest, pairs)
+    return package_yield
+
+
+def read_packages(
+    packages: Sequence[str], cache_dir: Path, what: str, clean: MessageCleaner
+) -> list[PackageYield]:
+    """`read_package` of each package, in order, after saying what will be downloaded
+    (`announce_downloads`); `what` names the corpus in the log and the progress bar."""
+    announce_downloads(cache_dir, packages, what)
+    return [
+        read_package(package, cache_dir, clean)
+        for package in tqdm(packages, desc=what, unit="package")
+    ]
 
 
 def remove_duplicates(
@@ -257,6 +299,26 @@ def remove_duplicates(
     return kept
 
 
+def require_pairs(
+    keyed_pairs: Sequence, yields: Sequence[PackageYield], what: str = "sentence pair"
+) -> None:
+    """Raises `CorpusError` when no pair is left, naming the packages that failed.
+
+    Args:
+      keyed_pairs: the pairs left after duplicates were removed.
+      yields: every package's `PackageYield`.
+      what: what the corpus's pairs are, for the message ("filled pair").
+    """
+    if keyed_pairs:
+        return
+    failed = [y.manifest["package"] for y in yields if "error" in y.manifest]
+    raise CorpusError(
+        f"no {what} left from the catalogs of {len(yields)} packages "
+        f"({len(failed)} could not be downloaded or read: {', '.join(failed) or 'none'}); "
+        f"see the log for each package's drops"
+    )
+
+
 def split_pairs(keyed_pairs: Iterable[tuple[str, Pair]]) -> tuple[dict[str, list[Pair]], int]:
     """Train/dev/test by a hash of each pair's near-duplicate key; dev and test then lose
     pairs whose Spanish occurs in train.
@@ -267,20 +329,47 @@ def split_pairs(keyed_pairs: Iterable[tuple[str, Pair]]) -> tuple[dict[str, list
     return split_keyed_pairs(keyed_pairs, SPLIT_SALT, DEV_FRACTION, TEST_FRACTION)
 
 
-def _packages_digest(packages: Sequence[str]) -> str:
+def packages_digest(packages: Sequence[str]) -> str:
+    """What identifies a package list in stats.json (`packages_digest`)."""
     return hashlib.sha256("\n".join(packages).encode("utf-8")).hexdigest()[:16]
 
 
-def _corpus_stats(
-    manifests: list[dict], splits: dict[str, list[Pair]], removed: int, digest: str, started: float
+def corpus_record_digest(directory: Path | str) -> str:
+    """A digest of a built corpus's whole stats.json: a corpus built apart from it records
+    it, so a rebuild of that corpus (newer packages) rebuilds this one."""
+    record = json.dumps(read_corpus_stats(directory) or {}, sort_keys=True)
+    return hashlib.sha256(record.encode("utf-8")).hexdigest()[:16]
+
+
+def english_keys(directory: Path | str, splits: Sequence[str] = SPLITS) -> set[str]:
+    """The `near_duplicate_key`s of the English of a built corpus's `splits`."""
+    return {
+        near_duplicate_key(english)
+        for split in splits
+        for _, english in read_tsv(Path(directory) / f"{split}.tsv")
+    }
+
+
+def corpus_stats(
+    manifests: list[dict],
+    splits: dict[str, list[Pair]],
+    removed: int,
+    digest: str,
+    started: float,
+    format_version: int = CORPUS_FORMAT_VERSION,
+    split_rule: str | None = None,
 ) -> dict:
-    """What stats.json records: the totals, the split, and each package's manifest."""
+    """What stats.json records: the totals, the split, and each package's manifest.
+
+    Args:
+      format_version, split_rule: the corpus's own (default: the catalogs corpus's).
+    """
     dropped: collections.Counter = collections.Counter()
     for manifest in manifests:
         dropped.update(manifest.get("dropped", {}))
     dropped["in_train_spanish_removed_from_dev_test"] = removed
     return {
-        "format_version": CORPUS_FORMAT_VERSION,
+        "format_version": format_version,
         "packages_digest": digest,
         "source": {"language": "es", "field": "msgstr"},
         "target": {"language": "en", "field": "msgid"},
@@ -290,12 +379,30 @@ def _corpus_stats(
         "messages_read": sum(m.get("messages", 0) for m in manifests),
         "dropped": dict(dropped.most_common()),
         "split_pairs": {split: len(splits[split]) for split in SPLITS},
-        "split_rule": describe_split(
+        "split_rule": split_rule
+        or describe_split(
             SPLIT_SALT, "near-duplicate key of the English", DEV_FRACTION, TEST_FRACTION
         ),
         "build_seconds": round(time.monotonic() - started, 1),
         "packages": manifests,
     }
+
+
+def stale_reason(stats: dict, out_dir: Path, digest: str, format_version: int) -> str | None:
+    """Why a complete corpus with these statistics must be rebuilt (another format version,
+    another package list, another build of a corpus it is apart from), or None."""
+    version = stats.get("format_version")
+    if version != format_version:
+        return (
+            f"{out_dir} is of format version {version}, this build writes version "
+            f"{format_version}: rebuilding it"
+        )
+    if stats.get("packages_digest") != digest:
+        return (
+            f"{out_dir} was built from another package list, or apart from another "
+            "build of another corpus: rebuilding it"
+        )
+    return None
 
 
 def build_catalogs_corpus(
@@ -326,45 +433,23 @@ def build_catalogs_corpus(
       FileExistsError: some, but not all, outputs exist and `force` is off.
     """
     out_dir, cache_dir = Path(out_dir), Path(cache_dir)
-    digest = _packages_digest(packages)
+    digest = packages_digest(packages)
     seen = set()
     if apart_from is not None:
-        # The other corpus's whole record: a rebuild of it (newer packages) rebuilds this one.
-        other = json.dumps(read_corpus_stats(apart_from) or {}, sort_keys=True)
-        digest += ":" + hashlib.sha256(other.encode("utf-8")).hexdigest()[:16]
-        seen = {
-            near_duplicate_key(english)
-            for split in SPLITS
-            for _, english in read_tsv(Path(apart_from) / f"{split}.tsv")
-        }
-
-    def stale_reason(stats: dict) -> str | None:
-        if (stats.get("format_version"), stats.get("packages_digest")) == (
-            CORPUS_FORMAT_VERSION,
-            digest,
-        ):
-            return None
-        return f"{out_dir} was built from another package list or format: rebuilding it"
-
-    if not needs_build(out_dir, force, stale_reason):
+        digest += ":" + corpus_record_digest(apart_from)
+        seen = english_keys(apart_from)
+    current = functools.partial(
+        stale_reason, out_dir=out_dir, digest=digest, format_version=CORPUS_FORMAT_VERSION
+    )
+    if not needs_build(out_dir, force, current):
         return {}
     started = time.monotonic()
-    announce_downloads(cache_dir, packages, "catalogs corpus")
-    yields = [
-        read_package(package, cache_dir)
-        for package in tqdm(packages, desc="catalogs corpus", unit="package")
-    ]
+    yields = read_packages(packages, cache_dir, "catalogs corpus", clean_catalog_message)
     keyed_pairs = remove_duplicates(yields, seen)
-    if not keyed_pairs:
-        failed = [y.manifest["package"] for y in yields if "error" in y.manifest]
-        raise CorpusError(
-            f"no sentence pair left from the catalogs of {len(packages)} packages "
-            f"({len(failed)} could not be downloaded or read: {', '.join(failed) or 'none'}); "
-            f"see the log for each package's drops"
-        )
+    require_pairs(keyed_pairs, yields)
     splits, removed = split_pairs(keyed_pairs)
     write_splits(out_dir, splits)
-    stats = _corpus_stats([y.manifest for y in yields], splits, removed, digest, started)
+    stats = corpus_stats([y.manifest for y in yields], splits, removed, digest, started)
     write_corpus_stats(out_dir, stats)
     logger.info(
         "catalogs corpus: %d pairs from %d packages (%s), built in %.0f s",

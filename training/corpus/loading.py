@@ -1,7 +1,7 @@
 """Parallel-corpus sources for the translation pipeline.
 
 Everything the trainer reads goes through `load_pairs(source_spec, split)`, which
-returns a list of `(source, target)` string pairs. Nine kinds of source exist:
+returns a list of `(source, target)` string pairs. Eleven kinds of source exist:
 
 * `bible`: the embedded Spanish->English Bible corpus in `data/bible`, built on
   first use by `training.corpus.bible` (see training/CORPUS.md).
@@ -9,6 +9,12 @@ returns a list of `(source, target)` string pairs. Nine kinds of source exist:
   `data/catalogs`, built on first use by `training.corpus.catalogs`.
 * `catalogs-more`: the catalogs of 44 more packages, apart from `catalogs`, in
   `data/catalogs-more`, built on first use (`build_more_catalogs_corpus`).
+* `catalog-fills`: the messages of the `catalogs` packages that corpus drops for their
+  placeholders, filled (`training.corpus.catalog_fills_corpus`), apart from `catalogs`, in
+  `data/catalog-fills`, built on first use (`build_catalog_fills_corpus`).
+* `catalog-fills-more`: the same of the `catalogs-more` packages, apart from `catalogs`,
+  `catalogs-more` and `catalog-fills`, in `data/catalog-fills-more`, built on first use
+  (`build_more_catalog_fills_corpus`).
 * `wordnet-bt`: WordNet's English usage examples back-translated by Apertium, in
   `data/wordnet-bt`, built on first use by `training.corpus.backtranslation`.
 * `lexicon`: word and short-phrase pairs of FreeDict and Apertium in `data/lexicon`, built
@@ -39,7 +45,14 @@ import os
 from pathlib import Path
 
 from model.spelling import MODERN, old_spelling
-from training.corpus import backtranslation, bible, catalogs, lexicon, telephony
+from training.corpus import (
+    backtranslation,
+    bible,
+    catalog_fills_corpus,
+    catalogs,
+    lexicon,
+    telephony,
+)
 from training.corpus.outputs import read_corpus_stats
 from training.corpus.splitting import HELDOUT_FRACTION, split_single_file
 from training.corpus.tsv import SPLITS, CorpusError, Pair, read_tsv
@@ -49,6 +62,8 @@ logger = logging.getLogger(__name__)
 BIBLE_SPEC = "bible"
 CATALOGS_SPEC = "catalogs"
 MORE_CATALOGS_SPEC = "catalogs-more"
+CATALOG_FILLS_SPEC = "catalog-fills"
+MORE_CATALOG_FILLS_SPEC = "catalog-fills-more"
 BACKTRANSLATION_SPEC = "wordnet-bt"
 LEXICON_SPEC = "lexicon"
 TELEPHONY_SPEC = "telephony"
@@ -57,6 +72,8 @@ TFDS_PREFIX = "tfds:"
 DEFAULT_BIBLE_DIR = Path(__file__).resolve().parent.parent.parent / "data" / "bible"
 DEFAULT_CATALOGS_DIR = DEFAULT_BIBLE_DIR.parent / "catalogs"
 DEFAULT_MORE_CATALOGS_DIR = DEFAULT_BIBLE_DIR.parent / MORE_CATALOGS_SPEC
+DEFAULT_CATALOG_FILLS_DIR = DEFAULT_BIBLE_DIR.parent / CATALOG_FILLS_SPEC
+DEFAULT_MORE_CATALOG_FILLS_DIR = DEFAULT_BIBLE_DIR.parent / MORE_CATALOG_FILLS_SPEC
 DEFAULT_BACKTRANSLATION_DIR = DEFAULT_BIBLE_DIR.parent / BACKTRANSLATION_SPEC
 DEFAULT_LEXICON_DIR = DEFAULT_BIBLE_DIR.parent / LEXICON_SPEC
 DEFAULT_TELEPHONY_DIR = DEFAULT_BIBLE_DIR.parent / TELEPHONY_SPEC
@@ -175,14 +192,80 @@ def build_more_catalogs_corpus(
     )
 
 
+def _build_fills_apart(out_dir, catalogs_dir, apart_from, packages_spec, packages, force):
+    """`catalog_fills_corpus.build_fills_corpus` of `packages`, from the download cache of the
+    corpus `packages_spec`, apart from the corpora named in `apart_from`, each built first when
+    missing (the catalogs corpus in `catalogs_dir`, the others in `data/`)."""
+    directories = {
+        CATALOGS_SPEC: catalogs_dir,
+        MORE_CATALOGS_SPEC: DEFAULT_MORE_CATALOGS_DIR,
+        CATALOG_FILLS_SPEC: DEFAULT_CATALOG_FILLS_DIR,
+    }
+    for spec in apart_from:
+        load_pairs(spec, "train", catalogs_dir=catalogs_dir)
+    return catalog_fills_corpus.build_fills_corpus(
+        out_dir,
+        [directories[spec] for spec in apart_from],
+        catalogs.DEFAULT_CACHE_DIR / packages_spec,
+        packages,
+        force=force,
+    )
+
+
+def build_catalog_fills_corpus(
+    out_dir: str | os.PathLike,
+    catalogs_dir: str | os.PathLike = DEFAULT_CATALOGS_DIR,
+    force: bool = False,
+) -> dict:
+    """Builds `catalog-fills` in `out_dir`: the filled messages of
+    `training.corpus.catalogs.CATALOG_PACKAGES` (their download cache, `.debs/catalogs`),
+    apart from the catalogs corpus in `catalogs_dir`, which is built first when missing."""
+    return _build_fills_apart(
+        out_dir, catalogs_dir, (CATALOGS_SPEC,), CATALOGS_SPEC, catalogs.CATALOG_PACKAGES, force
+    )
+
+
+def build_more_catalog_fills_corpus(
+    out_dir: str | os.PathLike,
+    catalogs_dir: str | os.PathLike = DEFAULT_CATALOGS_DIR,
+    force: bool = False,
+) -> dict:
+    """Builds `catalog-fills-more` in `out_dir`: the filled messages of
+    `training.corpus.catalogs.MORE_CATALOG_PACKAGES` (their download cache,
+    `.debs/catalogs-more`), apart from `catalogs-more`, the catalogs corpus in `catalogs_dir`
+    and `catalog-fills`, each built first when missing: a mixture of any of them trains on
+    none of the others' dev or test sentences."""
+    apart_from = (MORE_CATALOGS_SPEC, CATALOGS_SPEC, CATALOG_FILLS_SPEC)
+    return _build_fills_apart(
+        out_dir,
+        catalogs_dir,
+        apart_from,
+        MORE_CATALOGS_SPEC,
+        catalogs.MORE_CATALOG_PACKAGES,
+        force,
+    )
+
+
 def _builders(bible_dir, catalogs_dir):
     """`{spec: (directory, build function)}` of the corpora this project builds itself."""
+
+    def in_catalogs_dir(build):
+        return functools.partial(build, catalogs_dir=catalogs_dir)
+
     return {
         BIBLE_SPEC: (Path(bible_dir), bible.build_bible_corpus),
         CATALOGS_SPEC: (Path(catalogs_dir), catalogs.build_catalogs_corpus),
         MORE_CATALOGS_SPEC: (
             DEFAULT_MORE_CATALOGS_DIR,
-            functools.partial(build_more_catalogs_corpus, catalogs_dir=catalogs_dir),
+            in_catalogs_dir(build_more_catalogs_corpus),
+        ),
+        CATALOG_FILLS_SPEC: (
+            DEFAULT_CATALOG_FILLS_DIR,
+            in_catalogs_dir(build_catalog_fills_corpus),
+        ),
+        MORE_CATALOG_FILLS_SPEC: (
+            DEFAULT_MORE_CATALOG_FILLS_DIR,
+            in_catalogs_dir(build_more_catalog_fills_corpus),
         ),
         BACKTRANSLATION_SPEC: (
             DEFAULT_BACKTRANSLATION_DIR,
@@ -225,8 +308,8 @@ def load_pairs(
     """The one entry point the trainer uses to get a split of a corpus.
 
     Args:
-      source_spec: `bible`; `catalogs`; `catalogs-more`; `wordnet-bt`; `lexicon`; `telephony`;
-        a directory with train/dev/test.tsv; a `.tsv` file
+      source_spec: `bible`; `catalogs`; `catalogs-more`; `catalog-fills`; `catalog-fills-more`;
+        `wordnet-bt`; `lexicon`; `telephony`; a directory with train/dev/test.tsv; a `.tsv` file
         (dev/test split off by `split_single_file`); or `tfds:NAME`.
       split: `train`, `dev` or `test`.
       bible_dir: where the embedded corpus lives (built there if missing).
@@ -280,7 +363,7 @@ def load_pairs(
         return pairs
     raise CorpusError(
         f"unknown corpus source {source_spec!r}: expected 'bible', 'catalogs', 'catalogs-more', "
-        "'wordnet-bt', 'lexicon', 'telephony', a directory with "
+        "'catalog-fills', 'catalog-fills-more', 'wordnet-bt', 'lexicon', 'telephony', a directory with "
         "train/dev/test.tsv, an existing .tsv file, or 'tfds:NAME'"
     )
 

@@ -1,6 +1,8 @@
 """The message-catalog corpus (training.corpus.catalogs): each cleaning rule on real catalog
 lines, read from the real Debian packages `make data-test` downloads into the cache
-(`TEST_PACKAGES`, a few MB), and the whole build end to end on them, offline."""
+(`TEST_PACKAGES`, a few MB), and the whole build end to end on them, offline; the corpus is
+the one the bundled model was trained and scored on, which the placeholder fills
+(`catalog-fills`, tests/training/corpus/test_catalog_fills_corpus.py) leave as it was."""
 
 import gettext
 import json
@@ -11,15 +13,19 @@ import pytest
 from training import prepare_data
 from training.bundle import corpus_names, corpus_row
 from training.corpus import catalog_cleaning as cleaning
-from training.corpus import load_pairs
+from training.corpus import fill_values, load_pairs
 from training.corpus.catalogs import (
+    CORPUS_FORMAT_VERSION,
+    DEV_FRACTION,
+    SPLIT_SALT,
+    TEST_FRACTION,
     TEST_PACKAGES,
     choose_locale_variants,
     read_catalog,
     split_pairs,
 )
 from training.corpus.debian import DEFAULT_CACHE_DIR, package_licence
-from training.corpus.splitting import normalize_for_dedup
+from training.corpus.splitting import normalize_for_dedup, split_for_key
 from training.corpus.tsv import SPLITS, CorpusError, read_tsv
 
 CACHE_DIR = DEFAULT_CACHE_DIR / "catalogs"
@@ -100,6 +106,41 @@ def test_placeholders_drop_the_pair(messages):
     plain = _message(messages, "wesnoth-1.16-dw", "Brace yourselves.")
     assert not cleaning.has_placeholder(plain.english)
     assert not cleaning.has_placeholder(plain.spanish)
+
+
+def test_every_message_with_placeholders_is_dropped_not_filled(messages):
+    """The fills are `clean_filled_message`'s, for the catalog-fills corpus: `clean_message`,
+    the catalogs corpus's, drops each message that holds a placeholder, as it always has."""
+    with_placeholders = [
+        message
+        for package in TEST_PACKAGES
+        for message in messages[package]
+        if cleaning.needs_filling(message.english, message.spanish)
+    ]
+    assert len(with_placeholders) > 500
+    assert {_reason(message) for message in with_placeholders} == {cleaning.PLACEHOLDER}
+
+
+def test_placeholders_are_filled_with_one_name_on_both_sides_for_catalog_fills(messages):
+    """A printf subject and Wesnoth's `$spy_unit.name|` are filled with a person's name, the
+    same in the English and the Spanish; a filled pair that another rule rejects (an e-mail
+    address) is counted under that rule behind `FILLED_THEN`."""
+    printf_sentence = _message(messages, "pidgin-data", "%s wishes to start a video session")
+    wesnoth = _message(messages, "wesnoth-1.16-dw", "Thank you, $")
+    for message, english_tail, spanish_tail in (
+        (printf_sentence, " wishes to start", " desea iniciar"),
+        (wesnoth, ". I will keep", ". Lo tendré"),
+    ):
+        (spanish, english), reason = cleaning.clean_filled_message(message.english, message.spanish)
+        assert reason is None and not cleaning.has_placeholder(english + spanish)
+        name = english.removeprefix("Thank you, ").split(english_tail)[0]
+        assert name.split()[0] in fill_values.PERSON_NAMES, english
+        assert name in spanish.split(spanish_tail)[0], (name, spanish)
+    printf = _message(messages, "hello", "Report bugs to: %s")
+    reason = cleaning.clean_filled_message(printf.english, printf.spanish)[1]
+    assert reason == cleaning.FILLED_THEN + cleaning.URL_OR_CODE
+    plain = _message(messages, "wesnoth-1.16-dw", "Brace yourselves.")
+    assert not cleaning.needs_filling(plain.english, plain.spanish)
 
 
 def test_markup_tags_go_and_their_text_stays(messages):
@@ -288,6 +329,23 @@ def test_build_writes_splits_and_a_manifest_that_adds_up(built):
     assert all(pairs for pairs in splits.values())
 
 
+def test_the_fills_leave_the_built_corpus_as_it_was(built, messages):
+    """Every pair of the built corpus is what `clean_message` makes of a message without
+    placeholders, and it records the format the bundled model's corpus was built in."""
+    out_dir, *_ = built
+    without_placeholders = {
+        cleaning.clean_message(message.english, message.spanish)[0]
+        for package in TEST_PACKAGES
+        for message in messages[package]
+        if not cleaning.needs_filling(message.english, message.spanish)
+    }
+    every = [pair for split in SPLITS for pair in read_tsv(out_dir / f"{split}.tsv")]
+    assert len(every) > 1000 and set(every) <= without_placeholders
+    stats = json.loads((out_dir / "stats.json").read_text())
+    assert stats["format_version"] == CORPUS_FORMAT_VERSION == 1
+    assert "placeholder" in stats["dropped"]
+
+
 def test_no_near_duplicate_of_a_held_out_sentence_is_trained_on(built):
     out_dir, *_ = built
     splits = {split: read_tsv(out_dir / f"{split}.tsv") for split in SPLITS}
@@ -299,6 +357,16 @@ def test_no_near_duplicate_of_a_held_out_sentence_is_trained_on(built):
             assert normalize_for_dedup(spanish) not in train_spanish
     every = [english for pairs in splits.values() for _, english in pairs]
     assert len({cleaning.near_duplicate_key(english) for english in every}) == len(every)
+
+
+def test_each_pair_is_in_the_split_of_its_near_duplicate_key(built):
+    """The split is the hash of the near-duplicate key (`split_for_key` on the salt and the
+    key), not of the English as written: one rule for a sentence and its variants."""
+    out_dir, *_ = built
+    for split in SPLITS:
+        for _, english in read_tsv(out_dir / f"{split}.tsv"):
+            key = f"{SPLIT_SALT}:{cleaning.near_duplicate_key(english)}"
+            assert split_for_key(key, DEV_FRACTION, TEST_FRACTION) == split, english
 
 
 def test_load_pairs_reads_the_catalogs_corpus(built):
@@ -315,6 +383,15 @@ def test_rebuild_is_a_noop_and_another_package_list_rebuilds(built, caplog):
     with caplog.at_level(logging.INFO):
         assert prepare_data.main([*argv, "--packages", packages]) == 0
     assert "nothing to do" in caplog.text and (out_dir / "stats.json").read_bytes() == before
+    # A corpus recorded with another format version is rebuilt, to the same pairs.
+    train = (out_dir / "train.tsv").read_bytes()
+    stats = json.loads(before)
+    (out_dir / "stats.json").write_text(json.dumps({**stats, "format_version": 2}))
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+        assert prepare_data.main([*argv, "--packages", packages]) == 0
+    assert f"format version 2, this build writes version {CORPUS_FORMAT_VERSION}" in caplog.text
+    assert (out_dir / "train.tsv").read_bytes() == train
     assert prepare_data.main([*argv, "--packages", "hello,gnome-mines"]) == 0
     stats = json.loads((out_dir / "stats.json").read_text())
     assert [m["package"] for m in stats["packages"]] == ["hello", "gnome-mines"]
