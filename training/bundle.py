@@ -44,9 +44,11 @@ from training.corpus.loading import (
     DEFAULT_CATALOGS_DIR,
     DEFAULT_LEXICON_DIR,
     DEFAULT_MORE_CATALOGS_DIR,
+    DEFAULT_OWN_BACKTRANSLATION_DIR,
     EVERYDAY_DIR,
     LEXICON_SPEC,
     MORE_CATALOGS_SPEC,
+    OWN_BACKTRANSLATION_SPEC,
     load_run_pairs,
     run_languages,
 )
@@ -70,6 +72,7 @@ _BUILT_CORPORA = {
     "catalogs": DEFAULT_CATALOGS_DIR,
     MORE_CATALOGS_SPEC: DEFAULT_MORE_CATALOGS_DIR,
     BACKTRANSLATION_SPEC: DEFAULT_BACKTRANSLATION_DIR,
+    OWN_BACKTRANSLATION_SPEC: DEFAULT_OWN_BACKTRANSLATION_DIR,
     LEXICON_SPEC: DEFAULT_LEXICON_DIR,
 }
 _CORPUS_TITLES = {
@@ -77,6 +80,7 @@ _CORPUS_TITLES = {
     "catalogs": "message catalogs",
     MORE_CATALOGS_SPEC: "more message catalogs",
     BACKTRANSLATION_SPEC: "back-translated WordNet",
+    OWN_BACKTRANSLATION_SPEC: "WordNet back-translated by a run of ours",
     LEXICON_SPEC: "lexicon",
 }
 # A corpus's weight in a mixed `--data` spec ("bible:1,catalogs:3").
@@ -156,6 +160,7 @@ _CORPUS_DOMAINS = {
     "catalogs": "the text of software and games: menus, messages, help and game dialogue",
     MORE_CATALOGS_SPEC: "more software and games: money, family history, notes, chat, mail",
     BACKTRANSLATION_SPEC: "everyday English phrasing (WordNet's usage examples)",
+    OWN_BACKTRANSLATION_SPEC: "everyday English phrasing (WordNet's usage examples)",
     LEXICON_SPEC: "the words of everyday talk, one by one (dictionaries)",
 }
 # Test-split translations the card shows per corpus, as examples of what the model knows.
@@ -194,6 +199,8 @@ UNQUOTED_CORPORA = {
         "English": ["fork", "pillow", "light bulb"],
     },
 }
+# The same English as wordnet-bt, under the same licence; only its Spanish's writer differs.
+UNQUOTED_CORPORA[OWN_BACKTRANSLATION_SPEC] = UNQUOTED_CORPORA[BACKTRANSLATION_SPEC]
 
 
 def _cell(text):

@@ -42,7 +42,9 @@ from training.corpus.loading import (
     CATALOGS_SPEC,
     LEXICON_SPEC,
     MORE_CATALOGS_SPEC,
+    OWN_BACKTRANSLATION_SPEC,
     TELEPHONY_SPEC,
+    make_command,
 )
 from training.mixture import Corpus, load_splits, parse_data
 from training.schedule import CustomSchedule
@@ -67,6 +69,7 @@ PROJECT_CORPORA = (
     CATALOGS_SPEC,
     MORE_CATALOGS_SPEC,
     BACKTRANSLATION_SPEC,
+    OWN_BACKTRANSLATION_SPEC,
     LEXICON_SPEC,
     TELEPHONY_SPEC,
 )
@@ -152,7 +155,7 @@ def base_corpora(base_config):
 def make_target(corpus):
     """What builds a corpus of the project (`make data-bible`); for another, that it is missing."""
     if corpus.spec in PROJECT_CORPORA:
-        return f"make data-{corpus.spec} builds it"
+        return f"{make_command(corpus.spec)} builds it"
     return f"{corpus.spec} is not found here"
 
 
