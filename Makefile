@@ -27,7 +27,7 @@ SERVER_FLAGS := --port=$(PORT) --rest_api_port=$(REST_PORT) --model_name=$(MODEL
 	--batching_parameters_file=serving/batching.config \
 	--monitoring_config_file=serving/monitoring.config $(SERVE_ARGS)
 
-.PHONY: help setup translate test test-large test-under-load check-mutations lint data data-bible data-catalogs data-catalogs-more data-catalog-fills data-catalog-fills-more data-wordnet-bt data-lexicon data-telephony data-test bench-everyday train average evaluate export serve query demo demo-web demo-train browser pretrained pretrained-base notebooks \
+.PHONY: help setup translate test test-large test-under-load check-mutations lint data data-bible data-catalogs data-catalogs-more data-catalog-fills data-catalog-fills-more data-wordnet-bt data-wordnet-bt-own data-lexicon data-telephony data-test bench-everyday train average evaluate export serve query demo demo-web demo-train browser pretrained pretrained-base notebooks \
 	bench-train bench-decode bench-profile bench-serve bench-sweep bench-tokenizer bench-robustness \
 	bench-translate bench-cold-start bench-soak check-prometheus \
 	export-ctranslate2 clean-venv
@@ -109,6 +109,14 @@ data-catalog-fills-more: $(STAMP) data-catalogs-more data-catalog-fills  ## The 
 
 data-wordnet-bt: $(STAMP)  ## WordNet's usage examples back-translated by Apertium (installs apertium-en-es), data/wordnet-bt.
 	$(PY) -m training.prepare_data --corpus wordnet-bt --out data/wordnet-bt
+
+# Not part of `make data`: it needs an English→Spanish run of the user's, trained with
+# `--reverse true` (docs/training.md, "Training the other direction"). Rebuilt when the run's
+# weights or the decoding change; BACKTRANSLATION_ARGS="--beam_width 1" decodes greedily.
+data-wordnet-bt-own: $(STAMP)  ## The same English as data-wordnet-bt, back-translated by BACKTRANSLATOR=RUN_DIR (a --reverse true run, e.g. runs/en-es), data/wordnet-bt-own.
+	$(if $(BACKTRANSLATOR),,$(error BACKTRANSLATOR=RUN_DIR is needed: a run trained with --reverse true, e.g. runs/en-es))
+	$(PY) -m training.prepare_data --corpus wordnet-bt-own --backtranslator $(BACKTRANSLATOR) \
+		--out data/wordnet-bt-own $(BACKTRANSLATION_ARGS)
 
 data-lexicon: $(STAMP)  ## FreeDict's and Apertium's word pairs, data/lexicon.
 	$(PY) -m training.prepare_data --corpus lexicon --out data/lexicon

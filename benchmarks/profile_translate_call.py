@@ -33,9 +33,9 @@ import tensorflow as tf
 from benchmarks.bench_decode import time_cases
 from benchmarks.bench_translate import generated_lines, sentencepiece_models
 from benchmarks.report import command_line, machine_description, publish
-from inference.translate_text import length_batches
 from model.translator import Translator, traced
 from run_directory import artifacts
+from training.batched_translation import length_batches
 from training.corpus import load_pairs
 
 SECTION = "Translating a file offline: where a call's time goes"

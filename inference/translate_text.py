@@ -11,9 +11,9 @@ instead of tracing it again (`--no_cache`: trace it here, keep nothing).
 
 The input is read in windows of `--window_lines` lines: each window's sentences are sorted by
 length into batches of at most `--batch_tokens` padded source tokens (estimated from the
-characters) and `--max_batch_sentences` sentences, translated, and the window's lines are written
-in input order and flushed before the next window is read, so memory stays flat on any file and
-the output grows as it goes. A source longer than the model's positional encodings is cut to
+characters) and `--max_batch_sentences` sentences (`training.batched_translation`), translated,
+and the window's lines are written in input order and flushed before the next window is read, so
+memory stays flat on any file and the output grows as it goes. A source longer than the model's positional encodings is cut to
 them (its last kept token becomes [END]), as the export cuts it.
 """
 
@@ -22,32 +22,17 @@ import contextlib
 import functools
 import itertools
 import json
-import math
 import os
 import sys
 
 import tensorflow as tf
 from tqdm import tqdm
 
-from common.serving_contract import (
-    SCORE_OUTPUT,
-    SCORES_OUTPUT,
-    TRANSLATION_OUTPUT,
-    TRANSLATIONS_OUTPUT,
-)
 from run_directory import artifacts, traced_cache
 from training import decoding_flags
+from training.batched_translation import BATCH_TOKENS, MAX_BATCH_SENTENCES, translate_window
 
 WINDOW_LINES = 10_000
-# Large batches: on a file of short everyday sentences 64 sentences were the binding limit,
-# and larger ones translated faster with the same output (docs/benchmark-log.md, translate-text's
-# batch limits).
-BATCH_TOKENS = 8192
-MAX_BATCH_SENTENCES = 512
-# Characters per subword token of the bundled model's source tokenizer on its test split; a
-# batch's padded size is estimated with it before tokenizing (the export does not expose its
-# tokenizer).
-CHARACTERS_PER_TOKEN = 3.6
 OUTPUT_FORMATS = ("text", "jsonl")
 STDIN_NAME = "<stdin>"
 
@@ -78,49 +63,6 @@ def load_signature(model_dir, beam_width=1, n_best=1, cache=True, **overrides):
 
         return export_signature(model_dir, beam_width, **overrides)[0]
     return traced_cache.load_or_trace(model_dir, beam_width, cache, **overrides)
-
-
-def estimated_tokens(text):
-    """Source tokens of `text` with [START] and [END], estimated from its characters."""
-    return math.ceil(len(text) / CHARACTERS_PER_TOKEN) + 2
-
-
-def length_batches(sources, batch_tokens=BATCH_TOKENS, max_batch_sentences=MAX_BATCH_SENTENCES):
-    """Indices of `sources` in batches, shortest first (stable in input order, as
-    `training.evaluate.translate` sorts): each batch holds at most `max_batch_sentences`, and its
-    size times its longest source's `estimated_tokens` is at most `batch_tokens` unless it holds
-    one sentence."""
-    batch = []
-    for index in sorted(range(len(sources)), key=lambda index: len(sources[index])):
-        padded = (len(batch) + 1) * estimated_tokens(sources[index])
-        if batch and (len(batch) == max_batch_sentences or padded > batch_tokens):
-            yield batch
-            batch = []
-        batch.append(index)
-    if batch:
-        yield batch
-
-
-def translate_window(sources, signature, batch_tokens, max_batch_sentences):
-    """Per source, its hypotheses `[(translation, score), ...]` (best first), or None for a
-    blank source (not translated)."""
-    results = [None] * len(sources)
-    nonblank = [row for row, source in enumerate(sources) if source.strip()]
-    texts = [sources[row] for row in nonblank]
-    for batch in length_batches(texts, batch_tokens, max_batch_sentences):
-        outputs = signature(tf.constant([texts[index] for index in batch], tf.string))
-        if TRANSLATIONS_OUTPUT in outputs:
-            translations = outputs[TRANSLATIONS_OUTPUT].numpy()
-            scores = outputs[SCORES_OUTPUT].numpy()
-        else:
-            translations = outputs[TRANSLATION_OUTPUT].numpy()[:, None]
-            scores = outputs[SCORE_OUTPUT].numpy()[:, None]
-        for index, row_translations, row_scores in zip(batch, translations, scores):
-            results[nonblank[index]] = [
-                (translation.decode("utf-8"), float(score))
-                for translation, score in zip(row_translations, row_scores)
-            ]
-    return results
 
 
 def format_record(source, hypotheses, output_format="text", with_scores=False, n_best=1):

@@ -224,6 +224,16 @@ def select_weights(run_dir):
     return checkpoint_path, f"checkpoint {os.path.basename(checkpoint_path)}"
 
 
+def weights_step(run_dir, checkpoint_path):
+    """The training step of the weights `select_weights` picked (its `checkpoint_path`): a
+    checkpoint's own (an averaged one's is its last step's), or, for `model.keras`, that of the
+    run's latest kept checkpoint, which training writes beside it; None when it has none."""
+    if checkpoint_path is not None:
+        return checkpoint_step(checkpoint_path)
+    kept = kept_checkpoints(os.path.join(run_dir, CHECKPOINT_DIR))
+    return kept[-1][0] if kept else None
+
+
 def require_trained_run(run_dir):
     """For command lines: exits with status 2 and one `error: ...` line on stderr unless
     `run_dir` is a training run with weights to load (`read_config`, `select_weights`)."""

@@ -115,15 +115,22 @@ def code_digest(root=REPO_ROOT):
     return digest.hexdigest()
 
 
-def entry_info(run_dir, name, options):
-    """What names an entry: a dict of the parts its key is the hash of (`entry_key`)."""
+def run_files_digest(run_dir):
+    """SHA-256 (hex) of the `run_files` of `run_dir`, each with its path from `run_dir`: it
+    changes when the run's config, tokenizer or the weights `artifacts.select_weights` picks
+    change, or when it picks others."""
     run_digest = hashlib.sha256()
     _digest_files(run_digest, run_files(run_dir), run_dir)
+    return run_digest.hexdigest()
+
+
+def entry_info(run_dir, name, options):
+    """What names an entry: a dict of the parts its key is the hash of (`entry_key`)."""
     return {
         "format": ENTRY_FORMAT,
         "signature": name,
         "options": dataclasses.asdict(options),
-        "run_files": run_digest.hexdigest(),
+        "run_files": run_files_digest(run_dir),
         "code": code_digest(),
         "libraries": {library: importlib.metadata.version(library) for library in LIBRARIES},
         "run_dir": os.path.abspath(run_dir),

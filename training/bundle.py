@@ -47,10 +47,12 @@ from training.corpus.loading import (
     DEFAULT_LEXICON_DIR,
     DEFAULT_MORE_CATALOG_FILLS_DIR,
     DEFAULT_MORE_CATALOGS_DIR,
+    DEFAULT_OWN_BACKTRANSLATION_DIR,
     EVERYDAY_DIR,
     LEXICON_SPEC,
     MORE_CATALOG_FILLS_SPEC,
     MORE_CATALOGS_SPEC,
+    OWN_BACKTRANSLATION_SPEC,
     load_run_pairs,
     run_languages,
 )
@@ -76,6 +78,7 @@ _BUILT_CORPORA = {
     CATALOG_FILLS_SPEC: DEFAULT_CATALOG_FILLS_DIR,
     MORE_CATALOG_FILLS_SPEC: DEFAULT_MORE_CATALOG_FILLS_DIR,
     BACKTRANSLATION_SPEC: DEFAULT_BACKTRANSLATION_DIR,
+    OWN_BACKTRANSLATION_SPEC: DEFAULT_OWN_BACKTRANSLATION_DIR,
     LEXICON_SPEC: DEFAULT_LEXICON_DIR,
 }
 _CORPUS_TITLES = {
@@ -85,6 +88,7 @@ _CORPUS_TITLES = {
     CATALOG_FILLS_SPEC: "message catalogs' filled placeholders",
     MORE_CATALOG_FILLS_SPEC: "more message catalogs' filled placeholders",
     BACKTRANSLATION_SPEC: "back-translated WordNet",
+    OWN_BACKTRANSLATION_SPEC: "WordNet back-translated by a run of ours",
     LEXICON_SPEC: "lexicon",
 }
 # A corpus's weight in a mixed `--data` spec ("bible:1,catalogs:3").
@@ -166,6 +170,7 @@ _CORPUS_DOMAINS = {
     CATALOG_FILLS_SPEC: "software's and games' messages with names, figures, dates and times",
     MORE_CATALOG_FILLS_SPEC: "more software's messages with names, figures, dates and times",
     BACKTRANSLATION_SPEC: "everyday English phrasing (WordNet's usage examples)",
+    OWN_BACKTRANSLATION_SPEC: "everyday English phrasing (WordNet's usage examples)",
     LEXICON_SPEC: "the words of everyday talk, one by one (dictionaries)",
 }
 # Test-split translations the card shows per corpus, as examples of what the model knows.
@@ -228,6 +233,8 @@ UNQUOTED_CORPORA = {
         ],
     },
 }
+# The same English as wordnet-bt, under the same licence; only its Spanish's writer differs.
+UNQUOTED_CORPORA[OWN_BACKTRANSLATION_SPEC] = UNQUOTED_CORPORA[BACKTRANSLATION_SPEC]
 
 
 def _cell(text):

@@ -44,7 +44,9 @@ from training.corpus.loading import (
     LEXICON_SPEC,
     MORE_CATALOG_FILLS_SPEC,
     MORE_CATALOGS_SPEC,
+    OWN_BACKTRANSLATION_SPEC,
     TELEPHONY_SPEC,
+    make_command,
 )
 from training.mixture import Corpus, load_splits, parse_data
 from training.schedule import CustomSchedule
@@ -71,6 +73,7 @@ PROJECT_CORPORA = (
     CATALOG_FILLS_SPEC,
     MORE_CATALOG_FILLS_SPEC,
     BACKTRANSLATION_SPEC,
+    OWN_BACKTRANSLATION_SPEC,
     LEXICON_SPEC,
     TELEPHONY_SPEC,
 )
@@ -156,7 +159,7 @@ def base_corpora(base_config):
 def make_target(corpus):
     """What builds a corpus of the project (`make data-bible`); for another, that it is missing."""
     if corpus.spec in PROJECT_CORPORA:
-        return f"make data-{corpus.spec} builds it"
+        return f"{make_command(corpus.spec)} builds it"
     return f"{corpus.spec} is not found here"
 
 

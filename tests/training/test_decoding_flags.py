@@ -28,6 +28,7 @@ FLAGS_MODULE = REPO / "training" / "decoding_flags.py"
 COMMANDS = {
     "training.evaluate": "main",
     "training.bundle": "main",
+    "training.prepare_data": "main",
     "inference.export": "main",
     "inference.translate_text": "main",
     "benchmarks.bench_robustness": "main",

@@ -27,6 +27,10 @@ One concern per module, each importing only the ones listed before it:
 * `loading`: `load_pairs(source_spec, split)`, the one entry point of the trainer; the
   spelling a corpus records (`corpus_source_spelling`) and a run's view of it (`load_run_pairs`:
   its spelling, and its direction, `run_languages`).
+* `own_backtranslation`: builds WordNet's usage examples back-translated by an English→Spanish
+  run of this project (`python -m training.prepare_data --corpus wordnet-bt-own
+  --backtranslator RUN_DIR`); it translates through `training.evaluate`, which imports this
+  package, so nothing here imports it.
 
 The entry point and its error are importable from the package itself:
 `from training.corpus import CorpusError, load_pairs`.

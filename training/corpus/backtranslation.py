@@ -60,6 +60,7 @@ DEV_FRACTION = TEST_FRACTION = 0.01
 SPLIT_SALT = "wordnet-bt-es-en-v1"
 CORPUS_FORMAT_VERSION = 1
 MIN_WORDS, MAX_WORDS = 3, 40
+WORDNET_ORIGIN = "WordNet 3.0 usage examples"
 _QUOTED = re.compile(r'"([^"]+)"')
 # Markup and lexicographers' conventions that are not running text.
 _NOT_TEXT = re.compile(r"[`_\[\]{}<>|=+*#@~^\\]|\.\.\.|--")
@@ -147,21 +148,90 @@ def back_translate(english: list[str]) -> tuple[list[Pair], int]:
     return pairs, len(english) - len(pairs)
 
 
-def _provenance(cache_dir: Path, wordnet_dir: Path) -> dict:
-    """What stats.json records of where the pairs come from: both sides, packages, licences."""
+def wordnet_manifest(cache_dir: Path, wordnet_dir: Path) -> dict:
+    """`wordnet-base`'s manifest for stats.json: package, version and licence (from its
+    copyright file, unpacked under `wordnet_dir` by `unpack_wordnet`)."""
     copyright_file = wordnet_dir / f"usr/share/doc/{WORDNET_PACKAGE}/copyright"
     return {
-        "source": {"language": "es", "origin": "Apertium eng-spa (machine translation)"},
-        "target": {"language": "en", "origin": "WordNet 3.0 usage examples"},
-        "packages": [
-            {
-                "package": WORDNET_PACKAGE,
-                "version": deb_version(download_deb(cache_dir, WORDNET_PACKAGE)),
-                "licence": package_licence(copyright_file.read_text(errors="replace")),
-            },
-            apertium.apertium_manifest(),
-        ],
+        "package": WORDNET_PACKAGE,
+        "version": deb_version(download_deb(cache_dir, WORDNET_PACKAGE)),
+        "licence": package_licence(copyright_file.read_text(errors="replace")),
     }
+
+
+def _provenance(cache_dir: Path, wordnet_dir: Path) -> dict:
+    """What stats.json records of where the pairs come from: both sides, packages, licences."""
+    return {
+        "source": {"language": "es", "origin": "Apertium eng-spa (machine translation)"},
+        "target": {"language": "en", "origin": WORDNET_ORIGIN},
+        "packages": [wordnet_manifest(cache_dir, wordnet_dir), apertium.apertium_manifest()],
+    }
+
+
+def wordnet_english(cache_dir: Path, limit: int | None = None) -> dict:
+    """The English side of a WordNet back-translated corpus: every usage example of
+    `wordnet-base` (downloaded into `cache_dir` and unpacked once), cleaned and each
+    near-duplicate once (`unique_examples`), in file order, the first `limit` of them (None:
+    all).
+
+    Returns:
+      `{"english": [...], "examples_read": int, "dropped": {reason: count},
+      "wordnet_dir": the unpacked package (for `wordnet_manifest`)}`.
+
+    Raises:
+      CorpusError: the package cannot be downloaded or unpacked.
+    """
+    wordnet_dir = unpack_wordnet(cache_dir)
+    examples = read_usage_examples(wordnet_dir / "usr/share/wordnet")
+    english, dropped = unique_examples(examples)
+    return {
+        "english": english[:limit] if limit is not None else english,
+        "examples_read": len(examples),
+        "dropped": dropped,
+        "wordnet_dir": wordnet_dir,
+    }
+
+
+def write_backtranslated_corpus(
+    out_dir: Path, pairs: list[Pair], stats: dict, started: float, name: str
+) -> dict:
+    """Splits `(Spanish, English)` pairs by a hash of the normalized English (`SPLIT_SALT`:
+    every WordNet back-translated corpus puts the same English in the same split, whoever
+    wrote its Spanish) and writes train/dev/test.tsv and stats.json (`stats` with the split's
+    counts and rule, the build time from `started`, a `time.monotonic()`, and under
+    `dropped` the dev and test pairs whose Spanish train holds) in `out_dir`.
+
+    Returns:
+      The statistics written.
+
+    Raises:
+      CorpusError: `pairs` is empty.
+    """
+    if not pairs:
+        raise CorpusError("no back-translated pair left (see the drop counts in the log)")
+    splits, removed = split_keyed_pairs(
+        ((normalize_for_dedup(target), (source, target)) for source, target in pairs),
+        SPLIT_SALT,
+        DEV_FRACTION,
+        TEST_FRACTION,
+    )
+    write_splits(out_dir, splits)
+    stats = {
+        **stats,
+        "dropped": {**stats.get("dropped", {}), "in_train_spanish_removed_from_dev_test": removed},
+        "split_pairs": {split: len(splits[split]) for split in SPLITS},
+        "split_rule": describe_split(SPLIT_SALT, "normalized English", DEV_FRACTION, TEST_FRACTION),
+        "build_seconds": round(time.monotonic() - started, 1),
+    }
+    write_corpus_stats(out_dir, stats)
+    logger.info(
+        "%s corpus: %d pairs (%s), built in %.0f s",
+        name,
+        len(pairs),
+        stats["split_pairs"],
+        stats["build_seconds"],
+    )
+    return stats
 
 
 def build_backtranslation_corpus(
@@ -203,34 +273,12 @@ def build_backtranslation_corpus(
     apertium.ensure_apertium()
     identity["apertium_en_es"] = apertium.apertium_version()
     started = time.monotonic()
-    wordnet_dir = unpack_wordnet(cache_dir)
-    examples = read_usage_examples(wordnet_dir / "usr/share/wordnet")
-    english, dropped = unique_examples(examples)
-    english = english[:limit] if limit is not None else english
-    pairs, dropped["apertium_unknown_word"] = back_translate(english)
-    if not pairs:
-        raise CorpusError("no back-translated pair left (see the drop counts in the log)")
-    splits, _ = split_keyed_pairs(
-        ((normalize_for_dedup(target), (source, target)) for source, target in pairs),
-        SPLIT_SALT,
-        DEV_FRACTION,
-        TEST_FRACTION,
-    )
-    write_splits(out_dir, splits)
+    wordnet = wordnet_english(cache_dir, limit)
+    pairs, wordnet["dropped"]["apertium_unknown_word"] = back_translate(wordnet["english"])
     stats = {
         **identity,
-        **_provenance(cache_dir, wordnet_dir),
-        "examples_read": len(examples),
-        "dropped": dropped,
-        "split_pairs": {split: len(splits[split]) for split in SPLITS},
-        "split_rule": describe_split(SPLIT_SALT, "normalized English", DEV_FRACTION, TEST_FRACTION),
-        "build_seconds": round(time.monotonic() - started, 1),
+        **_provenance(cache_dir, wordnet["wordnet_dir"]),
+        "examples_read": wordnet["examples_read"],
+        "dropped": wordnet["dropped"],
     }
-    write_corpus_stats(out_dir, stats)
-    logger.info(
-        "wordnet-bt corpus: %d pairs (%s), built in %.0f s",
-        len(pairs),
-        stats["split_pairs"],
-        stats["build_seconds"],
-    )
-    return stats
+    return write_backtranslated_corpus(out_dir, pairs, stats, started, "wordnet-bt")

@@ -1,7 +1,7 @@
 """Parallel-corpus sources for the translation pipeline.
 
 Everything the trainer reads goes through `load_pairs(source_spec, split)`, which
-returns a list of `(source, target)` string pairs. Eleven kinds of source exist:
+returns a list of `(source, target)` string pairs. Twelve kinds of source exist:
 
 * `bible`: the embedded Spanish->English Bible corpus in `data/bible`, built on
   first use by `training.corpus.bible` (see training/CORPUS.md).
@@ -17,6 +17,9 @@ returns a list of `(source, target)` string pairs. Eleven kinds of source exist:
   (`build_more_catalog_fills_corpus`).
 * `wordnet-bt`: WordNet's English usage examples back-translated by Apertium, in
   `data/wordnet-bt`, built on first use by `training.corpus.backtranslation`.
+* `wordnet-bt-own`: the same English back-translated by an English→Spanish run of this
+  project, in `data/wordnet-bt-own`; built by `training.corpus.own_backtranslation` when
+  given the run (`make_command`), never on first use.
 * `lexicon`: word and short-phrase pairs of FreeDict and Apertium in `data/lexicon`, built
   on first use by `training.corpus.lexicon`.
 * `telephony`: Asterisk's voice prompts in `data/telephony`, built on first use by
@@ -65,6 +68,7 @@ MORE_CATALOGS_SPEC = "catalogs-more"
 CATALOG_FILLS_SPEC = "catalog-fills"
 MORE_CATALOG_FILLS_SPEC = "catalog-fills-more"
 BACKTRANSLATION_SPEC = "wordnet-bt"
+OWN_BACKTRANSLATION_SPEC = "wordnet-bt-own"
 LEXICON_SPEC = "lexicon"
 TELEPHONY_SPEC = "telephony"
 TFDS_PREFIX = "tfds:"
@@ -75,6 +79,7 @@ DEFAULT_MORE_CATALOGS_DIR = DEFAULT_BIBLE_DIR.parent / MORE_CATALOGS_SPEC
 DEFAULT_CATALOG_FILLS_DIR = DEFAULT_BIBLE_DIR.parent / CATALOG_FILLS_SPEC
 DEFAULT_MORE_CATALOG_FILLS_DIR = DEFAULT_BIBLE_DIR.parent / MORE_CATALOG_FILLS_SPEC
 DEFAULT_BACKTRANSLATION_DIR = DEFAULT_BIBLE_DIR.parent / BACKTRANSLATION_SPEC
+DEFAULT_OWN_BACKTRANSLATION_DIR = DEFAULT_BIBLE_DIR.parent / OWN_BACKTRANSLATION_SPEC
 DEFAULT_LEXICON_DIR = DEFAULT_BIBLE_DIR.parent / LEXICON_SPEC
 DEFAULT_TELEPHONY_DIR = DEFAULT_BIBLE_DIR.parent / TELEPHONY_SPEC
 # Everyday sentences with references, written for the purpose (training/CORPUS.md): a corpus
@@ -246,8 +251,17 @@ def build_more_catalog_fills_corpus(
     )
 
 
+def make_command(spec: str) -> str:
+    """The make command that builds the project's corpus `spec` (`make data-bible`); the
+    back-translation by a run of one's own names the run it needs."""
+    if spec == OWN_BACKTRANSLATION_SPEC:
+        return f"make data-{spec} BACKTRANSLATOR=RUN_DIR (a run trained with --reverse true)"
+    return f"make data-{spec}"
+
+
 def _builders(bible_dir, catalogs_dir):
-    """`{spec: (directory, build function)}` of the corpora this project builds itself."""
+    """`{spec: (directory, build function)}` of the corpora this project builds itself; None
+    for one that cannot be built on first use (`wordnet-bt-own` needs a run to translate)."""
 
     def in_catalogs_dir(build):
         return functools.partial(build, catalogs_dir=catalogs_dir)
@@ -271,6 +285,7 @@ def _builders(bible_dir, catalogs_dir):
             DEFAULT_BACKTRANSLATION_DIR,
             backtranslation.build_backtranslation_corpus,
         ),
+        OWN_BACKTRANSLATION_SPEC: (DEFAULT_OWN_BACKTRANSLATION_DIR, None),
         LEXICON_SPEC: (DEFAULT_LEXICON_DIR, lexicon.build_lexicon_corpus),
         TELEPHONY_SPEC: (DEFAULT_TELEPHONY_DIR, telephony.build_telephony_corpus),
     }
@@ -309,7 +324,8 @@ def load_pairs(
 
     Args:
       source_spec: `bible`; `catalogs`; `catalogs-more`; `catalog-fills`; `catalog-fills-more`;
-        `wordnet-bt`; `lexicon`; `telephony`; a directory with train/dev/test.tsv; a `.tsv` file
+        `wordnet-bt`; `wordnet-bt-own`; `lexicon`; `telephony`; a directory with train/dev/test.tsv;
+        a `.tsv` file
         (dev/test split off by `split_single_file`); or `tfds:NAME`.
       split: `train`, `dev` or `test`.
       bible_dir: where the embedded corpus lives (built there if missing).
@@ -320,7 +336,8 @@ def load_pairs(
       The split as `(source, target)` pairs.
 
     Raises:
-      CorpusError: unknown split or spec, or the source cannot be read.
+      CorpusError: unknown split or spec, or the source cannot be read (`wordnet-bt-own`:
+        not built yet).
     """
     if split not in SPLITS:
         raise CorpusError(f"unknown split {split!r}; expected one of {', '.join(SPLITS)}")
@@ -337,11 +354,16 @@ def load_pairs(
     if source_spec in builders:
         directory, build = builders[source_spec]
         if not all((directory / f"{s}.tsv").is_file() for s in SPLITS):
+            if build is None:
+                raise CorpusError(
+                    f"{source_spec} corpus missing in {directory}: {make_command(source_spec)} "
+                    "builds it"
+                )
             logger.info(
-                "%s corpus missing in %s: building it now (`make data-%s` builds it apart)",
+                "%s corpus missing in %s: building it now (`%s` builds it apart)",
                 source_spec,
                 directory,
-                source_spec,
+                make_command(source_spec),
             )
             build(directory)
         return read_tsv(directory / f"{split}.tsv")
@@ -363,7 +385,8 @@ def load_pairs(
         return pairs
     raise CorpusError(
         f"unknown corpus source {source_spec!r}: expected 'bible', 'catalogs', 'catalogs-more', "
-        "'catalog-fills', 'catalog-fills-more', 'wordnet-bt', 'lexicon', 'telephony', a directory with "
+        "'catalog-fills', 'catalog-fills-more', 'wordnet-bt', 'wordnet-bt-own', 'lexicon', 'telephony', a "
+        "directory with "
         "train/dev/test.tsv, an existing .tsv file, or 'tfds:NAME'"
     )
 
